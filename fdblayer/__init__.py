@@ -1,0 +1,1 @@
+"""fdblayer package."""
