@@ -1,0 +1,249 @@
+"""Encoding of job data and of the job value (the DATA row).
+
+Principle: job data is checked and encoded *before* any transaction starts,
+so data that cannot be stored raises :class:`EncodingError` and writes
+nothing. The check is strict and total: what it accepts round-trips through
+msgpack to an equal value, and is also valid JSON.
+
+Job data decisions (the seed requires a map and encodes it with jiffy):
+
+* The top-level value is a ``dict``; anything else is ``InvalidArgument``
+  (the seed's guard ``is_map(JobData)``).
+* Inside it: ``dict`` with ``str`` keys, ``list``, ``str``, ``int``,
+  ``float``, ``bool`` and ``None``, nested at most :data:`MAX_DEPTH` deep.
+  Subclasses of those types (``IntEnum``, ``OrderedDict``, a str Enum) are
+  accepted and read back as the base type, as ``json.dumps`` does.
+* ``int`` is limited to signed 64 bits, ``[-2**63, 2**63 - 1]``.
+* ``float`` must be finite: NaN and the infinities are not JSON.
+* ``str`` (values and keys) must be encodable as UTF-8 (no lone
+  surrogates).
+* Refused, each with a message naming the path of the bad value: non-str
+  dict keys, ``tuple`` (it would come back as a list), ``set``, ``bytes``,
+  ``bytearray``, ``datetime``, ``Decimal`` and any other object; cycles
+  (reported as too deep).
+* Size: the encoded data is stored twice (the DATA row and the ACTIVITY
+  row), each under the store's value limit (FoundationDB's 100,000 bytes);
+  larger data is ``EncodingError`` too.
+
+The job value is the seed's tuple ``(seq, lock, sched_time, resubmit,
+data)``, tuple-packed, with ``data`` the msgpack bytes. A running job's
+``seq`` is written as an incomplete versionstamp with
+``set_versionstamped_value`` and reads back complete.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Union
+
+import fdb.tuple
+import msgpack
+
+from fdblayer.jobs.exceptions import EncodingError, InvalidArgument
+from fdblayer.jobs.keys import new_versionstamp, packable_versionstamp
+
+__all__ = [
+    "MAX_DEPTH",
+    "INT_MIN",
+    "INT_MAX",
+    "KEY_SIZE_LIMIT",
+    "VALUE_SIZE_LIMIT",
+    "PENDING_SEQ",
+    "Seq",
+    "JobValue",
+    "encode_data",
+    "decode_data",
+    "pack_job_value",
+    "unpack_job_value",
+    "pack_activity_value",
+    "unpack_activity_value",
+]
+
+MAX_DEPTH = 256
+INT_MIN = -(2**63)
+INT_MAX = 2**63 - 1
+
+# FoundationDB's limits, which the SQLite backend enforces too.
+KEY_SIZE_LIMIT = 10_000
+VALUE_SIZE_LIMIT = 100_000
+
+# Room in the DATA row for everything but the data: a versionstamp (13
+# bytes), a 32-character lock (34), a 64-bit time (10), the flag (1), the
+# data's type code and terminator (2), and the 4-byte versionstamp offset.
+_JOB_VALUE_OVERHEAD = 64
+
+PENDING_SEQ = 0
+
+Seq = Union[None, int, fdb.tuple.Versionstamp]
+
+_EMPTY_DATA = msgpack.packb({})
+
+
+def _path(parent: str, part: Any) -> str:
+    return f"{parent}[{part!r}]"
+
+
+def _check_value(value: Any, path: str, depth: int) -> None:
+    """Raise EncodingError unless ``value`` is a storable JSON-like value."""
+    if value is None or isinstance(value, (bool, str)):
+        if isinstance(value, str):
+            _check_str(value, path)
+        return
+    if isinstance(value, int):
+        if not INT_MIN <= value <= INT_MAX:
+            raise EncodingError(
+                f"job data: integer at {path} is outside the signed 64-bit range"
+            )
+        return
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise EncodingError(f"job data: {value!r} at {path} is not a finite number")
+        return
+    if depth >= MAX_DEPTH:
+        raise EncodingError(
+            f"job data: nested deeper than {MAX_DEPTH} levels at {path} "
+            "(or it contains a cycle)"
+        )
+    if isinstance(value, dict):
+        _check_dict(value, path, depth)
+        return
+    if isinstance(value, list):
+        for index, item in enumerate(value):
+            _check_value(item, _path(path, index), depth + 1)
+        return
+    raise EncodingError(
+        f"job data: {type(value).__name__} at {path} is not a JSON-compatible "
+        "value (dict with str keys, list, str, int, float, bool or None)"
+    )
+
+
+def _check_dict(value: dict, path: str, depth: int) -> None:
+    for key, item in value.items():
+        if not isinstance(key, str):
+            raise EncodingError(
+                f"job data: key {key!r} at {path} is a {type(key).__name__}; "
+                "keys must be str"
+            )
+        _check_str(key, path)
+        _check_value(item, _path(path, key), depth + 1)
+
+
+def _check_str(value: str, path: str) -> None:
+    if value.isascii():
+        return
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise EncodingError(f"job data: str at {path} is not valid UTF-8: {exc}") from None
+
+
+def encode_data(data: Any) -> bytes:
+    """Check and encode job data.
+
+    Args:
+        data: The job data, a dict of JSON-compatible values.
+
+    Returns:
+        The msgpack encoding of ``data``.
+
+    Raises:
+        InvalidArgument: ``data`` is not a dict.
+        EncodingError: ``data`` holds a value that is not JSON-compatible, or
+            its encoding is larger than the store can hold.
+    """
+    if not isinstance(data, dict):
+        raise InvalidArgument(f"job data must be a dict, not {type(data).__name__}")
+    if not data:
+        return _EMPTY_DATA
+    _check_dict(data, "data", 0)
+    try:
+        encoded = msgpack.packb(data, use_bin_type=True)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise EncodingError(f"job data cannot be encoded: {exc}") from None
+    if len(encoded) + _JOB_VALUE_OVERHEAD > VALUE_SIZE_LIMIT:
+        raise EncodingError(
+            f"job data encodes to {len(encoded)} bytes; at most "
+            f"{VALUE_SIZE_LIMIT - _JOB_VALUE_OVERHEAD} bytes fit in a store value"
+        )
+    return encoded
+
+
+def decode_data(encoded: bytes) -> dict:
+    """Decode job data written by :func:`encode_data`."""
+    return msgpack.unpackb(encoded, raw=False, use_list=True)
+
+
+def check_stored_size(job_id: str, encoded: bytes) -> None:
+    """Check that ``encoded`` data fits in both rows that store it.
+
+    The escaping of zero bytes by the tuple encoding is counted.
+
+    Raises:
+        EncodingError: A row would exceed the store's value limit.
+    """
+    escaped = len(encoded) + encoded.count(0)
+    overhead = max(_JOB_VALUE_OVERHEAD, len(fdb.tuple.pack((job_id,))) + 2)
+    if escaped + overhead > VALUE_SIZE_LIMIT:
+        raise EncodingError(
+            f"job data of {len(encoded)} bytes does not fit in a store value "
+            f"of at most {VALUE_SIZE_LIMIT} bytes",
+            job_id=job_id,
+        )
+
+
+@dataclass(frozen=True)
+class JobValue:
+    """The decoded DATA row of one job.
+
+    Attributes:
+        seq: 0 when pending, None when finished, a versionstamp when running.
+        lock: The running job's lock, else None.
+        sched_time: The scheduled time, seconds since the epoch (0: now).
+        resubmit: Whether a running job is to be re-enqueued when it finishes.
+        data: The msgpack-encoded job data.
+    """
+
+    seq: Seq
+    lock: str | None
+    sched_time: int
+    resubmit: bool
+    data: bytes
+
+    @property
+    def stamped(self) -> bool:
+        """True when ``seq`` is to be filled in by the commit's versionstamp."""
+        return isinstance(self.seq, fdb.tuple.Versionstamp) and not self.seq.is_complete()
+
+
+def pack_job_value(value: JobValue) -> bytes:
+    """Pack a job value; stamped values are for ``set_versionstamped_value``."""
+    seq = value.seq
+    if isinstance(seq, fdb.tuple.Versionstamp):
+        seq = packable_versionstamp(seq)
+    fields = (seq, value.lock, value.sched_time, value.resubmit, value.data)
+    if value.stamped:
+        return fdb.tuple.pack_with_versionstamp(fields)
+    return fdb.tuple.pack(fields)
+
+
+def unpack_job_value(raw: bytes) -> JobValue:
+    """Unpack a DATA row value."""
+    seq, lock, sched_time, resubmit, data = fdb.tuple.unpack(raw)
+    return JobValue(seq, lock, sched_time, resubmit, data)
+
+
+def running_seq() -> fdb.tuple.Versionstamp:
+    """Return the seq of a job value being accepted or updated."""
+    return new_versionstamp()
+
+
+def pack_activity_value(job_id: str, data: bytes) -> bytes:
+    """Pack an ACTIVITY row value ``(job_id, data)``."""
+    return fdb.tuple.pack((job_id, data))
+
+
+def unpack_activity_value(raw: bytes) -> tuple[str, bytes]:
+    """Unpack an ACTIVITY row value into ``(job_id, data)``."""
+    job_id, data = fdb.tuple.unpack(raw)
+    return job_id, data

@@ -1,0 +1,202 @@
+"""Key layout of the jobs layer: every key the data model reads or writes.
+
+Principle: keys are tuple-packed under one layer prefix and built only here,
+so the data model never concatenates bytes by hand. The layout is the seed's
+(``couch_jobs.hrl``), with ``P`` the layer prefix (by default the packed
+tuple ``(51,)``, the seed's ``?JOBS``)::
+
+    (P, DATA, type, job_id) = (seq, lock, sched_time, resubmit, data)
+    (P, PENDING, type, sched_time, job_id) = b""
+    (P, WATCHES_PENDING, type) = counter, 8 bytes little-endian
+    (P, WATCHES_ACTIVITY, type) = (versionstamp,)
+    (P, ACTIVITY_TIMEOUT, type) = (timeout_seconds,)
+    (P, ACTIVITY, type, versionstamp) = (job_id, data)
+
+In the DATA row, ``seq`` is ``0`` while the job is pending, ``None`` once
+it is finished and the versionstamp of its last accept/update while it is
+running; ``lock`` is None unless the job is running. ``data`` is the
+msgpack encoding of the job data (see :mod:`fdblayer.jobs.codec`).
+
+The seed caches the ``couchdb`` directory prefix in an ETS table and checks
+FoundationDB's metadata version to refresh it. Here a :class:`Layout` is an
+immutable value built once (the store backend resolves any directory
+prefix when the database is opened), so there is nothing to refresh.
+"""
+
+from __future__ import annotations
+
+import functools
+import struct
+from typing import Any, Union
+
+import fdb.tuple
+
+__all__ = [
+    "JOBS",
+    "DATA",
+    "PENDING",
+    "WATCHES_PENDING",
+    "WATCHES_ACTIVITY",
+    "ACTIVITY_TIMEOUT",
+    "ACTIVITY",
+    "JobType",
+    "Layout",
+    "DEFAULT_LAYOUT",
+    "new_versionstamp",
+    "packable_versionstamp",
+]
+
+JOBS = 51
+DATA = 1
+PENDING = 2
+WATCHES_PENDING = 3
+WATCHES_ACTIVITY = 4
+ACTIVITY_TIMEOUT = 5
+ACTIVITY = 6
+
+JobType = Union[str, int, tuple]
+
+_TYPE_CACHE_SIZE = 4096
+
+
+class _Versionstamp(fdb.tuple.Versionstamp):
+    """A versionstamp that packs without the FoundationDB client library.
+
+    ``fdb.tuple.Versionstamp.to_bytes`` consults ``fdb.impl``, a module that
+    only imports when libfdb_c is installed. The layout must pack
+    versionstamps on the SQLite backend too, so it uses this subclass, whose
+    bytes are the same.
+    """
+
+    def to_bytes(self) -> bytes:
+        return struct.pack(
+            self._STRUCT_FORMAT_STRING,
+            self.tr_version if self.is_complete() else self._UNSET_TR_VERSION,
+            self.user_version,
+        )
+
+
+def new_versionstamp() -> fdb.tuple.Versionstamp:
+    """Return an incomplete versionstamp for ``pack_with_versionstamp``."""
+    return _Versionstamp()
+
+
+def packable_versionstamp(vs: fdb.tuple.Versionstamp) -> fdb.tuple.Versionstamp:
+    """Return ``vs`` in a form that packs without libfdb_c."""
+    if type(vs) is _Versionstamp:
+        return vs
+    return _Versionstamp(vs.tr_version, vs.user_version)
+
+
+class Layout:
+    """Builds the jobs layer's keys under one prefix.
+
+    Args:
+        prefix: Bytes every key of the layer starts with. Two layouts with
+            different prefixes are two independent job queues in one store.
+    """
+
+    def __init__(self, prefix: bytes = fdb.tuple.pack((JOBS,))) -> None:
+        if not isinstance(prefix, bytes):
+            raise TypeError(f"layer prefix must be bytes, not {type(prefix)!r}")
+        self.prefix = prefix
+        # Per-type prefixes are packed once: types are few and keys are hot.
+        self._type_prefix = functools.lru_cache(maxsize=_TYPE_CACHE_SIZE)(
+            self._pack_type_prefix
+        )
+
+    def __repr__(self) -> str:
+        return f"Layout({self.prefix!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Layout) and other.prefix == self.prefix
+
+    def __hash__(self) -> int:
+        return hash(self.prefix)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Layout, (self.prefix,))
+
+    def _pack_type_prefix(self, subspace: int, job_type: JobType) -> bytes:
+        return fdb.tuple.pack((subspace, job_type), prefix=self.prefix)
+
+    def subspace(self, subspace: int) -> bytes:
+        """Return the prefix of a whole subspace, e.g. ``(P, DATA)``."""
+        return fdb.tuple.pack((subspace,), prefix=self.prefix)
+
+    # DATA
+
+    def data_prefix(self, job_type: JobType) -> bytes:
+        """Return the prefix of every DATA row of ``job_type``."""
+        return self._type_prefix(DATA, job_type)
+
+    def data_key(self, job_type: JobType, job_id: str) -> bytes:
+        """Return the DATA row key of one job."""
+        return fdb.tuple.pack((job_id,), prefix=self._type_prefix(DATA, job_type))
+
+    def unpack_data_key(self, key: bytes) -> tuple[JobType, str]:
+        """Return ``(job_type, job_id)`` of a DATA row key."""
+        job_type, job_id = fdb.tuple.unpack(key, len(self.subspace(DATA)))
+        return job_type, job_id
+
+    # PENDING
+
+    def pending_prefix(self, job_type: JobType) -> bytes:
+        """Return the prefix of the pending queue of ``job_type``."""
+        return self._type_prefix(PENDING, job_type)
+
+    def pending_key(self, job_type: JobType, sched_time: int, job_id: str) -> bytes:
+        """Return the pending-queue key of one job."""
+        return fdb.tuple.pack(
+            (sched_time, job_id), prefix=self._type_prefix(PENDING, job_type)
+        )
+
+    def pending_time_prefix(self, job_type: JobType, sched_time: int) -> bytes:
+        """Return the prefix of the pending jobs scheduled at ``sched_time``."""
+        return fdb.tuple.pack((sched_time,), prefix=self._type_prefix(PENDING, job_type))
+
+    def pending_end(self, job_type: JobType, max_sched_time: int) -> bytes:
+        """Return the first key after every job scheduled at or before the time."""
+        return self.pending_time_prefix(job_type, max_sched_time) + b"\xff"
+
+    # WATCHES
+
+    def watches_pending_key(self, job_type: JobType) -> bytes:
+        """Return the counter key bumped on every enqueue of ``job_type``."""
+        return self._type_prefix(WATCHES_PENDING, job_type)
+
+    def watches_activity_key(self, job_type: JobType) -> bytes:
+        """Return the key stamped on every activity of ``job_type``."""
+        return self._type_prefix(WATCHES_ACTIVITY, job_type)
+
+    # ACTIVITY_TIMEOUT
+
+    def activity_timeout_key(self, job_type: JobType) -> bytes:
+        """Return the key holding the activity timeout of ``job_type``."""
+        return self._type_prefix(ACTIVITY_TIMEOUT, job_type)
+
+    def unpack_activity_timeout_key(self, key: bytes) -> JobType:
+        """Return the job type of an ACTIVITY_TIMEOUT key."""
+        (job_type,) = fdb.tuple.unpack(key, len(self.subspace(ACTIVITY_TIMEOUT)))
+        return job_type
+
+    # ACTIVITY
+
+    def activity_prefix(self, job_type: JobType) -> bytes:
+        """Return the prefix of the activity rows of ``job_type``."""
+        return self._type_prefix(ACTIVITY, job_type)
+
+    def activity_key(self, job_type: JobType, vs: fdb.tuple.Versionstamp) -> bytes:
+        """Return the activity key of a complete versionstamp."""
+        return fdb.tuple.pack(
+            (packable_versionstamp(vs),), prefix=self._type_prefix(ACTIVITY, job_type)
+        )
+
+    def activity_key_stamped(self, job_type: JobType) -> bytes:
+        """Return an activity key to write with ``set_versionstamped_key``."""
+        return fdb.tuple.pack_with_versionstamp(
+            (new_versionstamp(),), prefix=self._type_prefix(ACTIVITY, job_type)
+        )
+
+
+DEFAULT_LAYOUT = Layout()

@@ -1,0 +1,655 @@
+"""The jobs data model (the seed's couch_jobs_fdb), one transaction at a time.
+
+Principle: every state change of a job is a few reads and writes inside one
+store transaction, so it is atomic and serializable on every backend; the
+functions here never commit, sleep, retry or talk to anything but ``tr``.
+They take already validated and encoded arguments (``fdblayer.jobs.api``
+checks and encodes before a transaction starts).
+
+Each public function is ``@transactional``: given a ``Database`` it runs in
+its own transaction, given a ``Transaction`` it joins it. The seed's ``JTx``
+(a transaction plus the cached directory prefix) becomes the pair ``(tr,
+layout)``: the layout is an immutable value, so there is no cache to
+initialise or refresh and the seed's ``init_cache`` has no equivalent.
+
+The data model and the meaning of ``seq`` are in :mod:`fdblayer.jobs.keys`.
+Transitions, each one function writing the DATA row and its index rows
+(PENDING, ACTIVITY, the watch keys) together:
+
+====================  ==========================================
+transition            function
+====================  ==========================================
+(none) -> pending     :func:`add`
+pending -> running    :func:`accept`
+running -> running    :func:`update` (new versionstamp, activity)
+running -> finished   :func:`finish` (or -> pending if resubmitted)
+finished -> pending   :func:`resubmit`, :func:`add`
+pending -> pending    :func:`resubmit` (new scheduled time)
+running -> pending    :func:`re_enqueue_inactive`
+any -> (none)         :func:`remove`
+====================  ==========================================
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import uuid
+from typing import Callable, Iterable, Optional
+
+import fdb.tuple
+
+from fdblayer.interface import Transaction, transactional
+from fdblayer.jobs import pending
+from fdblayer.jobs.codec import (
+    PENDING_SEQ,
+    JobValue,
+    Seq,
+    decode_data,
+    pack_activity_value,
+    pack_job_value,
+    running_seq,
+    unpack_activity_value,
+    unpack_job_value,
+)
+from fdblayer.jobs.exceptions import Halt, JobsError, NotFound, NoTypeTimeout
+from fdblayer.jobs.job import Job, JobInfo, JobState, job_state
+from fdblayer.jobs.keys import ACTIVITY_TIMEOUT, DATA, JobType, Layout, new_versionstamp
+from fdblayer.watches import Watch
+
+__all__ = [
+    "add",
+    "remove",
+    "get_job_state_and_data",
+    "get_job_states",
+    "get_jobs",
+    "get_job",
+    "get_all_jobs",
+    "accept",
+    "finish",
+    "resubmit",
+    "update",
+    "set_type_timeout",
+    "clear_type_timeout",
+    "get_type_timeout",
+    "get_types",
+    "get_activity_vs",
+    "get_activity_vs_and_watch",
+    "get_active_since",
+    "get_inactive_since",
+    "re_enqueue_inactive",
+    "check_inactive",
+    "clear_all",
+]
+
+logger = logging.getLogger(__name__)
+
+StateAndData = tuple[Seq, JobState, bytes]
+
+
+# ---------------------------------------------------------------- job creation
+
+
+@transactional
+def add(
+    tr: Transaction,
+    layout: Layout,
+    job_type: JobType,
+    job_id: str,
+    data: bytes,
+    sched_time: int,
+) -> JobValue:
+    """Add a job, or resubmit it if it exists (the seed's ``add/5``).
+
+    A new job is enqueued as pending. An existing job is resubmitted with
+    :func:`resubmit`: a pending one is rescheduled, a finished one
+    re-enqueued, a running one flagged to be re-enqueued when it finishes.
+    The new data replaces the old one unless the job is running (its worker
+    owns the data then), as later versions of couch_jobs do; the seed kept
+    the old data in every case.
+
+    Args:
+        tr: A database or transaction.
+        layout: The key layout.
+        job_type: The job type; it must have a type timeout.
+        job_id: The job id.
+        data: The encoded job data.
+        sched_time: The scheduled time (seconds since the epoch, 0: now).
+
+    Returns:
+        The job's DATA row as it will be committed.
+
+    Raises:
+        NoTypeTimeout: ``job_type`` has no type timeout.
+    """
+    if get_type_timeout(tr, layout, job_type) is None:
+        raise NoTypeTimeout(
+            f"job type {job_type!r} has no type timeout; set one first",
+            job_type=job_type,
+            job_id=job_id,
+        )
+    key = layout.data_key(job_type, job_id)
+    current = _get_job_val(tr, key)
+    if current is not None:
+        return _resubmit(tr, layout, job_type, job_id, key, current, sched_time, data)
+    return _maybe_enqueue(tr, layout, job_type, job_id, sched_time, True, data)
+
+
+@transactional
+def remove(tr: Transaction, layout: Layout, job_type: JobType, job_id: str) -> None:
+    """Remove a job in any state.
+
+    A running job's worker gets ``Halt`` at its next update or finish. The
+    job's activity row is cleared and the activity watch stamped, so that
+    subscribers see the job go (the seed left the activity row behind).
+
+    Raises:
+        NotFound: The job does not exist.
+    """
+    key = layout.data_key(job_type, job_id)
+    current = _get_job_val(tr, key)
+    if current is None:
+        raise NotFound(_missing(job_type, job_id), job_type=job_type, job_id=job_id)
+    pending.remove(tr, layout, job_type, job_id, current.sched_time)
+    _clear_activity(tr, layout, job_type, current.seq)
+    tr.clear(key)
+    _update_watch(tr, layout, job_type)
+
+
+@transactional
+def get_job_state_and_data(
+    tr: Transaction, layout: Layout, job_type: JobType, job_id: str
+) -> Optional[StateAndData]:
+    """Read a job's ``(seq, state, encoded data)``, or None if it does not exist."""
+    current = _get_job_val(tr, layout.data_key(job_type, job_id))
+    if current is None:
+        return None
+    return current.seq, job_state(current.lock, current.seq), current.data
+
+
+@transactional
+def get_job_states(
+    tr: Transaction, layout: Layout, job_type: JobType, job_ids: Iterable[str]
+) -> dict[str, Optional[StateAndData]]:
+    """Read ``(seq, state, encoded data)`` of many jobs, one read each.
+
+    Returns:
+        A dict from each id to its triple, or to None when it does not exist.
+    """
+    return {
+        job_id: get_job_state_and_data(tr, layout, job_type, job_id)
+        for job_id in job_ids
+    }
+
+
+@transactional
+def get_jobs(
+    tr: Transaction,
+    layout: Layout,
+    job_type: JobType,
+    id_filter: Optional[Callable[[str], bool]] = None,
+) -> dict[str, StateAndData]:
+    """Read every job of a type with one range read (the seed's ``get_jobs/3``).
+
+    Args:
+        tr: A database or transaction.
+        layout: The key layout.
+        job_type: The job type.
+        id_filter: Keep only the ids for which this returns True.
+
+    Returns:
+        A dict from job id to ``(seq, state, encoded data)``, in id order.
+    """
+    prefix = layout.data_prefix(job_type)
+    result: dict[str, StateAndData] = {}
+    for key, raw in tr.get_range_startswith(prefix):
+        (job_id,) = fdb.tuple.unpack(key, len(prefix))
+        if id_filter is not None and not id_filter(job_id):
+            continue
+        value = unpack_job_value(raw)
+        result[job_id] = (value.seq, job_state(value.lock, value.seq), value.data)
+    return result
+
+
+@transactional
+def get_job(
+    tr: Transaction, layout: Layout, job_type: JobType, job_id: str
+) -> Optional[JobInfo]:
+    """Read one job's whole record (the seed's debug ``get_job/2``)."""
+    current = _get_job_val(tr, layout.data_key(job_type, job_id))
+    if current is None:
+        return None
+    return _job_info(job_type, job_id, current)
+
+
+@transactional
+def get_all_jobs(
+    tr: Transaction, layout: Layout, job_type: Optional[JobType] = None
+) -> list[JobInfo]:
+    """Read the records of every job of a type, or of every type (the
+    seed's ``get_jobs/0``), in key order."""
+    prefix = layout.subspace(DATA) if job_type is None else layout.data_prefix(job_type)
+    infos = []
+    for key, raw in tr.get_range_startswith(prefix):
+        job_type, job_id = layout.unpack_data_key(key)
+        infos.append(_job_info(job_type, job_id, unpack_job_value(raw)))
+    return infos
+
+
+# ---------------------------------------------------------------- processing
+
+
+@transactional
+def accept(
+    tr: Transaction,
+    layout: Layout,
+    job_type: JobType,
+    max_sched_time: int,
+    no_schedule: bool,
+    rng: Optional[random.Random] = None,
+) -> Optional[tuple[Job, bytes]]:
+    """Take one pending job and mark it running under a new lock.
+
+    Args:
+        tr: A database or transaction.
+        layout: The key layout.
+        job_type: The job type.
+        max_sched_time: Only jobs scheduled at or before this time qualify.
+        no_schedule: Pick among jobs with scheduled time 0, at random.
+        rng: The random source of the pick (tests pass a seeded one).
+
+    Returns:
+        ``(job, encoded data)``, or None when no job qualifies (the caller
+        then waits on :func:`pending.watch_pending` from the same
+        transaction).
+
+    Raises:
+        JobsError: The pending queue names a job that is missing or running
+            (the store is inconsistent; this is logged as critical).
+    """
+    job_id = pending.dequeue(tr, layout, job_type, max_sched_time, no_schedule, rng)
+    if job_id is None:
+        return None
+    key = layout.data_key(job_type, job_id)
+    current = _get_job_val(tr, key)
+    if current is None or current.lock is not None:
+        message = f"pending job {job_id!r} of type {job_type!r} is {'missing' if current is None else 'running'}"
+        logger.critical("Job %s: %s", job_id, message)
+        raise JobsError(message, job_type=job_type, job_id=job_id)
+    lock = uuid.uuid4().hex
+    _set_job_val(
+        tr, key, JobValue(running_seq(), lock, current.sched_time, False, current.data)
+    )
+    _update_activity(tr, layout, job_type, job_id, None, current.data)
+    job = Job(job_type, job_id, lock, current.sched_time, False)
+    return job, current.data
+
+
+@transactional
+def finish(tr: Transaction, layout: Layout, job: Job, data: Optional[bytes]) -> JobValue:
+    """Finish a running job, or re-enqueue it if it was resubmitted.
+
+    Args:
+        tr: A database or transaction.
+        layout: The key layout.
+        job: The handle from accept or update.
+        data: New encoded data, or None to keep the current data.
+
+    Returns:
+        The job's new DATA row.
+
+    Raises:
+        Halt: The job is gone or another lock holds it.
+    """
+    key = layout.data_key(job.type, job.id)
+    current = _get_job_or_halt(tr, key, job)
+    new_data = current.data if data is None else data
+    value = _maybe_enqueue(
+        tr, layout, job.type, job.id, current.sched_time, current.resubmit, new_data
+    )
+    _clear_activity(tr, layout, job.type, current.seq)
+    _update_watch(tr, layout, job.type)
+    return value
+
+
+@transactional
+def resubmit(
+    tr: Transaction,
+    layout: Layout,
+    job_type: JobType,
+    job_id: str,
+    sched_time: Optional[int],
+    data: Optional[bytes] = None,
+) -> JobValue:
+    """Run a job (again) at ``sched_time``, whatever its state.
+
+    * finished: re-enqueued as pending;
+    * pending: rescheduled (moved in the pending queue if the time changed);
+    * running: flagged, so that :func:`finish` re-enqueues it.
+
+    Args:
+        tr: A database or transaction.
+        layout: The key layout.
+        job_type: The job type.
+        job_id: The job id.
+        sched_time: The new scheduled time, or None to keep the current one.
+        data: New encoded data for a pending or finished job, or None to
+            keep it (a running job's data is never replaced).
+
+    Returns:
+        The job's new DATA row.
+
+    Raises:
+        NotFound: The job does not exist.
+    """
+    key = layout.data_key(job_type, job_id)
+    current = _get_job_val(tr, key)
+    if current is None:
+        raise NotFound(_missing(job_type, job_id), job_type=job_type, job_id=job_id)
+    return _resubmit(tr, layout, job_type, job_id, key, current, sched_time, data)
+
+
+@transactional
+def update(tr: Transaction, layout: Layout, job: Job, data: Optional[bytes]) -> Job:
+    """Record a running job's progress: new data and a fresh activity stamp.
+
+    Args:
+        tr: A database or transaction.
+        layout: The key layout.
+        job: The handle from accept or update.
+        data: New encoded data, or None to keep the current data.
+
+    Returns:
+        The handle with the job's current ``resubmit`` flag and scheduled time.
+
+    Raises:
+        Halt: The job is gone or another lock holds it.
+    """
+    key = layout.data_key(job.type, job.id)
+    current = _get_job_or_halt(tr, key, job)
+    new_data = current.data if data is None else data
+    _set_job_val(
+        tr,
+        key,
+        JobValue(running_seq(), current.lock, current.sched_time, current.resubmit, new_data),
+    )
+    _update_activity(tr, layout, job.type, job.id, current.seq, new_data)
+    return job.replace(resubmit=current.resubmit, scheduled_time=current.sched_time)
+
+
+# ---------------------------------------------------------------- types, activity
+
+
+@transactional
+def set_type_timeout(
+    tr: Transaction, layout: Layout, job_type: JobType, timeout: float
+) -> None:
+    """Declare a job type, with the seconds after which a silent job is re-enqueued."""
+    tr.set(layout.activity_timeout_key(job_type), fdb.tuple.pack((timeout,)))
+
+
+@transactional
+def clear_type_timeout(tr: Transaction, layout: Layout, job_type: JobType) -> None:
+    """Forget a job type's timeout (its jobs stay; new ones cannot be added)."""
+    tr.clear(layout.activity_timeout_key(job_type))
+
+
+@transactional
+def get_type_timeout(
+    tr: Transaction, layout: Layout, job_type: JobType
+) -> Optional[float]:
+    """Read a type's timeout in seconds (snapshot read), or None if unset."""
+    raw = tr.snapshot.get(layout.activity_timeout_key(job_type))
+    if raw is None:
+        return None
+    (timeout,) = fdb.tuple.unpack(raw)
+    return timeout
+
+
+@transactional
+def get_types(tr: Transaction, layout: Layout) -> list[JobType]:
+    """Read every job type that has a timeout, in key order."""
+    prefix = layout.subspace(ACTIVITY_TIMEOUT)
+    return [
+        layout.unpack_activity_timeout_key(key)
+        for key, _ in tr.get_range_startswith(prefix)
+    ]
+
+
+@transactional
+def get_activity_vs(
+    tr: Transaction, layout: Layout, job_type: JobType
+) -> Optional[fdb.tuple.Versionstamp]:
+    """Read the versionstamp of the type's last activity, or None if none yet."""
+    raw = tr.get(layout.watches_activity_key(job_type))
+    return None if raw is None else fdb.tuple.unpack(raw)[0]
+
+
+@transactional
+def get_activity_vs_and_watch(
+    tr: Transaction, layout: Layout, job_type: JobType
+) -> tuple[Optional[fdb.tuple.Versionstamp], Watch]:
+    """Read the type's activity versionstamp and watch it for the next change.
+
+    Returns:
+        ``(versionstamp or None, watch)``; the watch arms when ``tr`` commits.
+    """
+    key = layout.watches_activity_key(job_type)
+    raw = tr.get(key)
+    watch = tr.watch(key)
+    return (None if raw is None else fdb.tuple.unpack(raw)[0]), watch
+
+
+@transactional
+def get_active_since(
+    tr: Transaction,
+    layout: Layout,
+    job_type: JobType,
+    vs: fdb.tuple.Versionstamp,
+    decode: bool = True,
+) -> dict[str, object]:
+    """Read the running jobs accepted or updated at or after ``vs``.
+
+    Returns:
+        A dict from job id to its data (decoded unless ``decode`` is False).
+    """
+    begin = layout.activity_key(job_type, vs)
+    end = layout.activity_prefix(job_type) + b"\xff"
+    result: dict[str, object] = {}
+    for _, raw in tr.get_range(begin, end):
+        job_id, data = unpack_activity_value(raw)
+        result[job_id] = decode_data(data) if decode else data
+    return result
+
+
+@transactional
+def get_inactive_since(
+    tr: Transaction, layout: Layout, job_type: JobType, vs: fdb.tuple.Versionstamp
+) -> list[str]:
+    """Read the ids of running jobs not accepted or updated after ``vs``."""
+    begin = layout.activity_prefix(job_type)
+    end = layout.activity_key(job_type, vs) + b"\x00"
+    return [unpack_activity_value(raw)[0] for _, raw in tr.get_range(begin, end)]
+
+
+@transactional
+def re_enqueue_inactive(
+    tr: Transaction, layout: Layout, job_type: JobType, job_ids: Iterable[str]
+) -> list[str]:
+    """Put running jobs back in the pending queue; their locks become stale.
+
+    Ids of jobs that are gone or no longer running are skipped (the seed
+    re-enqueued any job that still existed).
+
+    Returns:
+        The ids that were re-enqueued.
+    """
+    done = []
+    for job_id in job_ids:
+        key = layout.data_key(job_type, job_id)
+        current = _get_job_val(tr, key)
+        if current is None or current.lock is None:
+            continue
+        _clear_activity(tr, layout, job_type, current.seq)
+        _maybe_enqueue(tr, layout, job_type, job_id, current.sched_time, True, current.data)
+        done.append(job_id)
+    if done:
+        _update_watch(tr, layout, job_type)
+    return done
+
+
+@transactional
+def check_inactive(
+    tr: Transaction,
+    layout: Layout,
+    job_type: JobType,
+    vs: Optional[fdb.tuple.Versionstamp],
+) -> tuple[Optional[fdb.tuple.Versionstamp], list[str]]:
+    """One activity-monitor check: re-enqueue the jobs silent since ``vs``.
+
+    With ``vs`` None (the first check, or after the timeout changed) nothing
+    is re-enqueued; the current versionstamp is only read, as in the seed's
+    ``check_activity``.
+
+    Returns:
+        ``(versionstamp to pass to the next check, re-enqueued ids)``.
+    """
+    new_vs = get_activity_vs(tr, layout, job_type)
+    if vs is None:
+        return new_vs, []
+    job_ids = get_inactive_since(tr, layout, job_type, vs)
+    return new_vs, re_enqueue_inactive(tr, layout, job_type, job_ids)
+
+
+@transactional
+def clear_all(tr: Transaction, layout: Layout) -> None:
+    """Remove every key of the layer (tests and tools)."""
+    tr.clear_range_startswith(layout.prefix)
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def _missing(job_type: JobType, job_id: str) -> str:
+    return f"job {job_id!r} of type {job_type!r} not found"
+
+
+def _job_info(job_type: JobType, job_id: str, value: JobValue) -> JobInfo:
+    return JobInfo(
+        type=job_type,
+        id=job_id,
+        state=job_state(value.lock, value.seq),
+        data=decode_data(value.data),
+        scheduled_time=value.sched_time,
+        resubmit=value.resubmit,
+        seq=value.seq,
+        lock=value.lock,
+    )
+
+
+def _get_job_val(tr: Transaction, key: bytes) -> Optional[JobValue]:
+    raw = tr.get(key)
+    return None if raw is None else unpack_job_value(raw)
+
+
+def _set_job_val(tr: Transaction, key: bytes, value: JobValue) -> None:
+    if value.stamped:
+        tr.set_versionstamped_value(key, pack_job_value(value))
+    else:
+        tr.set(key, pack_job_value(value))
+
+
+def _get_job_or_halt(tr: Transaction, key: bytes, job: Job) -> JobValue:
+    current = _get_job_val(tr, key)
+    if current is None:
+        raise Halt(
+            f"job {job.id!r} of type {job.type!r} was removed",
+            job_type=job.type,
+            job_id=job.id,
+        )
+    if current.lock != job.lock:
+        raise Halt(
+            f"job {job.id!r} of type {job.type!r} is no longer held by this lock "
+            f"(it is {job_state(current.lock, current.seq).value})",
+            job_type=job.type,
+            job_id=job.id,
+        )
+    return current
+
+
+def _maybe_enqueue(
+    tr: Transaction,
+    layout: Layout,
+    job_type: JobType,
+    job_id: str,
+    sched_time: int,
+    enqueue: bool,
+    data: bytes,
+) -> JobValue:
+    """Write the job as pending (and enqueue it) or as finished."""
+    key = layout.data_key(job_type, job_id)
+    if enqueue:
+        value = JobValue(PENDING_SEQ, None, sched_time, False, data)
+        _set_job_val(tr, key, value)
+        pending.enqueue(tr, layout, job_type, sched_time, job_id)
+    else:
+        value = JobValue(None, None, sched_time, False, data)
+        _set_job_val(tr, key, value)
+    return value
+
+
+def _resubmit(
+    tr: Transaction,
+    layout: Layout,
+    job_type: JobType,
+    job_id: str,
+    key: bytes,
+    current: JobValue,
+    sched_time: Optional[int],
+    data: Optional[bytes],
+) -> JobValue:
+    new_time = current.sched_time if sched_time is None else sched_time
+    new_data = current.data if data is None else data
+    state = job_state(current.lock, current.seq)
+    if state is JobState.FINISHED:
+        return _maybe_enqueue(tr, layout, job_type, job_id, new_time, True, new_data)
+    if state is JobState.PENDING:
+        value = JobValue(PENDING_SEQ, None, new_time, False, new_data)
+        if new_time != current.sched_time:
+            pending.remove(tr, layout, job_type, job_id, current.sched_time)
+            pending.enqueue(tr, layout, job_type, new_time, job_id)
+        if value != current:
+            _set_job_val(tr, key, value)
+        return value
+    value = JobValue(current.seq, current.lock, new_time, True, current.data)
+    _set_job_val(tr, key, value)
+    return value
+
+
+def _update_activity(
+    tr: Transaction,
+    layout: Layout,
+    job_type: JobType,
+    job_id: str,
+    old_seq: Seq,
+    data: bytes,
+) -> None:
+    """Move the job's ACTIVITY row to this commit's versionstamp."""
+    _clear_activity(tr, layout, job_type, old_seq)
+    tr.set_versionstamped_key(
+        layout.activity_key_stamped(job_type), pack_activity_value(job_id, data)
+    )
+    _update_watch(tr, layout, job_type)
+
+
+def _clear_activity(tr: Transaction, layout: Layout, job_type: JobType, seq: Seq) -> None:
+    if isinstance(seq, fdb.tuple.Versionstamp):
+        tr.clear(layout.activity_key(job_type, seq))
+
+
+def _update_watch(tr: Transaction, layout: Layout, job_type: JobType) -> None:
+    """Stamp the type's activity watch key, waking notifiers and monitors."""
+    tr.set_versionstamped_value(
+        layout.watches_activity_key(job_type),
+        fdb.tuple.pack_with_versionstamp((new_versionstamp(),)),
+    )

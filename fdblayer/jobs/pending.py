@@ -1,0 +1,184 @@
+"""The pending queue of each job type (the seed's couch_jobs_pending).
+
+Principle: a pending job is one empty row ``(P, PENDING, type, sched_time,
+job_id)``, so the queue is ordered by scheduled time and dequeueing is a
+range read. Every enqueue bumps the type's ``WATCHES_PENDING`` counter, the
+key an idle worker watches, so workers block on the store instead of
+polling.
+
+Concurrent workers must not all fight for the first row: ``dequeue`` reads
+up to :data:`RANGE_LIMIT` of the earliest rows at snapshot isolation, picks
+one at random and adds a read conflict on that row only. Two workers then
+conflict only when they pick the same row, and the loser retries. With
+``no_schedule`` (every job has scheduled time 0 and ids look like random
+UUIDs) it does not even read a range: it picks the row nearest to a random
+id, with two key-selector reads.
+
+All functions take a transaction (or, where decorated, a database) and a
+:class:`~fdblayer.jobs.keys.Layout`; none validates its arguments (the API
+does).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import struct
+from typing import Optional
+
+import fdb.tuple
+
+from fdblayer.interface import Transaction
+from fdblayer.jobs.keys import JobType, Layout
+from fdblayer.selectors import KeySelector
+from fdblayer.watches import Watch
+
+__all__ = [
+    "RANGE_LIMIT",
+    "enqueue",
+    "dequeue",
+    "remove",
+    "pending_count",
+    "watch_pending",
+]
+
+logger = logging.getLogger(__name__)
+
+RANGE_LIMIT = 1024
+
+_ONE = struct.pack("<q", 1)
+
+
+def enqueue(
+    tr: Transaction, layout: Layout, job_type: JobType, sched_time: int, job_id: str
+) -> None:
+    """Put a job in its type's pending queue and wake the type's watchers.
+
+    Args:
+        tr: The transaction.
+        layout: The key layout.
+        job_type: The job type.
+        sched_time: The job's scheduled time.
+        job_id: The job id.
+    """
+    tr.set(layout.pending_key(job_type, sched_time, job_id), b"")
+    tr.add(layout.watches_pending_key(job_type), _ONE)
+
+
+def remove(
+    tr: Transaction, layout: Layout, job_type: JobType, job_id: str, sched_time: int
+) -> None:
+    """Take a job out of the pending queue (a no-op when it is not there)."""
+    tr.clear(layout.pending_key(job_type, sched_time, job_id))
+
+
+def dequeue(
+    tr: Transaction,
+    layout: Layout,
+    job_type: JobType,
+    max_sched_time: int,
+    no_schedule: bool,
+    rng: Optional[random.Random] = None,
+) -> Optional[str]:
+    """Remove one job from the pending queue and return its id.
+
+    Args:
+        tr: The transaction.
+        layout: The key layout.
+        job_type: The job type.
+        max_sched_time: Only jobs scheduled at or before this time qualify
+            (ignored with ``no_schedule``).
+        no_schedule: Only jobs with scheduled time 0 qualify, and one is
+            picked near a random id (ids should look like random UUIDs).
+        rng: The random source (tests pass a seeded one).
+
+    Returns:
+        The id of the dequeued job, or None when no job qualifies.
+    """
+    rng = rng or _RNG
+    if no_schedule:
+        prefix = layout.pending_time_prefix(job_type, 0)
+        key = _random_item(tr, prefix, rng)
+    else:
+        prefix = layout.pending_prefix(job_type)
+        end = layout.pending_end(job_type, max_sched_time)
+        key = _random_key_in_range(tr, prefix, end, rng)
+    if key is None:
+        return None
+    tr.add_read_conflict_key(key)
+    tr.clear(key)
+    return _unpack_job_id(layout, job_type, key)
+
+
+def _unpack_job_id(layout: Layout, job_type: JobType, key: bytes) -> str:
+    _sched_time, job_id = fdb.tuple.unpack(key, len(layout.pending_prefix(job_type)))
+    return job_id
+
+
+def _random_key_in_range(
+    tr: Transaction, begin: bytes, end: bytes, rng: random.Random
+) -> Optional[bytes]:
+    """Pick one of the first RANGE_LIMIT keys of ``[begin, end)`` at random."""
+    rows = tr.snapshot.get_range(begin, end, limit=RANGE_LIMIT)
+    if not rows:
+        return None
+    if len(rows) == 1:
+        return rows[0].key
+    return rows[rng.randrange(len(rows))].key
+
+
+def _random_item(tr: Transaction, prefix: bytes, rng: random.Random) -> Optional[bytes]:
+    """Pick the key nearest a random id under ``prefix``, before or after it.
+
+    Which side is tried first is itself random, so that neither the ids near
+    ``00...`` nor those near ``ff...`` wait longer than the others.
+    """
+    pivot = fdb.tuple.pack(("%032x" % rng.getrandbits(128),), prefix=prefix)
+    snapshot = tr.snapshot
+    sides = (KeySelector.first_greater_or_equal, KeySelector.last_less_or_equal)
+    if rng.random() > 0.5:
+        sides = sides[::-1]
+    for side in sides:
+        key = snapshot.get_key(side(pivot))
+        if key.startswith(prefix) and len(key) > len(prefix):
+            return key
+    return None
+
+
+def pending_count(
+    tr: Transaction,
+    layout: Layout,
+    job_type: JobType,
+    max_sched_time: Optional[int] = None,
+    limit: int = 0,
+) -> int:
+    """Count the pending jobs of a type, at snapshot isolation.
+
+    Args:
+        tr: The transaction.
+        layout: The key layout.
+        job_type: The job type.
+        max_sched_time: Count only jobs scheduled at or before this time.
+        limit: Stop counting at this many (0: count all).
+
+    Returns:
+        The number of pending jobs.
+    """
+    begin = layout.pending_prefix(job_type)
+    if max_sched_time is None:
+        rows = tr.snapshot.get_range_startswith(begin, limit=limit)
+    else:
+        end = layout.pending_end(job_type, max_sched_time)
+        rows = tr.snapshot.get_range(begin, end, limit=limit)
+    return len(rows)
+
+
+def watch_pending(tr: Transaction, layout: Layout, job_type: JobType) -> Watch:
+    """Return a watch that fires at the next enqueue of ``job_type``.
+
+    The watch is armed when ``tr`` commits; ``accept`` waits on it.
+    """
+    return tr.watch(layout.watches_pending_key(job_type))
+
+
+_RNG = random.Random()
