@@ -1,0 +1,177 @@
+"""Errors of the store layer.
+
+Principle: one root, ``StoreError``, with a few named subclasses that carry an
+integer ``code`` where FoundationDB has one (so logs read the same on both
+backends). Whether an error may be retried is decided by the predicate
+``is_retryable``, not by catching a subclass, as in the FoundationDB bindings.
+Errors of the jobs data model live in ``fdblayer.jobs.exceptions``, not here.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+__all__ = [
+    "StoreError",
+    "ConflictError",
+    "LockTimeout",
+    "KeyTooLarge",
+    "ValueTooLarge",
+    "TransactionTooLarge",
+    "KeyOutsideLegalRange",
+    "InvalidTransactionState",
+    "NoCommitVersion",
+    "InvalidVersionstampOffset",
+    "RetryLimitExceeded",
+    "InvalidStoreURL",
+    "StoreUnavailable",
+    "DiskFull",
+    "ReadOnlyStore",
+    "StoreTypeError",
+    "is_retryable",
+    "RETRYABLE_FDB_CODES",
+]
+
+
+class StoreError(Exception):
+    """Root of every store-layer error.
+
+    Attributes:
+        code: FoundationDB error code when one exists, else ``None``.
+    """
+
+    code: Optional[int] = None
+
+    def __init__(self, message: str = "", *, code: Optional[int] = None) -> None:
+        super().__init__(message or self.__class__.__name__)
+        if code is not None:
+            self.code = code
+
+
+class ConflictError(StoreError):
+    """The transaction conflicted with a concurrent commit (``not_committed``).
+
+    Retryable: ``transactional`` runs the body again.
+    """
+
+    code = 1020
+
+
+class LockTimeout(StoreError):
+    """The store's write lock could not be taken before the deadline.
+
+    Retryable (``transactional`` stops at its own deadline anyway).
+    """
+
+    code = 1031
+
+
+class KeyTooLarge(StoreError):
+    """A key is longer than 10,000 bytes; nothing was written."""
+
+    code = 2102
+
+
+class ValueTooLarge(StoreError):
+    """A value is longer than 100,000 bytes; nothing was written."""
+
+    code = 2103
+
+
+class TransactionTooLarge(StoreError):
+    """The transaction's writes exceed 10,000,000 bytes; nothing is written."""
+
+    code = 2101
+
+
+class KeyOutsideLegalRange(StoreError):
+    """A key written at or after ``b'\\xff'`` (the system keyspace)."""
+
+    code = 2004
+
+
+class InvalidTransactionState(StoreError):
+    """The transaction was used after commit or cancel (``used_during_commit``)."""
+
+    code = 2017
+
+
+class NoCommitVersion(StoreError):
+    """A versionstamp was asked of a transaction that wrote nothing."""
+
+    code = 2021
+
+
+class InvalidVersionstampOffset(StoreError):
+    """A versionstamped key/value whose placeholder offset is out of bounds."""
+
+    code = 2000
+
+
+class RetryLimitExceeded(StoreError):
+    """``transactional`` gave up: too many attempts or past its deadline.
+
+    Attributes:
+        attempts: how many times the body ran.
+        elapsed: seconds since the first attempt.
+        last_error: the retryable error of the last attempt.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        attempts: int,
+        elapsed: float,
+        last_error: Optional[BaseException],
+    ) -> None:
+        super().__init__(message)
+        self.attempts = attempts
+        self.elapsed = elapsed
+        self.last_error = last_error
+
+
+class InvalidStoreURL(StoreError, ValueError):
+    """A store URL with an unknown scheme, a bad path or a bad parameter."""
+
+
+class StoreUnavailable(StoreError):
+    """The store cannot be used: library missing, disk full, read-only, I/O error."""
+
+
+class DiskFull(StoreUnavailable):
+    """The disk (or the database's page limit) is full; the write was not committed."""
+
+    code = 1523
+
+
+class ReadOnlyStore(StoreUnavailable):
+    """The store file cannot be written (read-only file, directory or mount)."""
+
+
+class StoreTypeError(StoreError, TypeError):
+    """A key, value or parameter of the wrong type (keys and values are bytes)."""
+
+    code = 2000
+
+
+#: FoundationDB error codes that ``fdb.Transaction.on_error`` retries.
+RETRYABLE_FDB_CODES = frozenset({1007, 1009, 1020, 1021, 1031, 1037, 1038, 1213})
+
+
+def is_retryable(err: BaseException) -> bool:
+    """Tell whether ``transactional`` may run the body again after ``err``.
+
+    Args:
+        err: any exception raised by a transaction body or commit.
+
+    Returns:
+        True for conflicts and lock timeouts (and the retryable FoundationDB
+        codes), False for everything else.
+    """
+    if isinstance(err, (ConflictError, LockTimeout)):
+        return True
+    if isinstance(err, StoreError):
+        return False
+    code = getattr(err, "code", None)
+    return type(err).__name__ == "FDBError" and code in RETRYABLE_FDB_CODES

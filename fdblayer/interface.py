@@ -1,0 +1,555 @@
+"""The store interface: a database, transactions and ``@transactional``.
+
+Principle: one small transaction interface shaped like the official
+FoundationDB Python bindings, implemented once per backend
+(``sqlite_backend``, ``fdb_backend``). Keys and values are ``bytes``, keys are
+packed with ``fdb.tuple`` and compare as unsigned bytes (memcmp) on every
+backend. FoundationDB's size limits are checked here, at the call, so both
+backends refuse the same writes with the same named errors.
+
+Transactions are serializable. A transaction body may run more than once
+(``transactional`` retries conflicts), so it must have no effect outside its
+transaction: return data, act after the commit.
+"""
+
+from __future__ import annotations
+
+import abc
+import functools
+import inspect
+import logging
+import random
+import threading
+import time
+from typing import Any, Callable, List, Optional, TypeVar, Union
+
+from fdblayer.exceptions import (
+    InvalidTransactionState,
+    InvalidVersionstampOffset,
+    KeyOutsideLegalRange,
+    KeyTooLarge,
+    RetryLimitExceeded,
+    StoreTypeError,
+    TransactionTooLarge,
+    ValueTooLarge,
+    is_retryable,
+)
+from fdblayer.selectors import END_OF_KEYSPACE, KeyOrSelector, KeySelector, KeyValue
+from fdblayer.watches import Watch
+
+__all__ = [
+    "Database",
+    "Transaction",
+    "ReadView",
+    "VersionstampFuture",
+    "transactional",
+    "MAX_KEY_SIZE",
+    "MAX_VALUE_SIZE",
+    "MAX_TRANSACTION_SIZE",
+    "VERSIONSTAMP_SIZE",
+    "check_key",
+    "check_value",
+    "check_write_key",
+    "add_little_endian",
+    "splice_versionstamp",
+    "strinc",
+]
+
+logger = logging.getLogger(__name__)
+
+MAX_KEY_SIZE = 10_000
+MAX_VALUE_SIZE = 100_000
+MAX_TRANSACTION_SIZE = 10_000_000
+VERSIONSTAMP_SIZE = 10
+
+#: Defaults of ``transactional``: attempts, seconds, and backoff bounds (seconds).
+DEFAULT_RETRY_LIMIT = 100
+DEFAULT_TIMEOUT = 60.0
+BACKOFF_BASE = 0.001
+BACKOFF_MAX = 0.1
+
+T = TypeVar("T")
+BytesLike = Union[bytes, bytearray, memoryview]
+
+
+# --------------------------------------------------------------------------- checks
+
+
+def check_key(key: object) -> bytes:
+    """Validate a key given to a read or write.
+
+    Raises:
+        StoreTypeError: when the key is not bytes.
+        KeyTooLarge: when it is longer than 10,000 bytes.
+    """
+    if not isinstance(key, (bytes, bytearray, memoryview)):
+        raise StoreTypeError(f"key must be bytes, got {type(key).__name__}: {key!r:.80}")
+    key = bytes(key)
+    if len(key) > MAX_KEY_SIZE:
+        raise KeyTooLarge(f"key of {len(key)} bytes exceeds the limit of {MAX_KEY_SIZE}")
+    return key
+
+
+def check_write_key(key: object) -> bytes:
+    """Validate a key given to a write: as ``check_key``, and below ``b'\\xff'``.
+
+    Raises:
+        KeyOutsideLegalRange: for keys in the system keyspace.
+    """
+    key = check_key(key)
+    if key >= END_OF_KEYSPACE:
+        raise KeyOutsideLegalRange(f"key {key!r:.80} is in the system keyspace (>= b'\\xff')")
+    return key
+
+
+def check_value(value: object) -> bytes:
+    """Validate a value.
+
+    Raises:
+        StoreTypeError: when the value is not bytes.
+        ValueTooLarge: when it is longer than 100,000 bytes.
+    """
+    if not isinstance(value, (bytes, bytearray, memoryview)):
+        raise StoreTypeError(f"value must be bytes, got {type(value).__name__}: {value!r:.80}")
+    value = bytes(value)
+    if len(value) > MAX_VALUE_SIZE:
+        raise ValueTooLarge(f"value of {len(value)} bytes exceeds the limit of {MAX_VALUE_SIZE}")
+    return value
+
+
+def add_little_endian(current: Optional[bytes], param: bytes) -> bytes:
+    """FoundationDB's atomic ``add``: little-endian, wrapping, sized by ``param``.
+
+    The existing value is zero-padded or truncated to ``len(param)``, then the
+    two unsigned little-endian integers are added modulo ``2**(8*len(param))``.
+    """
+    size = len(param)
+    if size == 0:
+        return b""
+    base = (current or b"")[:size].ljust(size, b"\x00")
+    total = int.from_bytes(base, "little") + int.from_bytes(param, "little")
+    return (total % (1 << (8 * size))).to_bytes(size, "little")
+
+
+def splice_versionstamp(data: bytes, stamp: bytes) -> bytes:
+    """Fill the placeholder of an API>=520 versionstamped key or value.
+
+    The last 4 bytes of ``data`` are the little-endian position of the 10-byte
+    placeholder; they are stripped and the placeholder replaced by ``stamp``.
+
+    Raises:
+        InvalidVersionstampOffset: when the position does not fit.
+    """
+    if len(data) < 4:
+        raise InvalidVersionstampOffset("versionstamped data shorter than its 4-byte offset")
+    pos = int.from_bytes(data[-4:], "little")
+    body = data[:-4]
+    if pos + VERSIONSTAMP_SIZE > len(body):
+        raise InvalidVersionstampOffset(
+            f"versionstamp offset {pos} + 10 exceeds the data length {len(body)}"
+        )
+    return body[:pos] + stamp + body[pos + VERSIONSTAMP_SIZE :]
+
+
+def check_versionstamp_template(data: object, what: str) -> bytes:
+    """Validate the template of a versionstamped write (type and offset).
+
+    Raises:
+        StoreTypeError: when not bytes.
+        InvalidVersionstampOffset: when the placeholder does not fit.
+    """
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise StoreTypeError(f"versionstamped {what} must be bytes, got {type(data).__name__}")
+    data = bytes(data)
+    splice_versionstamp(data, b"\x00" * VERSIONSTAMP_SIZE)
+    return data
+
+
+def strinc(prefix: bytes) -> bytes:
+    """The first key after every key that starts with ``prefix``.
+
+    Raises:
+        StoreTypeError: when the prefix is empty or all ``0xff``.
+    """
+    stripped = prefix.rstrip(b"\xff")
+    if not stripped:
+        raise StoreTypeError(f"no key follows every key with prefix {prefix!r}")
+    return stripped[:-1] + bytes([stripped[-1] + 1])
+
+
+# --------------------------------------------------------------------------- futures
+
+
+class VersionstampFuture:
+    """The versionstamp of a transaction, known once it has committed.
+
+    ``wait()`` returns the 10 bytes (8-byte big-endian commit version, 2-byte
+    batch order) or raises the reason there is none (no writes, cancelled).
+    """
+
+    def __init__(self) -> None:
+        self._done = threading.Event()
+        self._stamp: Optional[bytes] = None
+        self._error: Optional[BaseException] = None
+
+    def set_result(self, stamp: bytes) -> None:
+        """Resolve with the commit's 10-byte versionstamp."""
+        self._stamp = stamp
+        self._done.set()
+
+    def set_exception(self, error: BaseException) -> None:
+        """Resolve with the error explaining why there is no versionstamp."""
+        self._error = error
+        self._done.set()
+
+    def is_ready(self) -> bool:
+        """True once resolved."""
+        return self._done.is_set()
+
+    def wait(self, timeout: Optional[float] = None) -> bytes:
+        """Return the versionstamp, waiting for the commit if needed.
+
+        Raises:
+            InvalidTransactionState: when not resolved within ``timeout``.
+            NoCommitVersion: when the transaction wrote nothing.
+        """
+        if not self._done.wait(timeout):
+            raise InvalidTransactionState("versionstamp not available: transaction not committed")
+        if self._error is not None:
+            raise self._error
+        assert self._stamp is not None
+        return self._stamp
+
+
+# --------------------------------------------------------------------------- abstract API
+
+
+class ReadView(abc.ABC):
+    """The read methods shared by a transaction and its ``snapshot`` view."""
+
+    @abc.abstractmethod
+    def get(self, key: bytes) -> Optional[bytes]:
+        """Read one key.
+
+        Returns:
+            The value, or None when the key is absent.
+        """
+
+    @abc.abstractmethod
+    def get_key(self, selector: KeyOrSelector) -> bytes:
+        """Resolve a key selector to a key (``b''`` or ``b'\\xff'`` at the edges)."""
+
+    @abc.abstractmethod
+    def get_range(
+        self,
+        begin: KeyOrSelector,
+        end: KeyOrSelector,
+        limit: int = 0,
+        reverse: bool = False,
+    ) -> List[KeyValue]:
+        """Read the rows with ``begin <= key < end`` (keys or selectors).
+
+        Args:
+            begin: first key (or selector) of the range, inclusive.
+            end: key (or selector) after the range, exclusive.
+            limit: at most this many rows; 0 means no limit.
+            reverse: rows in descending key order (the limit then keeps the last ones).
+
+        Returns:
+            A list of ``KeyValue`` rows.
+        """
+
+    def __getitem__(self, key: Union[bytes, slice]) -> Any:
+        if isinstance(key, slice):
+            begin = b"" if key.start is None else key.start
+            end = END_OF_KEYSPACE if key.stop is None else key.stop
+            return self.get_range(begin, end)
+        return self.get(key)
+
+    def get_range_startswith(
+        self, prefix: bytes, limit: int = 0, reverse: bool = False
+    ) -> List[KeyValue]:
+        """Read every row whose key starts with ``prefix``."""
+        prefix = check_key(prefix)
+        end = strinc(prefix) if prefix.rstrip(b"\xff") else END_OF_KEYSPACE
+        return self.get_range(prefix, end, limit=limit, reverse=reverse)
+
+
+class Transaction(ReadView):
+    """A serializable transaction: reads see one consistent state plus own writes.
+
+    A transaction is used from one thread at a time. Writes take effect only
+    when ``commit`` succeeds; an error, ``cancel`` or ``reset`` discards them.
+
+    Attributes:
+        deadline: ``time.monotonic()`` value after which waits for a lock give
+            up with ``LockTimeout`` (None: the backend's default wait).
+    """
+
+    deadline: Optional[float] = None
+
+    @property
+    @abc.abstractmethod
+    def snapshot(self) -> ReadView:
+        """A read view whose reads add no read conflicts."""
+
+    @property
+    @abc.abstractmethod
+    def db(self) -> "Database":
+        """The database this transaction belongs to."""
+
+    @abc.abstractmethod
+    def set(self, key: bytes, value: bytes) -> None:
+        """Write ``value`` at ``key``."""
+
+    @abc.abstractmethod
+    def clear(self, key: bytes) -> None:
+        """Remove ``key`` (a no-op when absent)."""
+
+    @abc.abstractmethod
+    def clear_range(self, begin: bytes, end: bytes) -> None:
+        """Remove every key with ``begin <= key < end``."""
+
+    @abc.abstractmethod
+    def add(self, key: bytes, param: bytes) -> None:
+        """Atomically add the little-endian integer ``param`` to the value at ``key``."""
+
+    @abc.abstractmethod
+    def set_versionstamped_key(self, key: bytes, value: bytes) -> None:
+        """Write ``value`` at ``key`` with its placeholder filled by the commit's versionstamp."""
+
+    @abc.abstractmethod
+    def set_versionstamped_value(self, key: bytes, value: bytes) -> None:
+        """Write ``value`` with its placeholder filled by the commit's versionstamp."""
+
+    @abc.abstractmethod
+    def get_versionstamp(self) -> VersionstampFuture:
+        """The future of this transaction's versionstamp (resolved by commit)."""
+
+    @abc.abstractmethod
+    def watch(self, key: bytes) -> Watch:
+        """A watch on ``key``, armed at commit, fired when its value changes afterwards."""
+
+    @abc.abstractmethod
+    def add_read_conflict_range(self, begin: bytes, end: bytes) -> None:
+        """Make the commit fail if another transaction wrote in ``[begin, end)``."""
+
+    @abc.abstractmethod
+    def commit(self) -> None:
+        """Make every write durable and visible, atomically.
+
+        Raises:
+            ConflictError: on a conflict (retryable).
+            StoreUnavailable: when the store cannot be written.
+        """
+
+    @abc.abstractmethod
+    def cancel(self) -> None:
+        """Discard every write; the transaction cannot be used until ``reset``."""
+
+    @abc.abstractmethod
+    def reset(self) -> None:
+        """Discard every write and make the transaction new again."""
+
+    def __setitem__(self, key: bytes, value: bytes) -> None:
+        self.set(key, value)
+
+    def __delitem__(self, key: Union[bytes, slice]) -> None:
+        if isinstance(key, slice):
+            begin = b"" if key.start is None else key.start
+            end = END_OF_KEYSPACE if key.stop is None else key.stop
+            self.clear_range(begin, end)
+        else:
+            self.clear(key)
+
+    def clear_range_startswith(self, prefix: bytes) -> None:
+        """Remove every key that starts with ``prefix``."""
+        prefix = check_key(prefix)
+        end = strinc(prefix) if prefix.rstrip(b"\xff") else END_OF_KEYSPACE
+        self.clear_range(prefix, end)
+
+    def add_read_conflict_key(self, key: bytes) -> None:
+        """Make the commit fail if another transaction wrote ``key``."""
+        key = check_key(key)
+        self.add_read_conflict_range(key, key + b"\x00")
+
+    def on_error(self, error: BaseException) -> None:
+        """Prepare a retry after ``error``: back off, then reset.
+
+        Raises:
+            BaseException: ``error`` itself when it is not retryable.
+        """
+        if not is_retryable(error):
+            raise error
+        self._retries = getattr(self, "_retries", 0) + 1
+        cap = min(BACKOFF_MAX, BACKOFF_BASE * (2 ** (self._retries - 1)))
+        time.sleep(random.uniform(0, cap))
+        self.reset()
+
+
+class Database(abc.ABC):
+    """A handle on one store, shared by the threads of a process.
+
+    A handle never crosses ``os.fork()``: a child re-opens its connections
+    lazily on first use.
+    """
+
+    @abc.abstractmethod
+    def create_transaction(self) -> Transaction:
+        """A new transaction."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Release connections and stop the watch thread; pending watches are cancelled."""
+
+    def __enter__(self) -> "Database":
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def get(self, key: bytes) -> Optional[bytes]:
+        """Read one key in its own transaction."""
+        return _db_get(self, key)
+
+    def set(self, key: bytes, value: bytes) -> None:
+        """Write one key in its own transaction."""
+        _db_set(self, key, value)
+
+    def clear(self, key: bytes) -> None:
+        """Remove one key in its own transaction."""
+        _db_clear(self, key)
+
+    def get_range(
+        self, begin: KeyOrSelector, end: KeyOrSelector, limit: int = 0, reverse: bool = False
+    ) -> List[KeyValue]:
+        """Read a range in its own transaction."""
+        return _db_get_range(self, begin, end, limit, reverse)
+
+
+# --------------------------------------------------------------------------- transactional
+
+
+def _tr_index(func: Callable[..., Any]) -> int:
+    """Position of the ``tr`` parameter (the first one when none is named so)."""
+    names = list(inspect.signature(func).parameters)
+    return names.index("tr") if "tr" in names else 0
+
+
+def transactional(
+    func: Optional[Callable[..., T]] = None,
+    *,
+    retry_limit: int = DEFAULT_RETRY_LIMIT,
+    timeout: float = DEFAULT_TIMEOUT,
+) -> Any:
+    """Run a function in a transaction, retrying conflicts (usable bare or with arguments).
+
+    The ``tr`` argument (the first one when no parameter is named ``tr``) is a
+    ``Database`` or a ``Transaction``. Given a transaction the function is just
+    called: only the outermost call commits. Given a database, a transaction is
+    created, the body run and committed; on a retryable error the transaction
+    backs off (exponentially, with jitter) and the body runs again. Any other
+    error cancels the transaction, discarding all its writes, and propagates.
+
+    Args:
+        func: the body; must not be a generator function.
+        retry_limit: most attempts before ``RetryLimitExceeded``.
+        timeout: seconds after the first attempt before ``RetryLimitExceeded``.
+
+    Raises:
+        TypeError: when decorating a generator function.
+        RetryLimitExceeded: when retries are exhausted.
+    """
+    if func is None:
+        return functools.partial(transactional, retry_limit=retry_limit, timeout=timeout)
+    if inspect.isgeneratorfunction(func) or inspect.isasyncgenfunction(func):
+        raise TypeError(f"@transactional cannot wrap generator function {func.__qualname__}")
+    index = _tr_index(func)
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> T:
+        if "tr" in kwargs:
+            target = kwargs["tr"]
+        elif len(args) > index:
+            target = args[index]
+        else:
+            raise TypeError(f"{func.__qualname__}() needs a Database or Transaction argument")
+        if isinstance(target, Transaction):
+            return func(*args, **kwargs)
+        if not isinstance(target, Database):
+            raise TypeError(
+                f"{func.__qualname__}() needs a Database or Transaction, got {type(target).__name__}"
+            )
+        return _run_retrying(func, target, index, args, kwargs, retry_limit, timeout)
+
+    return wrapper
+
+
+def _run_retrying(
+    func: Callable[..., T],
+    db: Database,
+    index: int,
+    args: tuple,
+    kwargs: dict,
+    retry_limit: int,
+    timeout: float,
+) -> T:
+    """The retry loop of ``transactional`` for one call given a database."""
+    tr = db.create_transaction()
+    started = time.monotonic()
+    tr.deadline = started + timeout
+    attempts = 0
+    while True:
+        attempts += 1
+        call_args, call_kwargs = _with_tr(args, kwargs, index, tr)
+        try:
+            result = func(*call_args, **call_kwargs)
+            tr.commit()
+            return result
+        except BaseException as err:
+            if not is_retryable(err):
+                tr.cancel()
+                raise
+            elapsed = time.monotonic() - started
+            if attempts >= retry_limit or elapsed >= timeout:
+                tr.cancel()
+                raise RetryLimitExceeded(
+                    f"{func.__qualname__}: gave up after {attempts} attempts in {elapsed:.3f}s: {err}",
+                    attempts=attempts,
+                    elapsed=elapsed,
+                    last_error=err,
+                ) from err
+            logger.debug("Transaction %s: attempt %d failed: %s", func.__qualname__, attempts, err)
+            tr.on_error(err)
+
+
+def _with_tr(args: tuple, kwargs: dict, index: int, tr: Transaction) -> tuple:
+    """The call's arguments with the transaction in place of the database."""
+    if "tr" in kwargs:
+        return args, {**kwargs, "tr": tr}
+    return args[:index] + (tr,) + args[index + 1 :], kwargs
+
+
+@transactional
+def _db_get(tr: Transaction, key: bytes) -> Optional[bytes]:
+    return tr.get(key)
+
+
+@transactional
+def _db_set(tr: Transaction, key: bytes, value: bytes) -> None:
+    tr.set(key, value)
+
+
+@transactional
+def _db_clear(tr: Transaction, key: bytes) -> None:
+    tr.clear(key)
+
+
+@transactional
+def _db_get_range(
+    tr: Transaction, begin: KeyOrSelector, end: KeyOrSelector, limit: int, reverse: bool
+) -> List[KeyValue]:
+    return tr.get_range(begin, end, limit=limit, reverse=reverse)
+
+
+__all__ += ["KeySelector", "KeyValue"]

@@ -1,0 +1,364 @@
+"""Watches: futures fired when a key's committed value changes.
+
+Principle: a watch remembers the value its key had when its transaction
+committed; it fires as soon as a later committed value differs, whoever
+committed it (this process or another). Like FoundationDB, a change and its
+undo in quick succession (A -> B -> A) may go unnoticed.
+
+One ``WatchHub`` per database handle and process owns one daemon thread. The
+thread sleeps on a wake-up source and, when woken, asks the backend for the
+current values of the watched keys (one read) and fires the watches whose
+value differs. The wake-up source of the SQLite backend is inotify on the
+store's directory (see ``DirectoryNotifier``), so a waiter learns of a commit
+within microseconds of the committer's notification write, without polling.
+Where inotify is missing the hub falls back to a slow poll and logs it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import errno
+import logging
+import os
+import select
+import struct
+import threading
+from typing import Callable, Dict, Iterable, List, Optional, Set, Tuple
+
+__all__ = ["Watch", "WatchHub", "DirectoryNotifier", "FALLBACK_POLL_INTERVAL"]
+
+logger = logging.getLogger(__name__)
+
+#: Seconds between checks when no change notification is available.
+FALLBACK_POLL_INTERVAL = 0.05
+
+_PENDING, _FIRED, _CANCELLED = "pending", "fired", "cancelled"
+
+
+class Watch:
+    """A future resolved when its key changes (fired) or when cancelled.
+
+    Args:
+        key: the watched key.
+    """
+
+    def __init__(self, key: bytes) -> None:
+        self.key = key
+        self._cond = threading.Condition()
+        self._state = _PENDING
+        self._callbacks: List[Callable[["Watch"], None]] = []
+        self._on_cancel: Optional[Callable[["Watch"], None]] = None
+
+    def __repr__(self) -> str:
+        return f"<Watch {self.key!r} {self._state}>"
+
+    def wait(self, timeout: Optional[float] = None) -> bool:
+        """Block until the key changes, the watch is cancelled, or ``timeout``.
+
+        Returns:
+            True when the key changed, False on timeout or cancel.
+        """
+        with self._cond:
+            self._cond.wait_for(lambda: self._state != _PENDING, timeout)
+            return self._state == _FIRED
+
+    def is_ready(self) -> bool:
+        """True once fired or cancelled."""
+        return self._state != _PENDING
+
+    def fired(self) -> bool:
+        """True when the key changed."""
+        return self._state == _FIRED
+
+    def cancelled(self) -> bool:
+        """True when cancelled before firing."""
+        return self._state == _CANCELLED
+
+    def cancel(self) -> None:
+        """Stop watching; waiters return False. No effect once fired."""
+        if self._resolve(_CANCELLED) and self._on_cancel is not None:
+            self._on_cancel(self)
+
+    def on_ready(self, callback: Callable[["Watch"], None]) -> None:
+        """Call ``callback(watch)`` once resolved (at once if already resolved)."""
+        with self._cond:
+            if self._state == _PENDING:
+                self._callbacks.append(callback)
+                return
+        self._invoke(callback)
+
+    def _fire(self) -> None:
+        """Resolve as changed (called by the hub)."""
+        self._resolve(_FIRED)
+
+    def _resolve(self, state: str) -> bool:
+        with self._cond:
+            if self._state != _PENDING:
+                return False
+            self._state = state
+            callbacks, self._callbacks = self._callbacks, []
+            self._cond.notify_all()
+        for callback in callbacks:
+            self._invoke(callback)
+        return True
+
+    def _invoke(self, callback: Callable[["Watch"], None]) -> None:
+        try:
+            callback(self)
+        except Exception:  # a bad callback must not break the hub thread
+            logger.exception("Watch %r: on_ready callback failed", self.key)
+
+
+# --------------------------------------------------------------------------- inotify
+
+_IN_MODIFY = 0x002
+_IN_CLOSE_WRITE = 0x008
+_IN_MOVED_TO = 0x080
+_IN_CREATE = 0x100
+_IN_DELETE = 0x200
+_IN_Q_OVERFLOW = 0x4000
+_IN_NONBLOCK = 0o4000
+_IN_CLOEXEC = 0o2000000
+_EVENT_HEADER = struct.Struct("iIII")
+
+
+class DirectoryNotifier:
+    """inotify on one directory, reporting events on a set of file names.
+
+    Args:
+        directory: the directory to watch.
+        names: the file names of interest (e.g. ``store.db-notify``).
+
+    Raises:
+        OSError: when inotify is not available.
+    """
+
+    MASK = _IN_MODIFY | _IN_CLOSE_WRITE | _IN_MOVED_TO | _IN_CREATE | _IN_DELETE
+
+    def __init__(self, directory: str, names: Iterable[str]) -> None:
+        self.names = {os.fsencode(n) for n in names}
+        libc_name = ctypes.util.find_library("c") or "libc.so.6"
+        libc = ctypes.CDLL(libc_name, use_errno=True)
+        self.fd = libc.inotify_init1(_IN_NONBLOCK | _IN_CLOEXEC)
+        if self.fd < 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"inotify_init1: {os.strerror(err)}")
+        wd = libc.inotify_add_watch(self.fd, os.fsencode(directory), self.MASK)
+        if wd < 0:
+            err = ctypes.get_errno()
+            os.close(self.fd)
+            raise OSError(err, f"inotify_add_watch({directory}): {os.strerror(err)}")
+
+    def drain(self) -> Set[bytes]:
+        """Read every queued event; return the names of interest that changed.
+
+        An overflowed queue reports every name (the caller must re-check).
+        """
+        seen: Set[bytes] = set()
+        while True:
+            try:
+                buf = os.read(self.fd, 65536)
+            except BlockingIOError:
+                return seen
+            except OSError as exc:
+                if exc.errno == errno.EINTR:
+                    continue
+                raise
+            offset = 0
+            while offset + _EVENT_HEADER.size <= len(buf):
+                _wd, mask, _cookie, length = _EVENT_HEADER.unpack_from(buf, offset)
+                name = buf[offset + _EVENT_HEADER.size : offset + _EVENT_HEADER.size + length]
+                offset += _EVENT_HEADER.size + length
+                if mask & _IN_Q_OVERFLOW:
+                    seen |= self.names
+                name = name.rstrip(b"\x00")
+                if name in self.names:
+                    seen.add(name)
+
+    def close(self) -> None:
+        """Release the inotify descriptor."""
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
+# --------------------------------------------------------------------------- hub
+
+#: ``read(keys, force)`` -> current values by key, or None when nothing changed.
+ValueReader = Callable[[List[bytes], bool], Optional[Dict[bytes, Optional[bytes]]]]
+
+
+class WatchHub:
+    """The watch thread of one database handle in one process.
+
+    Args:
+        read_values: reads the committed values of keys (called on the hub
+            thread only); with ``force`` False it may return None to say that
+            nothing was committed since its last call.
+        notifier_factory: builds the wake-up source, or raises OSError when
+            unavailable (then the hub polls every ``FALLBACK_POLL_INTERVAL``).
+        recheck_names: names whose events precede commit visibility (e.g. the
+            WAL written by a foreign writer): they cause one delayed re-check.
+        name: a label for the thread and the logs.
+    """
+
+    RECHECK_DELAY = 0.02
+
+    def __init__(
+        self,
+        read_values: ValueReader,
+        notifier_factory: Optional[Callable[[], DirectoryNotifier]],
+        recheck_names: Iterable[str] = (),
+        name: str = "store",
+    ) -> None:
+        self._read_values = read_values
+        self._notifier_factory = notifier_factory
+        self._recheck_names = {os.fsencode(n) for n in recheck_names}
+        self._name = name
+        self._lock = threading.Lock()
+        self._watches: Dict[bytes, List[Tuple[Optional[bytes], Watch]]] = {}
+        self._dirty = False
+        self._closed = False
+        self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self._thread: Optional[threading.Thread] = None
+        self.mode = "not started"
+
+    def register(self, key: bytes, value: Optional[bytes], watch: Watch) -> None:
+        """Arm ``watch``: fire it once ``key``'s committed value differs from ``value``."""
+        with self._lock:
+            if self._closed:
+                watch.cancel()
+                return
+            self._watches.setdefault(key, []).append((value, watch))
+            self._dirty = True
+            if self._thread is None:
+                self._start()
+        watch._on_cancel = self._forget
+        self.wake()
+
+    def wake(self) -> None:
+        """Make the thread check now (called after a local commit)."""
+        try:
+            os.write(self._wake_w, b"\x00")
+        except (BlockingIOError, OSError):
+            pass  # the pipe is full (a wake-up is already pending) or closed
+
+    def close(self) -> None:
+        """Stop the thread and cancel every pending watch."""
+        with self._lock:
+            self._closed = True
+            pending = [w for entries in self._watches.values() for _, w in entries]
+            self._watches.clear()
+            thread = self._thread
+        self.wake()
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=5)
+        for watch in pending:
+            watch.cancel()
+        for fd in (self._wake_r, self._wake_w):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+    def pending_count(self) -> int:
+        """How many watches are armed."""
+        with self._lock:
+            return sum(len(v) for v in self._watches.values())
+
+    def _forget(self, watch: Watch) -> None:
+        with self._lock:
+            entries = self._watches.get(watch.key)
+            if entries is None:
+                return
+            entries[:] = [e for e in entries if e[1] is not watch]
+            if not entries:
+                del self._watches[watch.key]
+
+    def _start(self) -> None:
+        self._thread = threading.Thread(
+            target=self._run, name=f"fdblayer-watch-{self._name}", daemon=True
+        )
+        self._thread.start()
+
+    def _open_notifier(self) -> Optional[DirectoryNotifier]:
+        if self._notifier_factory is None:
+            self.mode = "poll"
+            return None
+        try:
+            notifier = self._notifier_factory()
+        except OSError as exc:
+            logger.warning(
+                "Store %s: inotify unavailable (%s); watches poll every %.0f ms",
+                self._name,
+                exc,
+                FALLBACK_POLL_INTERVAL * 1000,
+            )
+            self.mode = "poll"
+            return None
+        self.mode = "inotify"
+        return notifier
+
+    def _run(self) -> None:
+        notifier = self._open_notifier()
+        try:
+            self._loop(notifier)
+        except Exception:  # the thread's outer boundary: log, then cancel the watches
+            logger.exception("Store %s: watch thread failed; cancelling watches", self._name)
+            with self._lock:
+                pending = [w for entries in self._watches.values() for _, w in entries]
+                self._watches.clear()
+                self._thread = None
+            for watch in pending:
+                watch.cancel()
+        finally:
+            if notifier is not None:
+                notifier.close()
+
+    def _loop(self, notifier: Optional[DirectoryNotifier]) -> None:
+        fds = [self._wake_r] + ([notifier.fd] if notifier is not None else [])
+        timeout: Optional[float] = None if notifier is not None else FALLBACK_POLL_INTERVAL
+        recheck = False
+        while not self._closed:
+            ready, _, _ = select.select(fds, [], [], self.RECHECK_DELAY if recheck else timeout)
+            recheck = False
+            if self._wake_r in ready:
+                self._drain_pipe()
+            if notifier is not None and notifier.fd in ready:
+                recheck = bool(notifier.drain() & self._recheck_names)
+            if self._closed:
+                return
+            self._check()
+
+    def _drain_pipe(self) -> None:
+        try:
+            while os.read(self._wake_r, 4096):
+                pass
+        except BlockingIOError:
+            pass
+
+    def _check(self) -> None:
+        with self._lock:
+            if not self._watches:
+                return
+            keys = list(self._watches)
+            force, self._dirty = self._dirty, False
+        values = self._read_values(keys, force)
+        if values is None:
+            return
+        fired: List[Watch] = []
+        with self._lock:
+            for key in keys:
+                entries = self._watches.get(key)
+                if not entries:
+                    continue
+                current = values.get(key)
+                keep = [e for e in entries if e[0] == current and not e[1].is_ready()]
+                fired.extend(w for v, w in entries if v != current)
+                if keep:
+                    self._watches[key] = keep
+                else:
+                    del self._watches[key]
+        for watch in fired:
+            watch._fire()
