@@ -40,8 +40,9 @@ from typing import Any, Union
 import fdb.tuple
 import msgpack
 
+from fdblayer.interface import MAX_KEY_SIZE, MAX_VALUE_SIZE
 from fdblayer.jobs.exceptions import EncodingError, InvalidArgument
-from fdblayer.jobs.keys import new_versionstamp, packable_versionstamp
+from fdblayer.jobs.keys import new_versionstamp
 
 __all__ = [
     "MAX_DEPTH",
@@ -54,6 +55,8 @@ __all__ = [
     "JobValue",
     "encode_data",
     "decode_data",
+    "check_stored_size",
+    "running_seq",
     "pack_job_value",
     "unpack_job_value",
     "pack_activity_value",
@@ -64,9 +67,9 @@ MAX_DEPTH = 256
 INT_MIN = -(2**63)
 INT_MAX = 2**63 - 1
 
-# FoundationDB's limits, which the SQLite backend enforces too.
-KEY_SIZE_LIMIT = 10_000
-VALUE_SIZE_LIMIT = 100_000
+# FoundationDB's limits, which every backend enforces.
+KEY_SIZE_LIMIT = MAX_KEY_SIZE
+VALUE_SIZE_LIMIT = MAX_VALUE_SIZE
 
 # Room in the DATA row for everything but the data: a versionstamp (13
 # bytes), a 32-character lock (34), a 64-bit time (10), the flag (1), the
@@ -218,10 +221,7 @@ class JobValue:
 
 def pack_job_value(value: JobValue) -> bytes:
     """Pack a job value; stamped values are for ``set_versionstamped_value``."""
-    seq = value.seq
-    if isinstance(seq, fdb.tuple.Versionstamp):
-        seq = packable_versionstamp(seq)
-    fields = (seq, value.lock, value.sched_time, value.resubmit, value.data)
+    fields = (value.seq, value.lock, value.sched_time, value.resubmit, value.data)
     if value.stamped:
         return fdb.tuple.pack_with_versionstamp(fields)
     return fdb.tuple.pack(fields)

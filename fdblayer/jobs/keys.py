@@ -26,7 +26,6 @@ prefix when the database is opened), so there is nothing to refresh.
 from __future__ import annotations
 
 import functools
-import struct
 from typing import Any, Union
 
 import fdb.tuple
@@ -43,7 +42,6 @@ __all__ = [
     "Layout",
     "DEFAULT_LAYOUT",
     "new_versionstamp",
-    "packable_versionstamp",
 ]
 
 JOBS = 51
@@ -59,33 +57,12 @@ JobType = Union[str, int, tuple]
 _TYPE_CACHE_SIZE = 4096
 
 
-class _Versionstamp(fdb.tuple.Versionstamp):
-    """A versionstamp that packs without the FoundationDB client library.
-
-    ``fdb.tuple.Versionstamp.to_bytes`` consults ``fdb.impl``, a module that
-    only imports when libfdb_c is installed. The layout must pack
-    versionstamps on the SQLite backend too, so it uses this subclass, whose
-    bytes are the same.
-    """
-
-    def to_bytes(self) -> bytes:
-        return struct.pack(
-            self._STRUCT_FORMAT_STRING,
-            self.tr_version if self.is_complete() else self._UNSET_TR_VERSION,
-            self.user_version,
-        )
-
-
 def new_versionstamp() -> fdb.tuple.Versionstamp:
-    """Return an incomplete versionstamp for ``pack_with_versionstamp``."""
-    return _Versionstamp()
+    """Return an incomplete versionstamp for ``pack_with_versionstamp``.
 
-
-def packable_versionstamp(vs: fdb.tuple.Versionstamp) -> fdb.tuple.Versionstamp:
-    """Return ``vs`` in a form that packs without libfdb_c."""
-    if type(vs) is _Versionstamp:
-        return vs
-    return _Versionstamp(vs.tr_version, vs.user_version)
+    (``fdblayer`` lets ``fdb.tuple`` pack versionstamps without libfdb_c.)
+    """
+    return fdb.tuple.Versionstamp()
 
 
 class Layout:
@@ -189,7 +166,7 @@ class Layout:
     def activity_key(self, job_type: JobType, vs: fdb.tuple.Versionstamp) -> bytes:
         """Return the activity key of a complete versionstamp."""
         return fdb.tuple.pack(
-            (packable_versionstamp(vs),), prefix=self._type_prefix(ACTIVITY, job_type)
+            (vs,), prefix=self._type_prefix(ACTIVITY, job_type)
         )
 
     def activity_key_stamped(self, job_type: JobType) -> bytes:
