@@ -33,9 +33,10 @@ data)``, tuple-packed, with ``data`` the msgpack bytes. A running job's
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
-from typing import Any, Union
+from typing import Any, Optional, Union
 
 import fdb.tuple
 import msgpack
@@ -186,7 +187,11 @@ def check_stored_size(job_id: str, encoded: bytes) -> None:
         EncodingError: A row would exceed the store's value limit.
     """
     escaped = len(encoded) + encoded.count(0)
-    overhead = max(_JOB_VALUE_OVERHEAD, len(fdb.tuple.pack((job_id,))) + 2)
+    if job_id.isascii():
+        packed_id = len(job_id) + job_id.count("\x00") + 2
+    else:
+        packed_id = len(fdb.tuple.pack((job_id,)))
+    overhead = max(_JOB_VALUE_OVERHEAD, packed_id + 2)
     if escaped + overhead > VALUE_SIZE_LIMIT:
         raise EncodingError(
             f"job data of {len(encoded)} bytes does not fit in a store value "
@@ -221,10 +226,20 @@ class JobValue:
 
 def pack_job_value(value: JobValue) -> bytes:
     """Pack a job value; stamped values are for ``set_versionstamped_value``."""
+    if value.lock is None:
+        # Pending and finished rows: the packed head recurs (concatenative
+        # encoding, as for keys), only the data differs.
+        head = _unlocked_head(value.seq, value.sched_time, value.resubmit)
+        return head + fdb.tuple.pack((value.data,))
     fields = (value.seq, value.lock, value.sched_time, value.resubmit, value.data)
     if value.stamped:
         return fdb.tuple.pack_with_versionstamp(fields)
     return fdb.tuple.pack(fields)
+
+
+@functools.lru_cache(maxsize=4096)
+def _unlocked_head(seq: Optional[int], sched_time: int, resubmit: bool) -> bytes:
+    return fdb.tuple.pack((seq, None, sched_time, resubmit))
 
 
 def unpack_job_value(raw: bytes) -> JobValue:

@@ -32,6 +32,7 @@ any -> (none)         :func:`remove`
 
 from __future__ import annotations
 
+import functools
 import logging
 import random
 import uuid
@@ -86,6 +87,10 @@ logger = logging.getLogger(__name__)
 
 StateAndData = tuple[Seq, JobState, bytes]
 
+# The value of a WATCHES_ACTIVITY key: a lone versionstamp, the same bytes
+# for every write (the store fills the placeholder in at commit).
+_STAMPED_WATCH_VALUE = fdb.tuple.pack_with_versionstamp((new_versionstamp(),))
+
 
 # ---------------------------------------------------------------- job creation
 
@@ -132,7 +137,7 @@ def add(
     current = _get_job_val(tr, key)
     if current is not None:
         return _resubmit(tr, layout, job_type, job_id, key, current, sched_time, data)
-    return _maybe_enqueue(tr, layout, job_type, job_id, sched_time, True, data)
+    return _maybe_enqueue(tr, layout, job_type, job_id, sched_time, True, data, key)
 
 
 @transactional
@@ -305,7 +310,7 @@ def finish(tr: Transaction, layout: Layout, job: Job, data: Optional[bytes]) -> 
     current = _get_job_or_halt(tr, key, job)
     new_data = current.data if data is None else data
     value = _maybe_enqueue(
-        tr, layout, job.type, job.id, current.sched_time, current.resubmit, new_data
+        tr, layout, job.type, job.id, current.sched_time, current.resubmit, new_data, key
     )
     _clear_activity(tr, layout, job.type, current.seq)
     _update_watch(tr, layout, job.type)
@@ -400,8 +405,11 @@ def get_type_timeout(
 ) -> Optional[float]:
     """Read a type's timeout in seconds (snapshot read), or None if unset."""
     raw = tr.snapshot.get(layout.activity_timeout_key(job_type))
-    if raw is None:
-        return None
+    return None if raw is None else _unpack_timeout(raw)
+
+
+@functools.lru_cache(maxsize=1024)
+def _unpack_timeout(raw: bytes) -> float:
     (timeout,) = fdb.tuple.unpack(raw)
     return timeout
 
@@ -491,7 +499,9 @@ def re_enqueue_inactive(
         if current is None or current.lock is None:
             continue
         _clear_activity(tr, layout, job_type, current.seq)
-        _maybe_enqueue(tr, layout, job_type, job_id, current.sched_time, True, current.data)
+        _maybe_enqueue(
+            tr, layout, job_type, job_id, current.sched_time, True, current.data, key
+        )
         done.append(job_id)
     if done:
         _update_watch(tr, layout, job_type)
@@ -585,9 +595,11 @@ def _maybe_enqueue(
     sched_time: int,
     enqueue: bool,
     data: bytes,
+    key: Optional[bytes] = None,
 ) -> JobValue:
     """Write the job as pending (and enqueue it) or as finished."""
-    key = layout.data_key(job_type, job_id)
+    if key is None:
+        key = layout.data_key(job_type, job_id)
     if enqueue:
         value = JobValue(PENDING_SEQ, None, sched_time, False, data)
         _set_job_val(tr, key, value)
@@ -612,7 +624,7 @@ def _resubmit(
     new_data = current.data if data is None else data
     state = job_state(current.lock, current.seq)
     if state is JobState.FINISHED:
-        return _maybe_enqueue(tr, layout, job_type, job_id, new_time, True, new_data)
+        return _maybe_enqueue(tr, layout, job_type, job_id, new_time, True, new_data, key)
     if state is JobState.PENDING:
         value = JobValue(PENDING_SEQ, None, new_time, False, new_data)
         if new_time != current.sched_time:
@@ -649,7 +661,4 @@ def _clear_activity(tr: Transaction, layout: Layout, job_type: JobType, seq: Seq
 
 def _update_watch(tr: Transaction, layout: Layout, job_type: JobType) -> None:
     """Stamp the type's activity watch key, waking notifiers and monitors."""
-    tr.set_versionstamped_value(
-        layout.watches_activity_key(job_type),
-        fdb.tuple.pack_with_versionstamp((new_versionstamp(),)),
-    )
+    tr.set_versionstamped_value(layout.watches_activity_key(job_type), _STAMPED_WATCH_VALUE)

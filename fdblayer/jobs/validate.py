@@ -8,6 +8,7 @@ and the bad value; only then does it touch the store.
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
@@ -115,7 +116,7 @@ def check_key_size(layout: Layout, job_type: Any, job_id: str | None = None) -> 
     Raises:
         InvalidArgument: The type and id are too long.
     """
-    size = len(layout.prefix) + _KEY_OVERHEAD + len(fdb.tuple.pack((job_type,)))
+    size = len(layout.prefix) + _KEY_OVERHEAD + _packed_size(job_type)
     if job_id is not None:
         if job_id.isascii():
             size += len(job_id) + job_id.count("\x00") + 2
@@ -129,6 +130,11 @@ def check_key_size(layout: Layout, job_type: Any, job_id: str | None = None) -> 
             job_type=job_type,
             job_id=job_id,
         )
+
+
+@functools.lru_cache(maxsize=4096)
+def _packed_size(job_type: Any) -> int:
+    return len(fdb.tuple.pack((job_type,)))
 
 
 def check_sched_time(sched_time: Any, name: str = "scheduled_time") -> int:
