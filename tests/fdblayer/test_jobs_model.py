@@ -398,3 +398,53 @@ def test_job_handle_pickles(db, t):
     api.finish(db, again)
     err = pickle.loads(pickle.dumps(Halt("gone", job_type=t, job_id=J1)))
     assert isinstance(err, Halt) and (err.job_type, err.job_id, str(err)) == (t, J1, "gone")
+
+
+def test_pending_count_and_watch(db, t):
+    from fdblayer.jobs import pending
+
+    @fdblayer.transactional
+    def count_and_watch(tr, max_sched_time=None):
+        return (
+            pending.pending_count(tr, DEFAULT_LAYOUT, t, max_sched_time),
+            pending.watch_pending(tr, DEFAULT_LAYOUT, t),
+        )
+
+    count, watch = count_and_watch(db)
+    assert count == 0 and not watch.is_ready()
+    api.add(db, t, J1, {}, 5)
+    api.add(db, t, J2, {}, 50)
+    assert watch.wait(10)
+    count, watch = count_and_watch(db, 10)
+    assert count == 1
+    watch.cancel()
+    assert count_and_watch(db)[0] == 2
+
+
+def test_activity_watch_fires_on_update(db, t):
+    api.add(db, t, J1, {"n": 1})
+    job, _ = api.accept(db, t)
+    vs, watch = model.get_activity_vs_and_watch(db, DEFAULT_LAYOUT, t)
+    assert vs == model.get_activity_vs(db, DEFAULT_LAYOUT, t)
+    assert not watch.is_ready()
+    api.update(db, job, {"n": 2})
+    assert watch.wait(10)
+    raw = model.get_active_since(db, DEFAULT_LAYOUT, t, vs, decode=False)
+    assert list(raw) == [J1] and isinstance(raw[J1], bytes)
+    assert model.get_activity_vs(db, DEFAULT_LAYOUT, "no-such-type") is None
+
+
+def test_accept_deadline_follows_the_injected_clocks(db, t):
+    """With max_sched_time past and the monotonic clock jumping, accept gives up at once."""
+    ticks = iter(range(0, 10_000, 100))
+    with pytest.raises(NotFound):
+        api.accept_job(
+            db, t, max_sched_time=5, clock=lambda: 1000.0, monotonic=lambda: float(next(ticks))
+        )
+
+
+def test_clear_all_empties_the_layer(db, t):
+    api.add(db, t, J1, {})
+    api.accept(db, t)
+    model.clear_all(db, DEFAULT_LAYOUT)
+    assert db.get_range(DEFAULT_LAYOUT.prefix, DEFAULT_LAYOUT.prefix + b"\xff") == []
