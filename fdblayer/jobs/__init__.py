@@ -4,10 +4,12 @@ A port of CouchDB's couch_jobs_fdb and couch_jobs_pending, written once
 against :mod:`fdblayer.interface` so that it runs unchanged on the SQLite and
 FoundationDB backends. It knows nothing of actors: the per-type activity
 monitors and notifiers (``actors/``) build on the store-level functions of
-:mod:`fdblayer.jobs.model`.
+:mod:`fdblayer.jobs.model` and :mod:`fdblayer.jobs.activity`.
 
-Modules, one role each: ``api`` (the public calls), ``model`` (the
-transactions), ``pending`` (the pending queue), ``keys`` (the key layout),
+Modules, one role each: ``api`` (the public calls), ``model`` (the job
+transitions), ``activity`` (types, activity stamps, re-enqueue of silent
+jobs), ``pending`` (the pending queue), ``rows`` (the row writes the
+transitions share), ``keys`` (the key layout),
 ``codec`` (data and value encoding), ``validate`` (argument checks),
 ``job`` (value types), ``exceptions``.
 """

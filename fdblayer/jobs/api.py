@@ -28,7 +28,7 @@ import time
 from typing import Any, Callable, Optional, Union
 
 from fdblayer.interface import Database, Transaction, transactional
-from fdblayer.jobs import model, pending
+from fdblayer.jobs import activity, model, pending
 from fdblayer.jobs.codec import check_stored_size, decode_data, encode_data
 from fdblayer.jobs.exceptions import (
     EncodingError,
@@ -477,7 +477,7 @@ def set_type_timeout(db: Database, type: JobType, seconds: float) -> None:
     check_type(type)
     check_key_size(DEFAULT_LAYOUT, type)
     check_type_timeout(seconds)
-    model.set_type_timeout(db, DEFAULT_LAYOUT, type, seconds)
+    activity.set_type_timeout(db, DEFAULT_LAYOUT, type, seconds)
 
 
 def clear_type_timeout(db: Database, type: JobType) -> None:
@@ -489,7 +489,7 @@ def clear_type_timeout(db: Database, type: JobType) -> None:
     _check_db(db, "clear_type_timeout")
     check_type(type)
     check_key_size(DEFAULT_LAYOUT, type)
-    model.clear_type_timeout(db, DEFAULT_LAYOUT, type)
+    activity.clear_type_timeout(db, DEFAULT_LAYOUT, type)
 
 
 def get_type_timeout(db: Database, type: JobType) -> Optional[float]:
@@ -504,7 +504,7 @@ def get_type_timeout(db: Database, type: JobType) -> Optional[float]:
     _check_db(db, "get_type_timeout")
     check_type(type)
     check_key_size(DEFAULT_LAYOUT, type)
-    return model.get_type_timeout(db, DEFAULT_LAYOUT, type)
+    return activity.get_type_timeout(db, DEFAULT_LAYOUT, type)
 
 
 def get_types(tx: Tx) -> list[JobType]:
@@ -514,4 +514,4 @@ def get_types(tx: Tx) -> list[JobType]:
         InvalidArgument: A bad argument.
     """
     _check_tx(tx)
-    return model.get_types(tx, DEFAULT_LAYOUT)
+    return activity.get_types(tx, DEFAULT_LAYOUT)

@@ -1,4 +1,4 @@
-"""The jobs data model (the seed's couch_jobs_fdb), one transaction at a time.
+"""Job transitions of the data model (the seed's couch_jobs_fdb), one transaction each.
 
 Principle: every state change of a job is a few reads and writes inside one
 store transaction, so it is atomic and serializable on every backend; the
@@ -12,7 +12,9 @@ its own transaction, given a ``Transaction`` it joins it. The seed's ``JTx``
 layout)``: the layout is an immutable value, so there is no cache to
 initialise or refresh and the seed's ``init_cache`` has no equivalent.
 
-The data model and the meaning of ``seq`` are in :mod:`fdblayer.jobs.keys`.
+The data model and the meaning of ``seq`` are in :mod:`fdblayer.jobs.keys`;
+types and activity (type timeouts, activity versionstamps, re-enqueue of
+inactive jobs) are in :mod:`fdblayer.jobs.activity`.
 Transitions, each one function writing the DATA row and its index rows
 (PENDING, ACTIVITY, the watch keys) together:
 
@@ -25,14 +27,13 @@ running -> running    :func:`update` (new versionstamp, activity)
 running -> finished   :func:`finish` (or -> pending if resubmitted)
 finished -> pending   :func:`resubmit`, :func:`add`
 pending -> pending    :func:`resubmit` (new scheduled time)
-running -> pending    :func:`re_enqueue_inactive`
+running -> pending    :func:`activity.re_enqueue_inactive`
 any -> (none)         :func:`remove`
 ====================  ==========================================
 """
 
 from __future__ import annotations
 
-import functools
 import logging
 import random
 import uuid
@@ -41,22 +42,18 @@ from typing import Callable, Iterable, Optional
 import fdb.tuple
 
 from fdblayer.interface import Transaction, transactional
-from fdblayer.jobs import pending
+from fdblayer.jobs import activity, pending, rows
 from fdblayer.jobs.codec import (
     PENDING_SEQ,
     JobValue,
     Seq,
     decode_data,
-    pack_activity_value,
-    pack_job_value,
     running_seq,
-    unpack_activity_value,
     unpack_job_value,
 )
 from fdblayer.jobs.exceptions import Halt, JobsError, NotFound, NoTypeTimeout
 from fdblayer.jobs.job import Job, JobInfo, JobState, job_state
-from fdblayer.jobs.keys import ACTIVITY_TIMEOUT, DATA, JobType, Layout, new_versionstamp
-from fdblayer.watches import Watch
+from fdblayer.jobs.keys import DATA, JobType, Layout
 
 __all__ = [
     "add",
@@ -70,26 +67,12 @@ __all__ = [
     "finish",
     "resubmit",
     "update",
-    "set_type_timeout",
-    "clear_type_timeout",
-    "get_type_timeout",
-    "get_types",
-    "get_activity_vs",
-    "get_activity_vs_and_watch",
-    "get_active_since",
-    "get_inactive_since",
-    "re_enqueue_inactive",
-    "check_inactive",
     "clear_all",
 ]
 
 logger = logging.getLogger(__name__)
 
 StateAndData = tuple[Seq, JobState, bytes]
-
-# The value of a WATCHES_ACTIVITY key: a lone versionstamp, the same bytes
-# for every write (the store fills the placeholder in at commit).
-_STAMPED_WATCH_VALUE = fdb.tuple.pack_with_versionstamp((new_versionstamp(),))
 
 
 # ---------------------------------------------------------------- job creation
@@ -127,17 +110,17 @@ def add(
     Raises:
         NoTypeTimeout: ``job_type`` has no type timeout.
     """
-    if get_type_timeout(tr, layout, job_type) is None:
+    if activity.get_type_timeout(tr, layout, job_type) is None:
         raise NoTypeTimeout(
             f"job type {job_type!r} has no type timeout; set one first",
             job_type=job_type,
             job_id=job_id,
         )
     key = layout.data_key(job_type, job_id)
-    current = _get_job_val(tr, key)
+    current = rows.get_job_val(tr, key)
     if current is not None:
         return _resubmit(tr, layout, job_type, job_id, key, current, sched_time, data)
-    return _maybe_enqueue(tr, layout, job_type, job_id, sched_time, True, data, key)
+    return rows.maybe_enqueue(tr, layout, job_type, job_id, sched_time, True, data, key)
 
 
 @transactional
@@ -152,13 +135,13 @@ def remove(tr: Transaction, layout: Layout, job_type: JobType, job_id: str) -> N
         NotFound: The job does not exist.
     """
     key = layout.data_key(job_type, job_id)
-    current = _get_job_val(tr, key)
+    current = rows.get_job_val(tr, key)
     if current is None:
         raise NotFound(_missing(job_type, job_id), job_type=job_type, job_id=job_id)
     pending.remove(tr, layout, job_type, job_id, current.sched_time)
-    _clear_activity(tr, layout, job_type, current.seq)
+    rows.clear_activity(tr, layout, job_type, current.seq)
     tr.clear(key)
-    _update_watch(tr, layout, job_type)
+    rows.update_watch(tr, layout, job_type)
 
 
 @transactional
@@ -166,7 +149,7 @@ def get_job_state_and_data(
     tr: Transaction, layout: Layout, job_type: JobType, job_id: str
 ) -> Optional[StateAndData]:
     """Read a job's ``(seq, state, encoded data)``, or None if it does not exist."""
-    current = _get_job_val(tr, layout.data_key(job_type, job_id))
+    current = rows.get_job_val(tr, layout.data_key(job_type, job_id))
     if current is None:
         return None
     return current.seq, job_state(current.lock, current.seq), current.data
@@ -221,7 +204,7 @@ def get_job(
     tr: Transaction, layout: Layout, job_type: JobType, job_id: str
 ) -> Optional[JobInfo]:
     """Read one job's whole record (the seed's debug ``get_job/2``)."""
-    current = _get_job_val(tr, layout.data_key(job_type, job_id))
+    current = rows.get_job_val(tr, layout.data_key(job_type, job_id))
     if current is None:
         return None
     return _job_info(job_type, job_id, current)
@@ -276,16 +259,16 @@ def accept(
     if job_id is None:
         return None
     key = layout.data_key(job_type, job_id)
-    current = _get_job_val(tr, key)
+    current = rows.get_job_val(tr, key)
     if current is None or current.lock is not None:
         message = f"pending job {job_id!r} of type {job_type!r} is {'missing' if current is None else 'running'}"
         logger.critical("Job %s: %s", job_id, message)
         raise JobsError(message, job_type=job_type, job_id=job_id)
     lock = uuid.uuid4().hex
-    _set_job_val(
+    rows.set_job_val(
         tr, key, JobValue(running_seq(), lock, current.sched_time, False, current.data)
     )
-    _update_activity(tr, layout, job_type, job_id, None, current.data)
+    rows.update_activity(tr, layout, job_type, job_id, None, current.data)
     job = Job(job_type, job_id, lock, current.sched_time, False)
     return job, current.data
 
@@ -309,11 +292,11 @@ def finish(tr: Transaction, layout: Layout, job: Job, data: Optional[bytes]) -> 
     key = layout.data_key(job.type, job.id)
     current = _get_job_or_halt(tr, key, job)
     new_data = current.data if data is None else data
-    value = _maybe_enqueue(
+    value = rows.maybe_enqueue(
         tr, layout, job.type, job.id, current.sched_time, current.resubmit, new_data, key
     )
-    _clear_activity(tr, layout, job.type, current.seq)
-    _update_watch(tr, layout, job.type)
+    rows.clear_activity(tr, layout, job.type, current.seq)
+    rows.update_watch(tr, layout, job.type)
     return value
 
 
@@ -348,7 +331,7 @@ def resubmit(
         NotFound: The job does not exist.
     """
     key = layout.data_key(job_type, job_id)
-    current = _get_job_val(tr, key)
+    current = rows.get_job_val(tr, key)
     if current is None:
         raise NotFound(_missing(job_type, job_id), job_type=job_type, job_id=job_id)
     return _resubmit(tr, layout, job_type, job_id, key, current, sched_time, data)
@@ -373,162 +356,13 @@ def update(tr: Transaction, layout: Layout, job: Job, data: Optional[bytes]) -> 
     key = layout.data_key(job.type, job.id)
     current = _get_job_or_halt(tr, key, job)
     new_data = current.data if data is None else data
-    _set_job_val(
+    rows.set_job_val(
         tr,
         key,
         JobValue(running_seq(), current.lock, current.sched_time, current.resubmit, new_data),
     )
-    _update_activity(tr, layout, job.type, job.id, current.seq, new_data)
+    rows.update_activity(tr, layout, job.type, job.id, current.seq, new_data)
     return job.replace(resubmit=current.resubmit, scheduled_time=current.sched_time)
-
-
-# ---------------------------------------------------------------- types, activity
-
-
-@transactional
-def set_type_timeout(
-    tr: Transaction, layout: Layout, job_type: JobType, timeout: float
-) -> None:
-    """Declare a job type, with the seconds after which a silent job is re-enqueued."""
-    tr.set(layout.activity_timeout_key(job_type), fdb.tuple.pack((timeout,)))
-
-
-@transactional
-def clear_type_timeout(tr: Transaction, layout: Layout, job_type: JobType) -> None:
-    """Forget a job type's timeout (its jobs stay; new ones cannot be added)."""
-    tr.clear(layout.activity_timeout_key(job_type))
-
-
-@transactional
-def get_type_timeout(
-    tr: Transaction, layout: Layout, job_type: JobType
-) -> Optional[float]:
-    """Read a type's timeout in seconds (snapshot read), or None if unset."""
-    raw = tr.snapshot.get(layout.activity_timeout_key(job_type))
-    return None if raw is None else _unpack_timeout(raw)
-
-
-@functools.lru_cache(maxsize=1024)
-def _unpack_timeout(raw: bytes) -> float:
-    (timeout,) = fdb.tuple.unpack(raw)
-    return timeout
-
-
-@transactional
-def get_types(tr: Transaction, layout: Layout) -> list[JobType]:
-    """Read every job type that has a timeout, in key order."""
-    prefix = layout.subspace(ACTIVITY_TIMEOUT)
-    return [
-        layout.unpack_activity_timeout_key(key)
-        for key, _ in tr.get_range_startswith(prefix)
-    ]
-
-
-@transactional
-def get_activity_vs(
-    tr: Transaction, layout: Layout, job_type: JobType
-) -> Optional[fdb.tuple.Versionstamp]:
-    """Read the versionstamp of the type's last activity, or None if none yet."""
-    raw = tr.get(layout.watches_activity_key(job_type))
-    return None if raw is None else fdb.tuple.unpack(raw)[0]
-
-
-@transactional
-def get_activity_vs_and_watch(
-    tr: Transaction, layout: Layout, job_type: JobType
-) -> tuple[Optional[fdb.tuple.Versionstamp], Watch]:
-    """Read the type's activity versionstamp and watch it for the next change.
-
-    Returns:
-        ``(versionstamp or None, watch)``; the watch arms when ``tr`` commits.
-    """
-    key = layout.watches_activity_key(job_type)
-    raw = tr.get(key)
-    watch = tr.watch(key)
-    return (None if raw is None else fdb.tuple.unpack(raw)[0]), watch
-
-
-@transactional
-def get_active_since(
-    tr: Transaction,
-    layout: Layout,
-    job_type: JobType,
-    vs: fdb.tuple.Versionstamp,
-    decode: bool = True,
-) -> dict[str, object]:
-    """Read the running jobs accepted or updated at or after ``vs``.
-
-    Returns:
-        A dict from job id to its data (decoded unless ``decode`` is False).
-    """
-    begin = layout.activity_key(job_type, vs)
-    end = layout.activity_prefix(job_type) + b"\xff"
-    result: dict[str, object] = {}
-    for _, raw in tr.get_range(begin, end):
-        job_id, data = unpack_activity_value(raw)
-        result[job_id] = decode_data(data) if decode else data
-    return result
-
-
-@transactional
-def get_inactive_since(
-    tr: Transaction, layout: Layout, job_type: JobType, vs: fdb.tuple.Versionstamp
-) -> list[str]:
-    """Read the ids of running jobs not accepted or updated after ``vs``."""
-    begin = layout.activity_prefix(job_type)
-    end = layout.activity_key(job_type, vs) + b"\x00"
-    return [unpack_activity_value(raw)[0] for _, raw in tr.get_range(begin, end)]
-
-
-@transactional
-def re_enqueue_inactive(
-    tr: Transaction, layout: Layout, job_type: JobType, job_ids: Iterable[str]
-) -> list[str]:
-    """Put running jobs back in the pending queue; their locks become stale.
-
-    Ids of jobs that are gone or no longer running are skipped (the seed
-    re-enqueued any job that still existed).
-
-    Returns:
-        The ids that were re-enqueued.
-    """
-    done = []
-    for job_id in job_ids:
-        key = layout.data_key(job_type, job_id)
-        current = _get_job_val(tr, key)
-        if current is None or current.lock is None:
-            continue
-        _clear_activity(tr, layout, job_type, current.seq)
-        _maybe_enqueue(
-            tr, layout, job_type, job_id, current.sched_time, True, current.data, key
-        )
-        done.append(job_id)
-    if done:
-        _update_watch(tr, layout, job_type)
-    return done
-
-
-@transactional
-def check_inactive(
-    tr: Transaction,
-    layout: Layout,
-    job_type: JobType,
-    vs: Optional[fdb.tuple.Versionstamp],
-) -> tuple[Optional[fdb.tuple.Versionstamp], list[str]]:
-    """One activity-monitor check: re-enqueue the jobs silent since ``vs``.
-
-    With ``vs`` None (the first check, or after the timeout changed) nothing
-    is re-enqueued; the current versionstamp is only read, as in the seed's
-    ``check_activity``.
-
-    Returns:
-        ``(versionstamp to pass to the next check, re-enqueued ids)``.
-    """
-    new_vs = get_activity_vs(tr, layout, job_type)
-    if vs is None:
-        return new_vs, []
-    job_ids = get_inactive_since(tr, layout, job_type, vs)
-    return new_vs, re_enqueue_inactive(tr, layout, job_type, job_ids)
 
 
 @transactional
@@ -557,20 +391,8 @@ def _job_info(job_type: JobType, job_id: str, value: JobValue) -> JobInfo:
     )
 
 
-def _get_job_val(tr: Transaction, key: bytes) -> Optional[JobValue]:
-    raw = tr.get(key)
-    return None if raw is None else unpack_job_value(raw)
-
-
-def _set_job_val(tr: Transaction, key: bytes, value: JobValue) -> None:
-    if value.stamped:
-        tr.set_versionstamped_value(key, pack_job_value(value))
-    else:
-        tr.set(key, pack_job_value(value))
-
-
 def _get_job_or_halt(tr: Transaction, key: bytes, job: Job) -> JobValue:
-    current = _get_job_val(tr, key)
+    current = rows.get_job_val(tr, key)
     if current is None:
         raise Halt(
             f"job {job.id!r} of type {job.type!r} was removed",
@@ -587,29 +409,6 @@ def _get_job_or_halt(tr: Transaction, key: bytes, job: Job) -> JobValue:
     return current
 
 
-def _maybe_enqueue(
-    tr: Transaction,
-    layout: Layout,
-    job_type: JobType,
-    job_id: str,
-    sched_time: int,
-    enqueue: bool,
-    data: bytes,
-    key: Optional[bytes] = None,
-) -> JobValue:
-    """Write the job as pending (and enqueue it) or as finished."""
-    if key is None:
-        key = layout.data_key(job_type, job_id)
-    if enqueue:
-        value = JobValue(PENDING_SEQ, None, sched_time, False, data)
-        _set_job_val(tr, key, value)
-        pending.enqueue(tr, layout, job_type, sched_time, job_id)
-    else:
-        value = JobValue(None, None, sched_time, False, data)
-        _set_job_val(tr, key, value)
-    return value
-
-
 def _resubmit(
     tr: Transaction,
     layout: Layout,
@@ -624,41 +423,15 @@ def _resubmit(
     new_data = current.data if data is None else data
     state = job_state(current.lock, current.seq)
     if state is JobState.FINISHED:
-        return _maybe_enqueue(tr, layout, job_type, job_id, new_time, True, new_data, key)
+        return rows.maybe_enqueue(tr, layout, job_type, job_id, new_time, True, new_data, key)
     if state is JobState.PENDING:
         value = JobValue(PENDING_SEQ, None, new_time, False, new_data)
         if new_time != current.sched_time:
             pending.remove(tr, layout, job_type, job_id, current.sched_time)
             pending.enqueue(tr, layout, job_type, new_time, job_id)
         if value != current:
-            _set_job_val(tr, key, value)
+            rows.set_job_val(tr, key, value)
         return value
     value = JobValue(current.seq, current.lock, new_time, True, current.data)
-    _set_job_val(tr, key, value)
+    rows.set_job_val(tr, key, value)
     return value
-
-
-def _update_activity(
-    tr: Transaction,
-    layout: Layout,
-    job_type: JobType,
-    job_id: str,
-    old_seq: Seq,
-    data: bytes,
-) -> None:
-    """Move the job's ACTIVITY row to this commit's versionstamp."""
-    _clear_activity(tr, layout, job_type, old_seq)
-    tr.set_versionstamped_key(
-        layout.activity_key_stamped(job_type), pack_activity_value(job_id, data)
-    )
-    _update_watch(tr, layout, job_type)
-
-
-def _clear_activity(tr: Transaction, layout: Layout, job_type: JobType, seq: Seq) -> None:
-    if isinstance(seq, fdb.tuple.Versionstamp):
-        tr.clear(layout.activity_key(job_type, seq))
-
-
-def _update_watch(tr: Transaction, layout: Layout, job_type: JobType) -> None:
-    """Stamp the type's activity watch key, waking notifiers and monitors."""
-    tr.set_versionstamped_value(layout.watches_activity_key(job_type), _STAMPED_WATCH_VALUE)

@@ -12,7 +12,7 @@ import uuid
 import pytest
 
 import fdblayer
-from fdblayer.jobs import api, model
+from fdblayer.jobs import activity, api, model
 from fdblayer.jobs.exceptions import EncodingError, Halt, InvalidArgument, NoTypeTimeout, NotFound
 from fdblayer.jobs.job import Job, JobState
 from fdblayer.jobs.keys import DEFAULT_LAYOUT
@@ -186,17 +186,17 @@ def test_job_processor_update(db, t):
 def test_update_moves_activity(db, t):
     api.add(db, t, J1, {"a": 1})
     job, _ = api.accept(db, t)
-    vs1 = model.get_activity_vs(db, DEFAULT_LAYOUT, t)
-    assert model.get_active_since(db, DEFAULT_LAYOUT, t, vs1) == {J1: {"a": 1}}
+    vs1 = activity.get_activity_vs(db, DEFAULT_LAYOUT, t)
+    assert activity.get_active_since(db, DEFAULT_LAYOUT, t, vs1) == {J1: {"a": 1}}
     api.update(db, job, {"a": 2})
-    vs2 = model.get_activity_vs(db, DEFAULT_LAYOUT, t)
+    vs2 = activity.get_activity_vs(db, DEFAULT_LAYOUT, t)
     assert vs2 > vs1
-    assert model.get_active_since(db, DEFAULT_LAYOUT, t, vs2) == {J1: {"a": 2}}
-    assert model.get_inactive_since(db, DEFAULT_LAYOUT, t, vs1) == []
-    assert model.get_inactive_since(db, DEFAULT_LAYOUT, t, vs2) == [J1]
+    assert activity.get_active_since(db, DEFAULT_LAYOUT, t, vs2) == {J1: {"a": 2}}
+    assert activity.get_inactive_since(db, DEFAULT_LAYOUT, t, vs1) == []
+    assert activity.get_inactive_since(db, DEFAULT_LAYOUT, t, vs2) == [J1]
     api.finish(db, job)
-    assert model.get_active_since(db, DEFAULT_LAYOUT, t, vs1) == {}
-    assert model.get_activity_vs(db, DEFAULT_LAYOUT, t) > vs2
+    assert activity.get_active_since(db, DEFAULT_LAYOUT, t, vs1) == {}
+    assert activity.get_activity_vs(db, DEFAULT_LAYOUT, t) > vs2
 
 
 def test_resubmit_enqueues_job(db, t):
@@ -292,7 +292,7 @@ def test_accept_timeout_zero_does_not_wait(db, t):
 def test_remove_running_job(db, t):
     api.add(db, t, J1, {})
     job, _ = api.accept(db, t)
-    vs = model.get_activity_vs(db, DEFAULT_LAYOUT, t)
+    vs = activity.get_activity_vs(db, DEFAULT_LAYOUT, t)
     api.remove(db, t, J1)
     with pytest.raises(NotFound):
         api.remove(db, t, J1)
@@ -302,8 +302,8 @@ def test_remove_running_job(db, t):
     with pytest.raises(Halt):
         api.finish(db, job)
     # The activity row went with the job.
-    assert model.get_active_since(db, DEFAULT_LAYOUT, t, vs) == {}
-    assert model.get_inactive_since(db, DEFAULT_LAYOUT, t, vs) == []
+    assert activity.get_active_since(db, DEFAULT_LAYOUT, t, vs) == {}
+    assert activity.get_inactive_since(db, DEFAULT_LAYOUT, t, vs) == []
 
 
 def test_check_get_jobs(db, t, t2):
@@ -337,11 +337,11 @@ def test_enqueue_inactive_re_enqueues(db, t):
     job1, _ = api.accept(db, t, timeout=0)
     job2, _ = api.accept(db, t, timeout=0)
     # First check: only reads the versionstamp.
-    vs, requeued = model.check_inactive(db, DEFAULT_LAYOUT, t, None)
+    vs, requeued = activity.check_inactive(db, DEFAULT_LAYOUT, t, None)
     assert vs is not None and requeued == []
     # One worker stays active, the other goes silent.
     api.update(db, job2)
-    vs, requeued = model.check_inactive(db, DEFAULT_LAYOUT, t, vs)
+    vs, requeued = activity.check_inactive(db, DEFAULT_LAYOUT, t, vs)
     assert requeued == [job1.id]
     info = get_job(db, t, job1.id)
     assert (info.state, info.data) == (JobState.PENDING, {"y": int(job1.id[1])})
@@ -355,7 +355,7 @@ def test_enqueue_inactive_re_enqueues(db, t):
     assert job3.id == job1.id
     api.finish(db, job3)
     # Skips jobs gone or no longer running.
-    assert model.re_enqueue_inactive(db, DEFAULT_LAYOUT, t, [job1.id, "gone"]) == []
+    assert activity.re_enqueue_inactive(db, DEFAULT_LAYOUT, t, [job1.id, "gone"]) == []
 
 
 def test_type_timeouts(db, t):
@@ -424,14 +424,14 @@ def test_pending_count_and_watch(db, t):
 def test_activity_watch_fires_on_update(db, t):
     api.add(db, t, J1, {"n": 1})
     job, _ = api.accept(db, t)
-    vs, watch = model.get_activity_vs_and_watch(db, DEFAULT_LAYOUT, t)
-    assert vs == model.get_activity_vs(db, DEFAULT_LAYOUT, t)
+    vs, watch = activity.get_activity_vs_and_watch(db, DEFAULT_LAYOUT, t)
+    assert vs == activity.get_activity_vs(db, DEFAULT_LAYOUT, t)
     assert not watch.is_ready()
     api.update(db, job, {"n": 2})
     assert watch.wait(10)
-    raw = model.get_active_since(db, DEFAULT_LAYOUT, t, vs, decode=False)
+    raw = activity.get_active_since(db, DEFAULT_LAYOUT, t, vs, decode=False)
     assert list(raw) == [J1] and isinstance(raw[J1], bytes)
-    assert model.get_activity_vs(db, DEFAULT_LAYOUT, "no-such-type") is None
+    assert activity.get_activity_vs(db, DEFAULT_LAYOUT, "no-such-type") is None
 
 
 def test_accept_deadline_follows_the_injected_clocks(db, t):

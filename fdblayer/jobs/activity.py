@@ -1,0 +1,186 @@
+"""Job types and activity (the type and activity monitoring part of couch_jobs_fdb).
+
+Principle: a job type exists while it has an activity timeout. Every accept,
+update, finish, re-enqueue and remove of a job stamps its type's
+WATCHES_ACTIVITY key with the commit's versionstamp, and a running job's
+ACTIVITY row is keyed by the versionstamp of its last accept or update. So
+the jobs active since a stamp are one range read, the jobs silent since a
+stamp are the range before it, and a single watch tells a type's notifier
+or activity monitor (actors, built on these functions) that something
+changed.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from typing import Iterable, Optional
+
+import fdb.tuple
+
+from fdblayer.interface import Transaction, transactional
+from fdblayer.jobs import rows
+from fdblayer.jobs.codec import decode_data, unpack_activity_value
+from fdblayer.jobs.keys import ACTIVITY_TIMEOUT, JobType, Layout
+from fdblayer.watches import Watch
+
+__all__ = [
+    "set_type_timeout",
+    "clear_type_timeout",
+    "get_type_timeout",
+    "get_types",
+    "get_activity_vs",
+    "get_activity_vs_and_watch",
+    "get_active_since",
+    "get_inactive_since",
+    "re_enqueue_inactive",
+    "check_inactive",
+]
+
+logger = logging.getLogger(__name__)
+
+
+@transactional
+def set_type_timeout(
+    tr: Transaction, layout: Layout, job_type: JobType, timeout: float
+) -> None:
+    """Declare a job type, with the seconds after which a silent job is re-enqueued."""
+    tr.set(layout.activity_timeout_key(job_type), fdb.tuple.pack((timeout,)))
+
+
+@transactional
+def clear_type_timeout(tr: Transaction, layout: Layout, job_type: JobType) -> None:
+    """Forget a job type's timeout (its jobs stay; new ones cannot be added)."""
+    tr.clear(layout.activity_timeout_key(job_type))
+
+
+@transactional
+def get_type_timeout(
+    tr: Transaction, layout: Layout, job_type: JobType
+) -> Optional[float]:
+    """Read a type's timeout in seconds (snapshot read), or None if unset."""
+    raw = tr.snapshot.get(layout.activity_timeout_key(job_type))
+    return None if raw is None else _unpack_timeout(raw)
+
+
+@functools.lru_cache(maxsize=1024)
+def _unpack_timeout(raw: bytes) -> float:
+    (timeout,) = fdb.tuple.unpack(raw)
+    return timeout
+
+
+@transactional
+def get_types(tr: Transaction, layout: Layout) -> list[JobType]:
+    """Read every job type that has a timeout, in key order."""
+    prefix = layout.subspace(ACTIVITY_TIMEOUT)
+    return [
+        layout.unpack_activity_timeout_key(key)
+        for key, _ in tr.get_range_startswith(prefix)
+    ]
+
+
+@transactional
+def get_activity_vs(
+    tr: Transaction, layout: Layout, job_type: JobType
+) -> Optional[fdb.tuple.Versionstamp]:
+    """Read the versionstamp of the type's last activity, or None if none yet."""
+    raw = tr.get(layout.watches_activity_key(job_type))
+    return None if raw is None else fdb.tuple.unpack(raw)[0]
+
+
+@transactional
+def get_activity_vs_and_watch(
+    tr: Transaction, layout: Layout, job_type: JobType
+) -> tuple[Optional[fdb.tuple.Versionstamp], Watch]:
+    """Read the type's activity versionstamp and watch it for the next change.
+
+    Returns:
+        ``(versionstamp or None, watch)``; the watch arms when ``tr`` commits.
+    """
+    key = layout.watches_activity_key(job_type)
+    raw = tr.get(key)
+    watch = tr.watch(key)
+    return (None if raw is None else fdb.tuple.unpack(raw)[0]), watch
+
+
+@transactional
+def get_active_since(
+    tr: Transaction,
+    layout: Layout,
+    job_type: JobType,
+    vs: fdb.tuple.Versionstamp,
+    decode: bool = True,
+) -> dict[str, object]:
+    """Read the running jobs accepted or updated at or after ``vs``.
+
+    Returns:
+        A dict from job id to its data (decoded unless ``decode`` is False).
+    """
+    begin = layout.activity_key(job_type, vs)
+    end = layout.activity_prefix(job_type) + b"\xff"
+    result: dict[str, object] = {}
+    for _, raw in tr.get_range(begin, end):
+        job_id, data = unpack_activity_value(raw)
+        result[job_id] = decode_data(data) if decode else data
+    return result
+
+
+@transactional
+def get_inactive_since(
+    tr: Transaction, layout: Layout, job_type: JobType, vs: fdb.tuple.Versionstamp
+) -> list[str]:
+    """Read the ids of running jobs not accepted or updated after ``vs``."""
+    begin = layout.activity_prefix(job_type)
+    end = layout.activity_key(job_type, vs) + b"\x00"
+    return [unpack_activity_value(raw)[0] for _, raw in tr.get_range(begin, end)]
+
+
+@transactional
+def re_enqueue_inactive(
+    tr: Transaction, layout: Layout, job_type: JobType, job_ids: Iterable[str]
+) -> list[str]:
+    """Put running jobs back in the pending queue; their locks become stale.
+
+    Ids of jobs that are gone or no longer running are skipped (the seed
+    re-enqueued any job that still existed).
+
+    Returns:
+        The ids that were re-enqueued.
+    """
+    done = []
+    for job_id in job_ids:
+        key = layout.data_key(job_type, job_id)
+        current = rows.get_job_val(tr, key)
+        if current is None or current.lock is None:
+            continue
+        rows.clear_activity(tr, layout, job_type, current.seq)
+        rows.maybe_enqueue(
+            tr, layout, job_type, job_id, current.sched_time, True, current.data, key
+        )
+        done.append(job_id)
+    if done:
+        rows.update_watch(tr, layout, job_type)
+    return done
+
+
+@transactional
+def check_inactive(
+    tr: Transaction,
+    layout: Layout,
+    job_type: JobType,
+    vs: Optional[fdb.tuple.Versionstamp],
+) -> tuple[Optional[fdb.tuple.Versionstamp], list[str]]:
+    """One activity-monitor check: re-enqueue the jobs silent since ``vs``.
+
+    With ``vs`` None (the first check, or after the timeout changed) nothing
+    is re-enqueued; the current versionstamp is only read, as in the seed's
+    ``check_activity``.
+
+    Returns:
+        ``(versionstamp to pass to the next check, re-enqueued ids)``.
+    """
+    new_vs = get_activity_vs(tr, layout, job_type)
+    if vs is None:
+        return new_vs, []
+    job_ids = get_inactive_since(tr, layout, job_type, vs)
+    return new_vs, re_enqueue_inactive(tr, layout, job_type, job_ids)

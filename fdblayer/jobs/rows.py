@@ -1,0 +1,103 @@
+"""Row-level building blocks of the jobs data model.
+
+Principle: a job's DATA row and its index rows (PENDING, ACTIVITY and the
+two watch keys) change together; these helpers are the only code that
+writes them, and :mod:`fdblayer.jobs.model` and :mod:`fdblayer.jobs.activity`
+compose them into transitions inside one transaction. They never validate
+and never commit.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import fdb.tuple
+
+from fdblayer.interface import Transaction
+from fdblayer.jobs import pending
+from fdblayer.jobs.codec import (
+    PENDING_SEQ,
+    JobValue,
+    Seq,
+    pack_activity_value,
+    pack_job_value,
+    unpack_job_value,
+)
+from fdblayer.jobs.keys import JobType, Layout, new_versionstamp
+
+__all__ = [
+    "get_job_val",
+    "set_job_val",
+    "maybe_enqueue",
+    "update_activity",
+    "clear_activity",
+    "update_watch",
+]
+
+# The value of a WATCHES_ACTIVITY key: a lone versionstamp, the same bytes
+# for every write (the store fills the placeholder in at commit).
+_STAMPED_WATCH_VALUE = fdb.tuple.pack_with_versionstamp((new_versionstamp(),))
+
+
+def get_job_val(tr: Transaction, key: bytes) -> Optional[JobValue]:
+    """Read and decode a DATA row, or None when the job does not exist."""
+    raw = tr.get(key)
+    return None if raw is None else unpack_job_value(raw)
+
+
+def set_job_val(tr: Transaction, key: bytes, value: JobValue) -> None:
+    """Write a DATA row; a running value gets this commit's versionstamp."""
+    if value.stamped:
+        tr.set_versionstamped_value(key, pack_job_value(value))
+    else:
+        tr.set(key, pack_job_value(value))
+
+
+def maybe_enqueue(
+    tr: Transaction,
+    layout: Layout,
+    job_type: JobType,
+    job_id: str,
+    sched_time: int,
+    enqueue: bool,
+    data: bytes,
+    key: Optional[bytes] = None,
+) -> JobValue:
+    """Write the job as pending (and enqueue it) or as finished."""
+    if key is None:
+        key = layout.data_key(job_type, job_id)
+    if enqueue:
+        value = JobValue(PENDING_SEQ, None, sched_time, False, data)
+        set_job_val(tr, key, value)
+        pending.enqueue(tr, layout, job_type, sched_time, job_id)
+    else:
+        value = JobValue(None, None, sched_time, False, data)
+        set_job_val(tr, key, value)
+    return value
+
+
+def update_activity(
+    tr: Transaction,
+    layout: Layout,
+    job_type: JobType,
+    job_id: str,
+    old_seq: Seq,
+    data: bytes,
+) -> None:
+    """Move the job's ACTIVITY row to this commit's versionstamp."""
+    clear_activity(tr, layout, job_type, old_seq)
+    tr.set_versionstamped_key(
+        layout.activity_key_stamped(job_type), pack_activity_value(job_id, data)
+    )
+    update_watch(tr, layout, job_type)
+
+
+def clear_activity(tr: Transaction, layout: Layout, job_type: JobType, seq: Seq) -> None:
+    """Clear a running job's ACTIVITY row (nothing for other states)."""
+    if isinstance(seq, fdb.tuple.Versionstamp):
+        tr.clear(layout.activity_key(job_type, seq))
+
+
+def update_watch(tr: Transaction, layout: Layout, job_type: JobType) -> None:
+    """Stamp the type's activity watch key, waking notifiers and monitors."""
+    tr.set_versionstamped_value(layout.watches_activity_key(job_type), _STAMPED_WATCH_VALUE)
