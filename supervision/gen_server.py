@@ -1,0 +1,572 @@
+"""gen_server-style actors on Thespian, with OTP exit semantics.
+
+Subclass :class:`GenServer` and implement the callbacks ``init(args)``,
+``handle_call(msg, from_)`` (its return value is the reply; return
+``NOREPLY`` and call :meth:`GenServer.reply` later to defer it),
+``handle_cast(msg)``, ``handle_info(msg)`` and ``terminate(reason)``.
+
+What a caller can rely on:
+
+* An unknown call, cast or info message makes the actor exit with
+  :class:`~supervision.exceptions.BadCall` / ``BadCast`` / ``BadInfo``.
+* An exception in any callback makes the actor exit with that exception as
+  its reason: no retry, no PoisonMessage. A caller waiting on the call gets
+  :class:`~supervision.exceptions.CallFailed`.
+* On exit the actor runs ``terminate(reason)``, then sends ``Exit`` to its
+  parent and linked actors and ``Down`` to its monitors, then stops.
+* An actor killed without a word (SIGKILL) is reported by its parent on its
+  behalf with reason ``killed``; the kernel kills an actor whose parent
+  process dies (PR_SET_PDEATHSIG), so no orphan outlives its supervisor.
+* Timers (:meth:`GenServer.send_after`) run on the actor's clock and can be
+  cancelled; on a manual clock they fire when an ``AdvanceClock`` arrives.
+"""
+from __future__ import annotations
+
+import ctypes
+import itertools
+import heapq
+import logging
+import os
+import signal
+import uuid
+from dataclasses import dataclass, replace
+from datetime import timedelta
+from typing import Any, Callable
+
+from thespian.actors import (
+    Actor,
+    ActorExitRequest,
+    ChildActorExited,
+    DeadEnvelope,
+    PoisonMessage,
+    WakeupMessage,
+)
+
+from . import messages as m
+from .addrmap import AddrMap, AddrSet
+from .clock import Clock, make_clock
+from .exceptions import BadCall, BadCast, BadInfo, CallFailed, CallTimeout, NoProc
+from .reasons import KILLED, NOPROC, NORMAL, SHUTDOWN, is_normal, portable, reason_name
+from .reports import report
+
+log = logging.getLogger(__name__)
+
+IGNORE = "ignore"
+NOREPLY = object()
+#: Returned by ``init`` of an actor that finishes starting later by calling
+#: :meth:`GenServer.start_complete` or :meth:`GenServer.start_failed`.
+DEFER_START = object()
+_PR_SET_PDEATHSIG = 1
+
+
+@dataclass(frozen=True)
+class From:
+    """Who to answer for a call: pass it to :meth:`GenServer.reply`."""
+
+    ref: str
+    reply_to: Any
+
+
+def die_with_parent() -> None:
+    """Ask the kernel to SIGKILL this process when its parent process dies."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
+        log.warning("PR_SET_PDEATHSIG unavailable: orphans may outlive a killed parent")
+        return
+    if os.getppid() == 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def adopt_actor_logging() -> None:
+    """Route loggers created before the fork to Thespian's forwarding root.
+
+    Thespian replaces ``logging.root`` in each actor process; loggers that
+    already existed still point at the old root and would print to the
+    starter's stderr instead of the node's log.
+    """
+    root = logging.root
+    old_manager = getattr(log, "manager", None)  # Thespian swapped the class-level manager
+    if old_manager is None or old_manager is logging.Logger.manager:
+        return
+    for logger in list(old_manager.loggerDict.values()):
+        parent = getattr(logger, "parent", None)
+        if isinstance(logger, logging.Logger) and parent is not None and parent.name == "root" and parent is not root:
+            logger.parent = root
+
+
+class GenServer(Actor):
+    """A supervised actor with gen_server callbacks. See the module docstring."""
+
+    #: Trap exit signals from linked actors (receive them as ``Exit`` messages).
+    trap_exit: bool = False
+
+    # ----------------------------------------------------------- callbacks
+    def init(self, args: Any) -> Any:
+        """Set up state. Return ``IGNORE`` to not start; raise to fail the start."""
+        return None
+
+    def handle_call(self, msg: Any, from_: From) -> Any:
+        """Answer a call. The default crashes with ``bad_call``."""
+        raise BadCall(msg)
+
+    def handle_cast(self, msg: Any) -> None:
+        """Handle a cast. The default crashes with ``bad_cast``."""
+        raise BadCast(msg)
+
+    def handle_info(self, msg: Any) -> None:
+        """Handle any other message. The default crashes with ``bad_info``."""
+        raise BadInfo(msg)
+
+    def terminate(self, reason: Any) -> None:
+        """Clean up before exiting with ``reason``."""
+
+    def format_status(self) -> dict:
+        """State shown in crash reports; override to redact."""
+        return {}
+
+    # ------------------------------------------------------------ plumbing
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._started = False
+        self._exiting = False
+        self._stash: list = []
+        self.parent: Any = None
+        self.node: Any = None
+        self.name: str | None = None
+        self.clock: Clock = Clock()
+        self._links = AddrSet()
+        self._monitors: dict[str, Any] = {}
+        self._my_monitors: dict[str, Any] = {}
+        self._children = AddrMap()
+        self._exit_reasons = AddrMap()
+        self._timers: dict[int, tuple] = {}
+        self._timer_heap: list = []
+        self._timer_ids = itertools.count(1)
+        self._pending_calls: dict[str, m.Pending] = {}
+        self._stop_reason: Any = None
+        self._starter: Any = None
+
+    def receiveMessage(self, msg: Any, sender: Any) -> None:  # noqa: N802 - Thespian API
+        """Thespian entry point: routes messages; never lets an exception escape."""
+        if self._exiting:
+            self._after_exit(msg)
+            return
+        try:
+            self._route(msg, sender)
+            if self._stop_reason is not None:
+                self._exit(self._stop_reason)
+        except Exception as exc:  # noqa: BLE001 - the actor boundary: crash with the reason
+            self._crash(exc, msg)
+
+    def _route(self, msg: Any, sender: Any) -> None:
+        if isinstance(msg, ActorExitRequest):
+            self._exit(SHUTDOWN, thespian_exiting=True)
+        elif isinstance(msg, ChildActorExited):
+            self._on_child_actor_exited(msg.childAddress)
+        elif isinstance(msg, WakeupMessage):
+            self._on_wakeup(msg.payload)
+        elif isinstance(msg, m.Init):
+            self._on_init(msg if msg.starter is not None else replace(msg, starter=sender))
+        elif isinstance(msg, (PoisonMessage, DeadEnvelope)):
+            self._on_undeliverable(msg)
+        elif not self._started and type(msg) not in _EARLY:
+            self._stash.append((msg, sender))
+        else:
+            if isinstance(msg, m.Call) and msg.reply_to is None:
+                msg = replace(msg, reply_to=sender)
+            self._dispatch(msg, sender)
+
+    def _dispatch(self, msg: Any, sender: Any) -> None:
+        handler = _SYSTEM.get(type(msg))
+        if handler is not None:
+            getattr(self, handler)(msg)
+        else:
+            self.handle_info(msg)
+
+    # ---------------------------------------------------------- handshake
+    def _on_init(self, init: m.Init) -> None:
+        die_with_parent()
+        adopt_actor_logging()
+        self.parent, self.node, self.name = init.parent, init.node, init.name
+        self.clock = make_clock(init.clock)
+        if init.link_parent and init.parent is not None:
+            self._links.add(init.parent)
+        try:
+            result = self.init(init.args)
+        except Exception as exc:  # noqa: BLE001 - init failure is a start error
+            self._fail_start(init, exc)
+            return
+        self._starter = init.starter
+        if result is DEFER_START:
+            return
+        if isinstance(result, str) and result == IGNORE:
+            self._exiting = True
+            self.send(init.starter, m.Ignored(self.myAddress))
+            self.send(self.myAddress, ActorExitRequest())
+            return
+        self.start_complete()
+
+    def start_complete(self) -> None:
+        """Tell the starter this actor is up, then handle what waited for it."""
+        self._started = True
+        self.send(self._starter, m.Started(self.myAddress, os.getpid()))
+        stash, self._stash = self._stash, []
+        for msg, sender in stash:
+            self.receiveMessage(msg, sender)
+
+    def start_failed(self, reason: Any) -> None:
+        """Tell the starter this actor could not start, and exit."""
+        self._exiting = True
+        reason = portable(reason)
+        report("start_error", logging.ERROR, actor=type(self).__name__, name=self.name, reason=reason)
+        self.send(self._starter, m.StartFailed(self.myAddress, reason))
+        self.send(self.myAddress, ActorExitRequest())
+
+    def _fail_start(self, init: m.Init, exc: Exception) -> None:
+        self._starter = init.starter
+        self.start_failed(exc)
+
+    # -------------------------------------------------------------- calls
+    def _on_call(self, call: m.Call) -> None:
+        from_ = From(call.ref, call.reply_to)
+        try:
+            if isinstance(call.msg, m.GetPid):
+                result: Any = os.getpid()
+            else:
+                result = self.handle_call(call.msg, from_)
+        except Exception as exc:
+            self.send(from_.reply_to, m.CallError(from_.ref, self.myAddress, portable(exc)))
+            raise
+        if result is not NOREPLY:
+            self.reply(from_, result)
+
+    def reply(self, from_: From, value: Any) -> None:
+        """Answer the call identified by ``from_``."""
+        self.send(from_.reply_to, m.Reply(from_.ref, value))
+
+    def _on_cast(self, cast: m.Cast) -> None:
+        self.handle_cast(cast.msg)
+
+    def call_async(self, target: Any, msg: Any, callback: Callable[[Any, Exception | None], None],
+                   timeout: float = 5.0) -> str:
+        """Call another actor without blocking this one.
+
+        ``callback(value, None)`` runs with the reply, or
+        ``callback(None, error)`` with CallTimeout, CallFailed or NoProc.
+        Returns the call's ref.
+        """
+        ref = uuid.uuid4().hex
+        pending = m.Pending(callback, target)
+        pending.timer = self.start_timer(timeout, lambda: self._call_timed_out(ref, msg, timeout), real=True)
+        self._pending_calls[ref] = pending
+        self.send(target, m.Call(ref, msg, self.myAddress))
+        return ref
+
+    def _call_timed_out(self, ref: str, msg: Any, timeout: float) -> None:
+        pending = self._pending_calls.pop(ref, None)
+        if pending is not None:
+            pending.callback(None, CallTimeout(pending.target, msg, timeout))
+
+    def _on_reply(self, reply: m.Reply) -> None:
+        pending = self._pending_calls.pop(reply.ref, None)
+        if pending is not None:
+            self.cancel_timer(pending.timer)
+            if isinstance(reply.value, m.Failure):
+                pending.callback(None, reply.value.error)
+            else:
+                pending.callback(reply.value, None)
+
+    def _on_call_error(self, err: m.CallError) -> None:
+        pending = self._pending_calls.pop(err.ref, None)
+        if pending is not None:
+            self.cancel_timer(pending.timer)
+            error = NoProc(err.target) if err.reason == NOPROC else CallFailed(err.target, err.reason)
+            pending.callback(None, error)
+
+    # -------------------------------------------------- links and monitors
+    def link(self, addr: Any) -> None:
+        """Link to ``addr``: a non-normal exit of either ends the other (unless trapped)."""
+        if addr == self.myAddress or addr in self._links:
+            return
+        self._links.add(addr)
+        self.send(addr, m.LinkRequest(self.myAddress))
+        self._tell_parent_watchers()
+
+    def unlink(self, addr: Any) -> None:
+        """Remove a link (both directions)."""
+        if addr in self._links:
+            self._links.discard(addr)
+            self.send(addr, m.UnlinkRequest(self.myAddress))
+            self._tell_parent_watchers()
+
+    def monitor(self, addr: Any) -> str:
+        """Monitor ``addr``: one ``Down(ref, addr, reason)`` arrives when it exits
+        (reason ``noproc`` if it is already dead). Returns the ref."""
+        ref = uuid.uuid4().hex
+        self._my_monitors[ref] = addr
+        self.send(addr, m.MonitorRequest(ref, self.myAddress))
+        return ref
+
+    def demonitor(self, ref: str) -> None:
+        """Cancel a monitor; no Down for it is delivered afterwards."""
+        addr = self._my_monitors.pop(ref, None)
+        if addr is not None:
+            self.send(addr, m.DemonitorRequest(ref))
+
+    def _on_link_request(self, req: m.LinkRequest) -> None:
+        self._links.add(req.addr)
+        self._tell_parent_watchers()
+
+    def _on_unlink_request(self, req: m.UnlinkRequest) -> None:
+        self._links.discard(req.addr)
+        self._tell_parent_watchers()
+
+    def _on_monitor_request(self, req: m.MonitorRequest) -> None:
+        self._monitors[req.ref] = req.watcher
+        self._tell_parent_watchers()
+
+    def _on_demonitor_request(self, req: m.DemonitorRequest) -> None:
+        if self._monitors.pop(req.ref, None) is not None:
+            self._tell_parent_watchers()
+
+    def _on_down(self, down: m.Down) -> None:
+        if self._my_monitors.pop(down.ref, None) is not None:
+            self.handle_info(down)
+
+    def _tell_parent_watchers(self) -> None:
+        if self.parent is not None:
+            links = tuple(a for a in self._links if a != self.parent)
+            monitors = tuple(self._monitors.items())
+            self.send(self.parent, m.Watchers(self.myAddress, links, monitors))
+
+    def _on_watchers(self, w: m.Watchers) -> None:
+        child = self._children.get(w.addr)
+        if child is not None:
+            child["watchers"] = w
+
+    def _on_exit_signal(self, sig: m.Exit) -> None:
+        if sig.addr in self._children:
+            self._exit_reasons[sig.addr] = sig.reason
+            return
+        if sig.addr not in self._links and sig.addr != self.parent:
+            if self.trap_exit:
+                self.handle_info(sig)
+            return
+        self._links.discard(sig.addr)
+        if sig.addr == self.parent:
+            self.stop(sig.reason)
+        elif self.trap_exit:
+            self.handle_info(sig)
+        elif sig.reason != NORMAL:
+            self.stop(sig.reason)
+
+    # ------------------------------------------------------------ children
+    def spawn_link(self, cls: type | str, args: Any = None, *, name: str | None = None,
+                   clock: Any = None) -> Any:
+        """Start a linked child actor; returns its address at once.
+
+        The child's ``Started`` arrives later (see :meth:`child_started`);
+        its exit arrives as an exit signal (an ``Exit`` message when this
+        actor traps exits).
+        """
+        addr = self._create_child(cls, args, name=name, clock=clock)
+        self._links.add(addr)
+        return addr
+
+    def _create_child(self, cls: type | str, args: Any, *, name: str | None = None,
+                      clock: Any = None) -> Any:
+        if isinstance(cls, str):
+            from .childspec import resolve_class
+            cls = resolve_class(cls)
+        addr = self.createActor(cls)
+        self._children[addr] = {"pid": None, "watchers": None}
+        self.send(addr, m.Init(args, self.myAddress, self.myAddress, self.node, name, clock))
+        return addr
+
+    def child_started(self, addr: Any, pid: int) -> None:
+        """Hook: a child created by this actor answered Started."""
+
+    def child_exited(self, addr: Any, reason: Any) -> None:
+        """Hook: a child created by this actor is gone. Default: treat it as an exit signal."""
+        if addr in self._links:
+            self._links.discard(addr)
+            if reason == IGNORE:
+                return
+            if self.trap_exit:
+                self.handle_info(m.Exit(addr, reason))
+            elif reason != NORMAL:
+                self.stop(reason)
+
+    def _on_started(self, msg: m.Started) -> None:
+        child = self._children.get(msg.addr)
+        if child is not None:
+            child["pid"] = msg.pid
+            self.child_started(msg.addr, msg.pid)
+
+    def _on_start_failed(self, msg: m.StartFailed) -> None:
+        if msg.addr in self._children:
+            self._exit_reasons[msg.addr] = msg.reason
+
+    def _on_ignored(self, msg: m.Ignored) -> None:
+        if msg.addr in self._children:
+            self._exit_reasons[msg.addr] = IGNORE
+
+    def _on_child_actor_exited(self, addr: Any) -> None:
+        child = self._children.pop(addr, None)
+        if child is None:
+            return  # Thespian reports each exit twice; the second is a duplicate.
+        reason = self._exit_reasons.pop(addr, KILLED)
+        if reason == KILLED:
+            self._notify_for_dead_child(addr, child)
+        self.child_exited(addr, reason)
+
+    def _notify_for_dead_child(self, addr: Any, child: dict) -> None:
+        watchers: m.Watchers | None = child.get("watchers")
+        if watchers is None:
+            return
+        for link in watchers.links:
+            self.send(link, m.Exit(addr, KILLED))
+        for ref, watcher in watchers.monitors:
+            self.send(watcher, m.Down(ref, addr, KILLED))
+
+    def kill_child(self, addr: Any) -> bool:
+        """SIGKILL a child's process (brutal_kill). False if its pid is unknown."""
+        child = self._children.get(addr)
+        pid = child and child.get("pid")
+        if not pid:
+            return False
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        return True
+
+    # -------------------------------------------------------------- timers
+    def send_after(self, delay: float, msg: Any) -> int:
+        """Deliver ``msg`` to ``handle_info`` after ``delay`` seconds of this
+        actor's clock. Returns a token for :meth:`cancel_timer`."""
+        return self.start_timer(delay, lambda: self.handle_info(msg))
+
+    def start_timer(self, delay: float, callback: Callable[[], None], real: bool = False) -> int:
+        """Run ``callback`` after ``delay`` seconds (``real`` ignores a manual clock)."""
+        token = next(self._timer_ids)
+        manual = self.clock.manual and not real
+        deadline = (self.clock.monotonic() if manual else 0.0) + max(0.0, delay)
+        self._timers[token] = (callback, manual)
+        if manual:
+            heapq.heappush(self._timer_heap, (deadline, token))
+        else:
+            self.wakeupAfter(timedelta(seconds=max(0.0, delay)), payload=m.TimerFired(token))
+        return token
+
+    def cancel_timer(self, token: int | None) -> bool:
+        """Cancel a timer; True if it had not fired yet."""
+        return token is not None and self._timers.pop(token, None) is not None
+
+    def _on_wakeup(self, payload: Any) -> None:
+        if isinstance(payload, m.TimerFired):
+            entry = self._timers.pop(payload.token, None)
+            if entry is not None:
+                entry[0]()
+
+    def _on_advance_clock(self, adv: m.AdvanceClock) -> None:
+        if self.clock.manual:
+            self.clock.advance(adv.seconds)  # type: ignore[attr-defined]
+            now = self.clock.monotonic()
+            while self._timer_heap and self._timer_heap[0][0] <= now:
+                _, token = heapq.heappop(self._timer_heap)
+                entry = self._timers.pop(token, None)
+                if entry is not None:
+                    entry[0]()
+        if adv.reply_to is not None:
+            self.send(adv.reply_to, m.ClockAdvanced(self.clock.monotonic()))
+
+    # ---------------------------------------------------------------- exit
+    def stop(self, reason: Any = NORMAL) -> None:
+        """Exit with ``reason`` once the current handler returns."""
+        self._stop_reason = reason if reason is not None else NORMAL
+
+    def _on_shutdown(self, msg: m.Shutdown) -> None:
+        self.stop(msg.reason)
+
+    def _crash(self, exc: Exception, msg: Any) -> None:
+        report("crash", logging.ERROR, actor=type(self).__name__, name=self.name,
+               reason=exc, last_message=msg, state=self._safe_status())
+        self._exit(portable(exc), logged=True)
+
+    def _safe_status(self) -> Any:
+        try:
+            return self.format_status()
+        except Exception as exc:  # noqa: BLE001 - a report must not crash the crash path
+            return f"<format_status failed: {exc!r}>"
+
+    def _exit(self, reason: Any, thespian_exiting: bool = False, logged: bool = False) -> None:
+        """Run terminate, tell parent, links and monitors, then stop the actor."""
+        if self._exiting:
+            return
+        self._exiting = True
+        try:
+            self.terminate(reason)
+        except Exception as exc:  # noqa: BLE001 - terminate failing changes the reason
+            report("terminate_error", logging.ERROR, actor=type(self).__name__, reason=exc)
+            reason = exc
+        reason = portable(reason)
+        if not logged and not is_normal(reason) and self._started:
+            report("crash", logging.ERROR, actor=type(self).__name__, name=self.name, reason=reason)
+        self._announce_exit(reason)
+        if not thespian_exiting:
+            self.send(self.myAddress, ActorExitRequest())
+
+    def _announce_exit(self, reason: Any) -> None:
+        if not self._started:
+            return
+        me = self.myAddress
+        targets = AddrSet(self._links)
+        if self.parent is not None:
+            targets.add(self.parent)
+        for addr in targets:
+            self.send(addr, m.Exit(me, reason))
+        for ref, watcher in self._monitors.items():
+            self.send(watcher, m.Down(ref, me, reason))
+
+    def _after_exit(self, msg: Any) -> None:
+        """Messages reaching an exiting actor: requests get noproc answers."""
+        if isinstance(msg, m.Call):
+            self.send(msg.reply_to, m.CallError(msg.ref, self.myAddress, NOPROC))
+        elif isinstance(msg, m.MonitorRequest):
+            self.send(msg.watcher, m.Down(msg.ref, self.myAddress, NOPROC))
+        elif isinstance(msg, m.LinkRequest):
+            self.send(msg.addr, m.Exit(self.myAddress, NOPROC))
+
+    def _on_undeliverable(self, msg: Any) -> None:
+        log.debug("%s: undeliverable message %r", type(self).__name__, msg)
+
+
+
+#: System messages and the method that handles each (by name, so subclasses
+#: such as Supervisor can override a handler).
+_SYSTEM: dict[type, str] = {
+    m.Call: "_on_call",
+    m.Cast: "_on_cast",
+    m.Reply: "_on_reply",
+    m.CallError: "_on_call_error",
+    m.Exit: "_on_exit_signal",
+    m.Down: "_on_down",
+    m.LinkRequest: "_on_link_request",
+    m.UnlinkRequest: "_on_unlink_request",
+    m.MonitorRequest: "_on_monitor_request",
+    m.DemonitorRequest: "_on_demonitor_request",
+    m.Watchers: "_on_watchers",
+    m.Started: "_on_started",
+    m.StartFailed: "_on_start_failed",
+    m.Ignored: "_on_ignored",
+    m.Shutdown: "_on_shutdown",
+    m.AdvanceClock: "_on_advance_clock",
+}
+
+#: Messages handled even before init has completed (a supervisor starting its
+#: children must see their answers); everything else waits in a stash.
+_EARLY = frozenset({m.Started, m.StartFailed, m.Ignored, m.Exit, m.Watchers, m.Reply,
+                    m.CallError, m.Shutdown, m.AdvanceClock})

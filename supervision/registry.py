@@ -1,0 +1,109 @@
+"""The node's supervisor: root of the tree, name registry and dead-letter desk.
+
+:class:`NodeSupervisor` is the one top-level actor of a node. Besides
+supervising the node's children it
+
+* keeps the node-local names (``Register`` / ``Unregister`` casts sent by
+  supervisors for children whose spec has a ``name``; ``WhereIs`` calls).
+  A name whose process is gone is dropped on lookup, so a name never points
+  at a dead actor for long, even after a SIGKILLed subtree;
+* receives Thespian's dead letters and answers on behalf of the dead: a
+  ``Call`` gets ``noproc``, a ``MonitorRequest`` a ``Down(noproc)``, a
+  ``LinkRequest`` an ``Exit(noproc)``, as Erlang does for a dead pid.
+"""
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+from thespian.actors import DeadEnvelope
+
+from . import messages as m
+from .gen_server import From
+from .reasons import NOPROC
+from .reports import report
+from .supervisor import Supervisor
+
+log = logging.getLogger(__name__)
+
+
+def pid_alive(pid: int | None) -> bool:
+    """True if ``pid`` is a live (not zombie) process."""
+    if not pid:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            state = f.read().rsplit(b")", 1)[1].split()[0]
+    except (FileNotFoundError, IndexError, ProcessLookupError):
+        return False
+    return state not in (b"Z", b"X")
+
+
+class NodeSupervisor(Supervisor):
+    """Top-level supervisor with the name registry and dead-letter handling."""
+
+    def init(self, args: Any) -> Any:
+        self._names: dict[str, tuple[Any, int | None]] = {}
+        self.node = self.myAddress
+        self.handleDeadLetters()
+        return super().init(args)
+
+    def _dispatch(self, msg: Any, sender: Any) -> None:
+        inner = msg.msg if isinstance(msg, (m.Cast, m.Call)) else None
+        if isinstance(inner, m.Register):
+            self._register_name(inner)
+        elif isinstance(inner, m.Unregister):
+            self._unregister_name(inner)
+        elif isinstance(inner, m.WhereIs):
+            self.reply(From(msg.ref, msg.reply_to), self._whereis(inner.name))
+        else:
+            super()._dispatch(msg, sender)
+
+    def _register_name(self, reg: m.Register) -> None:
+        old = self._names.get(reg.name)
+        if old is not None and old[0] != reg.addr and pid_alive(old[1]):
+            report("name_conflict", logging.ERROR, name=reg.name, holder=old[0], claimant=reg.addr)
+            return
+        self._names[reg.name] = (reg.addr, reg.pid)
+
+    def _unregister_name(self, unreg: m.Unregister) -> None:
+        entry = self._names.get(unreg.name)
+        if entry is not None and (unreg.addr is None or entry[0] == unreg.addr):
+            del self._names[unreg.name]
+
+    def _whereis(self, name: str) -> Any:
+        entry = self._names.get(name)
+        if entry is None:
+            return None
+        if not pid_alive(entry[1]):
+            del self._names[name]
+            return None
+        return entry[0]
+
+    def _on_undeliverable(self, msg: Any) -> None:
+        if not isinstance(msg, DeadEnvelope):
+            return
+        dead, letter = msg.deadAddress, msg.deadMessage
+        answer = _noproc_answer(dead, letter)
+        if answer is None:
+            log.debug("dead letter to %s: %r", dead, letter)
+            return
+        to, reply = answer
+        self.send(to, reply)
+
+    def format_status(self) -> dict:
+        status = super().format_status()
+        status["names"] = sorted(self._names)
+        return status
+
+
+def _noproc_answer(dead: Any, letter: Any) -> tuple[Any, Any] | None:
+    """What Erlang would answer for a request to a dead actor, and to whom."""
+    if isinstance(letter, m.Call) and letter.reply_to is not None:
+        return letter.reply_to, m.CallError(letter.ref, dead, NOPROC)
+    if isinstance(letter, m.MonitorRequest) and letter.watcher is not None:
+        return letter.watcher, m.Down(letter.ref, dead, NOPROC)
+    if isinstance(letter, m.LinkRequest) and letter.addr is not None:
+        return letter.addr, m.Exit(dead, NOPROC)
+    return None

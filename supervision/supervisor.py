@@ -1,0 +1,476 @@
+"""OTP supervisors on GenServer.
+
+Subclass :class:`Supervisor` and implement ``children(args)`` returning
+``(SupFlags, [ChildSpec, ...])`` (dicts are accepted for both), or start a
+plain :class:`Supervisor` with ``args=(flags, specs)``.
+
+What a caller can rely on (OTP's supervisor semantics):
+
+* Children start one at a time, in order, each after the previous one
+  answered; the supervisor reports Started only when all have. A child whose
+  init returns ``IGNORE`` is kept as a spec with no process. A child that
+  fails to start makes the supervisor stop the ones already started (in
+  reverse order) and fail its own start.
+* Restart types: permanent children always restart, transient ones only
+  after an abnormal exit, temporary ones never (and are forgotten).
+* Strategies: one_for_one, one_for_all, rest_for_one, simple_one_for_one.
+* More than ``intensity`` restarts within ``period`` seconds: the supervisor
+  stops all children in reverse order and exits with reason ``shutdown``,
+  and its own supervisor applies its strategy.
+* Stopping a child: ``Shutdown`` then wait ``shutdown`` seconds then
+  SIGKILL; or SIGKILL at once for ``brutal_kill``.
+* One operation at a time (a restart, a start_child...): requests arriving
+  meanwhile are served after it, in order.
+"""
+from __future__ import annotations
+
+import collections
+import logging
+import math
+from dataclasses import dataclass, field
+from typing import Any, Generator, Iterable
+
+from . import messages as m
+from .childspec import (
+    BRUTAL_KILL,
+    INFINITY,
+    ChildSpec,
+    ChildType,
+    Restart,
+    Strategy,
+    SupFlags,
+    check_specs,
+)
+from .clock import Clock
+from .exceptions import AlreadyStarted, BadChildSpec, NoProc, StartError, SupervisionError
+from .gen_server import DEFER_START, IGNORE, NOREPLY, From, GenServer
+from .reasons import KILLED, NORMAL, SHUTDOWN, is_normal, portable
+from .reports import report
+
+log = logging.getLogger(__name__)
+
+_REAL_CLOCK = Clock()
+
+#: Seconds a child may take to answer its start before it is killed.
+START_TIMEOUT = 30.0
+
+# --- requests (supervisor calls) ---------------------------------------
+
+
+@dataclass(frozen=True)
+class StartChild:
+    """Start a child: a ChildSpec/dict, or the args for simple_one_for_one."""
+
+    spec_or_args: Any
+
+
+@dataclass(frozen=True)
+class TerminateChild:
+    """Stop a child (by id, or by address for simple_one_for_one); keep its spec."""
+
+    child: Any
+
+
+@dataclass(frozen=True)
+class RestartChild:
+    """Start again a stopped child whose spec is kept."""
+
+    child_id: Any
+
+
+@dataclass(frozen=True)
+class DeleteChild:
+    """Forget the spec of a stopped child."""
+
+    child_id: Any
+
+
+@dataclass(frozen=True)
+class WhichChildren:
+    """List ``(id, address or None, type, start)`` per child, in start order."""
+
+
+@dataclass(frozen=True)
+class CountChildren:
+    """Counts: specs, active, supervisors, workers."""
+
+
+@dataclass(frozen=True)
+class GetChildSpec:
+    """The spec of a child as a dict."""
+
+    child_id: Any
+
+
+@dataclass(frozen=True)
+class ChildInfo:
+    """One row of which_children."""
+
+    id: Any
+    addr: Any
+    type: str
+    start: str
+    pid: int | None = None
+
+
+@dataclass
+class _Kid:
+    spec: ChildSpec
+    addr: Any = None
+    pid: int | None = None
+
+
+@dataclass(frozen=True)
+class _Wait:
+    kind: str  # "start" or "exit"
+    addr: Any
+
+
+@dataclass
+class _Op:
+    gen: Generator
+    waiting: _Wait | None = None
+    timers: list = field(default_factory=list)
+
+
+class Supervisor(GenServer):
+    """A supervisor actor. See the module docstring."""
+
+    trap_exit = True
+
+    def children(self, args: Any) -> tuple[Any, list]:
+        """Return ``(flags, specs)``; the default reads them from ``args``."""
+        flags, specs = args
+        return flags, specs
+
+    # ------------------------------------------------------------ startup
+    def init(self, args: Any) -> Any:
+        flags, specs = self.children(args)
+        self.flags = SupFlags.from_value(flags)
+        specs = check_specs(self.flags, list(specs))
+        self._template: ChildSpec | None = None
+        self._kids: list[_Kid] = []
+        if self.flags.strategy is Strategy.SIMPLE_ONE_FOR_ONE:
+            self._template = specs[0]
+        else:
+            self._kids = [_Kid(s) for s in specs]
+        self._restarts: collections.deque = collections.deque()
+        self._op: _Op | None = None
+        self._ops: collections.deque = collections.deque()
+        self._backlog: collections.deque = collections.deque()
+        self._run(self._start_all())
+        return DEFER_START
+
+    def _start_all(self) -> Generator:
+        for kid in list(self._kids):
+            ok, reason = yield from self._start_kid(kid)
+            if not ok:
+                yield from self._terminate_all()
+                self.start_failed(("shutdown", ("failed_to_start_child", kid.spec.id, reason)))
+                return
+        self.start_complete()
+
+    # ------------------------------------------------ operations machinery
+    def _run(self, gen: Generator, urgent: bool = False) -> None:
+        """Queue an operation; operations run one at a time."""
+        if urgent:
+            self._ops.appendleft(gen)
+        else:
+            self._ops.append(gen)
+        if self._op is None:
+            self._next_op()
+
+    def _next_op(self) -> None:
+        while self._op is None and self._ops:
+            self._op = _Op(self._ops.popleft())
+            self._step(None)
+        while self._op is None and self._backlog and not self._exiting:
+            kind, payload = self._backlog.popleft()
+            if kind == "exit":
+                self._on_kid_exit(*payload)
+            else:
+                GenServer._dispatch(self, *payload)
+
+    def _step(self, value: Any) -> None:
+        op = self._op
+        assert op is not None
+        for token in op.timers:
+            self.cancel_timer(token)
+        op.timers.clear()
+        try:
+            op.waiting = op.gen.send(value)
+        except StopIteration:
+            self._op = None
+            if not self._exiting:
+                self._next_op()
+            return
+        self._arm_wait(op)
+
+    def _arm_wait(self, op: _Op) -> None:
+        wait = op.waiting
+        if wait.kind == "start":
+            op.timers.append(self.start_timer(START_TIMEOUT, lambda: self._start_timed_out(wait.addr), real=True))
+
+    def _start_timed_out(self, addr: Any) -> None:
+        if self._op and self._op.waiting == _Wait("start", addr):
+            self._exit_reasons[addr] = "start_timeout"
+            self.kill_child(addr) or self._resume("start", addr, (False, "start_timeout"))
+
+    def _resume(self, kind: str, addr: Any, value: Any) -> bool:
+        op = self._op
+        if op is not None and op.waiting == _Wait(kind, addr):
+            op.waiting = None
+            self._step(value)
+            return True
+        return False
+
+    def _dispatch(self, msg: Any, sender: Any) -> None:
+        if self._op is not None and isinstance(msg, (m.Call, m.Cast)):
+            self._backlog.append(("msg", (msg, sender)))
+        else:
+            super()._dispatch(msg, sender)
+
+    # ------------------------------------------------ child start and stop
+    def _start_kid(self, kid: _Kid) -> Generator:
+        """Start one child; returns (ok, reason). Ignore counts as ok."""
+        try:
+            addr = self._create_child(kid.spec.actor_class(), kid.spec.args, name=kid.spec.name)
+        except (BadChildSpec, SupervisionError) as exc:
+            return False, portable(exc)
+        result = yield _Wait("start", addr)
+        ok, detail = result
+        if ok and detail == IGNORE:
+            kid.addr = kid.pid = None
+            report("child_ignored", supervisor=self.name, child=kid.spec.id)
+            return True, None
+        if not ok:
+            report("start_error", logging.ERROR, supervisor=self.name, child=kid.spec.id, reason=detail)
+            return False, detail
+        kid.addr, kid.pid = addr, detail
+        if kid.spec.name:
+            self._register(kid)
+        report("child_started", supervisor=self.name, child=kid.spec.id, pid=detail, restart=kid.spec.restart.value)
+        return True, None
+
+    def child_started(self, addr: Any, pid: int) -> None:
+        self._resume("start", addr, (True, pid))
+
+    def child_exited(self, addr: Any, reason: Any) -> None:
+        if reason == IGNORE and self._resume("start", addr, (True, IGNORE)):
+            return
+        if self._resume("start", addr, (False, reason)):
+            return
+        if self._resume("exit", addr, reason):
+            return
+        if addr == self.parent:
+            return
+        self._backlog.append(("exit", (addr, reason)))
+        if self._op is None:
+            self._next_op()
+
+    def _terminate_kid(self, kid: _Kid, reason: Any = SHUTDOWN) -> Generator:
+        """Stop one child (Shutdown, timeout, SIGKILL); waits for its exit."""
+        addr = kid.addr
+        if addr is None:
+            return
+        kid.addr = kid.pid = None
+        self._unregister(kid, addr)
+        if addr not in self._children:
+            self._drop_backlogged_exit(addr)
+            return
+        shutdown = kid.spec.shutdown
+        if shutdown == BRUTAL_KILL:
+            self.kill_child(addr)
+        else:
+            self.send(addr, m.Shutdown(reason))
+            if shutdown != INFINITY:
+                self._op.timers.append(self.start_timer(float(shutdown), lambda: self.kill_child(addr), real=True))
+        exit_reason = yield _Wait("exit", addr)
+        expected = KILLED if shutdown == BRUTAL_KILL else reason
+        if exit_reason != expected and not is_normal(exit_reason):
+            report("shutdown_error", logging.ERROR, supervisor=self.name, child=kid.spec.id, reason=exit_reason)
+
+    def _drop_backlogged_exit(self, addr: Any) -> None:
+        self._backlog = collections.deque(e for e in self._backlog if not (e[0] == "exit" and e[1][0] == addr))
+
+    def _terminate_all(self) -> Generator:
+        for kid in reversed(list(self._kids)):
+            yield from self._terminate_kid(kid)
+
+    # --------------------------------------------------------- restarting
+    def _find(self, addr: Any) -> _Kid | None:
+        return next((k for k in self._kids if k.addr == addr and addr is not None), None)
+
+    def _on_kid_exit(self, addr: Any, reason: Any) -> None:
+        kid = self._find(addr)
+        if kid is None:
+            return
+        self._unregister(kid, addr)
+        kid.addr = kid.pid = None
+        report("child_exited", logging.DEBUG if is_normal(reason) else logging.ERROR,
+               supervisor=self.name, child=kid.spec.id, reason=reason)
+        restart = kid.spec.restart
+        if restart is Restart.TEMPORARY or (restart is Restart.TRANSIENT and is_normal(reason)):
+            if restart is Restart.TEMPORARY or self._template is not None:
+                self._kids.remove(kid)
+            return
+        self._run(self._restart(kid))
+
+    def _add_restart(self) -> bool:
+        """Record a restart; False if that goes over the intensity."""
+        now = _REAL_CLOCK.monotonic()
+        self._restarts.append(now)
+        while self._restarts and self._restarts[0] <= now - self.flags.period:
+            self._restarts.popleft()
+        return len(self._restarts) <= self.flags.intensity
+
+    def _restart(self, kid: _Kid) -> Generator:
+        if not self._add_restart():
+            report("max_intensity", logging.ERROR, supervisor=self.name, child=kid.spec.id,
+                   intensity=self.flags.intensity, period=self.flags.period)
+            yield from self._terminate_all()
+            self._exit(SHUTDOWN)
+            return
+        strategy = self.flags.strategy
+        if strategy is Strategy.ONE_FOR_ALL:
+            group = list(self._kids)
+        elif strategy is Strategy.REST_FOR_ONE:
+            group = self._kids[self._kids.index(kid):]
+        else:
+            group = [kid]
+        for other in reversed(group):
+            if other is not kid:
+                yield from self._terminate_kid(other)
+        for member in group:
+            if member not in self._kids:
+                continue
+            if member is not kid and member.spec.restart is Restart.TEMPORARY:
+                self._kids.remove(member)
+                continue
+            ok, reason = yield from self._start_kid(member)
+            while not ok:
+                if not self._add_restart():
+                    report("max_intensity", logging.ERROR, supervisor=self.name, child=member.spec.id,
+                           intensity=self.flags.intensity, period=self.flags.period)
+                    yield from self._terminate_all()
+                    self._exit(SHUTDOWN)
+                    return
+                ok, reason = yield from self._start_kid(member)
+            report("child_restarted", supervisor=self.name, child=member.spec.id, pid=member.pid)
+
+    # ----------------------------------------------------- shutting down
+    def _on_shutdown(self, msg: m.Shutdown) -> None:
+        self._run(self._shutdown(msg.reason), urgent=True)
+
+    def _shutdown(self, reason: Any) -> Generator:
+        yield from self._terminate_all()
+        self._exit(reason)
+
+    def _on_exit_signal(self, sig: m.Exit) -> None:
+        if sig.addr == self.parent and sig.addr not in self._children:
+            self._run(self._shutdown(sig.reason), urgent=True)
+        else:
+            super()._on_exit_signal(sig)
+
+    def handle_info(self, msg: Any) -> None:
+        if isinstance(msg, m.Exit):
+            return  # exits of non-children linked to us: nothing to do
+        super().handle_info(msg)
+
+    # ---------------------------------------------------------- API calls
+    def handle_call(self, msg: Any, from_: From) -> Any:
+        if isinstance(msg, WhichChildren):
+            return self._which_children()
+        if isinstance(msg, CountChildren):
+            return self._count_children()
+        if isinstance(msg, GetChildSpec):
+            return self._kid_by_id(msg.child_id).spec.to_dict()
+        op = {StartChild: self._op_start_child, TerminateChild: self._op_terminate_child,
+              RestartChild: self._op_restart_child, DeleteChild: self._op_delete_child}.get(type(msg))
+        if op is None:
+            return super().handle_call(msg, from_)
+        self._run(self._answering(from_, op(msg)))
+        return NOREPLY
+
+    def _answering(self, from_: From, gen: Generator) -> Generator:
+        """Run a request's operation and reply with its result or error."""
+        try:
+            result = yield from gen
+        except SupervisionError as exc:
+            result = m.Failure(exc)
+        self.reply(from_, result)
+
+    def _kid_by_id(self, child_id: Any) -> _Kid:
+        for kid in self._kids:
+            if kid.spec.id == child_id or (self._template is not None and kid.addr == child_id):
+                return kid
+        raise NoProc(child_id)
+
+    def _op_start_child(self, msg: StartChild) -> Generator:
+        if self._template is not None:
+            spec = self._template.with_args(msg.spec_or_args)
+            kid = _Kid(spec)
+        else:
+            spec = check_specs(self.flags, [msg.spec_or_args])[0]
+            if any(k.spec.id == spec.id for k in self._kids):
+                raise AlreadyStarted(f"child {spec.id!r} already exists")
+            kid = _Kid(spec)
+        self._kids.append(kid)
+        ok, reason = yield from self._start_kid(kid)
+        if not ok:
+            self._kids.remove(kid)
+            raise StartError(spec.id, reason)
+        if kid.addr is None and self._template is not None:
+            self._kids.remove(kid)
+        return kid.addr
+
+    def _op_terminate_child(self, msg: TerminateChild) -> Generator:
+        kid = self._kid_by_id(msg.child)
+        yield from self._terminate_kid(kid)
+        if self._template is not None or kid.spec.restart is Restart.TEMPORARY:
+            self._kids.remove(kid)
+        return True
+
+    def _op_restart_child(self, msg: RestartChild) -> Generator:
+        if self._template is not None:
+            raise SupervisionError("restart_child is not supported by simple_one_for_one")
+        kid = self._kid_by_id(msg.child_id)
+        if kid.addr is not None:
+            raise AlreadyStarted(f"child {msg.child_id!r} is running")
+        ok, reason = yield from self._start_kid(kid)
+        if not ok:
+            raise StartError(kid.spec.id, reason)
+        return kid.addr
+
+    def _op_delete_child(self, msg: DeleteChild) -> Generator:
+        if self._template is not None:
+            raise SupervisionError("delete_child is not supported by simple_one_for_one")
+        kid = self._kid_by_id(msg.child_id)
+        if kid.addr is not None:
+            raise AlreadyStarted(f"child {msg.child_id!r} is running")
+        self._kids.remove(kid)
+        return True
+        yield  # pragma: no cover - makes this a generator
+
+    def _which_children(self) -> list[ChildInfo]:
+        return [ChildInfo(k.spec.id if self._template is None else None, k.addr, k.spec.type.value,
+                          k.spec.start, k.pid) for k in self._kids]
+
+    def _count_children(self) -> dict:
+        active = [k for k in self._kids if k.addr is not None]
+        return {"specs": len(self._kids) if self._template is None else 1,
+                "active": len(active),
+                "supervisors": sum(k.spec.type is ChildType.SUPERVISOR for k in self._kids),
+                "workers": sum(k.spec.type is ChildType.WORKER for k in self._kids)}
+
+    # ------------------------------------------------------------ names
+    def _register(self, kid: _Kid) -> None:
+        if self.node is not None:
+            self.send(self.node, m.Cast(m.Register(kid.spec.name, kid.addr, kid.pid)))
+
+    def _unregister(self, kid: _Kid, addr: Any) -> None:
+        if self.node is not None and kid.spec.name:
+            self.send(self.node, m.Cast(m.Unregister(kid.spec.name, addr)))
+
+    def format_status(self) -> dict:
+        return {"flags": self.flags, "children": [k.spec.id for k in self._kids]}

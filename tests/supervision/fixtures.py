@@ -1,0 +1,108 @@
+"""Actors used by the supervision tests (importable by the node's processes).
+
+``Worker`` records its lifecycle in a shared event log file so a test can
+observe start and stop order across processes: each line is
+``<event> <child id>``.
+"""
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from supervision import IGNORE, NOREPLY, Exit, GenServer, Supervisor
+from supervision.messages import Down
+
+
+def record(path: str | None, line: str) -> None:
+    """Append one line to the event log (atomic for short lines)."""
+    if path:
+        with open(path, "a") as f:
+            f.write(line + "\n")
+
+
+class Worker(GenServer):
+    """A worker: answers pings, crashes on demand, logs start/terminate.
+
+    args: dict with ``id``, ``log`` (event file), optional ``fail_init``
+    (raise in init), ``ignore`` (return IGNORE), ``slow_stop`` (seconds to
+    sleep in terminate), ``trap`` (trap exits).
+    """
+
+    def init(self, args: Any) -> Any:
+        args = args or {}
+        self.args = args
+        self.ident = args.get("id", "w")
+        self.trap_exit = bool(args.get("trap"))
+        self.events: list = []
+        if args.get("fail_init"):
+            raise RuntimeError("init failed on purpose")
+        if args.get("ignore"):
+            record(args.get("log"), f"ignore {self.ident}")
+            return IGNORE
+        record(args.get("log"), f"start {self.ident}")
+        return None
+
+    def handle_call(self, msg: Any, from_: Any) -> Any:
+        if msg == "ping":
+            return "pong"
+        if msg == "pid":
+            return os.getpid()
+        if msg == "crash":
+            raise ValueError("crash on purpose")
+        if msg == "events":
+            return list(self.events)
+        if isinstance(msg, tuple) and msg[0] == "stop":
+            self.stop(msg[1])
+            return "stopping"
+        if isinstance(msg, tuple) and msg[0] == "link":
+            self.link(msg[1])
+            return "linked"
+        if isinstance(msg, tuple) and msg[0] == "monitor":
+            return self.monitor(msg[1])
+        if isinstance(msg, tuple) and msg[0] == "spawn_link":
+            return self.spawn_link(Worker, msg[1])
+        if isinstance(msg, tuple) and msg[0] == "timer":
+            return self.send_after(msg[1], ("timer_fired", msg[2]))
+        if isinstance(msg, tuple) and msg[0] == "cancel":
+            return self.cancel_timer(msg[1])
+        if msg == "defer":
+            self.deferred = from_
+            return NOREPLY
+        if msg == "release":
+            self.reply(self.deferred, "released")
+            return "ok"
+        return super().handle_call(msg, from_)
+
+    def handle_cast(self, msg: Any) -> None:
+        if msg == "noop":
+            return
+        super().handle_cast(msg)
+
+    def handle_info(self, msg: Any) -> None:
+        if isinstance(msg, (Exit, Down)) or (isinstance(msg, tuple) and msg[0] == "timer_fired"):
+            self.events.append(msg)
+            return
+        super().handle_info(msg)
+
+    def terminate(self, reason: Any) -> None:
+        slow = self.args.get("slow_stop")
+        if slow:
+            time.sleep(slow)
+        record(self.args.get("log"), f"stop {self.ident}")
+
+
+class Sup(Supervisor):
+    """A supervisor whose flags and specs come from args (nested supervisors)."""
+
+    def init(self, args: Any) -> Any:
+        record(args.get("log"), f"start {args.get('id', 'sup')}")
+        self.ident = args.get("id", "sup")
+        self.log_path = args.get("log")
+        return super().init(args)
+
+    def children(self, args: Any) -> tuple:
+        return args["flags"], args["specs"]
+
+    def terminate(self, reason: Any) -> None:
+        record(self.log_path, f"stop {self.ident}")
