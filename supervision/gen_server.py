@@ -193,12 +193,12 @@ class GenServer(Actor):
         self.clock = make_clock(init.clock)
         if init.link_parent and init.parent is not None:
             self._links.add(init.parent)
+        self._starter = init.starter
         try:
             result = self.init(init.args)
         except Exception as exc:  # noqa: BLE001 - init failure is a start error
             self._fail_start(init, exc)
             return
-        self._starter = init.starter
         if result is DEFER_START:
             return
         if isinstance(result, str) and result == IGNORE:
@@ -225,7 +225,6 @@ class GenServer(Actor):
         self.send(self.myAddress, ActorExitRequest())
 
     def _fail_start(self, init: m.Init, exc: Exception) -> None:
-        self._starter = init.starter
         self.start_failed(exc)
 
     # -------------------------------------------------------------- calls

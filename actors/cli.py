@@ -1,0 +1,277 @@
+"""The ``otpjobs`` console command (also ``python -m actors``).
+
+    otpjobs node start [--store URL] [--config FILE] [--http-port N] [--port N]
+    otpjobs node stop [--port N]
+    otpjobs node status [--port N]
+    otpjobs jobs add TYPE JOB_ID [DATA_JSON] [--scheduled-time T] [--store URL]
+    otpjobs jobs list [TYPE] [--store URL]
+    otpjobs jobs remove TYPE JOB_ID [--store URL]
+    otpjobs types set-timeout TYPE SECONDS | clear-timeout TYPE | list [--store URL]
+
+Errors print one line to stderr and exit with status 2 (bad input) or 1
+(failure); nothing is changed by a command that fails.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import sys
+import time
+from typing import Any, Callable, Sequence
+
+from . import config as config_mod
+
+DEFAULT_PORT = config_mod.DEFAULTS["node"]["port"]
+
+
+def _store_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--store", help="store URL (default sqlite:///otpjobs.db, or fdb:///path/fdb.cluster)")
+    p.add_argument("--config", help="INI config file")
+
+
+def _port_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--port", type=int, help=f"node admin port (default {DEFAULT_PORT})")
+    p.add_argument("--config", help="INI config file")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of every subcommand."""
+    parser = argparse.ArgumentParser(prog="otpjobs", description="Durable background jobs under OTP-style supervision.")
+    groups = parser.add_subparsers(dest="group", required=True, metavar="{node,jobs,types}")
+
+    node = groups.add_parser("node", help="run and control a node").add_subparsers(dest="cmd", required=True)
+    start = node.add_parser("start", help="run a node in the foreground")
+    _store_arg(start)
+    start.add_argument("--http-port", type=int, help="HTTP monitoring port (default 5984)")
+    start.add_argument("--port", type=int, help=f"admin port (default {DEFAULT_PORT})")
+    start.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
+    _port_arg(node.add_parser("stop", help="stop the node on a port"))
+    _port_arg(node.add_parser("status", help="show whether a node runs and its children"))
+
+    jobs = groups.add_parser("jobs", help="add, list and remove jobs").add_subparsers(dest="cmd", required=True)
+    add = jobs.add_parser("add", help="add (or resubmit) a job")
+    add.add_argument("type")
+    add.add_argument("job_id")
+    add.add_argument("data", nargs="?", default="{}", help="job data as a JSON object")
+    add.add_argument("--scheduled-time", type=int, default=0)
+    _store_arg(add)
+    lst = jobs.add_parser("list", help="list jobs (of one type)")
+    lst.add_argument("type", nargs="?")
+    _store_arg(lst)
+    rm = jobs.add_parser("remove", help="remove a job")
+    rm.add_argument("type")
+    rm.add_argument("job_id")
+    _store_arg(rm)
+    watch = jobs.add_parser("watch", help="print a job's state changes until it finishes")
+    watch.add_argument("type")
+    watch.add_argument("job_id")
+    watch.add_argument("--timeout", type=float, default=None)
+    _store_arg(watch)
+
+    types = groups.add_parser("types", help="job types and their activity timeouts").add_subparsers(dest="cmd", required=True)
+    st = types.add_parser("set-timeout", help="create a type / set its activity timeout")
+    st.add_argument("type")
+    st.add_argument("seconds", type=float)
+    _store_arg(st)
+    ct = types.add_parser("clear-timeout", help="remove a type's timeout")
+    ct.add_argument("type")
+    _store_arg(ct)
+    _store_arg(types.add_parser("list", help="list types with their timeouts"))
+    return parser
+
+
+def _config(args: argparse.Namespace) -> config_mod.Config:
+    overrides = {("node", "store"): getattr(args, "store", None),
+                 ("node", "port"): getattr(args, "port", None),
+                 ("node", "http_port"): getattr(args, "http_port", None),
+                 ("node", "log_level"): getattr(args, "log_level", None)}
+    return config_mod.load(args.config, overrides)
+
+
+def _db(args: argparse.Namespace) -> Any:
+    import fdblayer
+
+    return fdblayer.open(_config(args).get("node", "store"))
+
+
+def _job_type(text: str) -> Any:
+    """A CLI job type: an integer if it looks like one, else the string."""
+    try:
+        return int(text)
+    except ValueError:
+        return text
+
+
+# ----------------------------------------------------------------- node
+def cmd_node_start(args: argparse.Namespace) -> int:
+    from . import node
+
+    cfg = _config(args)
+    logging.basicConfig(level=getattr(logging, cfg.get("node", "log_level").upper()),
+                        format="%(asctime)s %(levelname)s %(name)s pid=%(process)d %(message)s")
+    return node.run(cfg)
+
+
+def cmd_node_stop(args: argparse.Namespace) -> int:
+    from supervision.system import _read_runtime, port_open, stop_node
+    from supervision.registry import pid_alive
+
+    port = _config(args).get("node", "port")
+    info = _read_runtime(port) or {}
+    owner = info.get("owner")
+    if owner and pid_alive(owner) and owner != os.getpid():
+        os.kill(owner, signal.SIGTERM)
+        deadline = time.monotonic() + 60
+        while (pid_alive(owner) or port_open(port)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        print(f"node on port {port} stopped")
+        return 0
+    if stop_node(port):
+        print(f"node on port {port} stopped")
+        return 0
+    print(f"no node on port {port}", file=sys.stderr)
+    return 1
+
+
+def cmd_node_status(args: argparse.Namespace) -> int:
+    from supervision import NodeDown, connect
+
+    port = _config(args).get("node", "port")
+    try:
+        client = connect(port)
+        children = client.which_children(client.node)
+        pid = client.get_pid(client.node)
+    except NodeDown as exc:
+        print(json.dumps({"port": port, "running": False, "reason": str(exc)}))
+        return 1
+    print(json.dumps({"port": port, "running": True, "supervisor_pid": pid,
+                      "children": [{"id": str(c.id), "pid": c.pid, "type": c.type} for c in children]}))
+    return 0
+
+
+# ----------------------------------------------------------------- jobs
+def cmd_jobs_add(args: argparse.Namespace) -> int:
+    from fdblayer import jobs
+
+    try:
+        data = json.loads(args.data)
+    except ValueError as exc:
+        raise SystemExit(_fail(f"job data is not JSON: {exc}", 2))
+    jobs.add(_db(args), _job_type(args.type), args.job_id, data, args.scheduled_time)
+    print(f"added {args.type}/{args.job_id}")
+    return 0
+
+
+def cmd_jobs_list(args: argparse.Namespace) -> int:
+    from fdblayer import jobs
+
+    job_type = _job_type(args.type) if args.type is not None else None
+    for info in jobs.get_jobs(_db(args), job_type):
+        print(json.dumps(_info_dict(info), default=str))
+    return 0
+
+
+def _info_dict(info: Any) -> dict:
+    fields = getattr(info, "__dataclass_fields__", None)
+    if fields:
+        return {k: getattr(info, k) for k in fields}
+    return dict(info._asdict()) if hasattr(info, "_asdict") else {"job": repr(info)}
+
+
+def cmd_jobs_remove(args: argparse.Namespace) -> int:
+    from fdblayer import jobs
+
+    jobs.remove(_db(args), _job_type(args.type), args.job_id)
+    print(f"removed {args.type}/{args.job_id}")
+    return 0
+
+
+def cmd_jobs_watch(args: argparse.Namespace) -> int:
+    from fdblayer import jobs
+
+    db = _db(args)
+    job_type = _job_type(args.type)
+    deadline = None if args.timeout is None else time.monotonic() + args.timeout
+    last = None
+    while True:
+        state = jobs.get_job_state(db, job_type, args.job_id)
+        if state != last:
+            print(json.dumps({"type": args.type, "id": args.job_id, "state": str(getattr(state, "value", state))}))
+            sys.stdout.flush()
+            last = state
+        if str(getattr(state, "value", state)) == "finished":
+            return 0
+        left = None if deadline is None else deadline - time.monotonic()
+        if left is not None and left <= 0:
+            return 1
+        _wait_change(db, job_type, args.job_id, left)
+
+
+def _wait_change(db: Any, job_type: Any, job_id: str, timeout: float | None) -> None:
+    """Block on a watch of the job's data key until it changes (or ``timeout``)."""
+    from fdblayer.jobs.keys import Layout
+
+    tr = db.create_transaction()
+    watch = tr.watch(Layout().data_key(job_type, job_id))
+    tr.commit()
+    watch.wait(timeout)
+
+
+# ---------------------------------------------------------------- types
+def cmd_types_set_timeout(args: argparse.Namespace) -> int:
+    from fdblayer import jobs
+
+    jobs.set_type_timeout(_db(args), _job_type(args.type), args.seconds)
+    print(f"type {args.type}: timeout {args.seconds}s")
+    return 0
+
+
+def cmd_types_clear_timeout(args: argparse.Namespace) -> int:
+    from fdblayer import jobs
+
+    jobs.clear_type_timeout(_db(args), _job_type(args.type))
+    print(f"type {args.type}: timeout cleared")
+    return 0
+
+
+def cmd_types_list(args: argparse.Namespace) -> int:
+    from fdblayer import jobs
+
+    db = _db(args)
+    for job_type in jobs.get_types(db):
+        print(json.dumps({"type": job_type, "timeout": jobs.get_type_timeout(db, job_type)}))
+    return 0
+
+
+COMMANDS: dict[tuple[str, str], Callable[[argparse.Namespace], int]] = {
+    ("node", "start"): cmd_node_start, ("node", "stop"): cmd_node_stop, ("node", "status"): cmd_node_status,
+    ("jobs", "add"): cmd_jobs_add, ("jobs", "list"): cmd_jobs_list, ("jobs", "remove"): cmd_jobs_remove,
+    ("jobs", "watch"): cmd_jobs_watch,
+    ("types", "set-timeout"): cmd_types_set_timeout, ("types", "clear-timeout"): cmd_types_clear_timeout,
+    ("types", "list"): cmd_types_list,
+}
+
+
+def _fail(message: str, status: int) -> int:
+    print(f"otpjobs: error: {message}", file=sys.stderr)
+    return status
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the console command; returns the exit status."""
+    args = build_parser().parse_args(argv)
+    from fdblayer.exceptions import StoreError
+    from fdblayer.jobs.exceptions import JobsError
+    from supervision import SupervisionError
+
+    try:
+        return COMMANDS[(args.group, args.cmd)](args)
+    except (config_mod.ConfigError, FileNotFoundError) as exc:
+        return _fail(str(exc), 2)
+    except JobsError as exc:
+        return _fail(str(exc), 2 if type(exc).__name__ in ("InvalidArgument", "EncodingError", "NoTypeTimeout") else 1)
+    except (StoreError, SupervisionError, ValueError) as exc:
+        return _fail(str(exc), 1)
