@@ -27,7 +27,7 @@ import time
 import weakref
 from typing import Optional
 
-__all__ = ["TicketLock"]
+__all__ = ["TicketLock", "ThreadLock"]
 
 logger = logging.getLogger(__name__)
 
@@ -139,3 +139,18 @@ class TicketLock:
             os.close(self._fd)
             self._fd = -1
         _OPEN_LOCKS.discard(self)
+
+
+class ThreadLock(TicketLock):
+    """No queue between processes: only the threads of this handle take turns."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._threads = threading.Lock()
+        self._slot = None
+        self._fd = -1
+        self._pid = os.getpid()
+
+    def acquire(self, deadline: float) -> bool:
+        """Take the in-process lock, at most until ``deadline``."""
+        return self._threads.acquire(timeout=max(0.0, deadline - time.monotonic()))

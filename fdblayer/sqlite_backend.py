@@ -5,7 +5,8 @@ Data model (one file ``<name>.db``, with ``-wal``, ``-shm``, ``-notify`` and
 
     kv(k BLOB PRIMARY KEY, v BLOB NOT NULL) WITHOUT ROWID   -- the keyspace; BLOB
                                                             -- order is memcmp, FDB's
-    meta('commit_version') = n   -- +1 per write transaction, under the write lock
+    meta('commit_version') = n   -- +1 per transaction that uses a versionstamp,
+                                 -- under the write lock
 
 Principle (serializable, provably): a transaction starts lazily. Its first
 read opens a deferred SQLite read transaction, a consistent snapshot. Its
@@ -24,9 +25,10 @@ Lock waits never use SQLite's busy handler (``busy_timeout`` is 0): writers
 queue in a FIFO ticket lock (``fairlock``) and then take SQLite's lock with
 bounded exponential backoff and jitter, so no process starves.
 
-Versionstamps: the first write increments ``commit_version`` while holding the
-write lock, so stamps (8-byte big-endian version + 2-byte batch 0) strictly
-increase in commit order across processes.
+Versionstamps: a transaction that uses one increments ``commit_version``
+while holding the write lock, so stamps (8-byte big-endian version + 2-byte
+batch 0) strictly increase in commit order across processes. Transactions
+without versionstamps leave the counter alone (one page write less).
 
 Watches: after each write commit the committer writes one byte to
 ``<name>.db-notify``; every process's watch thread waits on inotify for it
@@ -43,8 +45,8 @@ import sqlite3
 import threading
 import time
 import urllib.parse
-from contextlib import contextmanager
-from typing import Dict, Iterator, List, Mapping, Optional
+from types import TracebackType
+from typing import Dict, List, Mapping, Optional, Type
 
 from fdblayer import fairlock
 from fdblayer.exceptions import (
@@ -85,7 +87,8 @@ SCHEMA = (
     "CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL)",
     "INSERT OR IGNORE INTO meta (name, value) VALUES ('commit_version', 0)",
 )
-SQL_VERSION = "SELECT value FROM meta WHERE name = 'commit_version'"
+SQL_DATA_VERSION = "PRAGMA data_version"
+SQL_PIN_SNAPSHOT = "SELECT 1 FROM kv LIMIT 1"
 SQL_BUMP_VERSION = (
     "UPDATE meta SET value = value + 1 WHERE name = 'commit_version' RETURNING value"
 )
@@ -138,6 +141,8 @@ class SqliteDatabase(Database):
             for the write lock before ``LockTimeout``.
         extra_pragmas: more ``PRAGMA name = value`` for every connection
             (e.g. ``max_page_count`` in tests).
+        fair: queue writers in FIFO order (``fairlock``); False leaves only
+            the backoff loop on SQLite's lock (for measurements).
 
     Raises:
         StoreUnavailable: when the file cannot be opened or set up.
@@ -151,6 +156,7 @@ class SqliteDatabase(Database):
         read_only: bool = False,
         lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
         extra_pragmas: Optional[Mapping[str, object]] = None,
+        fair: bool = True,
     ) -> None:
         if synchronous.upper() not in SYNCHRONOUS_MODES:
             raise ValueError(f"synchronous must be one of {SYNCHRONOUS_MODES}, got {synchronous!r}")
@@ -159,6 +165,7 @@ class SqliteDatabase(Database):
         self.read_only = read_only
         self.lock_timeout = lock_timeout
         self._extra_pragmas = dict(extra_pragmas or {})
+        self.fair = fair
         self._lock = threading.Lock()
         self._pid = os.getpid()
         self._idle: List[sqlite3.Connection] = []
@@ -276,7 +283,8 @@ class SqliteDatabase(Database):
         with self._lock:
             self._check_fork()
             if self._gate is None:
-                self._gate = fairlock.TicketLock(self.path + "-lock")
+                path = self.path + "-lock"
+                self._gate = fairlock.TicketLock(path) if self.fair else fairlock.ThreadLock(path)
             return self._gate
 
     # ------------------------------------------------------------ watches
@@ -352,7 +360,8 @@ class _ValueReader:
         try:
             conn.execute("BEGIN")
             try:
-                version = conn.execute(SQL_VERSION).fetchone()[0]
+                conn.execute(SQL_PIN_SNAPSHOT).fetchall()
+                version = conn.execute(SQL_DATA_VERSION).fetchone()[0]
                 if version == self._version and not force:
                     return None
                 values: Dict[bytes, Optional[bytes]] = {}
@@ -369,6 +378,30 @@ class _ValueReader:
             raise map_sqlite_error(exc, self._db.path) from exc
         self._version = version
         return values
+
+
+class _Guard:
+    """``with tr._guard():`` maps sqlite3 errors to store errors and ends ``tr``."""
+
+    __slots__ = ("_tr",)
+
+    def __init__(self, tr: "SqliteTransaction") -> None:
+        self._tr = tr
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> bool:
+        if exc is None or not isinstance(exc, sqlite3.Error):
+            return False
+        error = map_sqlite_error(exc, self._tr.db.path)
+        self._tr._fail(error)
+        raise error from exc
 
 
 class _SnapshotView(ReadView):
@@ -411,7 +444,7 @@ class SqliteTransaction(Transaction):
         self._version: Optional[int] = None
         self._size = 0
         self._watches: List[Watch] = []
-        self._stamp = VersionstampFuture()
+        self._stamp: Optional[VersionstampFuture] = None
         self._closed: Optional[str] = None  # None, "committed" or "cancelled"
         self._error: Optional[StoreError] = None
 
@@ -433,15 +466,9 @@ class SqliteTransaction(Transaction):
         if self._conn is not None and self._conn_pid != os.getpid():
             raise InvalidTransactionState("transaction crossed os.fork(); create a new one")
 
-    @contextmanager
-    def _guard(self) -> Iterator[None]:
+    def _guard(self) -> "_Guard":
         """Turn sqlite3 errors into store errors that end the transaction."""
-        try:
-            yield
-        except sqlite3.Error as exc:
-            error = map_sqlite_error(exc, self._db.path)
-            self._fail(error)
-            raise error from exc
+        return _Guard(self)
 
     def _fail(self, error: StoreError) -> None:
         """Discard the SQLite transaction; every later call raises ``error``."""
@@ -472,7 +499,7 @@ class SqliteTransaction(Transaction):
         self._conn_pid = os.getpid()
         with self._guard():
             self._conn.execute("BEGIN")
-            self._conn.execute(SQL_VERSION).fetchone()  # pins the snapshot now
+            self._conn.execute(SQL_PIN_SNAPSHOT).fetchall()  # the snapshot starts now
         self._mode = "read"
 
     def _begin_write(self) -> None:
@@ -502,7 +529,6 @@ class SqliteTransaction(Transaction):
             time.sleep(random.uniform(delay / 2, delay))
             delay = min(delay * 2, _BUSY_BACKOFF_MAX)
         self._mode = "write"
-        self._bump_version()
 
     def _bump_version(self) -> None:
         assert self._conn is not None
@@ -510,11 +536,8 @@ class SqliteTransaction(Transaction):
             self._version = self._conn.execute(SQL_BUMP_VERSION).fetchone()[0]
 
     def _upgrade(self) -> None:
-        """Read -> write: conflicts when anyone committed since the snapshot."""
-        try:
-            self._bump_version()
-        except ConflictError as error:
-            raise ConflictError(f"store {self._db.path}: read snapshot is stale") from error
+        """Read -> write: the next write statement takes the lock, or raises
+        ConflictError (via ``_guard``) when anyone committed since the snapshot."""
         self._mode = "write"
 
     def _read_conn(self) -> sqlite3.Connection:
@@ -552,17 +575,20 @@ class SqliteTransaction(Transaction):
             self._read_conn()
         watched = [(w, self._get(w.key)) for w in self._watches] if self._watches else []
         wrote = self._mode == "write"
+        if wrote and self._stamp is not None and self._version is None:
+            self._bump_version()
         if self._conn is not None:
             with self._guard():
                 self._conn.execute("COMMIT")
         self._release(rollback=False)
         self._closed = "committed"
         if wrote:
-            assert self._version is not None
-            self._stamp.set_result(self._version.to_bytes(8, "big") + b"\x00\x00")
             self._db.notify_commit()
-        else:
-            self._stamp.set_exception(NoCommitVersion("transaction committed no writes"))
+        if self._stamp is not None:
+            if wrote:
+                self._stamp.set_result(self._stamp_bytes())
+            else:
+                self._stamp.set_exception(NoCommitVersion("transaction committed no writes"))
         if watched:
             hub = self._db.hub()
             for watch, value in watched:
@@ -575,7 +601,7 @@ class SqliteTransaction(Transaction):
             self._closed = "cancelled"
         for watch in self._watches:
             watch.cancel()
-        if not self._stamp.is_ready():
+        if self._stamp is not None and not self._stamp.is_ready():
             self._stamp.set_exception(InvalidTransactionState("transaction cancelled"))
 
     def reset(self) -> None:
@@ -685,6 +711,9 @@ class SqliteTransaction(Transaction):
             conn.execute(SQL_SET, (key, add_little_endian(row and row[0], param)))
 
     def _stamp_bytes(self) -> bytes:
+        """This transaction's versionstamp (taken now, under the write lock, if needed)."""
+        if self._version is None:
+            self._bump_version()
         assert self._version is not None
         return self._version.to_bytes(8, "big") + b"\x00\x00"
 
@@ -708,14 +737,14 @@ class SqliteTransaction(Transaction):
             conn.execute(SQL_SET, (key, splice_versionstamp(template, self._stamp_bytes())))
 
     def get_versionstamp(self) -> VersionstampFuture:
-        """The future of this transaction's versionstamp."""
+        """The future of this transaction's versionstamp (ask before ``commit``)."""
+        if self._stamp is None:
+            self._stamp = VersionstampFuture()
+            if self._closed is not None:
+                self._stamp.set_exception(
+                    InvalidTransactionState("get_versionstamp() must be called before commit")
+                )
         return self._stamp
-
-    def get_read_version(self) -> int:
-        """The commit version this transaction reads at (its own once it writes)."""
-        conn = self._read_conn()
-        with self._guard():
-            return conn.execute(SQL_VERSION).fetchone()[0]
 
     def watch(self, key: bytes) -> Watch:
         """A watch on ``key``, armed when this transaction commits."""
