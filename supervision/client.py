@@ -2,15 +2,16 @@
 
 A :class:`Client` wraps an actor-system handle. Each call uses a private
 endpoint and matches its reply by ref, so notifications or late replies can
-never be mistaken for the answer. A call to an address whose actor is gone
-raises :class:`~supervision.exceptions.NoProc` at once (the actor's port
-refuses connections) instead of waiting for the timeout; a call with no
-answer raises :class:`~supervision.exceptions.CallTimeout`. Clients never
+never be mistaken for the answer. Every message goes through the node
+supervisor (a ``Relay``): a plain process's send to a dying actor can block
+for tens of seconds inside Thespian, an actor's send never blocks, and the
+node answers a request to a dead actor with ``noproc``, so a call to a gone
+actor raises :class:`~supervision.exceptions.NoProc` promptly. A call with
+no answer raises :class:`~supervision.exceptions.CallTimeout`. Clients never
 shut the actor system down.
 """
 from __future__ import annotations
 
-import socket
 import time
 import uuid
 from typing import Any
@@ -30,21 +31,6 @@ from .supervisor import (
 )
 
 NODE_NAME = "supervision.node"
-
-
-def address_alive(addr: Any, timeout: float = 1.0) -> bool:
-    """True unless ``addr``'s TCP port refuses connections (its actor is gone)."""
-    details = getattr(addr, "addressDetails", None)
-    sockname = getattr(details, "sockname", None)
-    if not sockname:
-        return True
-    try:
-        with socket.create_connection(sockname[:2], timeout=timeout):
-            return True
-    except ConnectionRefusedError:
-        return False
-    except OSError:
-        return True
 
 
 def _own_address(ctx: Any) -> Any:
@@ -102,13 +88,15 @@ class Client:
         """
         return self._call(self.resolve(target), msg, timeout)
 
+    def _tell(self, ctx: Any, addr: Any, msg: Any) -> None:
+        node = self.node
+        ctx.tell(node, msg if addr == node else m.Relay(addr, msg))
+
     def _call(self, addr: Any, msg: Any, timeout: float) -> Any:
-        if not address_alive(addr):
-            raise NoProc(addr)
         ref = uuid.uuid4().hex
         deadline = time.monotonic() + timeout
         with self.system.private() as ctx:
-            ctx.tell(addr, m.Call(ref, msg, _own_address(ctx)))
+            self._tell(ctx, addr, m.Call(ref, msg, _own_address(ctx)))
             while True:
                 left = deadline - time.monotonic()
                 if left <= 0:
@@ -125,11 +113,11 @@ class Client:
 
     def cast(self, target: Any, msg: Any) -> None:
         """Send ``msg`` as a cast (no reply; a dead target drops it)."""
-        self.system.tell(self.resolve(target), m.Cast(msg))
+        self._tell(self.system, self.resolve(target), m.Cast(msg))
 
     def send(self, target: Any, msg: Any) -> None:
         """Send a raw message (delivered to ``handle_info``)."""
-        self.system.tell(self.resolve(target), msg)
+        self._tell(self.system, self.resolve(target), msg)
 
     def get_pid(self, target: Any, timeout: float = 5.0) -> int:
         """The OS pid of a supervised actor."""
@@ -137,12 +125,12 @@ class Client:
 
     def stop(self, target: Any, reason: Any = "normal") -> None:
         """Ask an actor to exit with ``reason`` (it runs terminate first)."""
-        self.system.tell(self.resolve(target), m.Shutdown(reason))
+        self._tell(self.system, self.resolve(target), m.Shutdown(reason))
 
     def advance_clock(self, target: Any, seconds: float, timeout: float = 5.0) -> float:
         """Move a manual-clock actor's clock; returns once due timers have run."""
         with self.system.private() as ctx:
-            ctx.tell(self.resolve(target), m.AdvanceClock(seconds, None))
+            self._tell(ctx, self.resolve(target), m.AdvanceClock(seconds, _own_address(ctx)))
             answer = ctx.listen(timeout)
         if not isinstance(answer, m.ClockAdvanced):
             raise CallTimeout(target, "advance_clock", timeout)

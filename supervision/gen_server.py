@@ -347,7 +347,10 @@ class GenServer(Actor):
 
     def _on_exit_signal(self, sig: m.Exit) -> None:
         if sig.addr in self._children:
+            # The child sends Exit as its last act: handle its exit now rather
+            # than when Thespian reports the process gone (tens of ms later).
             self._exit_reasons[sig.addr] = sig.reason
+            self._on_child_actor_exited(sig.addr)
             return
         if sig.addr not in self._links and sig.addr != self.parent:
             if self.trap_exit:

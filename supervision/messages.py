@@ -176,6 +176,19 @@ class TimerFired:
 
 
 @dataclass(frozen=True)
+class Relay:
+    """External client to node: forward ``message`` to ``target``.
+
+    A plain process's send to a dying actor can block for tens of seconds in
+    Thespian's transport; an actor's send never blocks, and a dead target's
+    letter comes back to the node, which answers requests with ``noproc``.
+    """
+
+    target: Any
+    message: Any
+
+
+@dataclass(frozen=True)
 class GetPid:
     """Ask an actor for its OS pid (answered with a :class:`Reply`)."""
 

@@ -49,6 +49,15 @@ class NodeSupervisor(Supervisor):
         self.handleDeadLetters()
         return super().init(args)
 
+    def _route(self, msg: Any, sender: Any) -> None:
+        if isinstance(msg, m.Relay):
+            if msg.target == self.myAddress:
+                super()._route(msg.message, sender)
+            else:
+                self.send(msg.target, msg.message)
+        else:
+            super()._route(msg, sender)
+
     def _dispatch(self, msg: Any, sender: Any) -> None:
         inner = msg.msg if isinstance(msg, (m.Cast, m.Call)) else None
         if isinstance(inner, m.Register):
