@@ -103,13 +103,15 @@ class Node:
 def cleanup_stale(port: int) -> bool:
     """Kill what a dead node left on ``port`` (per its runtime file).
 
-    Returns True if something was cleaned up. A node whose supervisor still
-    runs and answers is left alone (see NodeAlreadyRunning in start_node).
+    A node is stale when the process that started it, its node supervisor
+    or its admin port is gone: its whole process group is killed. Returns
+    True if something was cleaned up. A live node is left alone (see
+    NodeAlreadyRunning in start_node).
     """
     info = _read_runtime(port)
     if info is None:
         return False
-    if pid_alive(info.get("pid")) and port_open(port):
+    if pid_alive(info.get("owner")) and pid_alive(info.get("pid")) and port_open(port):
         return False
     _kill_group(info)
     _runtime_file(port).unlink(missing_ok=True)

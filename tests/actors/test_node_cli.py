@@ -1,0 +1,199 @@
+"""The console command: a real node started, inspected and stopped in a subprocess."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_until(predicate, timeout: float = 20.0, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.02)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def group_pids(pgid: int) -> list[int]:
+    """Live (non-zombie) processes of a process group."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_bytes().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
+            pids.append(int(entry.name))
+    return pids
+
+
+def listening_addresses(pids: list[int]) -> set[str]:
+    """ip:port of every listening TCP socket owned by ``pids``."""
+    inodes = set()
+    for pid in pids:
+        try:
+            for fd in Path(f"/proc/{pid}/fd").iterdir():
+                try:
+                    target = os.readlink(fd)
+                except OSError:
+                    continue
+                if target.startswith("socket:["):
+                    inodes.add(target[8:-1])
+        except OSError:
+            continue
+    found = set()
+    for table, family in (("/proc/net/tcp", 4), ("/proc/net/tcp6", 6)):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            cols = line.split()
+            local, state, inode = cols[1], cols[3], cols[9]
+            if state != "0A" or inode not in inodes:
+                continue
+            hexip, hexport = local.split(":")
+            if family == 4:
+                ip = socket.inet_ntop(socket.AF_INET, bytes.fromhex(hexip)[::-1])
+            else:
+                ip = "ipv6:" + hexip
+            found.add(f"{ip}:{int(hexport, 16)}")
+    return found
+
+
+class NodeProcess:
+    """``python -m actors node start`` in the foreground, as a user runs it."""
+
+    def __init__(self, tmp_path: Path, port: int) -> None:
+        self.port = port
+        self.log = tmp_path / f"node-{port}.log"
+        self.env = dict(os.environ, OTPJOBS_RUNTIME_DIR=str(tmp_path / "run"),
+                        THESPLOG_FILE=str(tmp_path / "thespian.log"))
+        self.store = f"sqlite:///{tmp_path / 'store.db'}"
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> "NodeProcess":
+        self.log.unlink(missing_ok=True)
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "actors", "node", "start", "--port", str(self.port), "--store", self.store],
+                cwd=ROOT, env=self.env, stdout=log, stderr=log, stdin=subprocess.DEVNULL)
+        wait_until(lambda: "node_up" in self.log.read_text() or self.proc.poll() is not None, what="node_up")
+        assert self.proc.poll() is None, self.log.read_text()
+        return self
+
+    def runtime(self) -> dict:
+        return json.loads((Path(self.env["OTPJOBS_RUNTIME_DIR"]) / f"node-{self.port}.json").read_text())
+
+    def cli(self, *args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "actors", *args], cwd=ROOT, env=self.env,
+                              capture_output=True, text=True, timeout=60)
+
+
+@pytest.fixture
+def node(tmp_path):
+    proc = NodeProcess(tmp_path, free_port())
+    yield proc
+    if proc.proc is not None and proc.proc.poll() is None:
+        proc.proc.send_signal(signal.SIGTERM)
+        proc.proc.wait(30)
+    runtime = Path(proc.env["OTPJOBS_RUNTIME_DIR"]) / f"node-{proc.port}.json"
+    if runtime.exists():
+        pgid = json.loads(runtime.read_text())["pgid"]
+        for pid in group_pids(pgid):
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_node_starts_logs_up_and_stops_cleanly_on_sigterm(node):
+    node.start()
+    pgid = node.runtime()["pgid"]
+    assert group_pids(pgid), "the node's actor processes run"
+    node.proc.send_signal(signal.SIGTERM)
+    assert node.proc.wait(30) == 0
+    text = node.log.read_text()
+    assert "node_stopping reason=SIGTERM" in text and "node_stopped" in text
+    wait_until(lambda: not group_pids(pgid), what="every node process gone")
+    assert not (Path(node.env["OTPJOBS_RUNTIME_DIR"]) / f"node-{node.port}.json").exists()
+
+
+def test_every_socket_of_the_node_listens_on_loopback_only(node):
+    node.start()
+    pids = group_pids(node.runtime()["pgid"]) + [node.proc.pid]
+    addresses = listening_addresses(pids)
+    assert f"127.0.0.1:{node.port}" in addresses
+    assert addresses and all(a.startswith("127.0.0.1:") for a in addresses), addresses
+
+
+def test_status_and_stop_commands(node):
+    node.start()
+    status = node.cli("node", "status", "--port", str(node.port))
+    assert status.returncode == 0, status.stderr
+    assert json.loads(status.stdout)["running"] is True
+    stop = node.cli("node", "stop", "--port", str(node.port))
+    assert stop.returncode == 0, stop.stderr
+    assert node.proc.wait(30) == 0
+    down = node.cli("node", "status", "--port", str(node.port))
+    assert down.returncode == 1 and json.loads(down.stdout)["running"] is False
+
+
+def test_a_node_replaces_what_a_sigkilled_node_left_behind(node):
+    node.start()
+    old_pgid = node.runtime()["pgid"]
+    node.proc.send_signal(signal.SIGKILL)
+    node.proc.wait(10)
+    assert group_pids(old_pgid), "the admin daemon outlives its killed starter"
+    t0 = time.monotonic()
+    node.start()
+    assert time.monotonic() - t0 < 15
+    assert not group_pids(old_pgid), "the stale node's processes were killed"
+    assert node.runtime()["pgid"] != old_pgid
+
+
+def test_status_of_a_port_with_no_node_starts_nothing(node):
+    result = node.cli("node", "status", "--port", str(node.port))
+    assert result.returncode == 1
+    assert json.loads(result.stdout)["running"] is False
+    with socket.socket() as s:
+        assert s.connect_ex(("127.0.0.1", node.port)) != 0, "no actor system was started by the client"
+
+
+def test_bad_config_value_is_a_clear_error(node, tmp_path):
+    ini = tmp_path / "bad.ini"
+    ini.write_text("[replicator]\nmax_jobs = lots\n")
+    result = node.cli("node", "start", "--config", str(ini), "--port", str(node.port))
+    assert result.returncode == 2
+    assert "[replicator] max_jobs = 'lots': must be an integer" in result.stderr
+
+
+def test_jobs_and_types_commands_round_trip(node):
+    assert node.cli("jobs", "add", "t", "j1", "{}", "--store", node.store).returncode == 2, \
+        "adding to a type with no timeout is refused"
+    assert node.cli("types", "set-timeout", "t", "30", "--store", node.store).returncode == 0
+    assert node.cli("jobs", "add", "t", "j1", '{"x": 1}', "--store", node.store).returncode == 0
+    bad = node.cli("jobs", "add", "t", "j2", "{not json", "--store", node.store)
+    assert bad.returncode == 2 and "not JSON" in bad.stderr
+    listed = [json.loads(line) for line in node.cli("jobs", "list", "t", "--store", node.store).stdout.splitlines()]
+    assert [(j["id"], j["state"], j["data"]) for j in listed] == [("j1", "pending", {"x": 1})]
+    types = [json.loads(line) for line in node.cli("types", "list", "--store", node.store).stdout.splitlines()]
+    assert types == [{"type": "t", "timeout": 30.0}]
+    assert node.cli("jobs", "remove", "t", "j1", "--store", node.store).returncode == 0
+    assert node.cli("jobs", "list", "t", "--store", node.store).stdout == ""
