@@ -91,7 +91,9 @@ class ChildSpec:
 
     ``shutdown`` defaults to 5 s for workers and ``infinity`` for supervisors.
     ``name``, when set, registers the child's address under that node-local
-    name while it runs.
+    name while it runs. ``clock`` is ``None`` (the real clock) or
+    ``"manual"``: the child's timers then fire only when its clock is
+    advanced (tests).
     """
 
     id: Any
@@ -101,6 +103,7 @@ class ChildSpec:
     shutdown: Any = None
     type: ChildType = ChildType.WORKER
     name: str | None = None
+    clock: str | None = None
 
     def __post_init__(self) -> None:
         if self.id is None or isinstance(self.id, (list, dict, set)):
@@ -114,6 +117,8 @@ class ChildSpec:
         _check_shutdown(self.shutdown)
         if self.name is not None and (not isinstance(self.name, str) or not self.name):
             raise BadChildSpec("name", self.name, "must be a non-empty str")
+        if self.clock not in (None, "real", "manual"):
+            raise BadChildSpec("clock", self.clock, "must be None, 'real' or 'manual'")
 
     def actor_class(self) -> type:
         """Import and return the class to start."""

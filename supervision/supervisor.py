@@ -234,7 +234,8 @@ class Supervisor(GenServer):
     def _start_kid(self, kid: _Kid) -> Generator:
         """Start one child; returns (ok, reason). Ignore counts as ok."""
         try:
-            addr = self._create_child(kid.spec.actor_class(), kid.spec.args, name=kid.spec.name)
+            addr = self._create_child(kid.spec.actor_class(), kid.spec.args, name=kid.spec.name,
+                                      clock=kid.spec.clock)
         except (BadChildSpec, SupervisionError) as exc:
             return False, portable(exc)
         result = yield _Wait("start", addr)
