@@ -23,7 +23,7 @@ from .exceptions import (
     StartError,
     SupervisionError,
 )
-from .gen_server import DEFER_START, IGNORE, NOREPLY, From, GenServer
+from .gen_server import DEFER_START, IGNORE, NOREPLY, From, GenServer, Request
 from .messages import Down, Exit
 from .reasons import KILLED, NOPROC, NORMAL, SHUTDOWN, is_normal, reason_name
 from .registry import NodeSupervisor
@@ -34,7 +34,7 @@ __all__ = [
     "AlreadyStarted", "BadCall", "BadCast", "BadChildSpec", "BadInfo", "BadMessage", "BRUTAL_KILL",
     "CallFailed", "CallTimeout", "ChildInfo", "ChildSpec", "ChildType", "Client", "Clock", "DEFER_START",
     "Down", "Exit", "From", "GenServer", "IGNORE", "INFINITY", "KILLED", "ManualClock", "NOPROC",
-    "NOREPLY", "NORMAL", "Node", "NodeAlreadyRunning", "NodeDown", "NodeSupervisor", "NoProc", "Restart",
+    "NOREPLY", "NORMAL", "Node", "Request", "NodeAlreadyRunning", "NodeDown", "NodeSupervisor", "NoProc", "Restart",
     "SHUTDOWN", "StartError", "Strategy", "SupFlags", "Supervisor", "SupervisionError", "connect",
     "is_normal", "reason_name", "start_node", "stop_node",
 ]

@@ -96,6 +96,16 @@ def adopt_actor_logging() -> None:
             logger.parent = root
 
 
+@dataclass(frozen=True)
+class Request:
+    """Yielded by a task (see :meth:`GenServer.run_task`): call ``target`` with
+    ``msg``; the yield evaluates to the reply or raises the call's error."""
+
+    target: Any
+    msg: Any
+    timeout: float = 5.0
+
+
 class GenServer(Actor):
     """A supervised actor with gen_server callbacks. See the module docstring."""
 
@@ -262,6 +272,27 @@ class GenServer(Actor):
         self._pending_calls[ref] = pending
         self.send(target, m.Call(ref, msg, self.myAddress))
         return ref
+
+    def run_task(self, gen: Any, on_done: Callable[[Any], None] | None = None) -> None:
+        """Drive a generator that yields :class:`Request` objects.
+
+        Each yield sends a call and suspends the generator until its reply
+        (or error, raised inside the generator) arrives; meanwhile this actor
+        handles other messages. ``on_done(result)`` runs with the generator's
+        return value. An exception escaping the generator crashes the actor
+        (callbacks run inside the actor's message handling).
+        """
+        self._task_step(gen, on_done, None, None)
+
+    def _task_step(self, gen: Any, on_done: Any, value: Any, error: Exception | None) -> None:
+        try:
+            request = gen.throw(error) if error is not None else gen.send(value)
+        except StopIteration as stop:
+            if on_done is not None:
+                on_done(stop.value)
+            return
+        self.call_async(request.target, request.msg,
+                        lambda v, e: self._task_step(gen, on_done, v, e), request.timeout)
 
     def _call_timed_out(self, ref: str, msg: Any, timeout: float) -> None:
         pending = self._pending_calls.pop(ref, None)
