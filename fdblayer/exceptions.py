@@ -166,12 +166,10 @@ def is_retryable(err: BaseException) -> bool:
         err: any exception raised by a transaction body or commit.
 
     Returns:
-        True for conflicts and lock timeouts (and the retryable FoundationDB
-        codes), False for everything else.
+        True when the error's FoundationDB code is one that FoundationDB
+        retries (conflicts 1020, timeouts 1031, too old 1007, ...), whether it
+        is a ``StoreError`` of this layer or a raw ``fdb.FDBError``.
     """
-    if isinstance(err, (ConflictError, LockTimeout)):
-        return True
-    if isinstance(err, StoreError):
+    if not isinstance(err, StoreError) and type(err).__name__ != "FDBError":
         return False
-    code = getattr(err, "code", None)
-    return type(err).__name__ == "FDBError" and code in RETRYABLE_FDB_CODES
+    return getattr(err, "code", None) in RETRYABLE_FDB_CODES

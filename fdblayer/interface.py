@@ -392,7 +392,13 @@ class Database(abc.ABC):
 
     A handle never crosses ``os.fork()``: a child re-opens its connections
     lazily on first use.
+
+    Attributes:
+        max_key_size: the longest key a caller may use (FoundationDB's 10,000
+            bytes, less the subspace prefix on the FoundationDB backend).
     """
+
+    max_key_size: int = MAX_KEY_SIZE
 
     @abc.abstractmethod
     def create_transaction(self) -> Transaction:

@@ -196,12 +196,17 @@ class SqliteDatabase(Database):
                 conn = sqlite3.connect(
                     self.path, isolation_level=None, check_same_thread=False, timeout=0
                 )
-            conn.execute("PRAGMA busy_timeout = 0")
-            conn.execute(f"PRAGMA synchronous = {self.synchronous}")
-            for name, value in self._extra_pragmas.items():
-                conn.execute(f"PRAGMA {name} = {value}")
         except sqlite3.Error as exc:
             raise map_sqlite_error(exc, self.path) from exc
+        pragmas = ["busy_timeout = 0", f"synchronous = {self.synchronous}"]
+        pragmas += [f"{name} = {value}" for name, value in self._extra_pragmas.items()]
+        deadline = time.monotonic() + self.lock_timeout
+        try:
+            for pragma in pragmas:  # a transient SQLITE_BUSY (WAL restart) is waited out
+                self._retry_busy(lambda: conn.execute(f"PRAGMA {pragma}").fetchall(), deadline)
+        except StoreError:
+            conn.close()
+            raise
         return conn
 
     def _initialize(self) -> None:
@@ -497,9 +502,19 @@ class SqliteTransaction(Transaction):
     def _begin_read(self) -> None:
         self._conn = self._db.checkout()
         self._conn_pid = os.getpid()
-        with self._guard():
-            self._conn.execute("BEGIN")
-            self._conn.execute(SQL_PIN_SNAPSHOT).fetchall()  # the snapshot starts now
+        conn = self._conn
+
+        def begin() -> None:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            conn.execute("BEGIN")
+            conn.execute(SQL_PIN_SNAPSHOT).fetchall()  # the snapshot starts now
+
+        try:  # no snapshot yet: a transient SQLITE_BUSY (WAL restart) is waited out
+            self._db._retry_busy(begin, self._lock_deadline())
+        except StoreError as error:
+            self._fail(error)
+            raise
         self._mode = "read"
 
     def _begin_write(self) -> None:

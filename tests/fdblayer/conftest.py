@@ -32,6 +32,7 @@ def store_url(request: pytest.FixtureRequest, tmp_path) -> Iterator[str]:
     url = f"fdb://?prefix=otpjobs-test-{uuid.uuid4().hex}"
     try:
         probe = fdblayer.open(url)
+        probe.ping()  # type: ignore[attr-defined]
     except StoreUnavailable as exc:
         pytest.skip(str(exc))
     try:
