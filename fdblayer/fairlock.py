@@ -40,6 +40,7 @@ _F_OFD_SETLKW = getattr(fcntl, "F_OFD_SETLKW", 38)
 _FLOCK = struct.Struct("hhxxxxqqi4x")
 _POLL_MIN = 0.00002
 _POLL_MAX = 0.0005
+_SPINS = 20
 #: Every open lock: a forked child closes its inherited copies at once, since an
 #: inherited descriptor would keep the parent's locks alive after the parent died.
 _OPEN_LOCKS: "weakref.WeakSet[TicketLock]" = weakref.WeakSet()
@@ -94,10 +95,14 @@ class TicketLock:
         return ticket
 
     def _wait_for(self, slot: int, deadline: float) -> bool:
-        delay = _POLL_MIN
+        delay, spins = _POLL_MIN, 0
         while not self._fcntl(_F_OFD_SETLK, fcntl.F_RDLCK, slot):
             if time.monotonic() > deadline:
                 return False
+            if spins < _SPINS:  # a hand-over is usually microseconds away
+                spins += 1
+                os.sched_yield()
+                continue
             time.sleep(delay)
             delay = min(delay * 2, _POLL_MAX)
         self._fcntl(_F_OFD_SETLK, fcntl.F_UNLCK, slot)

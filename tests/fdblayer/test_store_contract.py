@@ -572,3 +572,15 @@ class TestOpen:
         finally:
             db.close()
         assert (tmp_path / "otpjobs.db").exists()
+
+
+def test_missing_foundationdb_library_is_store_unavailable():
+    """Where libfdb_c is installed this checks nothing; here it checks the message."""
+    from fdblayer.exceptions import StoreUnavailable
+
+    try:
+        handle = fdblayer.open("fdb://?prefix=otpjobs-probe")
+    except StoreUnavailable as exc:
+        assert "FoundationDB" in str(exc)
+    else:
+        handle.close()
