@@ -30,7 +30,6 @@ from fdblayer.exceptions import (
     KeyTooLarge,
     RetryLimitExceeded,
     StoreTypeError,
-    TransactionTooLarge,
     ValueTooLarge,
     is_retryable,
 )
