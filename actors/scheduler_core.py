@@ -44,7 +44,17 @@ DEFAULT_INTERVAL = 60000  # milliseconds
 
 
 class SchedulerError(Exception):
-    """Root of the scheduler's errors."""
+    """Root of the scheduler's errors (picklable: they travel in replies)."""
+
+    def __reduce__(self) -> tuple:
+        return (_rebuild_error, (type(self), self.__dict__, str(self)))
+
+
+def _rebuild_error(cls: type, fields: dict, text: str) -> SchedulerError:
+    error = cls.__new__(cls)
+    Exception.__init__(error, text)
+    error.__dict__.update(fields)
+    return error
 
 
 class InvalidSetting(SchedulerError):
@@ -333,7 +343,8 @@ def _category(job: Job) -> str | None:
 
 
 class JobTable:
-    """The job table: jobs by id, with running/idle indexes and the sums the
+    """The job table: jobs by id (and by monitor ref; actor addresses are
+    not hashable), with running/idle indexes and the sums the
     stats gauges need kept up to date on every write, so that counts and
     averages cost O(1) and a reschedule scans only idle jobs."""
 
@@ -341,7 +352,6 @@ class JobTable:
         self._jobs: dict[Any, Job] = {}
         self._running: dict[Any, Job] = {}
         self._idle: dict[Any, Job] = {}
-        self._by_pid: dict[Any, Job] = {}
         self._by_monitor: dict[Any, Job] = {}
         self._sums: dict[str, list] = {"pending": [0, 0.0], "running": [0, 0.0], "crashed": [0, 0.0]}
 
@@ -356,9 +366,6 @@ class JobTable:
 
     def get(self, job_id: Any) -> Job | None:
         return self._jobs.get(job_id)
-
-    def by_pid(self, pid: Any) -> Job | None:
-        return self._by_pid.get(pid)
 
     def by_monitor(self, ref: Any) -> Job | None:
         return self._by_monitor.get(ref)
@@ -406,7 +413,6 @@ class JobTable:
     def _index(self, job: Job) -> None:
         if job.pid is not None:
             self._running[job.id] = job
-            self._by_pid[job.pid] = job
             if job.monitor is not None:
                 self._by_monitor[job.monitor] = job
         else:
@@ -420,8 +426,6 @@ class JobTable:
     def _unindex(self, job: Job) -> None:
         self._running.pop(job.id, None)
         self._idle.pop(job.id, None)
-        if job.pid is not None and self._by_pid.get(job.pid) is job:
-            del self._by_pid[job.pid]
         if job.monitor is not None and self._by_monitor.get(job.monitor) is job:
             del self._by_monitor[job.monitor]
         cat = _category(job)

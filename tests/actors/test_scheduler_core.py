@@ -380,7 +380,7 @@ def test_if_transient_job_crashes_it_gets_removed() -> None:
     job = Job("job1", JobSpec("job1", continuous=True, db_name=None), [added()], pid="<0.999.999>")
     s = setup_jobs([job], Settings(max_history=3))
     assert len(s.table) == 1
-    s.job_exited(s.table.by_pid("<0.999.999>"), "failed")
+    s.job_exited(s.table.get("job1"), "failed")
     assert len(s.table) == 0
 
 
@@ -388,7 +388,7 @@ def test_if_permanent_job_crashes_it_stays_in_ets() -> None:
     job = Job("job1", JobSpec("job1", continuous=True, db_name="db1"), [added()], pid="<0.999.999>")
     s = setup_jobs([job], Settings(max_jobs=1, max_history=3))
     assert len(s.table) == 1
-    s.job_exited(s.table.by_pid("<0.999.999>"), "failed")
+    s.job_exited(s.table.get("job1"), "failed")
     assert len(s.table) == 1
     latest = s.table.get("job1").history[0]
     assert latest.type is EventType.CRASHED and latest.reason == "failed"

@@ -1,0 +1,444 @@
+"""The scheduler actor (couch_replicator_scheduler): fair slots for many jobs.
+
+Principle: this actor only turns messages into steps of the pure policy
+(:class:`~actors.scheduler_core.Scheduling` over the job table in its
+state) and carries out the starts and stops the policy asks for, without
+ever blocking: job actors are started through ``scheduler_sup`` with
+asynchronous calls, and a job counts as running from the moment its start
+is requested.
+
+* ``AddJob(spec)`` / ``RemoveJob(id)`` / ``Reschedule()`` (also on a timer
+  every ``interval`` ms of the actor's clock);
+* views: ``Jobs()``, ``GetJob(id)``, ``JobSummary(id)``, ``HealthThreshold()``,
+  ``GetStats()``, ``GetSettings()``, ``JobAddress(id)``;
+* ``SetSetting(key, value)``: max_jobs, max_churn, interval, max_history,
+  health_threshold, validated (the seed's config listener);
+* a job's ``Down``: ``normal`` completes it, anything else (an exception,
+  ``killed`` for a SIGKILLed process) is a crash;
+* on start it adopts the jobs already running under ``scheduler_sup``
+  (it was restarted): they are monitored and kept, not started twice.
+"""
+from __future__ import annotations
+
+import functools
+import itertools
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from supervision import DEFER_START, GenServer
+from supervision.messages import Cast, Down, Failure, WhereIs
+from supervision.supervisor import StartChild, TerminateChild, WhichChildren
+
+from .scheduler_core import (
+    Event,
+    EventType,
+    InvalidSetting,
+    Job,
+    JobNotFound,
+    JobSpec,
+    SchedulerError,
+    Scheduling,
+    Settings,
+    apply_settings,
+    reason_text,
+)
+from .scheduler_job import GetDetails, JobProgress, RunJob
+
+log = logging.getLogger(__name__)
+
+#: Seconds to wait for scheduler_sup to start a job before counting a crash.
+START_TIMEOUT = 30.0
+ADOPT_TIMEOUT = 5.0
+
+
+# ---------------------------------------------------------------- requests
+
+
+@dataclass(frozen=True)
+class AddJob:
+    """Add (or replace) a job; answers its id. ``spec`` is a JobSpec dict."""
+
+    spec: dict
+
+
+@dataclass(frozen=True)
+class RemoveJob:
+    """Stop and forget a job; answers True if there was one."""
+
+    job_id: Any
+
+
+@dataclass(frozen=True)
+class Reschedule:
+    """Run one reschedule now (tests, ops)."""
+
+
+@dataclass(frozen=True)
+class Jobs:
+    """All jobs as JSON-compatible dicts."""
+
+
+@dataclass(frozen=True)
+class GetJob:
+    """One job as a dict; raises JobNotFound."""
+
+    job_id: Any
+
+
+@dataclass(frozen=True)
+class JobSummary:
+    """The seed's job_summary (None if the job is gone)."""
+
+    job_id: Any
+
+
+@dataclass(frozen=True)
+class JobAddress:
+    """The address of a job's actor (None unless it runs)."""
+
+    job_id: Any
+
+
+@dataclass(frozen=True)
+class HealthThreshold:
+    """The health threshold in seconds."""
+
+
+@dataclass(frozen=True)
+class GetStats:
+    """The seed's counters and gauges."""
+
+
+@dataclass(frozen=True)
+class GetSettings:
+    """The current settings as a dict."""
+
+
+@dataclass(frozen=True)
+class SetSetting:
+    """Change a setting at run time; answers the new value or raises InvalidSetting."""
+
+    key: str
+    value: Any
+
+
+@dataclass(frozen=True)
+class LoadJobs:
+    """Replace the whole table with ``rows`` (stopping every current job).
+
+    Each row: ``{"spec": dict, "history": [(type, when, reason), ...] newest
+    first, "running": bool}``; running rows get a real job actor, then keep
+    the given history. Tests drive the seed's reschedule cases through the
+    real actor this way.
+    """
+
+    rows: list
+
+
+@dataclass(frozen=True)
+class _Tick:
+    """The interval timer's message."""
+
+    generation: int
+
+
+@dataclass(frozen=True)
+class Starting:
+    """The pid of a job whose actor start is under way."""
+
+    job_id: Any
+    token: int
+
+    def __str__(self) -> str:
+        return "<starting>"
+
+
+# ------------------------------------------------------------------ runner
+
+
+class ActorRunner:
+    """Starts and stops job actors under scheduler_sup, without blocking."""
+
+    def __init__(self, scheduler: "Scheduler") -> None:
+        self.scheduler = scheduler
+        self.tokens = itertools.count(1)
+
+    def start(self, job: Job) -> tuple[Any, Any]:
+        s = self.scheduler
+        token = Starting(job.id, next(self.tokens))
+        args = {"spec": job.spec.to_dict(), "scheduler": s.myAddress, "checkpoint": job.checkpoint}
+        s.call_async(s.sup, StartChild(args), functools.partial(s.job_start_answered, token), START_TIMEOUT)
+        return token, None
+
+    def stop(self, job: Job) -> None:
+        s = self.scheduler
+        if job.monitor is not None:
+            s.demonitor(job.monitor)
+        if isinstance(job.pid, Starting):
+            return  # its start answer finds it no longer wanted and stops it
+        s.call_async(s.sup, TerminateChild(job.pid), functools.partial(s.job_stop_answered, job.id), START_TIMEOUT)
+
+
+# ------------------------------------------------------------------- actor
+
+
+class Scheduler(GenServer):
+    """The scheduler. args: ``{"settings": {...}, "sup_name": "scheduler_sup"}``."""
+
+    def init(self, args: Any) -> Any:
+        args = args or {}
+        settings = apply_settings(Settings(), args.get("settings") or {})
+        self.core = Scheduling(ActorRunner(self), self.clock, settings)
+        self.sup_name = args.get("sup_name", "scheduler_sup")
+        self.sup: Any = None
+        self.adopted: set = set()
+        self._adopting: set = set()
+        self._tick_generation = 0
+        self._timer = None
+        self.last_reschedule_ms = 0.0
+        self._arm_timer()
+        self.call_async(self.node, WhereIs(self.sup_name), self._sup_found, ADOPT_TIMEOUT)
+        return DEFER_START
+
+    def format_status(self) -> dict:
+        return {"max_jobs": self.core.settings.max_jobs, "running_jobs": self.core.table.running_count(),
+                "pending_jobs": self.core.table.pending_count()}
+
+    # -------------------------------------------------------- adoption
+    def _sup_found(self, addr: Any, error: Exception | None) -> None:
+        if addr is None:
+            self.start_failed(f"{self.sup_name} is not running ({error or 'not registered'})")
+            return
+        self.sup = addr
+        self.call_async(addr, WhichChildren(), self._children_listed, ADOPT_TIMEOUT)
+
+    def _children_listed(self, children: Any, error: Exception | None) -> None:
+        if error is not None:
+            self.start_failed(f"cannot list {self.sup_name}'s children: {error!r}")
+            return
+        addrs = [c.addr for c in children if c.addr is not None]
+        if not addrs:
+            self.start_complete()
+            return
+        self._adopting = set(range(len(addrs)))
+        for i, addr in enumerate(addrs):
+            self.call_async(addr, GetDetails(self.myAddress), functools.partial(self._adopt, i, addr),
+                            ADOPT_TIMEOUT)
+
+    def _adopt(self, index: int, addr: Any, details: Any, error: Exception | None) -> None:
+        if details is not None:
+            spec = JobSpec.from_dict(details["spec"])
+            started = details["started_at"]
+            history = [Event(EventType.STARTED, started), Event(EventType.ADDED, spec.start_time or started)]
+            ref = self.monitor(addr)
+            self.core.table.put(Job(spec.id, spec, history, addr, ref, dict(details["stats"]),
+                                    details["checkpoint"]))
+            self.adopted.add(spec.id)
+            if not details["running"]:
+                self.send(addr, Cast(RunJob(self.myAddress)))
+            log.info("Job %s: adopted, already running as %s", spec.id, addr)
+        else:
+            log.warning("could not adopt job actor %s: %r", addr, error)
+        self._adopting.discard(index)
+        if not self._adopting:
+            self.start_complete()
+
+    # ----------------------------------------------------------- calls
+    def handle_call(self, msg: Any, from_: Any) -> Any:
+        try:
+            return self._answer(msg)
+        except SchedulerError as exc:
+            return Failure(exc)
+
+    def _answer(self, msg: Any) -> Any:
+        core = self.core
+        if isinstance(msg, AddJob):
+            return self._add_job(JobSpec.from_dict(msg.spec, now=self.clock.time()))
+        if isinstance(msg, RemoveJob):
+            self.adopted.discard(msg.job_id)
+            return core.remove_job(msg.job_id)
+        if isinstance(msg, Reschedule):
+            self._reschedule()
+            return "ok"
+        if isinstance(msg, LoadJobs):
+            return self._load_jobs(msg.rows)
+        if isinstance(msg, Jobs):
+            return core.jobs(self._node_name())
+        if isinstance(msg, GetJob):
+            job = core.table.get(msg.job_id)
+            if job is None:
+                raise JobNotFound(msg.job_id)
+            return core.job_json(job, self._node_name())
+        if isinstance(msg, JobSummary):
+            return core.job_summary(msg.job_id)
+        if isinstance(msg, JobAddress):
+            job = core.table.get(msg.job_id)
+            return None if job is None or isinstance(job.pid, Starting) else job.pid
+        if isinstance(msg, HealthThreshold):
+            return core.settings.health_threshold
+        if isinstance(msg, GetStats):
+            return dict(core.stats(), last_reschedule_ms=self.last_reschedule_ms)
+        if isinstance(msg, GetSettings):
+            return vars(core.settings).copy()
+        if isinstance(msg, SetSetting):
+            core.settings = core.settings.with_setting(msg.key, msg.value)
+            value = getattr(core.settings, msg.key)
+            log.info("scheduler: %s set to %s", msg.key, value)
+            return value
+        return super().handle_call(msg, None)
+
+    def _add_job(self, spec: JobSpec) -> Any:
+        existing = self.core.table.get(spec.id)
+        if spec.id in self.adopted and existing is not None and existing.pid is not None \
+                and existing.spec.to_dict() == dict(spec.to_dict(), start_time=existing.spec.start_time):
+            # Re-added after a scheduler restart: the job already runs here.
+            self.adopted.discard(spec.id)
+            self.core.table.update(existing, spec=spec)
+            return spec.id
+        self.adopted.discard(spec.id)
+        self.core.add_job(spec)
+        return spec.id
+
+    def _load_jobs(self, rows: list) -> int:
+        core = self.core
+        for job in list(core.table):
+            core.stop_job(job)
+            core.table.delete(job.id)
+        self.adopted.clear()
+        for row in rows:
+            spec = JobSpec.from_dict(row["spec"])
+            history = [Event(EventType(t), when, reason) for t, when, reason in row["history"]]
+            job = core.table.put(Job(spec.id, spec, history))
+            if row.get("running"):
+                core.start_job(job)
+                core.table.update(core.table.get(spec.id), history=history)
+        return len(core.table)
+
+    def _node_name(self) -> str:
+        return str(self.node) if self.node is not None else "local"
+
+    # ----------------------------------------------------- casts / info
+    def handle_cast(self, msg: Any) -> None:
+        if isinstance(msg, JobProgress):
+            self._progress(msg)
+            return
+        super().handle_cast(msg)
+
+    def _progress(self, msg: JobProgress) -> None:
+        job = self.core.table.get(msg.job_id)
+        if job is None or (job.pid is not None and job.pid != msg.addr):
+            return  # a job gone, or an older instance's last words
+        changes: dict = {"stats": dict(job.stats, **msg.stats)}
+        if msg.has_checkpoint:
+            changes["checkpoint"] = msg.checkpoint
+        self.core.table.update(job, **changes)
+
+    def handle_info(self, msg: Any) -> None:
+        if isinstance(msg, _Tick):
+            if msg.generation == self._tick_generation:
+                self._reschedule()
+                self._arm_timer()
+            return
+        if isinstance(msg, Down):
+            job = self.core.table.by_monitor(msg.ref)
+            if job is not None:
+                self.adopted.discard(job.id)
+                self.core.job_exited(job, msg.reason)
+            return
+        super().handle_info(msg)
+
+    # ------------------------------------------------------- internals
+    def _reschedule(self) -> None:
+        t0 = time.perf_counter()
+        self.core.reschedule()
+        self.last_reschedule_ms = (time.perf_counter() - t0) * 1000
+
+    def _arm_timer(self) -> None:
+        self.cancel_timer(self._timer)
+        self._tick_generation += 1
+        self._timer = self.send_after(self.core.settings.interval / 1000.0, _Tick(self._tick_generation))
+
+    def job_start_answered(self, token: Starting, addr: Any, error: Exception | None) -> None:
+        """scheduler_sup answered a StartChild for ``token``'s job."""
+        job = self.core.table.get(token.job_id)
+        wanted = job is not None and job.pid == token
+        if error is not None:
+            if wanted:
+                log.warning("Job %s: failed to start: %s", token.job_id, reason_text(error))
+                self.core.update_state_crashed(job, reason_text(error))
+            return
+        if not wanted:
+            self.call_async(self.sup, TerminateChild(addr), functools.partial(self.job_stop_answered, token.job_id),
+                            START_TIMEOUT)
+            return
+        ref = self.monitor(addr)
+        self.core.table.update(job, pid=addr, monitor=ref)
+        self.send(addr, Cast(RunJob(self.myAddress)))
+
+    def job_stop_answered(self, job_id: Any, _value: Any, error: Exception | None) -> None:
+        if error is not None:
+            log.debug("Job %s: terminate_child: %r", job_id, error)
+
+
+# ------------------------------------------------------------ client side
+
+
+class SchedulerClient:
+    """Convenience calls to a node's scheduler from a plain process.
+
+    Args:
+        client: a :class:`supervision.Client` of the node.
+        name: the scheduler's registered name.
+    """
+
+    def __init__(self, client: Any, name: str = "scheduler", timeout: float = 10.0) -> None:
+        self.client = client
+        self.name = name
+        self.timeout = timeout
+
+    def call(self, msg: Any) -> Any:
+        return self.client.call(self.name, msg, self.timeout)
+
+    def add_job(self, spec: dict) -> Any:
+        return self.call(AddJob(spec))
+
+    def remove_job(self, job_id: Any) -> bool:
+        return self.call(RemoveJob(job_id))
+
+    def reschedule(self) -> None:
+        self.call(Reschedule())
+
+    def jobs(self) -> list[dict]:
+        return self.call(Jobs())
+
+    def job(self, job_id: Any) -> dict:
+        return self.call(GetJob(job_id))
+
+    def job_summary(self, job_id: Any) -> dict | None:
+        return self.call(JobSummary(job_id))
+
+    def load_jobs(self, rows: list) -> int:
+        return self.call(LoadJobs(rows))
+
+    def job_address(self, job_id: Any) -> Any:
+        return self.call(JobAddress(job_id))
+
+    def health_threshold(self) -> int:
+        return self.call(HealthThreshold())
+
+    def stats(self) -> dict:
+        return self.call(GetStats())
+
+    def settings(self) -> dict:
+        return self.call(GetSettings())
+
+    def set_setting(self, key: str, value: Any) -> Any:
+        return self.call(SetSetting(key, value))
+
+
+__all__ = [
+    "AddJob", "RemoveJob", "Reschedule", "Jobs", "GetJob", "JobSummary", "JobAddress", "HealthThreshold",
+    "GetStats", "GetSettings", "SetSetting", "LoadJobs", "Scheduler", "SchedulerClient", "InvalidSetting",
+]

@@ -1,0 +1,50 @@
+"""Handlers used by the scheduler tests (importable by the node's processes).
+
+Each takes a :class:`~actors.scheduler_job.JobContext`. ``options`` carry
+the knobs: ``log`` (a file where lifecycle lines are appended), ``path``
+(a file whose existence ends a one-shot job).
+"""
+from __future__ import annotations
+
+import os
+from typing import Any
+
+
+def record(ctx: Any, line: str) -> None:
+    path = ctx.options.get("log")
+    if path:
+        with open(path, "a") as f:
+            f.write(f"{line} {ctx.job_id} {os.getpid()}\n")
+
+
+def forever(ctx: Any) -> None:
+    """Run until stopped, counting ticks from the last checkpoint; checkpoint on stop."""
+    record(ctx, "start")
+    ticks = (ctx.last_checkpoint or {}).get("ticks", 0)
+    while not ctx.wait(0.02):
+        ticks += 1
+        ctx.report(ticks=ticks)
+    ctx.checkpoint({"ticks": ticks})
+    record(ctx, "stop")
+
+
+def quick(ctx: Any) -> None:
+    """A one-shot job that completes at once."""
+    record(ctx, "start")
+    ctx.report(done=True)
+
+
+def crash(ctx: Any) -> None:
+    """A job that crashes at once."""
+    record(ctx, "start")
+    raise RuntimeError("boom on purpose")
+
+
+def until_file(ctx: Any) -> None:
+    """A one-shot job that completes when options['path'] exists."""
+    record(ctx, "start")
+    while not os.path.exists(ctx.options["path"]):
+        if ctx.wait(0.02):
+            record(ctx, "stop")
+            return
+    record(ctx, "done")
