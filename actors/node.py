@@ -26,12 +26,11 @@ ROOT_FLAGS = {"strategy": "one_for_one", "intensity": 3, "period": 10}
 
 
 def root_children(config: Config) -> list:
-    """The node's top-level children, in start order.
+    """The node's top-level children, in start order: the queue tree (the
+    scheduler and HTTP trees join here as they land)."""
+    from .jobs_sup import jobs_children
 
-    The application trees (jobs, scheduler, HTTP) join here as their
-    issues land; until then the node runs an empty tree.
-    """
-    return []
+    return jobs_children(config)
 
 
 def check_store(url: str) -> None:

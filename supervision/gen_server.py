@@ -39,7 +39,9 @@ from thespian.actors import (
     ChildActorExited,
     DeadEnvelope,
     PoisonMessage,
+    ThespianWatch,
     WakeupMessage,
+    WatchMessage,
 )
 
 from . import messages as m
@@ -157,18 +159,40 @@ class GenServer(Actor):
         self._pending_calls: dict[str, m.Pending] = {}
         self._stop_reason: Any = None
         self._starter: Any = None
+        self._fd_watches: dict[int, Callable[[], None]] = {}
 
-    def receiveMessage(self, msg: Any, sender: Any) -> None:  # noqa: N802 - Thespian API
+    def receiveMessage(self, msg: Any, sender: Any) -> Any:  # noqa: N802 - Thespian API
         """Thespian entry point: routes messages; never lets an exception escape."""
         if self._exiting:
             self._after_exit(msg)
-            return
+            return None
         try:
             self._route(msg, sender)
             if self._stop_reason is not None:
                 self._exit(self._stop_reason)
         except Exception as exc:  # noqa: BLE001 - the actor boundary: crash with the reason
             self._crash(exc, msg)
+        if self._fd_watches and not self._exiting:
+            return ThespianWatch(list(self._fd_watches))
+        return None
+
+    def watch_fd(self, fd: int, callback: Callable[[], None]) -> None:
+        """Run ``callback`` (inside this actor) whenever ``fd`` is readable.
+
+        This is how an actor waits on something outside Thespian (a store
+        watch signalling a pipe) without blocking its message loop.
+        """
+        self._fd_watches[fd] = callback
+
+    def unwatch_fd(self, fd: int) -> None:
+        """Stop watching ``fd``."""
+        self._fd_watches.pop(fd, None)
+
+    def _on_fds_ready(self, ready: list) -> None:
+        for fd in ready:
+            callback = self._fd_watches.get(fd)
+            if callback is not None:
+                callback()
 
     def _route(self, msg: Any, sender: Any) -> None:
         if isinstance(msg, ActorExitRequest):
@@ -177,6 +201,8 @@ class GenServer(Actor):
             self._on_child_actor_exited(msg.childAddress)
         elif isinstance(msg, WakeupMessage):
             self._on_wakeup(msg.payload)
+        elif isinstance(msg, WatchMessage):
+            self._on_fds_ready(msg.ready)
         elif isinstance(msg, m.Init):
             self._on_init(msg if msg.starter is not None else replace(msg, starter=sender))
         elif isinstance(msg, (PoisonMessage, DeadEnvelope)):
@@ -546,6 +572,8 @@ class GenServer(Actor):
             report("terminate_error", logging.ERROR, actor=type(self).__name__, reason=exc)
             reason = exc
         reason = portable(reason)
+        if not self._started and self._starter is not None:
+            self.send(self._starter, m.StartFailed(self.myAddress, reason))
         if not logged and not is_normal(reason) and self._started:
             report("crash", logging.ERROR, actor=type(self).__name__, name=self.name, reason=reason)
         self._announce_exit(reason)

@@ -9,7 +9,9 @@ supervising the node's children it
   at a dead actor for long, even after a SIGKILLed subtree;
 * receives Thespian's dead letters and answers on behalf of the dead: a
   ``Call`` gets ``noproc``, a ``MonitorRequest`` a ``Down(noproc)``, a
-  ``LinkRequest`` an ``Exit(noproc)``, as Erlang does for a dead pid.
+  ``LinkRequest`` an ``Exit(noproc)``, as Erlang does for a dead pid; any
+  other message with a ``dead_letter()`` method is answered with the
+  ``(address, message)`` pair it returns (an application's own protocol).
 """
 from __future__ import annotations
 
@@ -20,7 +22,6 @@ from typing import Any
 from thespian.actors import DeadEnvelope
 
 from . import messages as m
-from .gen_server import From
 from .reasons import NOPROC
 from .reports import report
 from .supervisor import Supervisor
@@ -52,22 +53,21 @@ class NodeSupervisor(Supervisor):
     def _route(self, msg: Any, sender: Any) -> None:
         if isinstance(msg, m.Relay):
             if msg.target == self.myAddress:
-                super()._route(msg.message, sender)
+                self._route(msg.message, sender)
             else:
                 self.send(msg.target, msg.message)
-        else:
-            super()._route(msg, sender)
-
-    def _dispatch(self, msg: Any, sender: Any) -> None:
+            return
         inner = msg.msg if isinstance(msg, (m.Cast, m.Call)) else None
+        # Names are served even while the tree is still starting: children
+        # starting under us look their siblings up.
         if isinstance(inner, m.Register):
             self._register_name(inner)
         elif isinstance(inner, m.Unregister):
             self._unregister_name(inner)
         elif isinstance(inner, m.WhereIs):
-            self.reply(From(msg.ref, msg.reply_to), self._whereis(inner.name))
+            self.send(msg.reply_to or sender, m.Reply(msg.ref, self._whereis(inner.name)))
         else:
-            super()._dispatch(msg, sender)
+            super()._route(msg, sender)
 
     def _register_name(self, reg: m.Register) -> None:
         old = self._names.get(reg.name)
@@ -115,4 +115,7 @@ def _noproc_answer(dead: Any, letter: Any) -> tuple[Any, Any] | None:
         return letter.watcher, m.Down(letter.ref, dead, NOPROC)
     if isinstance(letter, m.LinkRequest) and letter.addr is not None:
         return letter.addr, m.Exit(dead, NOPROC)
+    hook = getattr(letter, "dead_letter", None)
+    if callable(hook):
+        return hook()
     return None

@@ -1,0 +1,44 @@
+"""The queue's supervision tree (the seed's couch_jobs_sup).
+
+rest_for_one, 3 restarts in 10 s, children in order: the store check
+(returns ignore), the activity monitor supervisor, the notifier supervisor,
+the jobs server. A crashed notifier supervisor therefore also restarts the
+jobs server, which starts fresh per-type children.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from supervision import ChildSpec, Supervisor
+
+from .activity_monitor import ActivityMonitorSup
+from .config import Config
+from .jobs_cache import StoreCache
+from .jobs_server import JobsServer
+from .names import ACTIVITY_MONITOR_SUP, JOBS_SERVER, JOBS_SUP, NOTIFIER_SUP
+from .notifier import NotifierSup
+
+
+def jobs_args(config: Config) -> dict:
+    """The plain-data args every queue actor gets: store URL and [couch_jobs]."""
+    return {"store": config.get("node", "store"), "couch_jobs": config.section("couch_jobs")}
+
+
+def jobs_children(config: Config) -> list[ChildSpec]:
+    """The node-level child spec of the queue tree."""
+    return [ChildSpec("couch_jobs_sup", JobsSup, jobs_args(config), type="supervisor", name=JOBS_SUP)]
+
+
+class JobsSup(Supervisor):
+    """rest_for_one: store check, activity monitor sup, notifier sup, server."""
+
+    def children(self, args: Any) -> tuple:
+        flags = {"strategy": "rest_for_one", "intensity": 3, "period": 10}
+        return flags, [
+            ChildSpec("couch_jobs_fdb", StoreCache, args, restart="transient"),
+            ChildSpec("couch_jobs_activity_monitor_sup", ActivityMonitorSup, args, shutdown="brutal_kill",
+                      type="supervisor", name=ACTIVITY_MONITOR_SUP),
+            ChildSpec("couch_jobs_notifier_sup", NotifierSup, args, shutdown="brutal_kill",
+                      type="supervisor", name=NOTIFIER_SUP),
+            ChildSpec("couch_jobs_server", JobsServer, args, shutdown="brutal_kill", name=JOBS_SERVER),
+        ]

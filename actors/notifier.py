@@ -1,0 +1,198 @@
+"""Per-type notifiers: tell subscribers when their jobs change state.
+
+One :class:`Notifier` runs per job type with a timeout (started by the jobs
+server under :class:`NotifierSup`), with a linked
+:class:`~actors.type_monitor.TypeMonitor`. On each ``TypeUpdated`` it reads
+the jobs active since that stamp (a range read), then the other subscribed
+jobs, by one range read or one read each depending on their share (the
+seed's 0.5 ratio), and sends each subscriber a :class:`JobEvent` for a new
+state. Running jobs are reported again on every update, even though the
+state stays ``running``. A finished or removed job's subscriptions end with
+that event. A subscriber that is gone is unsubscribed (its undelivered event
+comes back to the node as a dead letter, which tells the notifier).
+"""
+from __future__ import annotations
+
+import logging
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import fdblayer
+from fdblayer.jobs import activity, model
+from fdblayer.jobs.codec import decode_data
+from fdblayer.jobs.job import JobState
+from fdblayer.jobs.keys import DEFAULT_LAYOUT
+from supervision import ChildSpec, GenServer, Supervisor
+
+from .type_monitor import TypeMonitor, TypeUpdated
+
+log = logging.getLogger(__name__)
+
+GET_JOBS_RANGE_RATIO = 0.5
+NOT_FOUND = "not_found"
+
+
+@dataclass(frozen=True)
+class Subscribe:
+    """Call: subscribe ``subscriber`` to ``job_id`` last seen in ``state``/``seq``."""
+
+    job_id: str
+    state: str
+    seq: Any
+    subscriber: Any
+
+
+@dataclass(frozen=True)
+class Unsubscribe:
+    """Call: end the subscription ``ref``."""
+
+    ref: str
+
+
+@dataclass(frozen=True)
+class SubscriberGone:
+    """Info: the subscriber of ``ref`` could not be reached."""
+
+    ref: str
+
+
+@dataclass(frozen=True)
+class JobEvent:
+    """Sent to a subscriber: job ``id`` of ``type`` is now in ``state``."""
+
+    ref: str
+    type: Any
+    id: str
+    state: str
+    data: Any
+    notifier: Any = None
+
+    def dead_letter(self) -> tuple[Any, Any] | None:
+        """Where an undeliverable event is reported (the node calls this)."""
+        return (self.notifier, SubscriberGone(self.ref)) if self.notifier is not None else None
+
+
+class Notifier(GenServer):
+    """Holds one type's subscriptions and notifies them of state changes."""
+
+    def init(self, args: Any) -> None:
+        self.type = args["type"]
+        self.db = fdblayer.open(args["store"])
+        cfg = args["couch_jobs"]
+        timeout = cfg["type_monitor_timeout_msec"]
+        self.subs: dict[str, dict[str, list]] = {}  # job id -> ref -> [subscriber, state, seq]
+        self.refs: dict[str, str] = {}  # ref -> job id
+        vs = activity.get_activity_vs(self.db, DEFAULT_LAYOUT, self.type)
+        self.type_monitor = self.spawn_link(TypeMonitor, {
+            "type": self.type, "vs": vs, "store": args["store"],
+            "holdoff": cfg["type_monitor_holdoff_msec"] / 1000.0,
+            "timeout": None if timeout == "infinity" else timeout / 1000.0})
+
+    def handle_call(self, msg: Any, from_: Any) -> Any:
+        if isinstance(msg, Subscribe):
+            return self._subscribe(msg)
+        if isinstance(msg, Unsubscribe):
+            self._unsubscribe(msg.ref)
+            return "ok"
+        return super().handle_call(msg, from_)
+
+    def handle_info(self, msg: Any) -> None:
+        if isinstance(msg, TypeUpdated):
+            self._notify_subscribers(msg.vs)
+        elif isinstance(msg, SubscriberGone):
+            self._unsubscribe(msg.ref)
+        else:
+            super().handle_info(msg)
+
+    def terminate(self, reason: Any) -> None:
+        self.db.close()
+
+    def format_status(self) -> dict:
+        return {"type": self.type, "subscriptions": len(self.refs)}
+
+    # ------------------------------------------------------ subscriptions
+    def _subscribe(self, msg: Subscribe) -> str:
+        refs = self.subs.setdefault(msg.job_id, {})
+        for ref, sub in refs.items():
+            if sub[0] == msg.subscriber:
+                refs[ref] = [msg.subscriber, msg.state, msg.seq]
+                return ref
+        ref = uuid.uuid4().hex
+        refs[ref] = [msg.subscriber, msg.state, msg.seq]
+        self.refs[ref] = msg.job_id
+        return ref
+
+    def _unsubscribe(self, ref: str) -> None:
+        job_id = self.refs.pop(ref, None)
+        if job_id is None:
+            return
+        refs = self.subs.get(job_id, {})
+        refs.pop(ref, None)
+        if not refs:
+            self.subs.pop(job_id, None)
+
+    # -------------------------------------------------------- notifying
+    def _notify_subscribers(self, active_vs: Any) -> None:
+        if not self.subs:
+            return
+        active = self._active_since(active_vs)
+        self._notify_jobs(active)
+        inactive_ids = [job_id for job_id in self.subs if job_id not in active]
+        if inactive_ids:
+            ratio = len(inactive_ids) / len(self.subs)
+            self._notify_jobs(self._read_jobs(inactive_ids, ratio))
+
+    def _active_since(self, vs: Any) -> dict[str, tuple]:
+        if vs is None:
+            return {}
+        updated = activity.get_active_since(self.db, DEFAULT_LAYOUT, self.type, vs)
+        return {job_id: (vs, JobState.RUNNING.value, data) for job_id, data in updated.items()
+                if job_id in self.subs}
+
+    def _read_jobs(self, job_ids: list[str], ratio: float) -> dict[str, tuple]:
+        if ratio >= GET_JOBS_RANGE_RATIO:
+            wanted = set(job_ids)
+            found = model.get_jobs(self.db, DEFAULT_LAYOUT, self.type, wanted.__contains__)
+        else:
+            found = {k: v for k, v in model.get_job_states(self.db, DEFAULT_LAYOUT, self.type, job_ids).items()
+                     if v is not None}
+        result = {}
+        for job_id in job_ids:
+            if job_id in found:
+                seq, state, data = found[job_id]
+                result[job_id] = (seq, JobState(state).value, decode_data(data))
+            else:
+                result[job_id] = (None, NOT_FOUND, NOT_FOUND)
+        return result
+
+    def _notify_jobs(self, jobs: dict[str, tuple]) -> None:
+        for job_id, (vs, state, data) in jobs.items():
+            ends = state in (JobState.FINISHED.value, NOT_FOUND)
+            for ref, (subscriber, old_state, old_seq) in list(self.subs.get(job_id, {}).items()):
+                if state == JobState.RUNNING.value and old_state == state:
+                    if not _newer(vs, old_seq):
+                        continue
+                elif old_state == state:
+                    continue
+                self.send(subscriber, JobEvent(ref, self.type, job_id, state, data, self.myAddress))
+                if ends:
+                    self._unsubscribe(ref)
+                else:
+                    self.subs[job_id][ref] = [subscriber, state, vs]
+
+
+def _newer(vs: Any, old: Any) -> bool:
+    """True if stamp ``vs`` is later than ``old`` (anything beats a non-stamp)."""
+    try:
+        return old is None or vs > old
+    except TypeError:
+        return True
+
+
+class NotifierSup(Supervisor):
+    """simple_one_for_one over notifiers (temporary, 10 restarts in 3 s)."""
+
+    def children(self, args: Any) -> tuple:
+        flags = {"strategy": "simple_one_for_one", "intensity": 10, "period": 3}
+        return flags, [ChildSpec("notifier", Notifier, None, restart="temporary", shutdown="brutal_kill")]

@@ -1,0 +1,112 @@
+"""The linked helper of a notifier: wait on the type's activity watch.
+
+A :class:`TypeMonitor` is spawn-linked by its notifier. It reads the type's
+activity versionstamp and arms a store watch on it in one transaction; when
+the stamp differs from the last one seen it tells the notifier
+(``TypeUpdated(vs)``), no more often than once per holdoff. It never blocks
+its message loop: the watch's callback writes a byte to a pipe that the
+actor watches (Thespian's ThespianWatch), so a commit anywhere wakes it
+within milliseconds and its own messages (including shutdown) still flow.
+``timeout`` (the seed's type_monitor_timeout_msec; None is infinity)
+re-arms the watch periodically even without a change.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import fdblayer
+from fdblayer.jobs import activity
+from fdblayer.jobs.keys import DEFAULT_LAYOUT
+from supervision import GenServer
+
+REARM = "type_monitor_rearm"
+NOTIFY = "type_monitor_notify"
+
+
+@dataclass(frozen=True)
+class TypeUpdated:
+    """The type's activity versionstamp is now ``vs``."""
+
+    vs: Any
+
+
+class TypeMonitor(GenServer):
+    """Tells its parent notifier when the type's activity stamp changes."""
+
+    def init(self, args: Any) -> None:
+        self.type = args["type"]
+        self.vs = args.get("vs")
+        self.holdoff = args["holdoff"]
+        self.timeout = args["timeout"]
+        self.db = fdblayer.open(args["store"])
+        self.last_notify = float("-inf")
+        self.notify_pending = False
+        self.watch: Any = None
+        self.timer: int | None = None
+        self.wake_r, self.wake_w = os.pipe()
+        os.set_blocking(self.wake_r, False)
+        os.set_blocking(self.wake_w, False)
+        self.watch_fd(self.wake_r, self._woken)
+        self._check()
+
+    def _check(self) -> None:
+        """Read the stamp, arm a new watch, and notify if the stamp moved."""
+        if self.watch is not None:
+            self.watch.cancel()
+        self.cancel_timer(self.timer)
+        vs, self.watch = activity.get_activity_vs_and_watch(self.db, DEFAULT_LAYOUT, self.type)
+        self.watch.on_ready(self._signal)
+        if self.timeout is not None:
+            self.timer = self.send_after(self.timeout, REARM)
+        if vs != self.vs:
+            self.vs = vs
+            self._notify_after_holdoff()
+
+    def _signal(self, _watch: Any = None) -> None:
+        """Watch callback (runs on the store's watcher thread): wake the actor."""
+        try:
+            os.write(self.wake_w, b"x")
+        except (BlockingIOError, OSError):
+            pass  # a wake-up is already pending, or the actor is gone
+
+    def _woken(self) -> None:
+        try:
+            while os.read(self.wake_r, 4096):
+                pass
+        except BlockingIOError:
+            pass
+        self._check()
+
+    def _notify_after_holdoff(self) -> None:
+        if self.notify_pending:
+            return
+        wait = self.holdoff - (self.clock.monotonic() - self.last_notify)
+        if wait > 0:
+            self.notify_pending = True
+            self.send_after(wait, NOTIFY)
+        else:
+            self._notify()
+
+    def _notify(self) -> None:
+        self.notify_pending = False
+        self.last_notify = self.clock.monotonic()
+        self.send(self.parent, TypeUpdated(self.vs))
+
+    def handle_info(self, msg: Any) -> None:
+        if msg == NOTIFY:
+            self._notify()
+        elif msg == REARM:
+            self.timer = None
+            self._check()
+        else:
+            super().handle_info(msg)
+
+    def terminate(self, reason: Any) -> None:
+        if self.watch is not None:
+            self.watch.cancel()
+        self.unwatch_fd(self.wake_r)
+        os.close(self.wake_r)
+        os.close(self.wake_w)
+        self.db.close()
