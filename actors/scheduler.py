@@ -286,6 +286,8 @@ class Scheduler(GenServer):
             core.settings = core.settings.with_setting(msg.key, msg.value)
             value = getattr(core.settings, msg.key)
             log.info("scheduler: %s set to %s", msg.key, value)
+            if msg.key == "interval":
+                self._arm_timer()  # the next reschedule is one new interval from now
             return value
         return super().handle_call(msg, None)
 
