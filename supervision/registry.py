@@ -16,29 +16,17 @@ supervising the node's children it
 from __future__ import annotations
 
 import logging
-import os
 from typing import Any
 
 from thespian.actors import DeadEnvelope
 
 from . import messages as m
+from .procs import pid_alive  # noqa: F401 - re-exported
 from .reasons import NOPROC
 from .reports import report
 from .supervisor import Supervisor
 
 log = logging.getLogger(__name__)
-
-
-def pid_alive(pid: int | None) -> bool:
-    """True if ``pid`` is a live (not zombie) process."""
-    if not pid:
-        return True
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            state = f.read().rsplit(b")", 1)[1].split()[0]
-    except (FileNotFoundError, IndexError, ProcessLookupError):
-        return False
-    return state not in (b"Z", b"X")
 
 
 class NodeSupervisor(Supervisor):

@@ -45,11 +45,15 @@ from .clock import Clock
 from .exceptions import AlreadyStarted, BadChildSpec, NoProc, StartError, SupervisionError
 from .gen_server import DEFER_START, IGNORE, NOREPLY, From, GenServer
 from .reasons import KILLED, NORMAL, SHUTDOWN, is_normal, portable
+from .procs import pid_alive
 from .reports import report
 
 log = logging.getLogger(__name__)
 
 _REAL_CLOCK = Clock()
+
+#: Seconds between checks that a killed child's process is gone.
+REAP_CHECK = 0.1
 
 #: Seconds a child may take to answer its start before it is killed.
 START_TIMEOUT = 30.0
@@ -281,15 +285,32 @@ class Supervisor(GenServer):
             return
         shutdown = kid.spec.shutdown
         if shutdown == BRUTAL_KILL:
-            self.kill_child(addr)
+            self._kill_and_watch(addr)
         else:
             self.send(addr, m.Shutdown(reason))
             if shutdown != INFINITY:
-                self._op.timers.append(self.start_timer(float(shutdown), lambda: self.kill_child(addr), real=True))
+                self._op.timers.append(self.start_timer(float(shutdown), lambda: self._kill_and_watch(addr), real=True))
         exit_reason = yield _Wait("exit", addr)
         expected = KILLED if shutdown == BRUTAL_KILL else reason
         if exit_reason != expected and not is_normal(exit_reason):
             report("shutdown_error", logging.ERROR, supervisor=self.name, child=kid.spec.id, reason=exit_reason)
+
+    def _kill_and_watch(self, addr: Any) -> None:
+        """SIGKILL a child, and do not rely on Thespian alone to report it:
+        check its pid every 100 ms and treat a vanished process as exited."""
+        child = self._children.get(addr)
+        pid = child and child.get("pid")
+        self.kill_child(addr)
+        if pid:
+            self.start_timer(REAP_CHECK, lambda: self._reap_check(addr, pid), real=True)
+
+    def _reap_check(self, addr: Any, pid: int) -> None:
+        if addr not in self._children:
+            return
+        if pid_alive(pid):
+            self.start_timer(REAP_CHECK, lambda: self._reap_check(addr, pid), real=True)
+        else:
+            self._on_child_actor_exited(addr)
 
     def _drop_backlogged_exit(self, addr: Any) -> None:
         self._backlog = collections.deque(e for e in self._backlog if not (e[0] == "exit" and e[1][0] == addr))
