@@ -11,7 +11,7 @@ import time
 from typing import Any
 
 from supervision import IGNORE, NOREPLY, Exit, GenServer, Supervisor
-from supervision.messages import Down
+from supervision.messages import Down, GetPid
 
 
 def record(path: str | None, line: str) -> None:
@@ -106,3 +106,40 @@ class Sup(Supervisor):
 
     def terminate(self, reason: Any) -> None:
         record(self.log_path, f"stop {self.ident}")
+
+
+class Probe(Worker):
+    """A Worker that sets up links and monitors synchronously, and spawns
+    manual-clock children.
+
+    Extra calls (besides Worker's):
+
+    * ``("monitor_sync", addr)``: monitor ``addr``, answer the ref once
+      ``addr`` has seen the request (a GetPid round trip behind it, or the
+      dead-letter answer for a dead ``addr``).
+    * ``("link_sync", addr)``: link to ``addr``, answer once it has seen it.
+    * ``("spawn_manual", args)``: spawn_link a Worker on a manual clock,
+      answer its address once it is started.
+    """
+
+    def handle_call(self, msg: Any, from_: Any) -> Any:
+        if isinstance(msg, tuple) and msg[0] in ("monitor_sync", "link_sync"):
+            target = msg[1]
+            if msg[0] == "monitor_sync":
+                result = self.monitor(target)
+            else:
+                self.link(target)
+                result = "linked"
+            self.call_async(target, GetPid(), lambda _value, _err: self.reply(from_, result), timeout=5.0)
+            return NOREPLY
+        if isinstance(msg, tuple) and msg[0] == "spawn_manual":
+            self.spawn_reply = from_
+            self.spawn_link(Worker, msg[1], clock="manual")
+            return NOREPLY
+        return super().handle_call(msg, from_)
+
+    def child_started(self, addr: Any, pid: int) -> None:
+        waiting = getattr(self, "spawn_reply", None)
+        if waiting is not None:
+            self.spawn_reply = None
+            self.reply(waiting, addr)
