@@ -1,0 +1,120 @@
+"""The node owns its processes: loopback only, no accidental systems, restart after SIGKILL."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from supervision import NodeDown, connect
+from supervision.system import _runtime_file, port_open
+from tests.supervision.conftest import alive, free_port, group_pids, wait_until
+
+ONE = {"strategy": "one_for_one", "intensity": 10, "period": 10}
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def listening_sockets(pids: set[int]) -> list[tuple[str, str]]:
+    """(table, local address) of every listening TCP socket held by ``pids``."""
+    inodes = set()
+    for pid in pids:
+        try:
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                try:
+                    target = os.readlink(f"/proc/{pid}/fd/{fd}")
+                except OSError:
+                    continue
+                if target.startswith("socket:["):
+                    inodes.add(target[8:-1])
+        except (FileNotFoundError, PermissionError):
+            continue
+    found = []
+    for table in ("tcp", "tcp6"):
+        with open(f"/proc/net/{table}") as f:
+            for line in f.readlines()[1:]:
+                cols = line.split()
+                if cols[3] == "0A" and cols[9] in inodes:  # 0A = LISTEN
+                    found.append((table, cols[1]))
+    return found
+
+
+def test_node_binds_only_loopback(tree):
+    sup = tree.sup(ONE, [tree.w("a"), tree.sup_spec("n", ONE, [tree.w("n1")])])
+    assert tree.kids(sup)
+    pids = group_pids(tree.node.pgid) | {os.getpid()}
+    sockets = listening_sockets(pids)
+    assert len(sockets) >= 5, sockets  # admin, logger?, node supervisor, sup, a, n, n1
+    assert all(table == "tcp" and addr.startswith("0100007F:") for table, addr in sockets), sockets
+
+
+def test_connect_to_a_port_without_node_raises_node_down_quickly():
+    port = free_port()
+    kids_before = set(os.listdir("/proc"))
+    t = time.monotonic()
+    with pytest.raises(NodeDown):
+        connect(port)
+    assert time.monotonic() - t < 1
+    assert not port_open(port), "connect must not start an actor system"
+    new = {p for p in set(os.listdir("/proc")) - kids_before if p.isdigit()}
+    assert not [p for p in new if alive(int(p)) and _ppid(int(p)) == os.getpid()]
+
+
+def _ppid(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return int(f.read().rsplit(b")", 1)[1].split()[1])
+    except (FileNotFoundError, IndexError):
+        return -1
+
+
+_START = """
+import json, logging, sys
+from supervision import ChildSpec, start_node
+from tests.supervision.fixtures import Worker
+port, mode = int(sys.argv[1]), sys.argv[2]
+node = start_node(port, {"strategy": "one_for_one", "intensity": 10, "period": 10},
+                  [ChildSpec("w", Worker, {"id": "w"})], level=logging.CRITICAL, timeout=20)
+c = node.client()
+rows = c.which_children(c.node)
+print(json.dumps({"pgid": node.pgid, "admin": node.admin_pid, "pid": node.pid, "w": rows[0].pid}), flush=True)
+if mode == "stop":
+    node.stop()
+"""
+
+
+def _run_node(port: int, mode: str, tmp_path) -> dict:
+    """Start a node from a fresh process (files, not pipes: the node's daemons inherit them)."""
+    out, err = tmp_path / f"{mode}.out", tmp_path / f"{mode}.err"
+    with open(out, "w") as fo, open(err, "w") as fe:
+        rc = subprocess.run([sys.executable, "-c", _START, str(port), mode], cwd=ROOT, env=os.environ.copy(),
+                            stdout=fo, stderr=fe, timeout=60, stdin=subprocess.DEVNULL).returncode
+    assert rc == 0, err.read_text()[-2000:]
+    return json.loads(out.read_text().strip().splitlines()[-1])
+
+
+def test_node_starts_on_the_port_of_a_sigkilled_predecessor(tmp_path):
+    port = free_port()
+    first = _run_node(port, "leave", tmp_path)  # a node left running by a process that exited
+    try:
+        old = group_pids(first["pgid"])
+        assert first["pid"] in old and first["w"] in old
+        os.kill(first["admin"], signal.SIGKILL)
+        t = time.monotonic()
+        second = _run_node(port, "stop", tmp_path)
+        assert time.monotonic() - t < 30
+        assert second["pgid"] != first["pgid"]
+        wait_until(lambda: not any(alive(p) for p in old), 10, "the predecessor's orphans to be killed")
+        wait_until(lambda: not group_pids(second["pgid"]), 10, "the second node's processes to exit")
+        assert not _runtime_file(port).exists()
+        assert not port_open(port)
+    finally:
+        for info in (first,):
+            try:
+                os.killpg(info["pgid"], signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        _runtime_file(port).unlink(missing_ok=True)
