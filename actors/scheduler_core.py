@@ -331,6 +331,20 @@ def iso8601(when: float | None) -> str | None:
 # ------------------------------------------------------------------ table
 
 
+def _ready_at(job: Job, health_threshold: float) -> float:
+    """From when ``job`` is not recently crashed (see not_recently_crashed)."""
+    history = job.history
+    head = history[0].type if history else None
+    if head is EventType.STOPPED or (head is EventType.ADDED and len(history) == 1):
+        return float("-inf")
+    crashes = consecutive_crashes(history, health_threshold)
+    return latest_crash_timestamp(history) + backoff_seconds(crashes)
+
+
+def _idle_entry(job: Job, health_threshold: float) -> tuple:
+    return (_ready_at(job, health_threshold), (last_started(job), str(job.id)), job)
+
+
 def _category(job: Job) -> str | None:
     head = job.history[0].type if job.history else None
     if job.pid is not None:
@@ -351,7 +365,9 @@ class JobTable:
     def __init__(self) -> None:
         self._jobs: dict[Any, Job] = {}
         self._running: dict[Any, Job] = {}
-        self._idle: dict[Any, Job] = {}
+        # id -> (ready_at, (last_started, str(id)), job): computed once per write
+        self._idle: dict[Any, tuple] = {}
+        self.health_threshold: float = DEFAULT_HEALTH_THRESHOLD
         self._by_monitor: dict[Any, Job] = {}
         self._sums: dict[str, list] = {"pending": [0, 0.0], "running": [0, 0.0], "crashed": [0, 0.0]}
 
@@ -374,7 +390,15 @@ class JobTable:
         return list(self._running.values())
 
     def idle_jobs(self) -> Iterable[Job]:
-        return self._idle.values()
+        return [entry[2] for entry in self._idle.values()]
+
+    def ready_idle(self, now: float, health_threshold: float) -> list[tuple]:
+        """``(pending key, job)`` of the idle jobs not backing off at ``now``."""
+        if health_threshold != self.health_threshold:
+            self.health_threshold = health_threshold
+            for job in list(self._idle.values()):
+                self._idle[job[2].id] = _idle_entry(job[2], health_threshold)
+        return [(key, job) for ready_at, key, job in self._idle.values() if ready_at <= now]
 
     def running_count(self) -> int:
         return len(self._running)
@@ -416,7 +440,7 @@ class JobTable:
             if job.monitor is not None:
                 self._by_monitor[job.monitor] = job
         else:
-            self._idle[job.id] = job
+            self._idle[job.id] = _idle_entry(job, self.health_threshold)
         cat = _category(job)
         if cat is not None:
             acc = self._sums[cat]
@@ -544,10 +568,9 @@ class Scheduling:
         the longest since they last started first."""
         if count <= 0:
             return []
-        now = self.clock.time()
-        threshold = self.settings.health_threshold
-        healthy = (j for j in self.table.idle_jobs() if not_recently_crashed(j, now, threshold))
-        return heapq.nsmallest(count, healthy, key=_pending_key)
+        ready = self.table.ready_idle(self.clock.time(), self.settings.health_threshold)
+        # Keys are unique (they end with the id), so jobs are never compared.
+        return [job for _key, job in heapq.nsmallest(count, ready)]
 
     def start_jobs(self, count: int) -> None:
         for job in self.pending_jobs(count):
@@ -671,8 +694,6 @@ class Scheduling:
         return [self.job_json(j, node) for j in self.table]
 
 
-def _pending_key(job: Job) -> tuple:
-    return (last_started(job), str(job.id))
 
 
 def apply_settings(settings: Settings, values: Mapping[str, Any],
