@@ -2,7 +2,8 @@
 
 Every error derives from :class:`SupervisionError`. Errors raised at a call
 site (bad child spec, call timeout, unknown name) leave the supervision tree
-unchanged.
+unchanged. Every error pickles (``__reduce__``), so an actor can send it
+back to a caller in another process.
 """
 from __future__ import annotations
 
@@ -23,8 +24,12 @@ class BadChildSpec(SupervisionError, ValueError):
 
     def __init__(self, field: str, value: Any, why: str) -> None:
         super().__init__(f"bad child spec field {field!r}={value!r}: {why}")
+        self.why = why
         self.field = field
         self.value = value
+
+    def __reduce__(self):
+        return (type(self), (self.field, self.value, self.why))
 
 
 class CallTimeout(SupervisionError, TimeoutError):
@@ -36,6 +41,9 @@ class CallTimeout(SupervisionError, TimeoutError):
         self.msg = msg
         self.timeout = timeout
 
+    def __reduce__(self):
+        return (type(self), (self.target, self.msg, self.timeout))
+
 
 class NoProc(SupervisionError, LookupError):
     """The target of a call is dead, or a name is not registered."""
@@ -43,6 +51,9 @@ class NoProc(SupervisionError, LookupError):
     def __init__(self, target: Any) -> None:
         super().__init__(f"no process: {target}")
         self.target = target
+
+    def __reduce__(self):
+        return (type(self), (self.target,))
 
 
 class CallFailed(SupervisionError):
@@ -53,13 +64,20 @@ class CallFailed(SupervisionError):
         self.target = target
         self.reason = reason
 
+    def __reduce__(self):
+        return (type(self), (self.target, self.reason))
+
 
 class NodeDown(SupervisionError, ConnectionError):
     """No node answers on the given admin port (nothing is started instead)."""
 
     def __init__(self, port: int, why: str = "nothing listens there") -> None:
         super().__init__(f"no node on 127.0.0.1:{port}: {why}")
+        self.why = why
         self.port = port
+
+    def __reduce__(self):
+        return (type(self), (self.port, self.why))
 
 
 class StartError(SupervisionError):
@@ -69,6 +87,9 @@ class StartError(SupervisionError):
         super().__init__(f"child {child_id!r} failed to start: {reason!r}")
         self.child_id = child_id
         self.reason = reason
+
+    def __reduce__(self):
+        return (type(self), (self.child_id, self.reason))
 
 
 class AlreadyStarted(SupervisionError):

@@ -398,9 +398,17 @@ class GenServer(Actor):
             self.send(self.parent, m.Watchers(self.myAddress, links, monitors))
 
     def _on_watchers(self, w: m.Watchers) -> None:
-        child = self._children.get(w.addr)
-        if child is not None:
+        child = self._children.get(w.addr if w.via is None else w.via)
+        if child is None:
+            return
+        if w.via is None:
             child["watchers"] = w
+        elif w.links or w.monitors:
+            child["descendants"][w.addr] = w
+        else:
+            child["descendants"].pop(w.addr, None)
+        if self.parent is not None:
+            self.send(self.parent, replace(w, via=self.myAddress))
 
     def _on_exit_signal(self, sig: m.Exit) -> None:
         if sig.addr in self._children:
@@ -440,7 +448,7 @@ class GenServer(Actor):
             from .childspec import resolve_class
             cls = resolve_class(cls)
         addr = self.createActor(cls)
-        self._children[addr] = {"pid": None, "watchers": None}
+        self._children[addr] = {"pid": None, "watchers": None, "descendants": AddrMap()}
         self.send(addr, m.Init(args, self.myAddress, self.myAddress, self.node, name, clock))
         return addr
 
@@ -479,16 +487,27 @@ class GenServer(Actor):
         reason = self._exit_reasons.pop(addr, KILLED)
         if reason == KILLED:
             self._notify_for_dead_child(addr, child)
+        self._withdraw_watchers(addr, child)
         self.child_exited(addr, reason)
 
     def _notify_for_dead_child(self, addr: Any, child: dict) -> None:
-        watchers: m.Watchers | None = child.get("watchers")
-        if watchers is None:
+        """Send the Exit/Down a SIGKILLed child (and its subtree, which the
+        kernel killed with it) could not send."""
+        entries = [child["watchers"]] if child.get("watchers") is not None else []
+        entries += [w for _, w in child["descendants"].items()]
+        for w in entries:
+            for link in w.links:
+                self.send(link, m.Exit(w.addr, KILLED))
+            for ref, watcher in w.monitors:
+                self.send(watcher, m.Down(ref, w.addr, KILLED))
+
+    def _withdraw_watchers(self, addr: Any, child: dict) -> None:
+        """Tell the ancestors to forget the watchers of a gone subtree."""
+        if self.parent is None:
             return
-        for link in watchers.links:
-            self.send(link, m.Exit(addr, KILLED))
-        for ref, watcher in watchers.monitors:
-            self.send(watcher, m.Down(ref, addr, KILLED))
+        gone = ([addr] if child.get("watchers") is not None else []) + list(child["descendants"])
+        for dead in gone:
+            self.send(self.parent, m.Watchers(dead, via=self.myAddress))
 
     def kill_child(self, addr: Any) -> bool:
         """SIGKILL a child's process (brutal_kill). False if its pid is unknown."""

@@ -139,11 +139,18 @@ class DemonitorRequest:
 
 @dataclass(frozen=True)
 class Watchers:
-    """Child to parent: who must be told if the child dies without a word (SIGKILL)."""
+    """Up the tree: who must be told if ``addr`` dies without a word (SIGKILL).
+
+    An actor sends its own to its parent; every actor forwards what it
+    receives to its parent with ``via`` set to itself, so each ancestor
+    knows the watchers of its whole subtree, keyed by the child it came
+    through. Empty ``links`` and ``monitors`` withdraw the entry.
+    """
 
     addr: Any
     links: tuple = ()
     monitors: tuple = ()
+    via: Any = None
 
 
 @dataclass(frozen=True)

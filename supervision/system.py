@@ -31,6 +31,7 @@ from . import loopback  # noqa: F401 - must patch Thespian before any ActorSyste
 from thespian.actors import ActorSystem, ActorSystemException  # noqa: E402
 
 from . import messages as m  # noqa: E402
+from .childspec import SupFlags, check_specs  # noqa: E402
 from .client import Client  # noqa: E402
 from .exceptions import NodeDown, StartError, SupervisionError  # noqa: E402
 from .registry import NodeSupervisor, pid_alive  # noqa: E402
@@ -40,6 +41,7 @@ log = logging.getLogger(__name__)
 BASE = "multiprocTCPBase"
 NODE_NAME = "supervision.node"
 DEFAULT_PORT = 1900
+DEFAULT_FLAGS = {"strategy": "one_for_one", "intensity": 3, "period": 10}
 
 
 class NodeAlreadyRunning(SupervisionError):
@@ -145,20 +147,22 @@ def start_node(port: int = DEFAULT_PORT, flags: Any = None, specs: list | None =
     """Start a node whose node supervisor runs ``specs`` under ``flags``.
 
     Raises:
+        BadChildSpec: malformed flags or specs (checked before anything starts).
         NodeAlreadyRunning: a live node answers on ``port``.
         NodeDown: the port is held by something that is not a node.
         StartError: a child failed to start (nothing is left running).
     """
+    flags = SupFlags.from_value(flags if flags is not None else DEFAULT_FLAGS)
+    specs = check_specs(flags, list(specs or []))
     cleanup_stale(port)
     if port_open(port):
         if _read_runtime(port):
             raise NodeAlreadyRunning(f"a node already runs on 127.0.0.1:{port}")
         raise NodeDown(port, "the port is in use by another program")
-    system = ActorSystem(BASE, {"Admin Port": port}, logDefs=log_defs(level, log_stream))
+    system = ActorSystem(BASE, {"Admin Port": port}, logDefs=log_defs(level, log_stream), transientUnique=True)
     try:
         address = system.createActor(NodeSupervisor, globalName=NODE_NAME)
-        flags = flags if flags is not None else {"strategy": "one_for_one", "intensity": 3, "period": 10}
-        init = m.Init((flags, list(specs or [])), None, None, None, NODE_NAME)
+        init = m.Init((flags, specs), None, None, None, NODE_NAME)
         answer = system.ask(address, init, timeout)
         if not isinstance(answer, m.Started):
             reason = answer.reason if isinstance(answer, m.StartFailed) else f"no answer in {timeout}s"
@@ -190,7 +194,7 @@ def connect(port: int = DEFAULT_PORT, timeout: float = 10.0) -> Client:
     if info is not None and not pid_alive(info.get("admin_pid")):
         raise NodeDown(port, "the node's admin process is gone")
     try:
-        system = ActorSystem(BASE, {"Admin Port": port})
+        system = ActorSystem(BASE, {"Admin Port": port}, transientUnique=True)
     except ActorSystemException as exc:
         raise NodeDown(port, str(exc)) from None
     return Client(system, port, None)

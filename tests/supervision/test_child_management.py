@@ -10,10 +10,6 @@ from tests.supervision.conftest import alive, wait_until
 from tests.supervision.fixtures import Worker
 
 ONE = {"strategy": "one_for_one", "intensity": 10, "period": 10}
-PICKLE_BUG = ("supervision/exceptions.py: BadChildSpec/StartError are not picklable (__init__ takes several "
-              "arguments but args holds only the message), so the supervisor's Failure reply cannot be "
-              "unpickled by the client: start_child raises CallTimeout instead of the error")
-
 
 def test_which_children_lists_children_in_start_order_with_types(tree):
     inner = tree.sup_spec("n", ONE, [])
@@ -146,7 +142,6 @@ def test_bad_supervisor_flags_raise_bad_child_spec(value):
         SupFlags.from_value(value)
 
 
-@pytest.mark.xfail(reason=PICKLE_BUG, strict=True)
 @pytest.mark.parametrize("case", list(BAD_SPECS))
 def test_start_child_with_malformed_spec_raises_bad_child_spec_at_the_call_site(tree, case):
     sup = tree.sup(ONE, [tree.w("a")])
@@ -164,7 +159,6 @@ def test_start_child_with_malformed_spec_leaves_the_tree_unchanged(tree, case):
     assert list(after) == ["a"] and after["a"].pid == before["a"].pid
 
 
-@pytest.mark.xfail(reason=PICKLE_BUG, strict=True)
 @pytest.mark.parametrize("value", [{"strategy": "bogus"}, {"intensity": -1}])
 def test_start_child_of_supervisor_with_bad_flags_raises_start_error_naming_the_field(tree, value):
     sup = tree.sup(ONE, [])

@@ -168,11 +168,6 @@ def test_sigkilled_nested_supervisor_takes_its_children_and_is_restarted_fresh(t
     assert tree.lines()[-3:] == ["start n", "start n1", "start n2"]
 
 
-@pytest.mark.xfail(reason="supervision/gen_server.py: the watchers of a grandchild (its links and monitors, "
-                          "sent as Watchers to its parent) live only in the parent; when the parent "
-                          "supervisor is SIGKILLed, PR_SET_PDEATHSIG kills the grandchild silently and "
-                          "nobody sends Down(killed) to its monitors (Erlang: the child dies with 'killed' "
-                          "through its link and monitors get DOWN)", strict=True)
 def test_monitor_of_a_grandchild_fires_when_its_supervisor_is_sigkilled(tree):
     sup, kids, grand = nested_tree(tree)
     ref = tree.c.call(kids["p"].addr, ("monitor_sync", grand["n1"].addr))

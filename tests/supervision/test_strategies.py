@@ -210,10 +210,6 @@ def test_simple_one_for_one_start_child_returning_ignore_keeps_nothing(tree):
 
 
 # -------------------------------------------------------------- init errors
-@pytest.mark.xfail(reason="supervision/exceptions.py: StartError is not picklable (its __init__ takes "
-                          "(child_id, reason) but args holds only the message), so the Failure(StartError) "
-                          "reply cannot be unpickled by the client and start_child times out with "
-                          "CallTimeout instead of raising StartError", strict=True)
 def test_start_child_raises_start_error_when_init_raises(tree):
     sup = tree.sup(flags("one_for_one"), [tree.w("a")])
     before = tree.kids(sup)
@@ -242,9 +238,6 @@ def test_supervisor_whose_static_child_fails_to_start_fails_its_own_start(tree):
     assert tree.lines() == ["start top", "start n", "start n1", "stop n1"]
 
 
-@pytest.mark.xfail(reason="supervision/exceptions.py: StartError is not picklable, so start_child of a "
-                          "supervisor whose static child fails raises CallTimeout instead of StartError",
-                   strict=True)
 def test_start_child_raises_start_error_when_a_nested_supervisor_fails_to_start(tree):
     sup = tree.sup(flags("one_for_one"), [])
     bad = tree.sup_spec("n", flags("one_for_one"), [tree.w("f", fail_init=True)])
