@@ -115,7 +115,7 @@ def test_bad_messages_restart_couch_jobs_server(q):
 
     pid2 = q.pid(JOBS_SERVER)
     with pytest.raises((CallFailed, NoProc)):
-        q.client.call(JOBS_SERVER, "bad_call")
+        q.client.call(JOBS_SERVER, "bad_call", 30)
     wait_dead(pid2, "the jobs server after a bad call")
     restart_app(q)
 
@@ -143,7 +143,7 @@ def test_bad_messages_restart_per_type_actor(q, sup):
     addr = victim()
     pid = q.pid(addr)
     with pytest.raises((CallFailed, NoProc)):
-        q.client.call(addr, "bad_call")
+        q.client.call(addr, "bad_call", 30)
     wait_dead(pid, "the actor after a bad call")
     restart_app(q)
 
