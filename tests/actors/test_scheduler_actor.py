@@ -315,3 +315,17 @@ def _try(fn):
         return fn()
     except Exception:  # noqa: BLE001 - the scheduler may be restarting
         return None
+
+
+def test_scheduler_sup_crash_restarts_the_scheduler_too(h) -> None:
+    """rest_for_one: jobs and the table that describes them go together."""
+    h.s.add_job(h.spec("s1"))
+    job_pid = h.job_pid("s1")
+    sup_pid = h.client.get_pid(SCHEDULER_SUP_NAME)
+    scheduler_pid = h.client.get_pid(SCHEDULER_NAME)
+    os.kill(sup_pid, signal.SIGKILL)
+    wait_until(lambda: not pid_alive(job_pid), what="the job died with its supervisor")
+    wait_until(lambda: (p := _try(lambda: h.client.get_pid(SCHEDULER_NAME))) and p != scheduler_pid,
+               what="scheduler restarted after scheduler_sup")
+    assert _try(lambda: h.client.get_pid(SCHEDULER_SUP_NAME)) not in (None, sup_pid)
+    assert h.s.jobs() == []
