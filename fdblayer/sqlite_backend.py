@@ -56,13 +56,13 @@ from fdblayer.exceptions import (
     StoreError,
     StoreUnavailable,
 )
-from fdblayer.interface import Database
+from fdblayer.interface import Database, add_little_endian
 from fdblayer.watches import DirectoryNotifier, WatchHub
 
 if TYPE_CHECKING:
     from fdblayer.sqlite_transaction import SqliteTransaction
 
-__all__ = ["SqliteDatabase", "SYNCHRONOUS_MODES", "map_sqlite_error"]
+__all__ = ["SqliteDatabase", "SYNCHRONOUS_MODES", "ForkEpoch", "map_sqlite_error"]
 
 logger = logging.getLogger(__name__)
 
@@ -82,6 +82,12 @@ SQL_GET = "SELECT v FROM kv WHERE k = ?"
 SQL_SET = "INSERT OR REPLACE INTO kv (k, v) VALUES (?, ?)"
 SQL_CLEAR = "DELETE FROM kv WHERE k = ?"
 SQL_CLEAR_RANGE = "DELETE FROM kv WHERE k >= ? AND k < ?"
+#: FoundationDB's atomic add in one statement, through ``fdb_add`` (registered
+#: on every connection): a missing key takes ``param`` itself (0 + param).
+SQL_ADD = (
+    "INSERT INTO kv (k, v) VALUES (?, ?) "
+    "ON CONFLICT (k) DO UPDATE SET v = fdb_add(v, excluded.v)"
+)
 
 #: Default bound, in seconds, of a wait for the write lock outside ``transactional``.
 DEFAULT_LOCK_TIMEOUT = 30.0
@@ -107,6 +113,29 @@ def map_sqlite_error(exc: sqlite3.Error, path: str) -> StoreError:
     if isinstance(exc, (sqlite3.OperationalError, sqlite3.DatabaseError)):
         return StoreUnavailable(f"store {path}: {exc}")
     return StoreError(f"store {path}: {exc}")
+
+
+class ForkEpoch:
+    """How many ``os.fork()`` calls made this process: a cheap per-call fork check.
+
+    Handles record the value when they take a connection; a different value
+    later means the handle crossed a fork (``os.getpid()`` is a system call,
+    too dear for every read and write).
+    """
+
+    value = 0
+
+    @classmethod
+    def after_fork_in_child(cls) -> None:
+        cls.value += 1
+
+
+os.register_at_fork(after_in_child=ForkEpoch.after_fork_in_child)
+
+
+def _sql_add(current: Optional[bytes], param: bytes) -> bytes:
+    """The ``fdb_add(current, param)`` SQL function: ``add_little_endian``."""
+    return add_little_endian(current, param)
 
 
 def _is_busy(exc: sqlite3.Error) -> bool:
@@ -153,7 +182,7 @@ class SqliteDatabase(Database):
         self._extra_pragmas = dict(extra_pragmas or {})
         self.fair = fair
         self._lock = threading.Lock()
-        self._pid = os.getpid()
+        self._epoch = ForkEpoch.value
         self._idle: List[sqlite3.Connection] = []
         self._hub: Optional[WatchHub] = None
         self._notify_fd: Optional[int] = None
@@ -184,6 +213,7 @@ class SqliteDatabase(Database):
                 )
         except sqlite3.Error as exc:
             raise map_sqlite_error(exc, self.path) from exc
+        conn.create_function("fdb_add", 2, _sql_add, deterministic=True)
         pragmas = ["busy_timeout = 0", f"synchronous = {self.synchronous}"]
         pragmas += [f"{name} = {value}" for name, value in self._extra_pragmas.items()]
         deadline = time.monotonic() + self.lock_timeout
@@ -235,7 +265,7 @@ class SqliteDatabase(Database):
 
     def _check_fork(self) -> None:
         """After os.fork(): drop (never reuse, never close) the parent's handles."""
-        if self._pid == os.getpid():
+        if self._epoch == ForkEpoch.value:
             return
         _ABANDONED.extend(self._idle)
         self._idle = []
@@ -243,7 +273,7 @@ class SqliteDatabase(Database):
         self._notify_fd = None
         self._gate = None
         self._lock = threading.Lock()
-        self._pid = os.getpid()
+        self._epoch = ForkEpoch.value
 
     def checkout(self) -> sqlite3.Connection:
         """A connection for one transaction (reused from the idle pool when possible).
@@ -259,10 +289,15 @@ class SqliteDatabase(Database):
                 return self._idle.pop()
         return self.connect()
 
-    def checkin(self, conn: sqlite3.Connection, pid: int) -> None:
-        """Give back a connection after its transaction ended."""
+    def checkin(self, conn: sqlite3.Connection, epoch: int) -> None:
+        """Give back a connection after its transaction ended.
+
+        Args:
+            conn: the connection.
+            epoch: ``ForkEpoch.value`` when it was checked out.
+        """
         with self._lock:
-            if pid != os.getpid():
+            if epoch != ForkEpoch.value:
                 _ABANDONED.append(conn)
                 return
             if not self._closed and len(self._idle) < 16:

@@ -4,8 +4,20 @@ Principle: a transaction is lazy. Its first read opens a deferred SQLite read
 transaction (a snapshot); its first write takes SQLite's write lock, either
 by upgrading the snapshot (which fails with ConflictError when anyone
 committed since) or, when it has not read yet or is pessimistic (a retry),
-with ``BEGIN IMMEDIATE`` behind the fair write queue. Writes go straight into
-SQLite, so reads see them; COMMIT commits.
+with ``BEGIN IMMEDIATE`` behind the fair write queue; COMMIT commits.
+
+Like FoundationDB's client, a transaction keeps its writes in memory (as
+``_pending``) and executes them in batches (``executemany``) at commit, or
+before a range read, key-selector read or range clear, which SQLite must
+answer; point reads see them from memory (read-your-writes). Point reads are
+cached per transaction (``_known``): the SQLite snapshot a transaction reads
+cannot change while it lives, so a second read of a key would return the
+same bytes. An atomic ``add`` to a key the transaction has not read is
+buffered without reading and runs as one upsert through the ``fdb_add`` SQL
+function. None of this changes what a transaction sees or when it conflicts:
+a transaction that has read executes its first write at once (the upgrade
+takes the lock or conflicts there, as before), and only its later writes
+wait in memory, under the lock it already holds.
 """
 
 from __future__ import annotations
@@ -15,8 +27,7 @@ import os
 import random
 import sqlite3
 import time
-from types import TracebackType
-from typing import TYPE_CHECKING, List, Optional, Type
+from typing import TYPE_CHECKING, Dict, List, Optional
 
 from fdblayer.exceptions import (
     InvalidTransactionState,
@@ -41,12 +52,14 @@ from fdblayer.selectors import END_OF_KEYSPACE, KeyOrSelector, KeySelector, KeyV
 from fdblayer.sqlite_backend import (
     _BUSY_BACKOFF_MAX,
     _BUSY_BACKOFF_MIN,
+    SQL_ADD,
     SQL_BUMP_VERSION,
     SQL_CLEAR,
     SQL_CLEAR_RANGE,
     SQL_GET,
     SQL_PIN_SNAPSHOT,
     SQL_SET,
+    ForkEpoch,
     _is_busy,
     map_sqlite_error,
 )
@@ -59,29 +72,8 @@ __all__ = ["SqliteTransaction"]
 
 logger = logging.getLogger(__name__)
 
-
-class _Guard:
-    """``with tr._guard():`` maps sqlite3 errors to store errors and ends ``tr``."""
-
-    __slots__ = ("_tr",)
-
-    def __init__(self, tr: "SqliteTransaction") -> None:
-        self._tr = tr
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(
-        self,
-        exc_type: Optional[Type[BaseException]],
-        exc: Optional[BaseException],
-        tb: Optional[TracebackType],
-    ) -> bool:
-        if exc is None or not isinstance(exc, sqlite3.Error):
-            return False
-        error = map_sqlite_error(exc, self._tr.db.path)
-        self._tr._fail(error)
-        raise error from exc
+SQL_RANGE_ASC = "SELECT k, v FROM kv WHERE k >= ? AND k < ? ORDER BY k ASC"
+SQL_RANGE_DESC = "SELECT k, v FROM kv WHERE k >= ? AND k < ? ORDER BY k DESC"
 
 
 class _SnapshotView(ReadView):
@@ -113,12 +105,12 @@ class SqliteTransaction(Transaction):
     def __init__(self, db: SqliteDatabase, pessimistic: bool = False) -> None:
         self._db = db
         self.pessimistic = pessimistic
-        self._snapshot_view = _SnapshotView(self)
+        self._snapshot_view: Optional[_SnapshotView] = None
         self._init_state()
 
     def _init_state(self) -> None:
         self._conn: Optional[sqlite3.Connection] = None
-        self._conn_pid = 0
+        self._epoch = ForkEpoch.value  # of the checkout of ``_conn``
         self._mode: Optional[str] = None  # None, "read" or "write"
         self._gate_held = False
         self._version: Optional[int] = None
@@ -127,6 +119,9 @@ class SqliteTransaction(Transaction):
         self._stamp: Optional[VersionstampFuture] = None
         self._closed: Optional[str] = None  # None, "committed" or "cancelled"
         self._error: Optional[StoreError] = None
+        self._known: Dict[bytes, Optional[bytes]] = {}  # this transaction's view
+        self._pending: Dict[bytes, Optional[bytes]] = {}  # unflushed sets (None: clear)
+        self._adds: Dict[bytes, List[bytes]] = {}  # unflushed adds to unread keys
 
     @property
     def db(self) -> SqliteDatabase:
@@ -134,6 +129,8 @@ class SqliteTransaction(Transaction):
 
     @property
     def snapshot(self) -> ReadView:
+        if self._snapshot_view is None:
+            self._snapshot_view = _SnapshotView(self)
         return self._snapshot_view
 
     # ------------------------------------------------------------ lifecycle
@@ -143,12 +140,14 @@ class SqliteTransaction(Transaction):
             raise self._error
         if self._closed is not None:
             raise InvalidTransactionState(f"transaction already {self._closed}; call reset()")
-        if self._conn is not None and self._conn_pid != os.getpid():
+        if self._epoch != ForkEpoch.value and self._conn is not None:
             raise InvalidTransactionState("transaction crossed os.fork(); create a new one")
 
-    def _guard(self) -> "_Guard":
-        """Turn sqlite3 errors into store errors that end the transaction."""
-        return _Guard(self)
+    def _sqlite_failure(self, exc: sqlite3.Error) -> StoreError:
+        """Map an sqlite3 error, end the transaction with it, and return it to raise."""
+        error = map_sqlite_error(exc, self._db.path)
+        self._fail(error)
+        return error
 
     def _fail(self, error: StoreError) -> None:
         """Discard the SQLite transaction; every later call raises ``error``."""
@@ -163,7 +162,7 @@ class SqliteTransaction(Transaction):
                     conn.execute("ROLLBACK")
                 except sqlite3.Error as exc:
                     logger.warning("Store %s: rollback failed: %s", self._db.path, exc)
-            self._db.checkin(conn, self._conn_pid)
+            self._db.checkin(conn, self._epoch)
         if self._gate_held:
             self._gate_held = False
             self._db.gate().release()
@@ -174,10 +173,13 @@ class SqliteTransaction(Transaction):
             return self.deadline
         return time.monotonic() + self._db.lock_timeout
 
+    def _checkout(self) -> sqlite3.Connection:
+        conn = self._conn = self._db.checkout()
+        self._epoch = ForkEpoch.value
+        return conn
+
     def _begin_read(self) -> None:
-        self._conn = self._db.checkout()
-        self._conn_pid = os.getpid()
-        conn = self._conn
+        conn = self._checkout()
 
         def begin() -> None:
             if conn.in_transaction:
@@ -185,11 +187,16 @@ class SqliteTransaction(Transaction):
             conn.execute("BEGIN")
             conn.execute(SQL_PIN_SNAPSHOT).fetchall()  # the snapshot starts now
 
-        try:  # no snapshot yet: a transient SQLITE_BUSY (WAL restart) is waited out
-            self._db._retry_busy(begin, self._lock_deadline())
-        except StoreError as error:
-            self._fail(error)
-            raise
+        try:
+            begin()
+        except sqlite3.Error as exc:
+            if not _is_busy(exc):
+                raise self._sqlite_failure(exc) from exc
+            try:  # no snapshot yet: a transient SQLITE_BUSY (WAL restart) is waited out
+                self._db._retry_busy(begin, self._lock_deadline())
+            except StoreError as error:
+                self._fail(error)
+                raise
         self._mode = "read"
 
     def _begin_write(self) -> None:
@@ -198,21 +205,18 @@ class SqliteTransaction(Transaction):
             raise LockTimeout(f"store {self._db.path}: write queue wait timed out")
         self._gate_held = True
         try:
-            self._conn = self._db.checkout()
+            conn = self._checkout()
         except StoreError as error:
             self._fail(error)
             raise
-        self._conn_pid = os.getpid()
         delay = _BUSY_BACKOFF_MIN
         while True:
             try:
-                self._conn.execute("BEGIN IMMEDIATE")
+                conn.execute("BEGIN IMMEDIATE")
                 break
             except sqlite3.Error as exc:
                 if not _is_busy(exc):
-                    error = map_sqlite_error(exc, self._db.path)
-                    self._fail(error)
-                    raise error from exc
+                    raise self._sqlite_failure(exc) from exc
             if time.monotonic() > deadline:
                 self._release(rollback=True)
                 raise LockTimeout(f"store {self._db.path}: write lock wait timed out")
@@ -222,13 +226,11 @@ class SqliteTransaction(Transaction):
 
     def _bump_version(self) -> None:
         assert self._conn is not None
-        with self._guard():
+        try:
             self._version = self._conn.execute(SQL_BUMP_VERSION).fetchone()[0]
-
-    def _upgrade(self) -> None:
-        """Read -> write: the next write statement takes the lock, or raises
-        ConflictError (via ``_guard``) when anyone committed since the snapshot."""
-        self._mode = "write"
+        except sqlite3.Error as exc:
+            raise self._sqlite_failure(exc) from exc
+        self._mode = "write"  # the UPDATE took the write lock
 
     def _read_conn(self) -> sqlite3.Connection:
         self._ensure_usable()
@@ -240,7 +242,16 @@ class SqliteTransaction(Transaction):
         assert self._conn is not None
         return self._conn
 
-    def _write_conn(self, size: int) -> sqlite3.Connection:
+    def _flushed_conn(self) -> sqlite3.Connection:
+        """The connection, with the buffered writes executed (for SQL-level reads)."""
+        conn = self._read_conn()
+        if self._pending or self._adds:
+            self._flush()
+        return conn
+
+    def _prepare_write(self, size: int) -> None:
+        """Account for a write of ``size`` bytes; a transaction that has not
+        started takes the write lock now (blind writes never conflict)."""
         self._ensure_usable()
         if self._size + size > MAX_TRANSACTION_SIZE:
             self._fail(
@@ -252,11 +263,31 @@ class SqliteTransaction(Transaction):
             raise self._error
         if self._mode is None:
             self._begin_write()
-        elif self._mode == "read":
-            self._upgrade()
         self._size += size
+
+    def _upgrade(self) -> None:
+        """Read -> write, at the first write: execute it now, so that it takes
+        SQLite's write lock, or raises ConflictError when anyone committed
+        since the snapshot (the later writes of the transaction are buffered)."""
+        self._flush()
+        self._mode = "write"
+
+    def _flush(self) -> None:
+        """Execute the buffered writes, in batches (one statement kind each)."""
         assert self._conn is not None
-        return self._conn
+        pending, adds = self._pending, self._adds
+        self._pending, self._adds = {}, {}
+        sets = [(k, v) for k, v in pending.items() if v is not None]
+        clears = [(k,) for k, v in pending.items() if v is None] if len(sets) < len(pending) else []
+        try:
+            if sets:
+                self._conn.executemany(SQL_SET, sets)
+            if clears:
+                self._conn.executemany(SQL_CLEAR, clears)
+            if adds:
+                self._conn.executemany(SQL_ADD, [(k, p) for k, ps in adds.items() for p in ps])
+        except sqlite3.Error as exc:
+            raise self._sqlite_failure(exc) from exc
 
     def commit(self) -> None:
         """Commit; resolve the versionstamp and arm the watches (see ``Transaction``)."""
@@ -264,25 +295,34 @@ class SqliteTransaction(Transaction):
         if self._watches and self._mode is None:
             self._read_conn()
         watched = [(w, self._get(w.key)) for w in self._watches] if self._watches else []
+        if self._pending or self._adds:
+            self._flush()
         wrote = self._mode == "write"
         if wrote and self._stamp is not None and self._version is None:
             self._bump_version()
         if self._conn is not None:
-            with self._guard():
+            try:
                 self._conn.execute("COMMIT")
+            except sqlite3.Error as exc:
+                raise self._sqlite_failure(exc) from exc
         self._release(rollback=False)
         self._closed = "committed"
         if wrote:
             self._db.notify_commit()
         if self._stamp is not None:
-            if wrote:
-                self._stamp.set_result(self._stamp_bytes())
-            else:
-                self._stamp.set_exception(NoCommitVersion("transaction committed no writes"))
+            self._resolve_stamp(wrote)
         if watched:
             hub = self._db.hub()
             for watch, value in watched:
                 hub.register(watch.key, value, watch)
+
+    def _resolve_stamp(self, wrote: bool) -> None:
+        assert self._stamp is not None
+        if wrote:
+            assert self._version is not None
+            self._stamp.set_result(self._version.to_bytes(8, "big") + b"\x00\x00")
+        else:
+            self._stamp.set_exception(NoCommitVersion("transaction committed no writes"))
 
     def cancel(self) -> None:
         """Discard every write and watch; later calls raise until ``reset``."""
@@ -305,20 +345,44 @@ class SqliteTransaction(Transaction):
         self.pessimistic = True
 
     def __del__(self) -> None:
-        if getattr(self, "_conn", None) is not None and self._conn_pid == os.getpid():
+        if getattr(self, "_conn", None) is not None and self._epoch == ForkEpoch.value:
             self._release(rollback=True)
 
     # ------------------------------------------------------------ reads
 
     def _get(self, key: bytes) -> Optional[bytes]:
+        """Read through this transaction's view: its writes, then what it read."""
+        known = self._known
+        if key in known:
+            return known[key]
+        if key in self._adds:
+            return self._apply_adds(key)
+        return self._fetch(key)
+
+    def _fetch(self, key: bytes) -> Optional[bytes]:
+        """Read ``key`` from SQLite (its snapshot cannot change: cache the value)."""
         conn = self._read_conn()
-        with self._guard():
+        try:
             row = conn.execute(SQL_GET, (key,)).fetchone()
-        return None if row is None else row[0]
+        except sqlite3.Error as exc:
+            raise self._sqlite_failure(exc) from exc
+        value = None if row is None else row[0]
+        self._known[key] = value
+        return value
+
+    def _apply_adds(self, key: bytes) -> Optional[bytes]:
+        """Fold the buffered adds of ``key`` into its value (now a plain set)."""
+        value = self._fetch(key)
+        for param in self._adds.pop(key):
+            value = add_little_endian(value, param)
+        self._known[key] = self._pending[key] = value
+        return value
 
     def get(self, key: bytes) -> Optional[bytes]:
         """Read one key (``None`` when absent)."""
-        return self._get(check_key(key))
+        key = check_key(key)
+        self._ensure_usable()
+        return self._get(key)
 
     def _resolve(self, conn: sqlite3.Connection, selector: KeySelector) -> bytes:
         key, or_equal, offset = selector.key, selector.or_equal, selector.offset
@@ -341,9 +405,11 @@ class SqliteTransaction(Transaction):
     def get_key(self, selector: KeyOrSelector) -> bytes:
         """Resolve a key selector against the transaction's view."""
         sel = to_selector(selector)
-        conn = self._read_conn()
-        with self._guard():
+        conn = self._flushed_conn()
+        try:
             return self._resolve(conn, sel)
+        except sqlite3.Error as exc:
+            raise self._sqlite_failure(exc) from exc
 
     def get_range(
         self, begin: KeyOrSelector, end: KeyOrSelector, limit: int = 0, reverse: bool = False
@@ -352,35 +418,44 @@ class SqliteTransaction(Transaction):
         if limit < 0:
             raise ValueError(f"limit must be >= 0, got {limit}")
         begin_sel, end_sel = to_selector(begin), to_selector(end)
-        conn = self._read_conn()
-        with self._guard():
+        conn = self._flushed_conn()
+        try:
             low = self._bound(conn, begin_sel)
             high = min(self._bound(conn, end_sel), END_OF_KEYSPACE)
             if low >= high:
                 return []
-            order = "DESC" if reverse else "ASC"
-            sql = f"SELECT k, v FROM kv WHERE k >= ? AND k < ? ORDER BY k {order}"
+            sql = SQL_RANGE_DESC if reverse else SQL_RANGE_ASC
             if limit:
                 rows = conn.execute(sql + " LIMIT ?", (low, high, limit)).fetchall()
             else:
                 rows = conn.execute(sql, (low, high)).fetchall()
+        except sqlite3.Error as exc:
+            raise self._sqlite_failure(exc) from exc
         return [KeyValue(k, v) for k, v in rows]
 
     # ------------------------------------------------------------ writes
 
+    def _buffer(self, key: bytes, value: Optional[bytes]) -> None:
+        """Record a set (or, with None, a clear) to execute at the next flush."""
+        self._known[key] = self._pending[key] = value
+        if self._adds:
+            self._adds.pop(key, None)
+
     def set(self, key: bytes, value: bytes) -> None:
         """Write one key (see ``Transaction.set``)."""
         key, value = check_write_key(key), check_value(value)
-        conn = self._write_conn(len(key) + len(value))
-        with self._guard():
-            conn.execute(SQL_SET, (key, value))
+        self._prepare_write(len(key) + len(value))
+        self._buffer(key, value)
+        if self._mode == "read":
+            self._upgrade()
 
     def clear(self, key: bytes) -> None:
         """Remove one key."""
         key = check_write_key(key)
-        conn = self._write_conn(len(key))
-        with self._guard():
-            conn.execute(SQL_CLEAR, (key,))
+        self._prepare_write(len(key))
+        self._buffer(key, None)
+        if self._mode == "read":
+            self._upgrade()
 
     def clear_range(self, begin: bytes, end: bytes) -> None:
         """Remove ``[begin, end)``."""
@@ -388,17 +463,32 @@ class SqliteTransaction(Transaction):
         end = min(end, END_OF_KEYSPACE)
         if begin >= end:
             return
-        conn = self._write_conn(len(begin) + len(end))
-        with self._guard():
+        self._prepare_write(len(begin) + len(end))
+        conn = self._flushed_conn()
+        try:
             conn.execute(SQL_CLEAR_RANGE, (begin, end))
+        except sqlite3.Error as exc:
+            raise self._sqlite_failure(exc) from exc
+        self._mode = "write"
+        self._known.clear()  # rows read or written in the range are gone
 
     def add(self, key: bytes, param: bytes) -> None:
-        """Atomic little-endian add (FoundationDB's ``add``)."""
+        """Atomic little-endian add (FoundationDB's ``add``).
+
+        A key this transaction has read or written is added to at once;
+        otherwise the add is buffered and runs as one ``SQL_ADD`` at the next
+        flush, with no read (unless the transaction reads the key first).
+        """
         key, param = check_write_key(key), check_value(param)
-        conn = self._write_conn(len(key) + len(param))
-        with self._guard():
-            row = conn.execute(SQL_GET, (key,)).fetchone()
-            conn.execute(SQL_SET, (key, add_little_endian(row and row[0], param)))
+        self._prepare_write(len(key) + len(param))
+        known = self._known
+        if key in known:
+            value = add_little_endian(known[key], param)
+            known[key] = self._pending[key] = value
+        else:
+            self._adds.setdefault(key, []).append(param)
+        if self._mode == "read":
+            self._upgrade()
 
     def _stamp_bytes(self) -> bytes:
         """This transaction's versionstamp (taken now, under the write lock, if needed)."""
@@ -412,19 +502,20 @@ class SqliteTransaction(Transaction):
         template = check_versionstamp_template(key, "key")
         check_write_key(splice_versionstamp(template, b"\x00" * 10))
         value = check_value(value)
-        conn = self._write_conn(len(template) + len(value))
-        final = splice_versionstamp(template, self._stamp_bytes())
-        with self._guard():
-            conn.execute(SQL_SET, (final, value))
+        self._prepare_write(len(template) + len(value))
+        self._buffer(splice_versionstamp(template, self._stamp_bytes()), value)
+        if self._mode == "read":
+            self._upgrade()
 
     def set_versionstamped_value(self, key: bytes, value: bytes) -> None:
         """Write at ``key`` a value whose placeholder is the commit's versionstamp."""
         key = check_write_key(key)
         template = check_versionstamp_template(value, "value")
         check_value(template[:-4])
-        conn = self._write_conn(len(key) + len(template))
-        with self._guard():
-            conn.execute(SQL_SET, (key, splice_versionstamp(template, self._stamp_bytes())))
+        self._prepare_write(len(key) + len(template))
+        self._buffer(key, splice_versionstamp(template, self._stamp_bytes()))
+        if self._mode == "read":
+            self._upgrade()
 
     def get_versionstamp(self) -> VersionstampFuture:
         """The future of this transaction's versionstamp (ask before ``commit``)."""
