@@ -59,6 +59,7 @@ __all__ = [
     "check_stored_size",
     "running_seq",
     "pack_job_value",
+    "pack_bytes_element",
     "unpack_job_value",
     "pack_activity_value",
     "unpack_activity_value",
@@ -230,11 +231,20 @@ def pack_job_value(value: JobValue) -> bytes:
         # Pending and finished rows: the packed head recurs (concatenative
         # encoding, as for keys), only the data differs.
         head = _unlocked_head(value.seq, value.sched_time, value.resubmit)
-        return head + fdb.tuple.pack((value.data,))
+        return head + pack_bytes_element(value.data)
     fields = (value.seq, value.lock, value.sched_time, value.resubmit, value.data)
     if value.stamped:
         return fdb.tuple.pack_with_versionstamp(fields)
     return fdb.tuple.pack(fields)
+
+
+def pack_bytes_element(data: bytes) -> bytes:
+    """Return ``fdb.tuple.pack((data,))`` for bytes, without the generic packer.
+
+    The tuple layer's byte-string encoding: type code 0x01, the bytes with
+    each zero escaped as ``00 ff``, then a zero terminator.
+    """
+    return b"\x01" + data.replace(b"\x00", b"\x00\xff") + b"\x00"
 
 
 @functools.lru_cache(maxsize=4096)
