@@ -342,7 +342,7 @@ def _ready_at(job: Job, health_threshold: float) -> float:
 
 
 def _idle_entry(job: Job, health_threshold: float) -> tuple:
-    return (_ready_at(job, health_threshold), (last_started(job), str(job.id)), job)
+    return ((last_started(job), str(job.id)), _ready_at(job, health_threshold), job)
 
 
 def _category(job: Job) -> str | None:
@@ -365,7 +365,7 @@ class JobTable:
     def __init__(self) -> None:
         self._jobs: dict[Any, Job] = {}
         self._running: dict[Any, Job] = {}
-        # id -> (ready_at, (last_started, str(id)), job): computed once per write
+        # id -> ((last_started, str(id)), ready_at, job): computed once per write
         self._idle: dict[Any, tuple] = {}
         self.health_threshold: float = DEFAULT_HEALTH_THRESHOLD
         self._by_monitor: dict[Any, Job] = {}
@@ -392,13 +392,13 @@ class JobTable:
     def idle_jobs(self) -> Iterable[Job]:
         return [entry[2] for entry in self._idle.values()]
 
-    def ready_idle(self, now: float, health_threshold: float) -> list[tuple]:
-        """``(pending key, job)`` of the idle jobs not backing off at ``now``."""
+    def ready_idle(self, now: float, health_threshold: float) -> Iterator[tuple]:
+        """``(pending key, ready_at, job)`` of the idle jobs not backing off at ``now``."""
         if health_threshold != self.health_threshold:
             self.health_threshold = health_threshold
             for job in list(self._idle.values()):
                 self._idle[job[2].id] = _idle_entry(job[2], health_threshold)
-        return [(key, job) for ready_at, key, job in self._idle.values() if ready_at <= now]
+        return (entry for entry in self._idle.values() if entry[1] <= now)
 
     def running_count(self) -> int:
         return len(self._running)
@@ -570,7 +570,7 @@ class Scheduling:
             return []
         ready = self.table.ready_idle(self.clock.time(), self.settings.health_threshold)
         # Keys are unique (they end with the id), so jobs are never compared.
-        return [job for _key, job in heapq.nsmallest(count, ready)]
+        return [entry[2] for entry in heapq.nsmallest(count, ready)]
 
     def start_jobs(self, count: int) -> None:
         for job in self.pending_jobs(count):
