@@ -244,7 +244,7 @@ def spawn_worker(mode: str, store_url: str, job_type: Any, *args: str) -> subpro
                             text=True, start_new_session=True)
 
 
-def read_line(proc: subprocess.Popen, timeout: float = 20.0) -> dict:
+def read_line(proc: subprocess.Popen, timeout: float = 60.0) -> dict:
     """The next JSON line a worker prints (fails on timeout or exit)."""
     import selectors
 
@@ -282,7 +282,7 @@ def _emit(obj: dict) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Worker modes (store URL and JSON type first):
 
-    - ``hold``: accept one job, print ``{"id", "lock"}``, then sleep until killed.
+    - ``hold``: accept one job, print ``{"id", "lock"}``, then update it every 0.1 s until killed.
     - ``accept``: accept one job (``--timeout``), print ``{"id", "lock", "data", "t"}``
       (``t``: time.time() when accept returned) or ``{"error": name}``, exit.
     - ``loop``: accept -> finish until no job comes for ``--idle`` seconds;
@@ -310,8 +310,9 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         _emit({"id": job.id, "lock": job.lock, "data": data, "t": time.time()})
         if opts.mode == "hold":
-            while True:
-                time.sleep(3600)
+            while True:  # a live worker: heartbeat (update) so only its death makes it silent
+                time.sleep(0.1)
+                job = jobs.update(db, job)
         return 0
     done = 0
     ledger = open(opts.ledger, "a") if opts.ledger else None
