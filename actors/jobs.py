@@ -60,6 +60,7 @@ from fdblayer.jobs import (
     set_type_timeout,
     update,
 )
+from fdblayer.jobs.validate import check_timeout
 from supervision import Client, NoProc, Request, connect
 from supervision.messages import WhereIs
 
@@ -142,8 +143,8 @@ def _port(node: Any) -> int:
         return node.port
     if node is None:
         return int(os.environ.get("OTPJOBS_PORT", DEFAULT_PORT))
-    if isinstance(node, bool) or not isinstance(node, int):
-        raise InvalidArgument(f"node must be a port number or a supervision.Client, not {node!r}")
+    if isinstance(node, bool) or not isinstance(node, int) or not 0 < node < 65536:
+        raise InvalidArgument(f"node must be a TCP port (1-65535) or a supervision.Client, not {node!r}")
     return node
 
 
@@ -180,6 +181,8 @@ def subscribe(db: Any, type: Any, job_id: str, *, node: Any = None,
         InvalidArgument: a malformed type or id.
         supervision.NodeDown: no node answers on the port.
     """
+    timeout = check_timeout(timeout)
+    _port(node)
     info = _current(db, type, job_id)
     if info.state is JobState.FINISHED:
         return None, info.state, info.data
@@ -220,12 +223,20 @@ def unsubscribe(sub: Subscription, timeout: float = 10.0) -> None:
         _inbox(client).flush(sub.ref)
 
 
+def _state_value(state: Any) -> str:
+    try:
+        return JobState(state).value
+    except ValueError:
+        allowed = ", ".join(s.value for s in JobState)
+        raise InvalidArgument(f"state must be one of {allowed}, not {state!r}") from None
+
+
 def wait(subs: Subscription | Iterable[Subscription], state: JobState | str | None = None,
          timeout: float | None = None) -> tuple[Any, str, JobState, Any] | None:
     """Wait for the next event of one or many subscriptions.
 
     Args:
-        subs: a subscription or several (of the same node).
+        subs: a subscription or a list of them (of the same node).
         state: only return an event of this state (other events of these
             subscriptions are dropped, as in the seed).
         timeout: seconds; None waits forever.
@@ -234,12 +245,11 @@ def wait(subs: Subscription | Iterable[Subscription], state: JobState | str | No
         ``(type, job_id, state, data)``, or None on timeout. ``state`` is a
         JobState, or the string ``"not_found"`` for a removed job.
     """
-    subs = [subs] if isinstance(subs, Subscription) else list(subs)
-    if not subs or not all(isinstance(s, Subscription) for s in subs):
-        raise InvalidArgument(f"wait needs subscriptions, got {subs!r}")
-    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0):
-        raise InvalidArgument(f"timeout must be None or seconds >= 0, not {timeout!r}")
-    want = None if state is None else JobState(state).value
+    subs = [subs] if isinstance(subs, Subscription) else subs
+    if not isinstance(subs, (list, tuple)) or not subs or not all(isinstance(s, Subscription) for s in subs):
+        raise InvalidArgument(f"wait needs a subscription or a list of them, got {subs!r}")
+    timeout = check_timeout(timeout)
+    want = None if state is None else _state_value(state)
     inbox = _inbox(_client(subs[0].port))
     event = inbox.next_event({s.ref for s in subs}, want, timeout)
     if event is None:

@@ -224,31 +224,21 @@ def test_bad_subscription_arguments(q, store):
         unchanged(db, lambda: jobs.wait(sub, timeout=bad), jobs.InvalidArgument)
 
 
-@pytest.mark.xfail(reason="actors/jobs.py wait(): state is converted with JobState(state) unguarded, so an "
-                          "unknown state raises ValueError instead of InvalidArgument", strict=True)
 def test_wait_rejects_an_unknown_state(q, store):
     db, _, sub = store
     unchanged(db, lambda: jobs.wait(sub, "bogus", timeout=0.01), jobs.InvalidArgument)
 
 
-@pytest.mark.xfail(reason="actors/jobs.py wait(): the timeout check accepts NaN (nan < 0 is False); "
-                          "NaN then reaches Thespian's listen() and raises ValueError instead of InvalidArgument",
-                   strict=True)
 def test_wait_rejects_a_nan_timeout(q, store):
     db, _, sub = store
     unchanged(db, lambda: jobs.wait(sub, timeout=math.nan), jobs.InvalidArgument)
 
 
-@pytest.mark.xfail(reason="actors/jobs.py wait(None): list(None) raises TypeError before the InvalidArgument check",
-                   strict=True)
 def test_wait_rejects_none(q, store):
     db, _, _ = store
     unchanged(db, lambda: jobs.wait(None, timeout=0.01), jobs.InvalidArgument)
 
 
-@pytest.mark.xfail(reason="actors/jobs.py subscribe(): its call timeout is not validated: timeout=-1 raises "
-                          "supervision CallTimeout and timeout='1' raises TypeError, not InvalidArgument",
-                   strict=True)
 @pytest.mark.parametrize("bad", [-1, "1"], ids=repr)
 def test_subscribe_rejects_a_bad_timeout(q, store, bad):
     db, _, _ = store
