@@ -188,6 +188,9 @@ class SqliteDatabase(Database):
         self._notify_fd: Optional[int] = None
         self._gate: Optional[fairlock.TicketLock] = None
         self._closed = False
+        from fdblayer.sqlite_transaction import SqliteTransaction  # it imports this module
+
+        self._transaction_class = SqliteTransaction
         self._initialize()
 
     def __repr__(self) -> str:
@@ -351,9 +354,7 @@ class SqliteDatabase(Database):
 
     def create_transaction(self) -> "SqliteTransaction":
         """A new transaction (optimistic until a conflict makes it pessimistic)."""
-        from fdblayer.sqlite_transaction import SqliteTransaction
-
-        return SqliteTransaction(self)
+        return self._transaction_class(self)
 
     def close(self) -> None:
         """Close idle connections, stop the watch thread, cancel pending watches."""

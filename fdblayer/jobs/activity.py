@@ -28,6 +28,7 @@ __all__ = [
     "set_type_timeout",
     "clear_type_timeout",
     "get_type_timeout",
+    "read_type_timeout",
     "get_types",
     "get_activity_vs",
     "get_activity_vs_and_watch",
@@ -59,6 +60,12 @@ def get_type_timeout(
     tr: Transaction, layout: Layout, job_type: JobType
 ) -> Optional[float]:
     """Read a type's timeout in seconds (snapshot read), or None if unset."""
+    return read_type_timeout(tr, layout, job_type)
+
+
+def read_type_timeout(tr: Transaction, layout: Layout, job_type: JobType) -> Optional[float]:
+    """:func:`get_type_timeout` for a transaction (no ``transactional`` wrapper:
+    every add calls it)."""
     raw = tr.snapshot.get(layout.activity_timeout_key(job_type))
     return None if raw is None else _unpack_timeout(raw)
 

@@ -110,7 +110,7 @@ def add(
     Raises:
         NoTypeTimeout: ``job_type`` has no type timeout.
     """
-    if activity.get_type_timeout(tr, layout, job_type) is None:
+    if activity.read_type_timeout(tr, layout, job_type) is None:
         raise NoTypeTimeout(
             f"job type {job_type!r} has no type timeout; set one first",
             job_type=job_type,
