@@ -20,6 +20,7 @@ is requested.
 """
 from __future__ import annotations
 
+import collections
 import functools
 import itertools
 import logging
@@ -50,6 +51,8 @@ log = logging.getLogger(__name__)
 
 #: Seconds to wait for scheduler_sup to start a job before counting a crash.
 START_TIMEOUT = 30.0
+#: StartChild calls outstanding at once (scheduler_sup serves them in turn).
+MAX_STARTS_IN_FLIGHT = 4
 ADOPT_TIMEOUT = 5.0
 
 
@@ -159,18 +162,40 @@ class Starting:
 
 
 class ActorRunner:
-    """Starts and stops job actors under scheduler_sup, without blocking."""
+    """Starts and stops job actors under scheduler_sup, without blocking.
+
+    scheduler_sup starts children one at a time, so at most
+    ``MAX_STARTS_IN_FLIGHT`` StartChild calls are outstanding and the rest
+    wait here: a call's timeout then measures one start, not a queue.
+    """
 
     def __init__(self, scheduler: "Scheduler") -> None:
         self.scheduler = scheduler
         self.tokens = itertools.count(1)
+        self.queue: collections.deque = collections.deque()
+        self.in_flight = 0
 
     def start(self, job: Job) -> tuple[Any, Any]:
-        s = self.scheduler
+        """Queue the start; the scheduler pumps the queue after each step
+        (once the table says the job is starting)."""
         token = Starting(job.id, next(self.tokens))
-        args = {"spec": job.spec.to_dict(), "scheduler": s.myAddress, "checkpoint": job.checkpoint}
-        s.call_async(s.sup, StartChild(args), functools.partial(s.job_start_answered, token), START_TIMEOUT)
+        self.queue.append(token)
         return token, None
+
+    def pump(self) -> None:
+        s = self.scheduler
+        while self.queue and self.in_flight < MAX_STARTS_IN_FLIGHT:
+            token = self.queue.popleft()
+            job = s.core.table.get(token.job_id)
+            if job is None or job.pid != token:
+                continue  # stopped or removed before its turn
+            args = {"spec": job.spec.to_dict(), "scheduler": s.myAddress, "checkpoint": job.checkpoint}
+            self.in_flight += 1
+            s.call_async(s.sup, StartChild(args), functools.partial(s.job_start_answered, token), START_TIMEOUT)
+
+    def answered(self) -> None:
+        self.in_flight -= 1
+        self.pump()
 
     def stop(self, job: Job) -> None:
         s = self.scheduler
@@ -251,6 +276,8 @@ class Scheduler(GenServer):
             return self._answer(msg)
         except SchedulerError as exc:
             return Failure(exc)
+        finally:
+            self.core.runner.pump()
 
     def _answer(self, msg: Any) -> Any:
         core = self.core
@@ -338,6 +365,10 @@ class Scheduler(GenServer):
         self.core.table.update(job, **changes)
 
     def handle_info(self, msg: Any) -> None:
+        self._handle_info(msg)
+        self.core.runner.pump()
+
+    def _handle_info(self, msg: Any) -> None:
         if isinstance(msg, _Tick):
             if msg.generation == self._tick_generation:
                 self._reschedule()
@@ -364,6 +395,7 @@ class Scheduler(GenServer):
 
     def job_start_answered(self, token: Starting, addr: Any, error: Exception | None) -> None:
         """scheduler_sup answered a StartChild for ``token``'s job."""
+        self.core.runner.answered()
         job = self.core.table.get(token.job_id)
         wanted = job is not None and job.pid == token
         if error is not None:

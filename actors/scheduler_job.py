@@ -48,6 +48,8 @@ REPLICATE_HANDLER = "actors.replicate:replicate"
 #: Seconds terminate waits for the handler to stop (the sup kills at 5 s).
 STOP_GRACE = 4.0
 POLL_MIN, POLL_MAX = 0.01, 0.25
+#: Seconds a started job waits for RunJob before it leaves (its start was given up).
+RUN_DEADLINE = 90.0
 
 _UNSET = object()
 
@@ -170,8 +172,17 @@ class SchedulerJob(GenServer):
         self.events: "queue.Queue[tuple]" = queue.Queue()
         self.stop_event = threading.Event()
         self.thread: threading.Thread | None = None
+        self.adopted = False
         self.outcome: Any = _UNSET
         self.poll_delay = POLL_MIN
+        self.start_timer(RUN_DEADLINE, self._never_run, real=True)
+
+    def _never_run(self) -> None:
+        if self.thread is None and not self.adopted:
+            # The scheduler gave up on this start (its call timed out): nobody
+            # tracks this actor, so it leaves instead of holding a process.
+            log.warning("Job %s: never told to run; exiting", self.spec.id)
+            self.stop("normal")
 
     def format_status(self) -> dict:
         return {"job": self.spec.id, "kind": self.spec.kind, "running": self.thread is not None}
@@ -180,6 +191,7 @@ class SchedulerJob(GenServer):
     def handle_call(self, msg: Any, from_: Any) -> Any:
         if isinstance(msg, GetDetails):
             self.scheduler = msg.scheduler
+            self.adopted = True
             self._drain()
             return {"spec": self.spec.to_dict(), "stats": dict(self.stats), "checkpoint": self.last_checkpoint,
                     "started_at": self.started_at, "pid": os.getpid(), "running": self.thread is not None}

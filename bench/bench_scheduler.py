@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import os
+import signal
 import socket
 import statistics
 import sys
@@ -113,7 +114,12 @@ def bench_actor_starts(n: int) -> float:
         node.stop()
 
 
+def _exit_on_sigterm(_signum: int, _frame: object) -> None:
+    raise SystemExit(143)  # so the node is stopped in a finally, not orphaned
+
+
 def main() -> None:
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=15)
     parser.add_argument("--actors", type=int, default=200)
