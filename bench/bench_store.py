@@ -12,6 +12,14 @@ FULL and NORMAL it prints, per second:
   INSERT, then ``BEGIN IMMEDIATE; SELECT`` a pending row ``; UPDATE`` it to
   running, then ``UPDATE`` it to finished.
 
+Two raw baselines are printed. "Minimal rows" writes only the job row and
+one state index: no queue can watch or time out its jobs that way. "Same
+rows" writes what ours writes for the same guarantees, in plain tables: the
+add also checks the type and bumps the per-type pending counter that
+waiters watch; accept and finish also take a commit sequence number (our
+versionstamp), move the job in an activity index and stamp the type's
+activity; finish checks the lock first.
+
 Raw sqlite3 gets the same job data as ours, a dict, and serialises it per
 job (``json.dumps``; ours msgpack-encodes it), and its accept reads and
 decodes the data it hands out, as ours does: both sides do the work a queue
@@ -114,12 +122,12 @@ def ours_cycle(db: fdblayer.Database, n: int) -> float:
 # ---------------------------------------------------------------- raw sqlite3
 
 
-def open_raw(directory: str, sync: str) -> sqlite3.Connection:
+def open_raw(directory: str, sync: str, schema: tuple[str, ...] = RAW_SCHEMA) -> sqlite3.Connection:
     path = os.path.join(directory, f"raw-{sync}-{uuid.uuid4().hex[:8]}.db")
     conn = sqlite3.connect(path, isolation_level=None)
     conn.execute("PRAGMA journal_mode = WAL")
     conn.execute(f"PRAGMA synchronous = {sync}")
-    for statement in RAW_SCHEMA:
+    for statement in schema:
         conn.execute(statement)
     return conn
 
@@ -173,6 +181,97 @@ def raw_cycle(conn: sqlite3.Connection, n: int) -> float:
             "UPDATE jobs SET state = 2, lock = NULL, data = ? WHERE id = ?",
             (json.dumps(DATA).encode(), job_id),
         )
+        conn.execute("COMMIT")
+    return n / (time.perf_counter() - start)
+
+
+# ---------------------------------------------------------------- raw sqlite3, same rows
+
+# The rows a couch_jobs-style queue must write, in plain tables: the job with
+# its pending-queue index and its activity index (running jobs by commit
+# sequence, for re-enqueueing silent ones), a per-type row holding the
+# pending counter waiters watch and the last activity sequence, and the
+# store-wide commit sequence (what our versionstamps are).
+RAW_SAME_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS jobs (type TEXT, id TEXT, state INTEGER NOT NULL, "
+    "sched_time INTEGER NOT NULL, lock TEXT, seq INTEGER, data BLOB NOT NULL, "
+    "PRIMARY KEY (type, id)) WITHOUT ROWID",
+    "CREATE INDEX IF NOT EXISTS jobs_pending ON jobs (type, state, sched_time, id)",
+    "CREATE INDEX IF NOT EXISTS jobs_activity ON jobs (type, seq) WHERE seq IS NOT NULL",
+    "CREATE TABLE IF NOT EXISTS types (type TEXT PRIMARY KEY, timeout REAL NOT NULL, "
+    "pending INTEGER NOT NULL DEFAULT 0, activity INTEGER) WITHOUT ROWID",
+    "CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL)",
+    "INSERT OR IGNORE INTO meta VALUES ('commit_version', 0)",
+    f"INSERT OR IGNORE INTO types (type, timeout) VALUES ('{JOB_TYPE}', 60)",
+)
+SQL_SAME_BUMP = "UPDATE meta SET value = value + 1 WHERE name = 'commit_version' RETURNING value"
+
+
+def _same_add_one(conn: sqlite3.Connection, job_id: str) -> None:
+    """The body of an add: check the type, insert the job, bump the pending counter."""
+    if conn.execute("SELECT timeout FROM types WHERE type = ?", (JOB_TYPE,)).fetchone() is None:
+        raise RuntimeError("no type timeout")
+    conn.execute(
+        "INSERT INTO jobs (type, id, state, sched_time, data) VALUES (?, ?, 0, 0, ?)",
+        (JOB_TYPE, job_id, json.dumps(DATA).encode()),
+    )
+    conn.execute("UPDATE types SET pending = pending + 1 WHERE type = ?", (JOB_TYPE,))
+
+
+def raw_same_add(conn: sqlite3.Connection, n: int) -> float:
+    prefix = uuid.uuid4().hex[:8]
+    start = time.perf_counter()
+    for i in range(n):
+        conn.execute("BEGIN")
+        _same_add_one(conn, f"{prefix}-{i:07d}")
+        conn.execute("COMMIT")
+    return n / (time.perf_counter() - start)
+
+
+def raw_same_batch(conn: sqlite3.Connection, batches: int) -> float:
+    prefix = uuid.uuid4().hex[:8]
+    start = time.perf_counter()
+    for batch in range(batches):
+        conn.execute("BEGIN")
+        for i in range(100):
+            _same_add_one(conn, f"{prefix}-{batch:05d}-{i:03d}")
+        conn.execute("COMMIT")
+    return batches * 100 / (time.perf_counter() - start)
+
+
+def raw_same_cycle(conn: sqlite3.Connection, n: int) -> float:
+    conn.execute("DELETE FROM jobs")
+    start = time.perf_counter()
+    for i in range(n):
+        conn.execute("BEGIN")
+        _same_add_one(conn, f"c-{i:07d}")
+        conn.execute("COMMIT")
+        conn.execute("BEGIN IMMEDIATE")
+        job_id, raw = conn.execute(
+            "SELECT id, data FROM jobs WHERE type = ? AND state = 0 AND sched_time <= ? "
+            "ORDER BY sched_time LIMIT 1",
+            (JOB_TYPE, 2**62),
+        ).fetchone()
+        json.loads(raw)
+        (seq,) = conn.execute(SQL_SAME_BUMP).fetchone()
+        lock = uuid.uuid4().hex
+        conn.execute(
+            "UPDATE jobs SET state = 1, lock = ?, seq = ? WHERE type = ? AND id = ?",
+            (lock, seq, JOB_TYPE, job_id),
+        )
+        conn.execute("UPDATE types SET activity = ? WHERE type = ?", (seq, JOB_TYPE))
+        conn.execute("COMMIT")
+        conn.execute("BEGIN")
+        (held,) = conn.execute(
+            "SELECT lock FROM jobs WHERE type = ? AND id = ?", (JOB_TYPE, job_id)
+        ).fetchone()
+        assert held == lock
+        (seq,) = conn.execute(SQL_SAME_BUMP).fetchone()
+        conn.execute(
+            "UPDATE jobs SET state = 2, lock = NULL, seq = NULL, data = ? WHERE type = ? AND id = ?",
+            (json.dumps(DATA).encode(), JOB_TYPE, job_id),
+        )
+        conn.execute("UPDATE types SET activity = ? WHERE type = ?", (seq, JOB_TYPE))
         conn.execute("COMMIT")
     return n / (time.perf_counter() - start)
 
@@ -240,13 +339,13 @@ def watch_latency(directory: str, sync: str, rounds: int) -> list[float]:
 # ---------------------------------------------------------------- driver
 
 
-def paired(repeat: int, ours: Callable[[], float], raw: Callable[[], float]) -> tuple[float, float]:
-    """Medians of ``repeat`` runs of each, interleaved so both see the same disk weather."""
-    results: tuple[list[float], list[float]] = ([], [])
+def paired(repeat: int, *runs: Callable[[], float]) -> tuple[float, ...]:
+    """Medians of ``repeat`` runs of each, interleaved so all see the same disk weather."""
+    results: list[list[float]] = [[] for _ in runs]
     for _ in range(repeat):
-        results[0].append(ours())
-        results[1].append(raw())
-    return statistics.median(results[0]), statistics.median(results[1])
+        for result, run in zip(results, runs):
+            result.append(run())
+    return tuple(statistics.median(result) for result in results)
 
 
 def percentile(values: list[float], fraction: float) -> float:
@@ -254,30 +353,41 @@ def percentile(values: list[float], fraction: float) -> float:
     return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
 
 
-def measure(directory: str, sync: str, args: argparse.Namespace) -> dict[str, tuple[float, float]]:
+def measure(
+    directory: str, sync: str, args: argparse.Namespace
+) -> dict[str, tuple[float, ...]]:
+    """``{operation: (ours, raw minimal, raw same rows)}`` in operations per second."""
     db = open_ours(directory, sync)
     conn = open_raw(directory, sync)
+    same = open_raw(directory, sync, RAW_SAME_SCHEMA)
     try:
         ours_add(db, 50)  # warm up: connections, schema, caches
         raw_add(conn, 50)
+        raw_same_add(same, 50)
         figures = {
             "add (1 per txn)": paired(
-                args.repeat, lambda: ours_add(db, args.adds), lambda: raw_add(conn, args.adds)
+                args.repeat,
+                lambda: ours_add(db, args.adds),
+                lambda: raw_add(conn, args.adds),
+                lambda: raw_same_add(same, args.adds),
             ),
             "add (100 per txn), jobs/s": paired(
                 args.repeat,
                 lambda: ours_batch(db, args.batches),
                 lambda: raw_batch(conn, args.batches),
+                lambda: raw_same_batch(same, args.batches),
             ),
             "add+accept+finish cycle": paired(
                 args.repeat,
                 lambda: ours_cycle(db, args.cycles),
                 lambda: raw_cycle(conn, args.cycles),
+                lambda: raw_same_cycle(same, args.cycles),
             ),
         }
     finally:
         db.close()
         conn.close()
+        same.close()
     return figures
 
 
@@ -293,6 +403,20 @@ def profile(directory: str, what: str, args: argparse.Namespace) -> None:
     profiler.runcall(run)
     db.close()
     pstats.Stats(profiler).sort_stats("cumulative").print_stats(35)
+
+
+def print_table(results: dict[str, dict[str, tuple[float, ...]]], column: int, title: str) -> None:
+    """Print ours against the raw figures in ``column`` of ``results``, FULL and NORMAL."""
+    print(f"-- against {title}")
+    print(f"{'operation':<28}" + "".join(
+        f"{sync + ' ours':>12}{sync + ' raw':>12}{'ratio':>7}" for sync in SYNC_MODES
+    ))
+    for name in results[SYNC_MODES[0]]:
+        row = f"{name:<28}"
+        for sync in SYNC_MODES:
+            ours, raw = results[sync][name][0], results[sync][name][column]
+            row += f"{ours:>12,.0f}{raw:>12,.0f}{ours / raw:>7.2f}"
+        print(row)
 
 
 def main() -> None:
@@ -312,16 +436,8 @@ def main() -> None:
         print(f"store directory: {directory} (sqlite {sqlite3.sqlite_version}, Python {sys.version.split()[0]})")
         print(f"medians of {args.repeat} runs; ops per second; ratio = ours / raw (target >= 0.50)")
         results = {sync: measure(directory, sync, args) for sync in SYNC_MODES}
-        header = f"{'operation':<28}" + "".join(
-            f"{sync + ' ours':>12}{sync + ' raw':>12}{'ratio':>7}" for sync in SYNC_MODES
-        )
-        print(header)
-        for name in results[SYNC_MODES[0]]:
-            row = f"{name:<28}"
-            for sync in SYNC_MODES:
-                ours, raw = results[sync][name]
-                row += f"{ours:>12,.0f}{raw:>12,.0f}{ours / raw:>7.2f}"
-            print(row)
+        print_table(results, 1, "raw sqlite3, minimal rows (job row + one index)")
+        print_table(results, 2, "raw sqlite3, same rows (+ counter, activity index, commit seq)")
         print(f"watch wake-up across processes ({args.wakeups} commits), ms:")
         for sync in SYNC_MODES:
             lat = watch_latency(directory, sync, args.wakeups)
