@@ -81,9 +81,10 @@ def check_key(key: object) -> bytes:
         StoreTypeError: when the key is not bytes.
         KeyTooLarge: when it is longer than 10,000 bytes.
     """
-    if not isinstance(key, (bytes, bytearray, memoryview)):
-        raise StoreTypeError(f"key must be bytes, got {type(key).__name__}: {key!r:.80}")
-    key = bytes(key)
+    if type(key) is not bytes:  # the common case skips the isinstance and the copy
+        if not isinstance(key, (bytes, bytearray, memoryview)):
+            raise StoreTypeError(f"key must be bytes, got {type(key).__name__}: {key!r:.80}")
+        key = bytes(key)
     if len(key) > MAX_KEY_SIZE:
         raise KeyTooLarge(f"key of {len(key)} bytes exceeds the limit of {MAX_KEY_SIZE}")
     return key
@@ -108,9 +109,10 @@ def check_value(value: object) -> bytes:
         StoreTypeError: when the value is not bytes.
         ValueTooLarge: when it is longer than 100,000 bytes.
     """
-    if not isinstance(value, (bytes, bytearray, memoryview)):
-        raise StoreTypeError(f"value must be bytes, got {type(value).__name__}: {value!r:.80}")
-    value = bytes(value)
+    if type(value) is not bytes:
+        if not isinstance(value, (bytes, bytearray, memoryview)):
+            raise StoreTypeError(f"value must be bytes, got {type(value).__name__}: {value!r:.80}")
+        value = bytes(value)
     if len(value) > MAX_VALUE_SIZE:
         raise ValueTooLarge(f"value of {len(value)} bytes exceeds the limit of {MAX_VALUE_SIZE}")
     return value

@@ -67,8 +67,21 @@ def new_versionstamp() -> fdb.tuple.Versionstamp:
     return fdb.tuple.Versionstamp()
 
 
-@functools.lru_cache(maxsize=_ELEMENT_CACHE_SIZE)
 def pack_element(element: Any) -> bytes:
+    """Return ``fdb.tuple.pack((element,))``.
+
+    A ``str`` (job ids, mostly unique) is encoded directly: the tuple
+    layer's unicode encoding is type code 0x02, the UTF-8 bytes with each
+    zero escaped as ``00 ff``, then a zero terminator. Other elements go
+    through :func:`_pack_element_cached`.
+    """
+    if type(element) is str:
+        return b"\x02" + element.encode("utf-8").replace(b"\x00", b"\x00\xff") + b"\x00"
+    return _pack_element_cached(element)
+
+
+@functools.lru_cache(maxsize=_ELEMENT_CACHE_SIZE)
+def _pack_element_cached(element: Any) -> bytes:
     """Return ``fdb.tuple.pack((element,))``, memoised.
 
     The tuple encoding is concatenative (``pack((a, b)) == pack((a,)) +
