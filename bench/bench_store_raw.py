@@ -75,7 +75,7 @@ def throughput(directory: str, sync: str, seconds: float) -> None:
     db.close()
 
 
-def _contender(path: str, fair: bool, blind: bool, seconds: float, start_at: float, out) -> None:
+def _contender(path: str, fair: bool, blind: bool, seconds: float, ready, go, out) -> None:
     db = SqliteDatabase(path, "NORMAL", fair=fair)
 
     @fdblayer.transactional
@@ -87,10 +87,10 @@ def _contender(path: str, fair: bool, blind: bool, seconds: float, start_at: flo
         value = tr.get(b"counter")
         tr[b"counter"] = str(int(value or b"0") + 1).encode()
 
-    while time.monotonic() < start_at:
-        time.sleep(0.001)
-    count = 0
-    while time.monotonic() < start_at + seconds:
+    ready.put(os.getpid())
+    go.wait(60)  # every contender is up before any starts (slow starts on a loaded machine)
+    count, stop_at = 0, time.monotonic() + seconds
+    while time.monotonic() < stop_at:
         increment(db)
         count += 1
     db.close()
@@ -101,11 +101,16 @@ def fairness(directory: str, fair: bool, seconds: float, blind: bool = False) ->
     path = os.path.join(directory, f"fair-{fair}-{blind}.db")
     SqliteDatabase(path).close()
     ctx = multiprocessing.get_context("spawn")
-    out = ctx.Queue()
-    start_at = time.monotonic() + 1.5
-    procs = [ctx.Process(target=_contender, args=(path, fair, blind, seconds, start_at, out)) for _ in range(4)]
+    out, ready, go = ctx.Queue(), ctx.Queue(), ctx.Event()
+    procs = [
+        ctx.Process(target=_contender, args=(path, fair, blind, seconds, ready, go, out))
+        for _ in range(4)
+    ]
     for p in procs:
         p.start()
+    for _ in procs:
+        ready.get(timeout=120)
+    go.set()
     counts = sorted((out.get(timeout=seconds + 60) for _ in procs), reverse=True)
     for p in procs:
         p.join(30)
