@@ -17,8 +17,10 @@ lock; both become ``ConflictError``. So a transaction that writes has seen no
 commit between its first read and its commit: its reads are still true when it
 commits, which is serializability (stricter than FoundationDB's key-range
 conflicts: snapshot reads and read-conflict ranges are whole-store here).
-Writes then go straight into SQLite (read-your-writes for free) and COMMIT
-commits. A retried transaction is pessimistic: it takes the write lock
+The upgrading write runs at once; later writes wait in the transaction's
+memory buffer, under the lock, and run in batches before COMMIT (see
+``sqlite_transaction``: point reads see the buffer, range reads flush it).
+A retried transaction is pessimistic: it takes the write lock
 (``BEGIN IMMEDIATE``) before its first read, so it cannot conflict again.
 
 Lock waits never use SQLite's busy handler (``busy_timeout`` is 0): writers
