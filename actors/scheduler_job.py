@@ -48,6 +48,9 @@ REPLICATE_HANDLER = "actors.replicate:replicate"
 #: Seconds terminate waits for the handler to stop (the sup kills at 5 s).
 STOP_GRACE = 4.0
 POLL_MIN, POLL_MAX = 0.01, 0.25
+#: Seconds between progress messages to the scheduler (the seed's task
+#: status update frequency); a stop sends the last progress at once.
+PUBLISH_INTERVAL = 1.0
 #: Seconds a started job waits for RunJob before it leaves (its start was given up).
 RUN_DEADLINE = 90.0
 
@@ -175,6 +178,7 @@ class SchedulerJob(GenServer):
         self.adopted = False
         self.outcome: Any = _UNSET
         self.poll_delay = POLL_MIN
+        self.last_publish = float("-inf")
         self.start_timer(RUN_DEADLINE, self._never_run, real=True)
 
     def _never_run(self) -> None:
@@ -240,15 +244,17 @@ class SchedulerJob(GenServer):
             self.events.put(("done", None))
 
     def _poll(self) -> None:
-        busy = self._drain()
-        self._publish()
+        self._drain()
+        now = self.clock.monotonic()
+        if now - self.last_publish >= PUBLISH_INTERVAL:
+            self._publish()
         if self.outcome is not _UNSET and not (self.thread and self.thread.is_alive()):
             outcome = self.outcome
             if outcome == "shutdown" and not self.stop_event.is_set():
                 outcome = "normal"
             self.stop(outcome)
             return
-        self.poll_delay = POLL_MIN if busy else min(POLL_MAX, self.poll_delay * 2)
+        self.poll_delay = min(POLL_MAX, self.poll_delay * 2)
         self.start_timer(self.poll_delay, self._poll, real=True)
 
     def _drain(self) -> bool:
@@ -274,3 +280,4 @@ class SchedulerJob(GenServer):
                                                    self.last_checkpoint, self.has_new_checkpoint)))
         self.stats_dirty = False
         self.has_new_checkpoint = False
+        self.last_publish = self.clock.monotonic()

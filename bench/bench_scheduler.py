@@ -100,7 +100,7 @@ def bench_actor_starts(n: int) -> float:
         s = SchedulerClient(node.client(), timeout=60)
         t0 = time.perf_counter()
         for i in range(n):
-            s.add_job({"id": f"b{i}", "handler": "tests.actors.scheduler_fixtures:forever", "continuous": True})
+            s.add_job({"id": f"b{i}", "handler": "tests.actors.scheduler_fixtures:idle", "continuous": True})
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             up = sum(1 for j in s.jobs() if j["pid"] not in (None, "<starting>"))

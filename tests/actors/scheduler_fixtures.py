@@ -28,6 +28,11 @@ def forever(ctx: Any) -> None:
     record(ctx, "stop")
 
 
+def idle(ctx: Any) -> None:
+    """Run until stopped, doing nothing (benchmarks)."""
+    ctx.wait(24 * 3600)
+
+
 def quick(ctx: Any) -> None:
     """A one-shot job that completes at once."""
     record(ctx, "start")
