@@ -486,9 +486,21 @@ class SqliteTransaction(Transaction):
             value = add_little_endian(known[key], param)
             known[key] = self._pending[key] = value
         else:
-            self._adds.setdefault(key, []).append(param)
+            self._buffer_add(key, param)
         if self._mode == "read":
             self._upgrade()
+
+    def _buffer_add(self, key: bytes, param: bytes) -> None:
+        """Queue an add to an unread key; same-width adds fold into one.
+
+        Adds of one width compose modulo ``2**(8*width)``, so a run of them
+        (the jobs layer bumps one counter per job) flushes as one upsert.
+        """
+        params = self._adds.setdefault(key, [])
+        if params and len(params[-1]) == len(param):
+            params[-1] = add_little_endian(params[-1], param)
+        else:
+            params.append(param)
 
     def _stamp_bytes(self) -> bytes:
         """This transaction's versionstamp (taken now, under the write lock, if needed)."""

@@ -206,3 +206,14 @@ def test_a_started_transaction_is_refused_after_fork(store):
             child.join(WAIT)
     assert tr.get(b"k") == b"1"  # still usable in the parent
     tr.commit()
+
+
+def test_many_same_width_adds_fold_into_one_upsert(store):
+    """100 adds to one unread key run as one statement at commit, with the same sum."""
+    store.set(b"n", _le(2**64 - 50))  # the folded sum wraps as the separate adds would
+    tr = store.create_transaction()
+    for _ in range(100):
+        tr.add(b"n", _le(1))
+    assert tr._adds == {b"n": [_le(100)]}
+    tr.commit()
+    assert store.get(b"n") == _le(50)
