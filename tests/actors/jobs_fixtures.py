@@ -18,7 +18,6 @@ import argparse
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -29,6 +28,8 @@ from actors import jobs
 from actors.notifier import JobEvent
 from fdblayer.jobs import JobState
 from supervision import NOREPLY, GenServer
+from tests import procs
+from tests.procs import free_port, group_pids, pid_alive  # noqa: F401 - re-exported to the queue tests
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -42,49 +43,9 @@ FAST_COUCH_JOBS = {
 }
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def wait_until(predicate, timeout: float = 15.0, what: str = "condition", step: float = 0.02):
-    """Poll ``predicate`` until it returns a true value (returned) or fail."""
-    deadline = time.monotonic() + timeout
-    last_exc = None
-    while time.monotonic() < deadline:
-        try:
-            value = predicate()
-        except Exception as exc:  # noqa: BLE001 - a transient error while the tree restarts
-            last_exc = exc
-            value = None
-        if value:
-            return value
-        time.sleep(step)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last error: {last_exc!r})")
-
-
-def group_pids(pgid: int) -> list[int]:
-    """Live (not zombie) processes of process group ``pgid``."""
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_bytes().rsplit(b")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
-            pids.append(int(entry.name))
-    return pids
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_bytes().rsplit(b")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state not in (b"Z", b"X")
+    """Poll until truthy; any error while the tree restarts counts as "not yet"."""
+    return procs.wait_until(predicate, timeout, what, step, ignore=(Exception,))
 
 
 def dump(db) -> list:

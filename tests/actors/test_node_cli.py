@@ -12,72 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.procs import free_port, group_pids, listening_addresses, wait_until
+
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_until(predicate, timeout: float = 20.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
-def group_pids(pgid: int) -> list[int]:
-    """Live (non-zombie) processes of a process group."""
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_bytes().rsplit(b")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
-            pids.append(int(entry.name))
-    return pids
-
-
-def listening_addresses(pids: list[int]) -> set[str]:
-    """ip:port of every listening TCP socket owned by ``pids``."""
-    inodes = set()
-    for pid in pids:
-        try:
-            for fd in Path(f"/proc/{pid}/fd").iterdir():
-                try:
-                    target = os.readlink(fd)
-                except OSError:
-                    continue
-                if target.startswith("socket:["):
-                    inodes.add(target[8:-1])
-        except OSError:
-            continue
-    found = set()
-    for table, family in (("/proc/net/tcp", 4), ("/proc/net/tcp6", 6)):
-        try:
-            lines = Path(table).read_text().splitlines()[1:]
-        except OSError:
-            continue
-        for line in lines:
-            cols = line.split()
-            local, state, inode = cols[1], cols[3], cols[9]
-            if state != "0A" or inode not in inodes:
-                continue
-            hexip, hexport = local.split(":")
-            if family == 4:
-                ip = socket.inet_ntop(socket.AF_INET, bytes.fromhex(hexip)[::-1])
-            else:
-                ip = "ipv6:" + hexip
-            found.add(f"{ip}:{int(hexport, 16)}")
-    return found
 
 
 class NodeProcess:
@@ -137,7 +74,7 @@ def test_node_starts_logs_up_and_stops_cleanly_on_sigterm(node):
 
 def test_every_socket_of_the_node_listens_on_loopback_only(node):
     node.start()
-    pids = group_pids(node.runtime()["pgid"]) + [node.proc.pid]
+    pids = group_pids(node.runtime()["pgid"]) | {node.proc.pid}
     addresses = listening_addresses(pids)
     assert f"127.0.0.1:{node.port}" in addresses
     assert addresses and all(a.startswith("127.0.0.1:") for a in addresses), addresses

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
-import time
 from pathlib import Path
 
 import pytest
@@ -19,47 +17,10 @@ from actors.scheduler import SchedulerClient
 from actors.scheduler_core import InvalidSetting, JobNotFound
 from actors.scheduler_sup import SCHEDULER_NAME, SCHEDULER_SUP_NAME, scheduler_children
 from supervision import start_node
+from tests.procs import free_port, group_pids, pid_alive, wait_until
 
 FIX = "tests.actors.scheduler_fixtures"
 pytestmark = pytest.mark.timeout(120)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_until(predicate, timeout: float = 15.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
-def group_pids(pgid: int) -> list[int]:
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_bytes().rsplit(b")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
-            pids.append(int(entry.name))
-    return pids
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_bytes().rsplit(b")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state not in (b"Z", b"X")
 
 
 class Harness:

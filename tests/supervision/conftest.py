@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
 import tempfile
-import time
 import uuid
 from pathlib import Path
 from typing import Any, Callable
@@ -27,62 +25,22 @@ import pytest  # noqa: E402
 
 from supervision import ChildSpec, NoProc, start_node  # noqa: E402
 from supervision.system import _runtime_file  # noqa: E402
+from tests import procs  # noqa: E402
+from tests.procs import free_port, group_pids, pid_alive, proc_stat  # noqa: E402,F401 - used by the test modules
 from tests.supervision.fixtures import Probe, Sup, Worker  # noqa: E402
 
 ROOT_FLAGS = {"strategy": "one_for_one", "intensity": 1000, "period": 1}
 
 
 # ------------------------------------------------------------------ helpers
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def wait_until(predicate: Callable[[], Any], timeout: float = 5.0, what: str = "condition") -> Any:
-    """Poll ``predicate`` (cheaply) until it returns a truthy value; return it.
-
-    NoProc while polling counts as "not yet" (an actor between two lives).
-    """
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            value = predicate()
-        except NoProc:
-            value = None
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.005)
-
-
-def proc_stat(pid: int) -> tuple[str, int, int] | None:
-    """(state, ppid, pgid) of a process, or None if it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            fields = f.read().rsplit(b")", 1)[1].split()
-    except (FileNotFoundError, ProcessLookupError, IndexError):
-        return None
-    return fields[0].decode(), int(fields[1]), int(fields[2])
+    """Poll ``predicate`` until truthy; NoProc counts as "not yet" (an actor between two lives)."""
+    return procs.wait_until(predicate, timeout, what, step=0.005, ignore=(NoProc,))
 
 
 def alive(pid: int | None) -> bool:
     """True if ``pid`` is a live process (zombies count as dead)."""
-    st = proc_stat(pid) if pid else None
-    return st is not None and st[0] not in ("Z", "X")
-
-
-def group_pids(pgid: int) -> set[int]:
-    """Live processes of a process group."""
-    out = set()
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            st = proc_stat(int(name))
-            if st and st[2] == pgid and st[0] not in ("Z", "X"):
-                out.add(int(name))
-    return out
+    return bool(pid) and pid_alive(pid)
 
 
 def orphans(node: Any) -> set[int]:

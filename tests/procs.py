@@ -1,0 +1,100 @@
+"""Process and socket helpers shared by the tests (all read /proc; Linux only)."""
+from __future__ import annotations
+
+import os
+import socket
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+from supervision.procs import pid_alive
+
+__all__ = ["free_port", "group_pids", "listening_addresses", "pid_alive", "proc_stat", "wait_until"]
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_until(predicate: Callable[[], Any], timeout: float = 15.0, what: str = "condition",
+               step: float = 0.01, ignore: tuple[type[BaseException], ...] = ()) -> Any:
+    """Poll ``predicate`` until it returns a truthy value (returned) or fail.
+
+    Exceptions of the ``ignore`` types count as "not yet" (say, NoProc while
+    an actor is between two lives).
+    """
+    deadline = time.monotonic() + timeout
+    last_exc: BaseException | None = None
+    while True:
+        try:
+            value = predicate()
+        except ignore as exc:
+            last_exc, value = exc, None
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what} (last error: {last_exc!r})")
+        time.sleep(step)
+
+
+def proc_stat(pid: int) -> tuple[str, int, int] | None:
+    """(state, ppid, pgid) of a process, or None if it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_bytes().rsplit(b")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return fields[0].decode(), int(fields[1]), int(fields[2])
+
+
+def group_pids(pgid: int) -> set[int]:
+    """Live (not zombie) processes of process group ``pgid``."""
+    out = set()
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            st = proc_stat(int(name))
+            if st and st[2] == pgid and st[0] not in ("Z", "X"):
+                out.add(int(name))
+    return out
+
+
+def _socket_inodes(pids: Iterable[int]) -> set[str]:
+    inodes = set()
+    for pid in pids:
+        try:
+            fds = list(Path(f"/proc/{pid}/fd").iterdir())
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                target = os.readlink(fd)
+            except OSError:
+                continue
+            if target.startswith("socket:["):
+                inodes.add(target[8:-1])
+    return inodes
+
+
+def listening_addresses(pids: Iterable[int]) -> set[str]:
+    """``ip:port`` of every listening TCP socket owned by ``pids`` (IPv6 as ``ipv6:<hex>:port``)."""
+    inodes = _socket_inodes(pids)
+    found = set()
+    for table, family in (("/proc/net/tcp", socket.AF_INET), ("/proc/net/tcp6", socket.AF_INET6)):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            cols = line.split()
+            local, state, inode = cols[1], cols[3], cols[9]
+            if state != "0A" or inode not in inodes:
+                continue
+            hexip, hexport = local.split(":")
+            if family == socket.AF_INET:
+                ip = socket.inet_ntop(family, bytes.fromhex(hexip)[::-1])
+            else:
+                ip = "ipv6:" + hexip
+            found.add(f"{ip}:{int(hexport, 16)}")
+    return found
