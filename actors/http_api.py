@@ -1,0 +1,372 @@
+"""The node's HTTP API: a small WSGI app answering as CouchDB does.
+
+Principle: routing and HTTP details live here; the shapes come from
+:mod:`actors.monitoring`, credentials from :mod:`actors.auth`, and every
+fact about jobs from the node's scheduler through request/reply calls
+(a :class:`~actors.scheduler.SchedulerClient`), so a request never sees
+stale data and this process keeps no state but sessions' secret.
+
+Paths are split on the raw request URI and each segment is percent-decoded
+with ``unquote`` (never ``unquote_plus``): ``%2F`` stays inside a segment,
+``+`` stays literal and empty segments (``//_scheduler``) are dropped.
+Every answer is JSON (whatever ``Accept`` says) except Prometheus text;
+every error is ``{"error", "reason"}`` with CouchDB's status.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from http import HTTPStatus
+from typing import Any, Callable, Iterable
+from urllib.parse import parse_qs, parse_qsl, unquote
+
+from supervision.exceptions import CallFailed, CallTimeout, NoProc, NodeDown
+
+from . import monitoring
+from .auth import COOKIE_NAME, Auth
+from .scheduler_core import InvalidJobSpec, InvalidSetting, JobNotFound
+
+log = logging.getLogger(__name__)
+
+VERSION = "3.3.3"
+VENDOR = {"name": "otpjobs", "version": "0.1.0"}
+#: Largest request body the app reads (CouchDB's is max_http_request_size).
+MAX_BODY = 1 << 20
+#: [replicator] keys the scheduler changes at run time.
+REPLICATOR_KEYS = ("max_jobs", "max_churn", "interval", "max_history", "health_threshold")
+
+NOT_ADMIN = "You are not a server admin."
+
+
+class HttpError(Exception):
+    """An answer other than success: status, CouchDB error and reason."""
+
+    def __init__(self, status: int, error: str, reason: str | None = "", headers: list | None = None) -> None:
+        super().__init__(f"{status} {error}: {reason}")
+        self.status, self.error, self.reason, self.headers = status, error, reason, headers or []
+
+    def body(self) -> dict:
+        return {"error": self.error} if self.reason is None else {"error": self.error, "reason": self.reason}
+
+
+def not_allowed(methods: str) -> HttpError:
+    return HttpError(405, "method_not_allowed", f"Only {methods} allowed", [("Allow", methods)])
+
+
+class Text(str):
+    """A plain-text answer (Prometheus exposition format)."""
+
+
+class Request:
+    """What a handler needs from the WSGI environ."""
+
+    def __init__(self, environ: dict) -> None:
+        self.environ = environ
+        self.method = environ["REQUEST_METHOD"].upper()
+        raw = environ.get("RAW_URI") or (environ.get("PATH_INFO", "/") + (
+            "?" + environ["QUERY_STRING"] if environ.get("QUERY_STRING") else ""))
+        if "://" in raw.split("?", 1)[0]:  # absolute-form request target
+            raw = "/" + raw.split("://", 1)[1].partition("/")[2]
+        path, _, query = raw.partition("?")
+        self.segments = [unquote(s) for s in path.split("/") if s]
+        self.query = parse_qs(query, keep_blank_values=True)
+        self.user: str | None = None
+        self.new_cookie: str | None = None
+
+    def header(self, name: str) -> str:
+        return self.environ.get("HTTP_" + name.upper().replace("-", "_"), "")
+
+    def cookie(self, name: str) -> str | None:
+        for part in self.header("Cookie").split(";"):
+            key, sep, value = part.strip().partition("=")
+            if sep and key == name:
+                return value.strip('"')
+        return None
+
+    def body(self) -> bytes:
+        try:
+            length = int(self.environ.get("CONTENT_LENGTH") or 0)
+        except ValueError:
+            raise HttpError(400, "bad_request", "Invalid Content-Length") from None
+        if length > MAX_BODY:
+            raise HttpError(413, "too_large", "the request entity is too large")
+        data = self.environ["wsgi.input"].read(length) if length > 0 else b""
+        return data
+
+    def json(self) -> Any:
+        try:
+            return json.loads(self.body() or b"null")
+        except (ValueError, UnicodeDecodeError):
+            raise HttpError(400, "bad_request", "invalid UTF-8 JSON") from None
+
+    @property
+    def content_type(self) -> str:
+        return self.environ.get("CONTENT_TYPE", "").split(";")[0].strip().lower()
+
+
+class App:
+    """The WSGI application.
+
+    Args:
+        scheduler: a SchedulerClient (or anything with its methods).
+        auth: the node's admins and session secret.
+        config: ``{"couch_jobs": {...}}`` sections readable through ``_config``.
+        node: this node's name in job entries and ``_node/{node}`` paths.
+    """
+
+    def __init__(self, scheduler: Any, auth: Auth, config: dict | None = None, node: str = "local") -> None:
+        self.scheduler = scheduler
+        self.auth = auth
+        self.config = config or {}
+        self.node = node
+
+    # ------------------------------------------------------------- WSGI
+    def __call__(self, environ: dict, start_response: Callable) -> Iterable[bytes]:
+        req = Request(environ)
+        headers: list = []
+        try:
+            status, payload = self.dispatch(req)
+        except HttpError as exc:
+            status, payload, headers = exc.status, exc.body(), exc.headers
+        except (NoProc, CallTimeout, CallFailed, NodeDown) as exc:
+            log.warning("%s %s: the scheduler did not answer: %r", req.method, environ.get("PATH_INFO"), exc)
+            status, payload = 503, {"error": "service_unavailable", "reason": "the scheduler did not answer"}
+        except Exception as exc:  # noqa: BLE001 - one bad request must not take the server down
+            log.exception("%s %s failed", req.method, environ.get("PATH_INFO"))
+            status, payload = 500, {"error": "unknown_error", "reason": type(exc).__name__}
+        if req.new_cookie:
+            headers = headers + [("Set-Cookie", req.new_cookie)]
+        if isinstance(payload, Text):
+            body, ctype = payload.encode(), "text/plain; version=0.0.4; charset=utf-8"
+        else:
+            body, ctype = (json.dumps(payload, separators=(",", ":")) + "\n").encode(), "application/json"
+        headers = [("Content-Type", ctype), ("Content-Length", str(len(body))), ("Cache-Control", "must-revalidate"),
+                   ("Server", f"CouchDB/{VERSION} (otpjobs)")] + headers
+        start_response(f"{status} {HTTPStatus(status).phrase}", headers)
+        return [] if req.method == "HEAD" else [body]
+
+    def dispatch(self, req: Request) -> tuple[int, Any]:
+        seg = req.segments
+        head = seg[0] if seg else ""
+        if head == "":
+            return self._get_only(req, lambda: self.welcome())
+        if head == "_up" and len(seg) == 1:
+            return self._get_only(req, lambda: {"status": "ok", "seeds": {}})
+        if head == "_session" and len(seg) == 1:
+            return self.session(req)
+        self.authorize(req)
+        if head == "_scheduler":
+            return self.scheduler_route(req, seg[1:])
+        if head == "_replicate" and len(seg) == 1:
+            if req.method != "POST":
+                raise not_allowed("POST")
+            return self.replicate(req)
+        if head == "_node" and len(seg) >= 2 and seg[1] in ("_local", self.node):
+            return self.node_route(req, seg[2:])
+        raise HttpError(404, "not_found", "missing")
+
+    @staticmethod
+    def _get_only(req: Request, make: Callable[[], Any]) -> tuple[int, Any]:
+        if req.method not in ("GET", "HEAD"):
+            raise not_allowed("GET,HEAD")
+        return 200, make()
+
+    def welcome(self) -> dict:
+        return {"couchdb": "Welcome", "version": VERSION, "git_sha": "otpjobs",
+                "uuid": hashlib.md5(self.node.encode()).hexdigest(),
+                "features": ["scheduler"], "vendor": dict(VENDOR)}
+
+    # ------------------------------------------------------------- auth
+    def authorize(self, req: Request) -> None:
+        """Set ``req.user`` or raise 401 (nothing to check with no admin)."""
+        if not self.auth.enabled:
+            req.user = None
+            return
+        header = req.header("Authorization")
+        if header:
+            name = self.auth.basic(header)
+            if name is None:
+                raise HttpError(401, "unauthorized", "Name or password is incorrect.")
+            req.user = name
+            return
+        token = req.cookie(COOKIE_NAME)
+        session = self.auth.session_user(token) if token else None
+        if session is None:
+            raise HttpError(401, "unauthorized", NOT_ADMIN)
+        req.user, issued = session
+        if self.auth.clock() - issued > self.auth.timeout * 0.1:  # refresh, as CouchDB does
+            req.new_cookie = self.auth.set_cookie_header(self.auth.make_cookie(req.user))
+
+    def session(self, req: Request) -> tuple[int, Any]:
+        if req.method == "POST":
+            return self.login(req)
+        if req.method == "DELETE":
+            req.new_cookie = self.auth.clear_cookie_header()
+            return 200, {"ok": True}
+        if req.method in ("GET", "HEAD"):
+            name, how = None, None
+            try:
+                self.authorize(req)
+                name = req.user
+                how = "default" if req.header("Authorization") else "cookie"
+            except HttpError:
+                pass
+            admin = name is not None or not self.auth.enabled
+            return 200, {"ok": True, "userCtx": {"name": name, "roles": ["_admin"] if admin else []},
+                         "info": {"authentication_handlers": ["cookie", "default"],
+                                  **({"authenticated": how} if how else {})}}
+        raise not_allowed("GET,HEAD,POST,DELETE")
+
+    def login(self, req: Request) -> tuple[int, Any]:
+        ctype = req.content_type
+        if ctype == "application/json":
+            data = req.json()
+            if not isinstance(data, dict):
+                raise HttpError(400, "bad_request", "Request body must be a JSON object")
+            name = data.get("name", data.get("username"))
+            password = data.get("password")
+        elif ctype in ("application/x-www-form-urlencoded", ""):
+            try:
+                form = dict(parse_qsl(req.body().decode(), keep_blank_values=True))
+            except UnicodeDecodeError:
+                raise HttpError(400, "bad_request", "invalid UTF-8 form body") from None
+            name = form.get("name", form.get("username"))
+            password = form.get("password")
+        else:
+            raise HttpError(415, "bad_content_type", "Content-Type must be multipart/form-data or "
+                            "application/json")
+        if not isinstance(name, str) or not isinstance(password, str) or not self.auth.enabled \
+                or not self.auth.check_password(name, password):
+            raise HttpError(401, "unauthorized", "Name or password is incorrect.")
+        req.new_cookie = self.auth.set_cookie_header(self.auth.make_cookie(name))
+        return 200, {"ok": True, "name": name, "roles": ["_admin"]}
+
+    # ------------------------------------------------------- _scheduler
+    def scheduler_route(self, req: Request, seg: list[str]) -> tuple[int, Any]:
+        if not seg or seg[0] not in ("jobs", "docs"):
+            if req.method not in ("GET", "HEAD"):
+                raise not_allowed("GET,HEAD")
+            raise HttpError(404, "not found", None)
+        if req.method not in ("GET", "HEAD"):
+            raise not_allowed("GET,HEAD")
+        if seg[0] == "jobs":
+            if len(seg) == 1:
+                try:
+                    limit, skip = monitoring.jobs_params(req.query)
+                except monitoring.QueryParseError as exc:
+                    raise HttpError(400, "query_parse_error", str(exc)) from None
+                return 200, monitoring.jobs_page(self.scheduler.jobs(), limit, skip)
+            if len(seg) == 2:
+                try:
+                    return 200, monitoring.job_view(self.scheduler.job(seg[1]))
+                except JobNotFound:
+                    raise HttpError(404, "not_found", "missing") from None
+            raise HttpError(404, "not found", None)
+        # _scheduler/docs: permanent jobs (replicator documents) are not in the
+        # store yet (issue 7, part 1), so every listing is empty and every doc is
+        # missing, exactly as a CouchDB with an empty _replicator database answers.
+        try:
+            limit, skip = monitoring.docs_params(req.query)
+        except monitoring.QueryParseError as exc:
+            raise HttpError(400, "query_parse_error", str(exc)) from None
+        if len(seg) <= 2:
+            return 200, monitoring.docs_page([], limit, skip)
+        if len(seg) == 3:
+            raise HttpError(404, "not_found", "missing")
+        raise HttpError(400, "bad_request", "")
+
+    # -------------------------------------------------------- _replicate
+    def replicate(self, req: Request) -> tuple[int, Any]:
+        """A transient job. Differs from CouchDB in one way: a one-shot job
+        is answered at once (202) instead of after it completes."""
+        body = req.json()
+        if not isinstance(body, dict):
+            raise HttpError(400, "bad_request", "Request body must be a JSON object")
+        job_id = body.get("replication_id") or body.get("id") or self.replication_id(body)
+        if not isinstance(job_id, str):
+            raise HttpError(400, "bad_request", "replication_id must be a string")
+        if body.get("cancel") is True:
+            if not self.scheduler.remove_job(job_id):
+                raise HttpError(404, "not_found", job_id)
+            return 200, {"ok": True, "_local_id": job_id}
+        spec = {"id": job_id, "source": self._endpoint(body.get("source")),
+                "target": self._endpoint(body.get("target")), "continuous": body.get("continuous", False),
+                "handler": body.get("handler"), "options": body.get("options"), "user": req.user}
+        try:
+            self.scheduler.add_job(spec)
+        except InvalidJobSpec as exc:
+            raise HttpError(400, "bad_request", str(exc)) from None
+        return 202, {"ok": True, "_local_id": job_id}
+
+    @staticmethod
+    def _endpoint(value: Any) -> Any:
+        return value.get("url") if isinstance(value, dict) else value
+
+    @staticmethod
+    def replication_id(body: dict) -> str:
+        """CouchDB-like: a hash of what the job copies, ``+continuous`` if it is."""
+        key = {k: body.get(k) for k in ("source", "target", "handler", "options")}
+        digest = hashlib.md5(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()
+        return digest + ("+continuous" if body.get("continuous") is True else "")
+
+    # ------------------------------------------------------------- _node
+    def node_route(self, req: Request, seg: list[str]) -> tuple[int, Any]:
+        what = seg[0] if seg else ""
+        if what == "_stats":
+            if req.method not in ("GET", "HEAD"):
+                raise not_allowed("GET,HEAD")
+            tree: Any = monitoring.stats_tree(self.scheduler.stats())
+            for name in seg[1:]:
+                if not isinstance(tree, dict) or name not in tree:
+                    raise HttpError(404, "not_found", "missing")
+                tree = tree[name]
+            return 200, tree
+        if what == "_prometheus" and len(seg) == 1:
+            if req.method not in ("GET", "HEAD"):
+                raise not_allowed("GET,HEAD")
+            return 200, Text(monitoring.prometheus_text(self.scheduler.stats()))
+        if what == "_config":
+            return self.config_route(req, seg[1:])
+        raise HttpError(404, "not_found", "missing")
+
+    def _section(self, section: str) -> dict[str, str]:
+        if section == "replicator":
+            settings = self.scheduler.settings()
+            return {k: str(settings[k]) for k in REPLICATOR_KEYS if k in settings}
+        if section in self.config:
+            return {k: str(v) for k, v in self.config[section].items()}
+        return {}
+
+    def config_route(self, req: Request, seg: list[str]) -> tuple[int, Any]:
+        """``[replicator]`` read and written (the scheduler applies it at once);
+        other sections read-only (the queue's actors read them at start)."""
+        if len(seg) > 2:
+            raise HttpError(400, "bad_request", "Nesting too deep")
+        if len(seg) < 2:
+            if req.method not in ("GET", "HEAD"):
+                raise not_allowed("GET,HEAD")
+            if not seg:
+                return 200, {s: self._section(s) for s in ("replicator", *self.config)}
+            return 200, self._section(seg[0])
+        section, key = seg
+        if req.method in ("GET", "HEAD"):
+            values = self._section(section)
+            if key not in values:
+                raise HttpError(404, "not_found", "unknown_config_value")
+            return 200, values[key]
+        if req.method != "PUT":
+            raise not_allowed("GET,PUT")
+        value = req.json()
+        if not isinstance(value, str):
+            raise HttpError(400, "bad_request", "config values must be strings")
+        if section != "replicator":
+            raise HttpError(403, "forbidden", f"[{section}] {key} can only be changed in the config file")
+        if key not in REPLICATOR_KEYS:
+            raise HttpError(400, "bad_request", f"[replicator] {key}: unknown setting")
+        old = self._section(section)[key]
+        try:
+            self.scheduler.set_setting(key, value)
+        except InvalidSetting as exc:
+            raise HttpError(400, "bad_request", str(exc)) from None
+        return 200, old
