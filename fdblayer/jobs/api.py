@@ -396,6 +396,7 @@ def finish(tx: Tx, job: Job, data: Optional[dict] = None) -> None:
     """
     _check_tx(tx)
     check_job(job)
+    check_key_size(DEFAULT_LAYOUT, job.type, job.id)
     encoded = _encode_optional(data, job)
     model.finish(tx, DEFAULT_LAYOUT, job, encoded)
 
@@ -418,6 +419,7 @@ def update(tx: Tx, job: Job, data: Optional[dict] = None) -> Job:
     """
     _check_tx(tx)
     check_job(job)
+    check_key_size(DEFAULT_LAYOUT, job.type, job.id)
     encoded = _encode_optional(data, job)
     return model.update(tx, DEFAULT_LAYOUT, job, encoded)
 
@@ -443,6 +445,7 @@ def resubmit(tx: Tx, job: Job, scheduled_time: Optional[int] = None) -> Job:
     """
     _check_tx(tx)
     check_job(job)
+    check_key_size(DEFAULT_LAYOUT, job.type, job.id)
     check_optional_sched_time(scheduled_time)
     value = model.resubmit(tx, DEFAULT_LAYOUT, job.type, job.id, scheduled_time)
     return job.replace(resubmit=value.resubmit, scheduled_time=value.sched_time)

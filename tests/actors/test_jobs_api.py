@@ -157,10 +157,6 @@ def test_bad_or_oversized_id_everywhere(q, store, bad):
         unchanged(db, call, jobs.InvalidArgument)
 
 
-@pytest.mark.xfail(reason="fdblayer/jobs/api.py update()/finish(): a Job handle whose id makes a key over "
-                          "10,000 bytes is not size-checked (check_job), so the store's KeyTooLarge "
-                          "(fdblayer.exceptions, not a JobsError) escapes instead of InvalidArgument",
-                   strict=True)
 @pytest.mark.parametrize("call", ["update", "finish"])
 def test_oversized_id_in_a_job_handle(q, store, call):
     db, job, _ = store
