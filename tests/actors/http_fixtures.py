@@ -1,0 +1,96 @@
+"""A real node with the scheduler tree and the HTTP listener, for the HTTP tests."""
+from __future__ import annotations
+
+import json
+import socket
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from actors.config import Config
+from actors.http_server import HTTP_SERVER_NAME, GetHttpInfo, http_children
+from actors.node import ROOT_FLAGS
+from actors.scheduler import SchedulerClient
+from actors.scheduler_sup import scheduler_children
+from supervision import start_node
+
+FIX = "tests.actors.scheduler_fixtures"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_until(predicate, timeout: float = 15.0, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.02)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def group_pids(pgid: int) -> list[int]:
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_bytes().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
+            pids.append(int(entry.name))
+    return pids
+
+
+class Response:
+    def __init__(self, status: int, headers: Any, body: bytes) -> None:
+        self.status, self.headers, self.body = status, headers, body
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
+class HttpNode:
+    """A started node; ``request`` speaks plain HTTP to its listener."""
+
+    def __init__(self, config: Config, config_path: str | None = None, secret: str | None = None) -> None:
+        self.port = free_port()
+        self.http_port = free_port()
+        config.set("node", "port", self.port)
+        config.set("node", "http_port", self.http_port)
+        self.secret = secret
+        self.node = start_node(self.port, ROOT_FLAGS, scheduler_children(config)
+                               + http_children(config, config_path=config_path, secret=secret))
+        self.client = self.node.client()
+        self.s = SchedulerClient(self.client)
+        self.url = f"http://127.0.0.1:{self.http_port}"
+
+    def request(self, method: str, path: str, body: Any = None, headers: dict | None = None,
+                timeout: float = 10.0) -> Response:
+        data = body if isinstance(body, (bytes, type(None))) else json.dumps(body).encode()
+        req = urllib.request.Request(self.url + path, data=data, method=method, headers=headers or {})
+        if data is not None and "Content-Type" not in (headers or {}):
+            req.add_header("Content-Type", "application/json")
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as resp:
+                return Response(resp.status, resp.headers, resp.read())
+        except urllib.error.HTTPError as exc:
+            return Response(exc.code, exc.headers, exc.read())
+
+    def http_info(self) -> dict:
+        return self.client.call(HTTP_SERVER_NAME, GetHttpInfo(), 5.0)
+
+    def handler_job(self, job_id: str, handler: str = "idle", **extra) -> dict:
+        return dict({"id": job_id, "handler": f"{FIX}:{handler}", "continuous": True}, **extra)
+
+    def stop(self) -> None:
+        pgid = self.node.pgid
+        self.node.stop()
+        wait_until(lambda: not group_pids(pgid), 10, "no process of the node left")
