@@ -204,7 +204,13 @@ def test_config_change_takes_effect_in_the_scheduler(n, jobs) -> None:
 def _raw(n, data: bytes) -> bytes:
     with socket.create_connection(("127.0.0.1", n.http_port), timeout=10) as sock:
         sock.sendall(data)
-        return sock.recv(65536)
+        chunks = []
+        try:
+            while chunk := sock.recv(65536):  # these answers all close the connection
+                chunks.append(chunk)
+        except ConnectionResetError:  # closed with our unread bytes pending
+            pass
+        return b"".join(chunks)
 
 
 def _listeners(port: int) -> list[str]:
@@ -263,3 +269,38 @@ def _up(n) -> bool:
     except OSError:
         return False
 
+
+
+def test_malformed_requests_get_clear_errors_and_the_node_keeps_serving(n) -> None:
+    assert _raw(n, b"NOT HTTP AT ALL\r\n\r\n").split(b" ")[1] in (b"400", b"405", b"501")
+    huge = b"GET /_up HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * (100 << 10) + b"\r\n\r\n"
+    answer = _raw(n, huge)
+    assert answer == b"" or answer.split(b" ")[1] in (b"400", b"431")  # b"": reset before we read it
+    chunked = _raw(n, b"POST /_replicate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                      b"Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n3\r\n{ba\r\n0\r\n\r\n")
+    assert chunked.startswith(b"HTTP/1.1 400") and b'"bad_request"' in chunked
+    for path in ("/_scheduler/jobs/%ZZ", "/_scheduler/jobs/%C3%28", "/_scheduler/jobs/a%2Fb", "/%00"):
+        r = n.request("GET", path)
+        assert r.status == 404 and r.json()["error"] in ("not_found", "not found")
+    r = n.request("POST", "/_replicate", b'{"source": 1, "target": 2}')
+    assert r.status == 400 and r.json()["error"] == "bad_request"
+    assert n.request("GET", "/_scheduler/jobs?limit=1e3").status == 400
+    assert n.s.jobs() == [] and n.request("GET", "/_up").status == 200
+
+
+def test_sigkilled_http_actor_takes_its_process_along_and_is_restarted(n) -> None:
+    old_pid = n.http_info()["pid"]
+    actor_pid = n.client.get_pid("http_server")
+    os.kill(actor_pid, signal.SIGKILL)
+    wait_until(lambda: not _alive(old_pid), what="the old HTTP process gone with its actor (PR_SET_PDEATHSIG)")
+    new = wait_until(lambda: (p := _pid_or_none(n)) not in (None, old_pid) and p, what="a new HTTP process")
+    assert n.client.get_pid("http_server") != actor_pid and _alive(new)
+    wait_until(lambda: _up(n), what="the new HTTP process serving")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] not in (b"Z", b"X")
+    except OSError:
+        return False
