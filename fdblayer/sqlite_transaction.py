@@ -23,7 +23,6 @@ wait in memory, under the lock it already holds.
 from __future__ import annotations
 
 import logging
-import os
 import random
 import sqlite3
 import time

@@ -13,7 +13,7 @@ from __future__ import annotations
 import enum
 import importlib
 import math
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Any, Mapping
 
 from .exceptions import BadChildSpec

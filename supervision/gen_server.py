@@ -48,7 +48,7 @@ from . import messages as m
 from .addrmap import AddrMap, AddrSet
 from .clock import Clock, make_clock
 from .exceptions import BadCall, BadCast, BadInfo, CallFailed, CallTimeout, NoProc
-from .reasons import KILLED, NOPROC, NORMAL, SHUTDOWN, is_normal, portable, reason_name
+from .reasons import KILLED, NOPROC, NORMAL, SHUTDOWN, is_normal, portable
 from .reports import report
 
 log = logging.getLogger(__name__)

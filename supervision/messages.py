@@ -8,7 +8,7 @@ a message returned as a dead letter can still be answered with ``noproc``.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 
@@ -231,4 +231,3 @@ class Pending:
     callback: Any
     target: Any
     timer: Any = None
-    extra: dict = field(default_factory=dict)

@@ -26,9 +26,8 @@ from __future__ import annotations
 
 import collections
 import logging
-import math
 from dataclasses import dataclass, field
-from typing import Any, Generator, Iterable
+from typing import Any, Generator
 
 from . import messages as m
 from .childspec import (
@@ -44,7 +43,7 @@ from .childspec import (
 from .clock import Clock
 from .exceptions import AlreadyStarted, BadChildSpec, NoProc, StartError, SupervisionError
 from .gen_server import DEFER_START, IGNORE, NOREPLY, From, GenServer
-from .reasons import KILLED, NORMAL, SHUTDOWN, is_normal, portable
+from .reasons import KILLED, SHUTDOWN, is_normal, portable
 from .procs import pid_alive
 from .reports import report
 
