@@ -11,12 +11,15 @@ to listen elsewhere).
 from __future__ import annotations
 
 import os
+import socket
+import struct
 
 os.environ.setdefault("THESPIAN_BASE_IPADDR", "127.0.0.1")
 
 import thespian.system.transport.IPBase as _ipbase  # noqa: E402
 
-_WILDCARDS = ("", "0.0.0.0")
+#: The unspecified addresses Thespian binds to: "" and INADDR_ANY.
+_WILDCARDS = ("", socket.inet_ntoa(struct.pack("!I", socket.INADDR_ANY)))
 _state = {"host": "127.0.0.1"}
 _original_init = _ipbase.IPActorAddress.__init__
 
