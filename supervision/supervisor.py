@@ -29,6 +29,8 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, Generator
 
+from thespian.actors import ActorExitRequest
+
 from . import messages as m
 from .childspec import (
     BRUTAL_KILL,
@@ -215,9 +217,14 @@ class Supervisor(GenServer):
             op.timers.append(self.start_timer(START_TIMEOUT, lambda: self._start_timed_out(wait.addr), real=True))
 
     def _start_timed_out(self, addr: Any) -> None:
+        """A child that never answered its start: stop it and fail the start.
+
+        Its pid is not known yet (it comes with Started), so it is asked to
+        exit through Thespian; its late exit notice is then a duplicate.
+        """
         if self._op and self._op.waiting == _Wait("start", addr):
-            self._exit_reasons[addr] = "start_timeout"
-            self.kill_child(addr) or self._resume("start", addr, (False, "start_timeout"))
+            self.send(addr, ActorExitRequest())
+            self._resume("start", addr, (False, "start_timeout"))
 
     def _resume(self, kind: str, addr: Any, value: Any) -> bool:
         op = self._op
