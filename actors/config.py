@@ -79,6 +79,8 @@ class Config:
     """Settings by section; unset keys read as the seeds' defaults."""
 
     values: dict[str, dict[str, Any]] = field(default_factory=lambda: {s: dict(v) for s, v in DEFAULTS.items()})
+    #: The INI file it was read from (the HTTP listener hashes its [admins] there).
+    path: str | None = None
 
     def get(self, section: str, key: str) -> Any:
         """The value of a known key."""
@@ -102,7 +104,7 @@ def load(path: str | Path | None = None, overrides: dict[tuple[str, str], Any] |
     are ignored here. Raises ConfigError for a bad value, FileNotFoundError
     for a missing file.
     """
-    config = Config()
+    config = Config(path=None if path is None else str(path))
     if path is not None:
         parser = configparser.ConfigParser(interpolation=None)
         with open(path) as f:

@@ -32,7 +32,8 @@ class NodeProcess:
         self.log.unlink(missing_ok=True)
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "actors", "node", "start", "--port", str(self.port), "--store", self.store],
+                [sys.executable, "-m", "actors", "node", "start", "--port", str(self.port), "--store", self.store,
+                 "--http-port", str(free_port())],
                 cwd=ROOT, env=self.env, stdout=log, stderr=log, stdin=subprocess.DEVNULL)
         wait_until(lambda: "node_up" in self.log.read_text() or self.proc.poll() is not None, what="node_up")
         assert self.proc.poll() is None, self.log.read_text()
