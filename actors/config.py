@@ -4,7 +4,8 @@ Sections and keys (all optional; values are validated on load, a bad one is
 a :class:`ConfigError` naming section, key and value):
 
 * ``[node]`` ``port`` (admin port, 1900), ``store`` (store URL, the embedded
-  SQLite file ``./otpjobs.db``), ``http_port`` (5984), ``bind_address``
+  SQLite file ``./otpjobs.db``), ``http_port`` (5984; 0 lets the system
+  pick a free port, see ``GetHttpInfo``), ``bind_address``
   (127.0.0.1), ``log_level`` (info).
 * ``[replicator]`` ``max_jobs`` (500), ``max_churn`` (20), ``interval``
   (60000 ms), ``max_history`` (20), ``health_threshold`` (120 s).
@@ -66,7 +67,7 @@ def parse_value(section: str, key: str, raw: Any) -> Any:
         value = int(str(raw).strip())
     except ValueError:
         raise ConfigError(section, key, raw, "must be an integer") from None
-    low = 1 if key in ("max_jobs", "interval", "port", "http_port", "max_history") else 0
+    low = 1 if key in ("max_jobs", "interval", "port", "max_history") else 0
     if value < low:
         raise ConfigError(section, key, raw, f"must be >= {low}")
     if key in ("port", "http_port") and value > 65535:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import logging
 import os
 import select
 import signal
@@ -30,6 +31,8 @@ from typing import Any
 from supervision import DEFER_START, ChildSpec, GenServer
 
 from .auth import SESSION_TIMEOUT, load_admins
+
+log = logging.getLogger(__name__)
 
 HTTP_SERVER_NAME = "http_server"
 STOP_TIMEOUT = 5.0
@@ -75,6 +78,7 @@ class HttpServer(GenServer):
         self.pidfd: int | None = None
         self._line = b""
         self._ready = False
+        self.port = args["port"]
         admins = load_admins(args.get("config_path"))
         check_bind(args["bind_address"], admins)
         settings = {"bind_address": args["bind_address"], "admins": admins, "secret": args["secret"],
@@ -95,12 +99,12 @@ class HttpServer(GenServer):
         return DEFER_START
 
     def format_status(self) -> dict:
-        return {"port": self.args.get("port"), "bind_address": self.args.get("bind_address"),
+        return {"port": self.port, "bind_address": self.args.get("bind_address"),
                 "pid": self.proc.pid if self.proc else None}
 
     def handle_call(self, msg: Any, from_: Any) -> Any:
         if isinstance(msg, GetHttpInfo):
-            return {"port": self.args["port"], "bind_address": self.args["bind_address"], "pid": self.proc.pid}
+            return {"port": self.port, "bind_address": self.args["bind_address"], "pid": self.proc.pid}
         return super().handle_call(msg, from_)
 
     def _on_output(self) -> None:
@@ -118,6 +122,8 @@ class HttpServer(GenServer):
         line = self._line.split(b"\n", 1)[0].decode(errors="replace")
         if line.startswith("ready"):
             self._ready = True
+            self.port = int(line.split()[1])
+            log.info("http_listening address=%s:%s pid=%s", self.args["bind_address"], self.port, self.proc.pid)
             self.start_complete()
         else:
             self._fail(HttpStartError(line.partition(" ")[2] or line))

@@ -81,7 +81,7 @@ class QueueNode:
         self.port = port or free_port()
         self.config = queue_config(store_url, **couch_jobs)
         self.config.set("node", "port", self.port)
-        self.config.set("node", "http_port", free_port())
+        self.config.set("node", "http_port", 0)  # any free port: no race with other listeners
         self.node = start_node(self.port, ROOT_FLAGS, root_children(self.config) + list(extra_specs or []),
                                level=int(os.environ.get("JOBS_TEST_LOG_LEVEL", "30")))
         self.pgid = self.node.pgid

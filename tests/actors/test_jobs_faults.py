@@ -149,7 +149,7 @@ def start_cli_node(url: str, port: int, tmp_path, log_name: str):
     env = dict(os.environ, PYTHONPATH=str(ROOT), OTPJOBS_RUNTIME_DIR=str(tmp_path))
     log = open(tmp_path / log_name, "w")
     proc = subprocess.Popen([sys.executable, "-m", "actors", "node", "start", "--store", url, "--port", str(port),
-                             "--config", str(cfg), "--log-level", "warning", "--http-port", str(free_port())],
+                             "--config", str(cfg), "--log-level", "warning", "--http-port", "0"],
                             cwd=str(ROOT), env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     runtime = tmp_path / f"node-{port}.json"
 

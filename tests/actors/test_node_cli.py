@@ -33,7 +33,7 @@ class NodeProcess:
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "actors", "node", "start", "--port", str(self.port), "--store", self.store,
-                 "--http-port", str(free_port())],
+                 "--http-port", "0"],
                 cwd=ROOT, env=self.env, stdout=log, stderr=log, stdin=subprocess.DEVNULL)
         wait_until(lambda: "node_up" in self.log.read_text() or self.proc.poll() is not None, what="node_up")
         assert self.proc.poll() is None, self.log.read_text()
@@ -135,3 +135,17 @@ def test_jobs_and_types_commands_round_trip(node):
     assert types == [{"type": "t", "timeout": 30.0}]
     assert node.cli("jobs", "remove", "t", "j1", "--store", node.store).returncode == 0
     assert node.cli("jobs", "list", "t", "--store", node.store).stdout == ""
+
+
+def test_http_port_zero_serves_on_a_port_the_system_picked(node):
+    import urllib.request
+
+    from actors.http_server import HTTP_SERVER_NAME, GetHttpInfo
+    from supervision import connect
+
+    node.start()
+    info = connect(node.port).call(HTTP_SERVER_NAME, GetHttpInfo(), 10)
+    assert info["port"] > 0 and info["bind_address"] == "127.0.0.1"
+    with urllib.request.urlopen(f"http://127.0.0.1:{info['port']}/_up", timeout=10) as resp:
+        assert resp.status == 200
+    assert f"127.0.0.1:{info['port']}" in listening_addresses(group_pids(node.runtime()["pgid"]))
