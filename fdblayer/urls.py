@@ -3,8 +3,8 @@
 Principle: one string names a store everywhere (CLI, config, replication
 jobs). Accepted forms::
 
-    sqlite:///abs/path/file.db       absolute path
-    sqlite:////abs/path/file.db      absolute path (SQLAlchemy's spelling)
+    sqlite:////abs/path/file.db      absolute path (four slashes, as SQLAlchemy)
+    sqlite:///rel/file.db            relative to the working directory
     sqlite:///./rel/file.db          relative to the working directory
     sqlite:rel/file.db               relative to the working directory
     ...?synchronous=FULL|NORMAL      durability (default FULL); &mode=ro for read-only
@@ -57,15 +57,13 @@ def _single_params(url: str, query: str) -> Dict[str, str]:
 
 
 def _sqlite_path(url: str, rest: str) -> str:
+    """The file of ``sqlite:`` URLs, read as SQLAlchemy does: after
+    ``sqlite://`` comes an empty host, then ``/`` and the path, so three
+    slashes start a relative path and four an absolute one."""
     if rest.startswith("//"):
         netloc, _, path = rest[2:].partition("/")
         if netloc not in ("", "localhost"):
             raise InvalidStoreURL(f"store URL {url!r}: an SQLite store has no host ({netloc!r})")
-        path = "/" + path
-        if path.startswith(("/./", "/../")):
-            path = path[1:]
-        elif path.startswith("//"):
-            path = "/" + path.lstrip("/")
     else:
         path = rest
     path = urllib.parse.unquote(path)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import threading
 
 import fdb.tuple
@@ -554,8 +556,9 @@ class TestOpen:
         monkeypatch.chdir(tmp_path)
         parse = fdblayer.parse_store_url
         assert parse(None).path == str(tmp_path / "otpjobs.db")
-        assert parse("sqlite:///abs/dir/f.db").path == "/abs/dir/f.db"
         assert parse("sqlite:////abs/dir/f.db").path == "/abs/dir/f.db"
+        assert parse("sqlite:///rel/dir/f.db").path == os.path.abspath("rel/dir/f.db")
+        assert parse("sqlite:///otpjobs.db").path == os.path.abspath("otpjobs.db")
         assert parse("sqlite:///./rel.db").path == str(tmp_path / "rel.db")
         assert parse("sqlite:rel.db").path == str(tmp_path / "rel.db")
         assert parse("sqlite:///a.db?synchronous=normal").params["synchronous"] == "NORMAL"
