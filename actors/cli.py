@@ -7,6 +7,8 @@
     otpjobs jobs list [TYPE] [--store URL]
     otpjobs jobs remove TYPE JOB_ID [--store URL]
     otpjobs types set-timeout TYPE SECONDS | clear-timeout TYPE | list [--store URL]
+    otpjobs docs add DOC_ID BODY_JSON [--db DB] [--store URL]
+    otpjobs docs get DOC_ID | remove DOC_ID | list [--limit N --skip N --states S] [--db DB] [--store URL]
 
 Errors print one line to stderr and exit with status 2 (bad input) or 1
 (failure); nothing is changed by a command that fails.
@@ -40,7 +42,7 @@ def _port_arg(p: argparse.ArgumentParser) -> None:
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand."""
     parser = argparse.ArgumentParser(prog="otpjobs", description="Durable background jobs under OTP-style supervision.")
-    groups = parser.add_subparsers(dest="group", required=True, metavar="{node,jobs,types}")
+    groups = parser.add_subparsers(dest="group", required=True, metavar="{node,jobs,types,docs}")
 
     node = groups.add_parser("node", help="run and control a node").add_subparsers(dest="cmd", required=True)
     start = node.add_parser("start", help="run a node in the foreground")
@@ -80,6 +82,25 @@ def build_parser() -> argparse.ArgumentParser:
     ct.add_argument("type")
     _store_arg(ct)
     _store_arg(types.add_parser("list", help="list types with their timeouts"))
+
+    docs = groups.add_parser("docs", help="permanent jobs (replicator documents)").add_subparsers(
+        dest="cmd", required=True)
+    dadd = docs.add_parser("add", help="create or replace a document (a node adopts and runs it)")
+    dadd.add_argument("doc_id")
+    dadd.add_argument("body", help='the document as JSON: {"source","target","continuous"} or {"handler","options"}')
+    for name, helptext in (("get", "show a document and its state"), ("remove", "delete a document")):
+        dp = docs.add_parser(name, help=helptext)
+        dp.add_argument("doc_id")
+        dp.add_argument("--db", default="_replicator", help="database (default _replicator)")
+        _store_arg(dp)
+    dadd.add_argument("--db", default="_replicator", help="database (default _replicator)")
+    _store_arg(dadd)
+    dlist = docs.add_parser("list", help="list documents as _scheduler/docs does")
+    dlist.add_argument("--db", default=None, help="only this database")
+    dlist.add_argument("--limit", type=int, default=None)
+    dlist.add_argument("--skip", type=int, default=0)
+    dlist.add_argument("--states", default=None, help="comma-separated states")
+    _store_arg(dlist)
     return parser
 
 
@@ -246,12 +267,54 @@ def cmd_types_list(args: argparse.Namespace) -> int:
     return 0
 
 
+# ----------------------------------------------------------------- docs
+def cmd_docs_add(args: argparse.Namespace) -> int:
+    from . import docs
+
+    try:
+        body = json.loads(args.body)
+    except ValueError as exc:
+        raise SystemExit(_fail(f"document is not JSON: {exc}", 2))
+    rev = docs.put(_db(args), args.db, args.doc_id, body)
+    print(json.dumps({"ok": True, "id": args.doc_id, "rev": rev}))
+    return 0
+
+
+def cmd_docs_get(args: argparse.Namespace) -> int:
+    from . import docs
+
+    doc = docs.get(_db(args), args.db, args.doc_id)
+    print(json.dumps(dict(docs.view(doc), rev=doc.rev, body=doc.body)))
+    return 0
+
+
+def cmd_docs_remove(args: argparse.Namespace) -> int:
+    from . import docs
+
+    rev = docs.delete(_db(args), args.db, args.doc_id)
+    print(json.dumps({"ok": True, "id": args.doc_id, "rev": rev}))
+    return 0
+
+
+def cmd_docs_list(args: argparse.Namespace) -> int:
+    from . import docs
+
+    states = None if args.states is None else [s.strip() for s in args.states.split(",") if s.strip()]
+    total, page = docs.list_docs(_db(args), args.db, limit=args.limit, skip=args.skip, states=states)
+    for doc in page:
+        print(json.dumps(docs.view(doc)))
+    print(json.dumps({"total_rows": total, "offset": args.skip}), file=sys.stderr)
+    return 0
+
+
 COMMANDS: dict[tuple[str, str], Callable[[argparse.Namespace], int]] = {
     ("node", "start"): cmd_node_start, ("node", "stop"): cmd_node_stop, ("node", "status"): cmd_node_status,
     ("jobs", "add"): cmd_jobs_add, ("jobs", "list"): cmd_jobs_list, ("jobs", "remove"): cmd_jobs_remove,
     ("jobs", "watch"): cmd_jobs_watch,
     ("types", "set-timeout"): cmd_types_set_timeout, ("types", "clear-timeout"): cmd_types_clear_timeout,
     ("types", "list"): cmd_types_list,
+    ("docs", "add"): cmd_docs_add, ("docs", "get"): cmd_docs_get, ("docs", "remove"): cmd_docs_remove,
+    ("docs", "list"): cmd_docs_list,
 }
 
 
@@ -272,6 +335,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (config_mod.ConfigError, FileNotFoundError) as exc:
         return _fail(str(exc), 2)
     except JobsError as exc:
-        return _fail(str(exc), 2 if type(exc).__name__ in ("InvalidArgument", "EncodingError", "NoTypeTimeout") else 1)
+        return _fail(str(exc), 2 if type(exc).__name__ in ("InvalidArgument", "EncodingError", "NoTypeTimeout",
+                                                          "Conflict") else 1)
     except (StoreError, SupervisionError, ValueError) as exc:
         return _fail(str(exc), 1)

@@ -27,7 +27,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     "node": {"port": 1900, "store": "sqlite:///otpjobs.db", "http_port": 5984,
              "bind_address": "127.0.0.1", "log_level": "info"},
     "replicator": {"max_jobs": 500, "max_churn": 20, "interval": 60000, "max_history": 20,
-                   "health_threshold": 120},
+                   "health_threshold": 120, "doc_owner_timeout": 30},
     "couch_jobs": {"activity_monitor_max_jitter_msec": 10000, "type_monitor_holdoff_msec": 50,
                    "type_monitor_timeout_msec": INFINITY, "type_check_period_msec": 15000,
                    "type_check_max_jitter_msec": 5000},

@@ -77,6 +77,41 @@ def docs_params(query: Mapping[str, list[str]]) -> tuple[int, int]:
     return out[0], out[1]
 
 
+#: The fields of a ``_scheduler/docs`` entry, in CouchDB's order.
+DOC_FIELDS = ("database", "doc_id", "id", "node", "source", "target", "source_proxy", "target_proxy", "state",
+              "info", "error_count", "last_updated", "start_time")
+#: Doc states in the order CouchDB's replication_states() lists them.
+DOC_STATES = ("initializing", "error", "running", "pending", "crashing", "completed", "failed")
+
+
+def _endpoint_url(value: Any) -> Any:
+    return value.get("url") if isinstance(value, Mapping) else value
+
+
+def doc_view(doc: Any) -> dict:
+    """One stored document (:class:`fdblayer.docs.Doc`) as a ``_scheduler/docs`` entry."""
+    from .scheduler_core import iso8601
+
+    body = doc.body or {}
+    terminal = doc.state in ("completed", "failed")
+    return {"database": doc.db_name, "doc_id": doc.doc_id, "id": None if terminal else doc.job_id,
+            "node": doc.node, "source": mask_url(_endpoint_url(body.get("source"))),
+            "target": mask_url(_endpoint_url(body.get("target"))), "source_proxy": None, "target_proxy": None,
+            "state": doc.state, "info": doc.info, "error_count": doc.error_count,
+            "last_updated": iso8601(doc.last_updated), "start_time": iso8601(doc.start_time)}
+
+
+def docs_states(query: Mapping[str, list[str]]) -> list[str] | None:
+    """The ``states=a,b`` filter of ``_scheduler/docs`` (None: every state)."""
+    values = query.get("states")
+    if not values:
+        return None
+    states = [s.strip().lower() for s in values[-1].split(",") if s.strip()]
+    if not states or any(s not in DOC_STATES for s in states):
+        raise QueryParseError(f"States must be one or more of [{','.join(DOC_STATES)}]")
+    return states
+
+
 def jobs_page(jobs: list[Mapping[str, Any]], limit: int, skip: int) -> dict:
     """``{"total_rows", "offset", "jobs"}``: jobs sorted by id, one page."""
     ordered = sorted(jobs, key=lambda j: str(j.get("id")))

@@ -1,0 +1,519 @@
+"""Permanent jobs as documents (CouchDB's replicator documents) in the store.
+
+Principle: a document is one row, and who runs it is decided by the job
+queue, not by the row. Putting or deleting a document adds or removes a job
+of the reserved queue type :data:`DOCS_TYPE` in the same transaction, so a
+node owns a document exactly while it holds that queue job as running, and
+keeps it by updating the job well within the type's activity timeout. When a
+node dies its queue jobs go silent, an activity monitor re-enqueues them and
+another node accepts them. This module knows nothing of actors: the node's
+doc processor (``actors.doc_processor``) builds on :func:`accept` and
+:func:`renew`.
+
+Data model (``D`` is the packed tuple ``("docs",)``)::
+
+    (D, db_name, doc_id) = msgpack {"rev", "body", "state", "error_count",
+                                    "info", "last_updated", "start_time",
+                                    "node", "id"}
+    queue job (DOCS_TYPE, queue_job_id(db_name, doc_id)) = {"db", "doc_id", "rev"}
+
+``body`` is the document as the user gave it (without ``_id``/``_rev``):
+``source``/``target`` (URLs, or objects with a ``url``), ``continuous``, or
+a ``handler`` and its ``options``. ``rev`` is ``"<n>-<md5 of body>"``.
+``state`` is one of :data:`STATES`; times are seconds since the epoch;
+``id`` is the scheduler's job id while the document has one. Bad input
+raises the jobs layer's errors (``InvalidArgument``, ``EncodingError``)
+before a transaction starts, so it writes nothing.
+"""
+from __future__ import annotations
+
+import enum
+import hashlib
+import json
+import logging
+import math
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Optional, Union
+
+import fdb.tuple
+import msgpack
+
+from fdblayer.interface import MAX_KEY_SIZE, MAX_VALUE_SIZE, Database, Transaction, transactional
+from fdblayer.jobs import activity, api, model, pending
+from fdblayer.jobs.codec import encode_data
+from fdblayer.jobs.exceptions import EncodingError, InvalidArgument, JobsError, NotFound
+from fdblayer.jobs.job import Job
+from fdblayer.jobs.keys import DEFAULT_LAYOUT
+from fdblayer.jobs.validate import MAX_SCHED_TIME
+from fdblayer.watches import Watch
+
+__all__ = [
+    "DOCS_TYPE", "DEFAULT_OWNER_TIMEOUT", "REPLICATOR_DB", "STATES", "DocState", "Conflict", "Doc", "Lease",
+    "queue_job_id", "parse_queue_job_id", "check_body", "put", "get", "delete", "list_docs", "accept", "renew", "release",
+    "ensure_type", "InvalidArgument", "EncodingError", "NotFound", "KEPT", "DONE", "CHANGED", "LOST",
+]
+
+logger = logging.getLogger(__name__)
+
+#: The reserved queue type whose running jobs are the nodes' ownership of docs.
+DOCS_TYPE = "_replicator_docs"
+#: The activity timeout (seconds) given to DOCS_TYPE when no node set one yet.
+DEFAULT_OWNER_TIMEOUT = 30
+REPLICATOR_DB = "_replicator"
+PREFIX = fdb.tuple.pack(("docs",))
+#: Largest encoded document body (the row keeps room for state and info).
+MAX_BODY_SIZE = 64_000
+MAX_INFO_TEXT = 2_000
+
+Tx = Union[Database, Transaction]
+
+
+class DocState(str, enum.Enum):
+    """A document's state, as CouchDB's ``_scheduler/docs`` reports it."""
+
+    INITIALIZING = "initializing"
+    ERROR = "error"
+    RUNNING = "running"
+    PENDING = "pending"
+    CRASHING = "crashing"
+    COMPLETED = "completed"
+    FAILED = "failed"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+STATES = tuple(s.value for s in DocState)
+TERMINAL = (DocState.COMPLETED.value, DocState.FAILED.value)
+
+
+class Conflict(JobsError):
+    """The document's current revision is not the one the caller named."""
+
+
+@dataclass(frozen=True)
+class Doc:
+    """One document row, decoded."""
+
+    db_name: str
+    doc_id: str
+    rev: str
+    body: dict
+    state: str
+    error_count: int = 0
+    info: Any = None
+    last_updated: Optional[float] = None
+    start_time: Optional[float] = None
+    node: Optional[str] = None
+    job_id: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class Lease:
+    """A node's hold on a document: the queue job handle and the revision it runs."""
+
+    job: Job
+    db_name: str
+    doc_id: str
+    rev: str
+
+
+# ------------------------------------------------------------------ checks
+
+
+def queue_job_id(db_name: str, doc_id: str) -> str:
+    """The queue job id of a document (a JSON pair, so any name round-trips)."""
+    return json.dumps([db_name, doc_id], separators=(",", ":"), ensure_ascii=False)
+
+
+def parse_queue_job_id(job_id: str) -> tuple[str, str]:
+    db_name, doc_id = json.loads(job_id)
+    return db_name, doc_id
+
+
+def _check_str(value: Any, what: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise InvalidArgument(f"{what} must be a non-empty str, not {type(value).__name__}: {value!r:.80}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidArgument(f"{what} is not valid UTF-8: {value!r:.80}") from None
+    return value
+
+
+def check_names(db_name: Any, doc_id: Any) -> None:
+    """Check a database name and a doc id.
+
+    Raises:
+        InvalidArgument: not non-empty str; a db other than ``_replicator``
+            or ``<prefix>/_replicator``; a doc id starting with ``_``; too
+            long for a key.
+    """
+    _check_str(db_name, "database name")
+    _check_str(doc_id, "doc id")
+    if db_name != REPLICATOR_DB and not db_name.endswith("/" + REPLICATOR_DB):
+        raise InvalidArgument(f"database name must be {REPLICATOR_DB!r} or end with '/{REPLICATOR_DB}', "
+                              f"not {db_name!r:.80}")
+    if doc_id.startswith("_"):
+        raise InvalidArgument("Only reserved document ids may start with underscore.", job_id=doc_id)
+    size = len(_key(db_name, doc_id)) + len(queue_job_id(db_name, doc_id).encode()) + 64
+    if size > MAX_KEY_SIZE:
+        raise InvalidArgument(f"database name and doc id make a key of about {size} bytes; the store's "
+                              f"limit is {MAX_KEY_SIZE}", job_id=doc_id)
+
+
+def _endpoint(value: Any, what: str) -> Optional[str]:
+    if value is None:
+        return None
+    if isinstance(value, dict):
+        value = value.get("url")
+    if not isinstance(value, str) or not value:
+        raise InvalidArgument(f"{what} must be a URL string or an object with a \"url\" string")
+    return value
+
+
+def check_body(body: Any) -> dict:
+    """Check a document body and return it without ``_id``/``_rev``.
+
+    Raises:
+        InvalidArgument: not a dict, no handler and no source/target, a
+            field of the wrong type.
+        EncodingError: a value that is not JSON-compatible, or too large.
+    """
+    if not isinstance(body, dict):
+        raise InvalidArgument(f"a document must be a JSON object, not {type(body).__name__}")
+    body = {k: v for k, v in body.items() if k not in ("_id", "_rev")}
+    handler = body.get("handler")
+    if handler is not None:
+        if not isinstance(handler, str) or not all(handler.partition(":")[::2]) or ":" not in handler:
+            raise InvalidArgument(f"handler must be 'package.module:callable', not {handler!r:.80}")
+    source, target = _endpoint(body.get("source"), "source"), _endpoint(body.get("target"), "target")
+    if handler is None and not (source and target):
+        raise InvalidArgument("a document needs a handler, or a source and a target")
+    if not isinstance(body.get("continuous", False), bool):
+        raise InvalidArgument("continuous must be true or false")
+    options = body.get("options")
+    if options is not None and not isinstance(options, dict):
+        raise InvalidArgument("options must be a JSON object")
+    encoded = encode_data(body)
+    if len(encoded) > MAX_BODY_SIZE:
+        raise EncodingError(f"document body encodes to {len(encoded)} bytes; at most {MAX_BODY_SIZE} fit")
+    return body
+
+
+def _check_rev(rev: Any) -> Optional[str]:
+    if rev is not None and not isinstance(rev, str):
+        raise InvalidArgument(f"rev must be a str, not {type(rev).__name__}")
+    return rev
+
+
+def _new_rev(previous: Optional[str], body: Any) -> str:
+    n = int(previous.split("-", 1)[0]) + 1 if previous else 1
+    digest = hashlib.md5(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+    return f"{n}-{digest}"
+
+
+def _clean_info(info: Any) -> Any:
+    """Info as stored: JSON-compatible, long texts cut."""
+    if isinstance(info, str):
+        return info[:MAX_INFO_TEXT]
+    if isinstance(info, dict):
+        return {str(k): _clean_info(v) for k, v in info.items()}
+    if isinstance(info, (list, tuple)):
+        return [_clean_info(v) for v in info][:100]
+    if isinstance(info, float) and not math.isfinite(info):
+        return None
+    if info is None or isinstance(info, (bool, int, float)):
+        return info
+    return str(info)[:MAX_INFO_TEXT]
+
+
+# ------------------------------------------------------------------ rows
+
+
+def _key(db_name: str, doc_id: str) -> bytes:
+    return fdb.tuple.pack((db_name, doc_id), prefix=PREFIX)
+
+
+def _decode(db_name: str, doc_id: str, raw: bytes) -> Doc:
+    v = msgpack.unpackb(raw, raw=False)
+    return Doc(db_name, doc_id, v["rev"], v["body"], v["state"], v.get("error_count", 0), v.get("info"),
+               v.get("last_updated"), v.get("start_time"), v.get("node"), v.get("id"))
+
+
+def _encode(doc: Doc) -> bytes:
+    raw = msgpack.packb({"rev": doc.rev, "body": doc.body, "state": doc.state, "error_count": doc.error_count,
+                         "info": doc.info, "last_updated": doc.last_updated, "start_time": doc.start_time,
+                         "node": doc.node, "id": doc.job_id}, use_bin_type=True)
+    if len(raw) > MAX_VALUE_SIZE:
+        raise EncodingError(f"document row of {len(raw)} bytes exceeds the store's value limit")
+    return raw
+
+
+def _read(tr: Transaction, db_name: str, doc_id: str) -> Optional[Doc]:
+    raw = tr.get(_key(db_name, doc_id))
+    return None if raw is None else _decode(db_name, doc_id, bytes(raw))
+
+
+def ensure_type(tr: Transaction, timeout: float = DEFAULT_OWNER_TIMEOUT) -> None:
+    """Give DOCS_TYPE an activity timeout unless it has one."""
+    if activity.read_type_timeout(tr, DEFAULT_LAYOUT, DOCS_TYPE) is None:
+        activity.set_type_timeout(tr, DEFAULT_LAYOUT, DOCS_TYPE, timeout)
+
+
+# ------------------------------------------------------------------ API
+
+
+def put(tx: Tx, db_name: str, doc_id: str, body: dict, *, rev: Optional[str] = None,
+        check_rev: bool = False, now: Optional[float] = None) -> str:
+    """Create or replace a document; its queue job is added (or resubmitted).
+
+    A replaced document starts afresh (state ``initializing``, no errors);
+    the node running it notices the new revision and hands it back to the
+    queue.
+
+    Args:
+        tx: A Database or a Transaction.
+        db_name: ``_replicator`` or ``<prefix>/_replicator``.
+        doc_id: The document id (not starting with ``_``).
+        body: The document (see the module docstring).
+        rev: The revision being replaced (CouchDB's ``_rev``); ``_rev`` in
+            ``body`` is used when not given.
+        check_rev: Refuse with Conflict unless ``rev`` is the current
+            revision (None: the document must not exist), as CouchDB does.
+        now: Wall time (tests).
+
+    Returns:
+        The new revision.
+
+    Raises:
+        InvalidArgument, EncodingError: bad input (nothing written).
+        Conflict: ``check_rev`` and another revision is current.
+    """
+    check_names(db_name, doc_id)
+    if rev is None and isinstance(body, dict):
+        rev = body.get("_rev")
+    _check_rev(rev)
+    clean = check_body(body)
+    return _put(tx, db_name, doc_id, clean, rev, check_rev, time.time() if now is None else now)
+
+
+@transactional
+def _put(tr: Transaction, db_name: str, doc_id: str, body: dict, rev: Optional[str], check_rev: bool,
+         now: float) -> str:
+    current = _read(tr, db_name, doc_id)
+    current_rev = None if current is None else current.rev
+    if check_rev and rev != current_rev:
+        raise Conflict("Document update conflict.", job_type=DOCS_TYPE, job_id=doc_id)
+    new_rev = _new_rev(current_rev, body)
+    tr.set(_key(db_name, doc_id), _encode(Doc(db_name, doc_id, new_rev, body, DocState.INITIALIZING.value,
+                                              0, None, now, None, None, None)))
+    ensure_type(tr)
+    api.add(tr, DOCS_TYPE, queue_job_id(db_name, doc_id), {"db": db_name, "doc_id": doc_id, "rev": new_rev})
+    return new_rev
+
+
+def get(tx: Tx, db_name: str, doc_id: str) -> Doc:
+    """Read one document.
+
+    Raises:
+        InvalidArgument: bad names.
+        NotFound: no such document.
+    """
+    check_names(db_name, doc_id)
+    doc = _get(tx, db_name, doc_id)
+    if doc is None:
+        raise NotFound(f"document {doc_id!r} not found in {db_name!r}", job_type=DOCS_TYPE, job_id=doc_id)
+    return doc
+
+
+@transactional
+def _get(tr: Transaction, db_name: str, doc_id: str) -> Optional[Doc]:
+    return _read(tr, db_name, doc_id)
+
+
+def delete(tx: Tx, db_name: str, doc_id: str, *, rev: Optional[str] = None) -> str:
+    """Delete a document and its queue job (the owner stops running it).
+
+    Args:
+        rev: When given, it must be the current revision (else Conflict).
+
+    Returns:
+        The deletion's revision.
+
+    Raises:
+        InvalidArgument: bad names.
+        NotFound: no such document.
+        Conflict: ``rev`` is not current.
+    """
+    check_names(db_name, doc_id)
+    return _delete(tx, db_name, doc_id, _check_rev(rev))
+
+
+@transactional
+def _delete(tr: Transaction, db_name: str, doc_id: str, rev: Optional[str]) -> str:
+    current = _read(tr, db_name, doc_id)
+    if current is None:
+        raise NotFound(f"document {doc_id!r} not found in {db_name!r}", job_type=DOCS_TYPE, job_id=doc_id)
+    if rev is not None and rev != current.rev:
+        raise Conflict("Document update conflict.", job_type=DOCS_TYPE, job_id=doc_id)
+    tr.clear(_key(db_name, doc_id))
+    try:
+        api.remove(tr, DOCS_TYPE, queue_job_id(db_name, doc_id))
+    except NotFound:
+        logger.warning("Doc %s/%s: had no queue job", db_name, doc_id)
+    return _new_rev(current.rev, None)
+
+
+def list_docs(tx: Tx, db_name: Optional[str] = None, *, limit: Optional[int] = None, skip: int = 0,
+              states: Optional[Iterable[str]] = None) -> tuple[int, list[Doc]]:
+    """List documents sorted by database then doc id.
+
+    Args:
+        db_name: Only this database (None: all).
+        limit: At most this many (None: all).
+        skip: Skip this many first.
+        states: Only documents in these states.
+
+    Returns:
+        ``(total, page)``: how many match, and the page.
+
+    Raises:
+        InvalidArgument: a bad argument.
+    """
+    if db_name is not None:
+        _check_str(db_name, "database name")
+    for value, what in ((limit, "limit"), (skip, "skip")):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+            raise InvalidArgument(f"{what} must be an int >= 0, not {value!r}")
+    wanted = None if states is None else set(states)
+    if wanted is not None and not wanted <= set(STATES):
+        raise InvalidArgument(f"unknown states {sorted(wanted - set(STATES))}; choose from {list(STATES)}")
+    return _list(tx, db_name, limit, skip, wanted)
+
+
+@transactional
+def _list(tr: Transaction, db_name: Optional[str], limit: Optional[int], skip: int,
+          wanted: Optional[set]) -> tuple[int, list[Doc]]:
+    prefix = PREFIX if db_name is None else fdb.tuple.pack((db_name,), prefix=PREFIX)
+    total, page = 0, []
+    end = None if limit is None else skip + limit
+    for key, raw in tr.get_range_startswith(prefix):
+        if wanted is not None or (skip <= total and (end is None or total < end)):
+            name, doc_id = fdb.tuple.unpack(key, len(PREFIX))
+            doc = _decode(name, doc_id, bytes(raw))
+            if wanted is not None and doc.state not in wanted:
+                continue
+            if skip <= total and (end is None or total < end):
+                page.append(doc)
+        total += 1
+    return total, page
+
+
+# ------------------------------------------------------------------ owners
+
+
+@transactional
+def accept(tr: Transaction, node: str, now: float) -> tuple[Optional[tuple[Lease, Doc]], Optional[Watch]]:
+    """Take one pending document, or arm a watch on the next enqueue.
+
+    The document's row is marked ``initializing`` on ``node``.
+
+    Returns:
+        ``((lease, doc), None)`` when one was taken, ``(None, watch)`` when
+        none is pending (wait on the watch, armed at commit), ``(None, None)``
+        when the taken job had no document (it was finished: try again).
+    """
+    found = model.accept(tr, DEFAULT_LAYOUT, DOCS_TYPE, MAX_SCHED_TIME, False)
+    if found is None:
+        return None, pending.watch_pending(tr, DEFAULT_LAYOUT, DOCS_TYPE)
+    job, _ = found
+    db_name, doc_id = parse_queue_job_id(job.id)
+    doc = _read(tr, db_name, doc_id)
+    if doc is None:
+        logger.warning("Doc %s/%s: queue job without a document, finished", db_name, doc_id)
+        model.finish(tr, DEFAULT_LAYOUT, job, None)
+        return None, None
+    doc = Doc(db_name, doc_id, doc.rev, doc.body, DocState.INITIALIZING.value, doc.error_count, None, now,
+              doc.start_time, node, None)
+    tr.set(_key(db_name, doc_id), _encode(doc))
+    return (Lease(job, db_name, doc_id, doc.rev), doc), None
+
+
+#: Outcomes of :func:`renew`, per lease.
+KEPT, DONE, CHANGED, LOST = "kept", "done", "changed", "lost"
+
+
+def renew(db: Database, leases: list[Lease], states: dict, done: set,
+          now: float) -> dict[str, tuple[str, Optional[Lease]]]:
+    """Keep a node's documents and record their new states, one transaction each.
+
+    For each lease (by queue job id):
+
+    * its queue job is gone or held by another lock: ``LOST``;
+    * the document was replaced (resubmitted or a new revision): the queue
+      job is finished, which puts it back in the queue (``CHANGED``);
+    * else its state fields in ``states[job_id]`` (a dict of ``state``,
+      ``error_count``, ``info``, ``id``, ``start_time``) are written (with
+      ``last_updated`` = now when the state changed), and the queue job is
+      updated (``KEPT``, with the new lease) or, if its id is in ``done``,
+      finished (``DONE``).
+
+    One transaction per lease, not one for all: the queue's activity index
+    is keyed by the commit's versionstamp, so two jobs updated in one
+    transaction would share one activity row and the activity monitor
+    would see only one of them (and never re-enqueue the others).
+
+    Returns:
+        ``{queue job id: (outcome, lease or None)}``.
+    """
+    if not isinstance(db, Database):
+        raise InvalidArgument(f"renew takes a Database, not {type(db).__name__}")
+    return {lease.job.id: _renew_one(db, lease, states.get(lease.job.id), lease.job.id in done, now)
+            for lease in leases}
+
+
+@transactional
+def _renew_one(tr: Transaction, lease: Lease, fields: Optional[dict], finished: bool,
+               now: float) -> tuple[str, Optional[Lease]]:
+    job = lease.job
+    info = model.get_job(tr, DEFAULT_LAYOUT, DOCS_TYPE, job.id)
+    if info is None or info.lock != job.lock:
+        return LOST, None
+    doc = _read(tr, lease.db_name, lease.doc_id)
+    if doc is None or doc.rev != lease.rev or info.resubmit:
+        if not info.resubmit:
+            model.resubmit(tr, DEFAULT_LAYOUT, DOCS_TYPE, job.id, None)
+        model.finish(tr, DEFAULT_LAYOUT, job, None)
+        return CHANGED, None
+    if fields:
+        changed = fields.get("state", doc.state) != doc.state
+        doc = Doc(doc.db_name, doc.doc_id, doc.rev, doc.body, fields.get("state", doc.state),
+                  fields.get("error_count", doc.error_count), _clean_info(fields.get("info", doc.info)),
+                  now if changed else doc.last_updated, fields.get("start_time", doc.start_time),
+                  doc.node, fields.get("id", doc.job_id))
+        tr.set(_key(doc.db_name, doc.doc_id), _encode(doc))
+    if finished:
+        model.finish(tr, DEFAULT_LAYOUT, job, None)
+        return DONE, None
+    return KEPT, Lease(model.update(tr, DEFAULT_LAYOUT, job, None), lease.db_name, lease.doc_id, lease.rev)
+
+
+@transactional
+def release(tr: Transaction, leases: list[Lease]) -> list[str]:
+    """Hand documents back to the queue (a node stopping cleanly): each queue
+    job still held by its lease is put back in the pending queue.
+
+    Returns:
+        The queue job ids released.
+    """
+    released = []
+    for lease in leases:
+        info = model.get_job(tr, DEFAULT_LAYOUT, DOCS_TYPE, lease.job.id)
+        if info is None or info.lock != lease.job.lock:
+            continue
+        model.resubmit(tr, DEFAULT_LAYOUT, DOCS_TYPE, lease.job.id, None)
+        model.finish(tr, DEFAULT_LAYOUT, lease.job, None)
+        released.append(lease.job.id)
+    return released

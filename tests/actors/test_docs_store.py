@@ -1,0 +1,91 @@
+"""Documents in the store (fdblayer.docs through actors.docs): no node needed."""
+from __future__ import annotations
+
+import time
+
+import pytest
+
+import fdblayer
+from actors import docs, jobs
+from fdblayer import docs as store_docs
+
+from .jobs_fixtures import dump
+
+IDLE = {"handler": "tests.actors.scheduler_fixtures:idle", "continuous": True}
+
+
+@pytest.fixture
+def db(tmp_path):
+    handle = fdblayer.open(f"sqlite:///{tmp_path}/store.db")
+    yield handle
+    handle.close()
+
+
+def test_put_adds_a_queue_job_and_delete_removes_it(db):
+    rev = docs.put(db, "_replicator", "a", IDLE)
+    qid = store_docs.queue_job_id("_replicator", "a")
+    assert jobs.get_job_state(db, docs.DOCS_TYPE, qid) == "pending"
+    assert jobs.get_type_timeout(db, docs.DOCS_TYPE) == store_docs.DEFAULT_OWNER_TIMEOUT
+    doc = docs.get(db, "_replicator", "a")
+    assert (doc.rev, doc.body, doc.state, doc.error_count, doc.node) == (rev, IDLE, "initializing", 0, None)
+    with pytest.raises(docs.Conflict):
+        docs.put(db, "_replicator", "a", IDLE, rev="1-other", check_rev=True)
+    rev2 = docs.put(db, "_replicator", "a", dict(IDLE, _rev=rev), check_rev=True)
+    assert rev2.startswith("2-")
+    docs.delete(db, "_replicator", "a")
+    with pytest.raises(docs.NotFound):
+        docs.get(db, "_replicator", "a")
+    with pytest.raises(jobs.NotFound):
+        jobs.get_job_state(db, docs.DOCS_TYPE, qid)
+
+
+def test_list_is_sorted_paged_and_filtered(db):
+    for i in (3, 1, 2, 0):
+        docs.put(db, "_replicator", f"d{i}", IDLE)
+    docs.put(db, "other/_replicator", "x", IDLE)
+    total, page = docs.list_docs(db, "_replicator", limit=2, skip=1)
+    assert total == 4 and [d.doc_id for d in page] == ["d1", "d2"]
+    assert docs.list_docs(db)[0] == 5
+    assert docs.list_docs(db, states=["running"]) == (0, [])
+    with pytest.raises(docs.InvalidArgument):
+        docs.list_docs(db, states=["bogus"])
+
+
+@pytest.mark.parametrize("db_name, doc_id, body, error", [
+    ("_replicator", "_design", IDLE, docs.InvalidArgument),
+    ("elsewhere", "x", IDLE, docs.InvalidArgument),
+    ("_replicator", "", IDLE, docs.InvalidArgument),
+    ("_replicator", "x", ["not", "a", "dict"], docs.InvalidArgument),
+    ("_replicator", "x", {"source": "only"}, docs.InvalidArgument),
+    ("_replicator", "x", {"handler": "no-colon"}, docs.InvalidArgument),
+    ("_replicator", "x", {"handler": "m:f", "continuous": "yes"}, docs.InvalidArgument),
+    ("_replicator", "x", {"handler": "m:f", "options": {"s": {1, 2}}}, docs.EncodingError),
+    ("_replicator", "x", {"handler": "m:f", "blob": "x" * 70_000}, docs.EncodingError),
+    ("_replicator", "x" * 20_000, IDLE, docs.InvalidArgument),
+])
+def test_bad_input_writes_nothing(db, db_name, doc_id, body, error):
+    docs.put(db, "_replicator", "keep", IDLE)
+    before = dump(db)
+    with pytest.raises(error):
+        docs.put(db, db_name, doc_id, body)
+    assert dump(db) == before
+
+
+def test_accept_renew_and_a_replaced_doc_going_back_to_the_queue(db):
+    docs.put(db, "_replicator", "a", IDLE)
+    (lease, doc), watch = store_docs.accept(db, "n1", time.time())
+    assert watch is None and doc.node == "n1" and doc.state == "initializing"
+    found, watch = store_docs.accept(db, "n2", time.time())
+    assert found is None and watch is not None
+    watch.cancel()
+    out = store_docs.renew(db, [lease], {lease.job.id: {"state": "running", "info": {"n": 1}}}, set(), time.time())
+    outcome, lease = out[lease.job.id]
+    assert outcome == store_docs.KEPT and docs.get(db, "_replicator", "a").state == "running"
+    docs.put(db, "_replicator", "a", {"handler": "m:f"})  # replaced while running
+    assert store_docs.renew(db, [lease], {}, set(), time.time())[lease.job.id][0] == store_docs.CHANGED
+    (again, doc), _ = store_docs.accept(db, "n2", time.time())
+    assert doc.body == {"handler": "m:f"} and doc.node == "n2"
+    assert store_docs.renew(db, [lease], {}, set(), time.time())[lease.job.id][0] == store_docs.LOST
+    out = store_docs.renew(db, [again], {again.job.id: {"state": "completed"}}, {again.job.id}, time.time())
+    assert out[again.job.id][0] == store_docs.DONE
+    assert jobs.get_job_state(db, docs.DOCS_TYPE, again.job.id) == "finished"
