@@ -5,6 +5,8 @@ Principle: routing and HTTP details live here; the shapes come from
 fact about jobs from the node's scheduler through request/reply calls
 (a :class:`~actors.scheduler.SchedulerClient`), so a request never sees
 stale data and this process keeps no state but sessions' secret.
+Documents (``_replicator``, ``_scheduler/docs``) are read and written in
+the store (:mod:`fdblayer.docs`): the nodes' doc processors run them.
 
 Paths are split on the raw request URI and each segment is percent-decoded
 with ``unquote`` (never ``unquote_plus``): ``%2F`` stays inside a segment,
@@ -17,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import threading
 from http import HTTPStatus
 from typing import Any, Callable, Iterable
 from urllib.parse import parse_qs, parse_qsl, unquote
@@ -113,13 +116,19 @@ class App:
         auth: the node's admins and session secret.
         config: ``{"couch_jobs": {...}}`` sections readable through ``_config``.
         node: this node's name in job entries and ``_node/{node}`` paths.
+        store: the store URL holding the documents (``_replicator``,
+            ``_scheduler/docs``), opened at the first request that needs it.
     """
 
-    def __init__(self, scheduler: Any, auth: Auth, config: dict | None = None, node: str = "local") -> None:
+    def __init__(self, scheduler: Any, auth: Auth, config: dict | None = None, node: str = "local",
+                 store: str | None = None) -> None:
         self.scheduler = scheduler
         self.auth = auth
         self.config = config or {}
         self.node = node
+        self.store = store
+        self._db: Any = None
+        self._store_lock = threading.Lock()
 
     # ------------------------------------------------------------- WSGI
     def __call__(self, environ: dict, start_response: Callable) -> Iterable[bytes]:
@@ -162,6 +171,8 @@ class App:
             if req.method != "POST":
                 raise not_allowed("POST")
             return self.replicate(req)
+        if head == "_replicator":
+            return self.replicator_route(req, seg[1:])
         if head == "_node" and len(seg) >= 2 and seg[1] in ("_local", self.node):
             return self.node_route(req, seg[2:])
         raise HttpError(404, "not_found", "missing")
@@ -263,18 +274,96 @@ class App:
                 except JobNotFound:
                     raise HttpError(404, "not_found", "missing") from None
             raise HttpError(404, "not found", None)
-        # _scheduler/docs: permanent jobs (replicator documents) are not in the
-        # store yet (issue 7, part 1), so every listing is empty and every doc is
-        # missing, exactly as a CouchDB with an empty _replicator database answers.
         try:
             limit, skip = monitoring.docs_params(req.query)
+            states = monitoring.docs_states(req.query)
         except monitoring.QueryParseError as exc:
             raise HttpError(400, "query_parse_error", str(exc)) from None
-        if len(seg) <= 2:
-            return 200, monitoring.docs_page([], limit, skip)
-        if len(seg) == 3:
-            raise HttpError(404, "not_found", "missing")
+        db_name, rest = self._split_db(seg[1:])
+        if db_name is not None and not rest or db_name is None and not seg[1:]:
+            total, page = self._docs_list(db_name, limit, skip, states)
+            return 200, {"total_rows": total, "offset": skip, "docs": [monitoring.doc_view(d) for d in page]}
+        if db_name is not None and len(rest) == 1:
+            return 200, monitoring.doc_view(self._doc(db_name, rest[0]))
         raise HttpError(400, "bad_request", "")
+
+    @staticmethod
+    def _split_db(seg: list[str]) -> tuple[str | None, list[str]]:
+        """``(db name, rest)`` of the segments after ``docs``: the db is up to
+        the first segment ending in ``_replicator`` (``other/_replicator`` may
+        come unescaped), else the first segment."""
+        if not seg:
+            return None, []
+        for i, part in enumerate(seg):
+            if part == "_replicator" or part.endswith("/_replicator"):
+                return "/".join(seg[: i + 1]), seg[i + 1:]
+        return seg[0], seg[1:]
+
+    def _store(self) -> Any:
+        if self.store is None:
+            raise HttpError(503, "service_unavailable", "this node has no document store")
+        with self._store_lock:
+            if self._db is None:
+                import fdblayer
+
+                self._db = fdblayer.open(self.store)
+            return self._db
+
+    def _docs_list(self, db_name: str | None, limit: int, skip: int, states: list | None) -> tuple[int, list]:
+        from fdblayer import docs
+
+        try:
+            return docs.list_docs(self._store(), db_name, limit=limit, skip=skip, states=states)
+        except docs.InvalidArgument as exc:
+            raise HttpError(400, "bad_request", exc.message) from None
+
+    def _doc(self, db_name: str, doc_id: str) -> Any:
+        from fdblayer import docs
+
+        try:
+            return docs.get(self._store(), db_name, doc_id)
+        except (docs.NotFound, docs.InvalidArgument):
+            raise HttpError(404, "not_found", "missing") from None
+
+    # -------------------------------------------------------- _replicator
+    def replicator_route(self, req: Request, seg: list[str]) -> tuple[int, Any]:
+        """``PUT|GET|DELETE /_replicator/{docid}``: permanent jobs, as documents."""
+        from fdblayer import docs
+
+        if not seg:
+            if req.method not in ("GET", "HEAD"):
+                raise not_allowed("GET,HEAD")
+            total, _ = docs.list_docs(self._store(), docs.REPLICATOR_DB, limit=0)
+            return 200, {"db_name": docs.REPLICATOR_DB, "doc_count": total}
+        if len(seg) != 1:
+            raise HttpError(400, "bad_request", "a document id must be one path segment")
+        doc_id = seg[0]
+        if doc_id.startswith("_"):
+            raise HttpError(400, "illegal_docid", "Only reserved document ids may start with underscore.")
+        rev = (req.query.get("rev") or [None])[-1]
+        try:
+            if req.method in ("GET", "HEAD"):
+                doc = docs.get(self._store(), docs.REPLICATOR_DB, doc_id)
+                return 200, {"_id": doc.doc_id, "_rev": doc.rev, **doc.body}
+            if req.method == "PUT":
+                body = req.json()
+                if not isinstance(body, dict):
+                    raise HttpError(400, "bad_request", "Document must be a JSON object")
+                if body.get("_id", doc_id) != doc_id:
+                    raise HttpError(400, "bad_request", "Document id must match the URL")
+                new_rev = docs.put(self._store(), docs.REPLICATOR_DB, doc_id, body,
+                                   rev=body.get("_rev", rev), check_rev=True)
+                return 201, {"ok": True, "id": doc_id, "rev": new_rev}
+            if req.method == "DELETE":
+                new_rev = docs.delete(self._store(), docs.REPLICATOR_DB, doc_id, rev=rev)
+                return 200, {"ok": True, "id": doc_id, "rev": new_rev}
+        except docs.NotFound:
+            raise HttpError(404, "not_found", "missing") from None
+        except docs.Conflict:
+            raise HttpError(409, "conflict", "Document update conflict.") from None
+        except (docs.InvalidArgument, docs.EncodingError) as exc:
+            raise HttpError(400, "bad_request", exc.message) from None
+        raise not_allowed("GET,HEAD,PUT,DELETE")
 
     # -------------------------------------------------------- _replicate
     def replicate(self, req: Request) -> tuple[int, Any]:

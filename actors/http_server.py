@@ -83,7 +83,8 @@ class HttpServer(GenServer):
         check_bind(args["bind_address"], admins)
         settings = {"bind_address": args["bind_address"], "admins": admins, "secret": args["secret"],
                     "session_timeout": args.get("session_timeout", SESSION_TIMEOUT),
-                    "config": args.get("config") or {}, "node": str(self.node), "parent_pid": os.getpid()}
+                    "config": args.get("config") or {}, "node": str(self.node), "parent_pid": os.getpid(),
+                    "store": args.get("store")}
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(
             [_PACKAGE_ROOT] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
         self.proc = subprocess.Popen(
@@ -172,7 +173,8 @@ def http_children(config: Any, *, admin_port: int | None = None, config_path: st
 
     Args:
         config: the node's :class:`~actors.config.Config` ([node] port,
-            http_port, bind_address; [couch_jobs] shown read-only).
+            http_port, bind_address, store (documents are read and written
+            there); [couch_jobs] shown read-only).
         admin_port: the node's admin port (default: ``[node] port``).
         config_path: the INI file holding ``[admins]`` (default: the
             config's ``path`` attribute, if it has one).
@@ -187,6 +189,7 @@ def http_children(config: Any, *, admin_port: int | None = None, config_path: st
         "secret": secret or os.urandom(32).hex(),
         "config": {"couch_jobs": config.section("couch_jobs")},
         "session_timeout": SESSION_TIMEOUT,
+        "store": config.get("node", "store"),
     }
     return [ChildSpec("http_server", HttpServer, args, name=HTTP_SERVER_NAME, shutdown=STOP_TIMEOUT + 2)]
 

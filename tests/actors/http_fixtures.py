@@ -3,13 +3,14 @@ from __future__ import annotations
 
 import json
 import socket
+import tempfile
 import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
 
-from actors.config import Config
+from actors.config import DEFAULTS, Config
 from actors.http_server import HTTP_SERVER_NAME, GetHttpInfo, http_children
 from actors.node import ROOT_FLAGS
 from actors.scheduler import SchedulerClient
@@ -65,6 +66,9 @@ class HttpNode:
         self.http_port = free_port()
         config.set("node", "port", self.port)
         config.set("node", "http_port", self.http_port)
+        if config.get("node", "store") == DEFAULTS["node"]["store"]:  # never a file in the working directory
+            self.store_dir = tempfile.mkdtemp(prefix="httpnode-")
+            config.set("node", "store", f"sqlite:///{self.store_dir}/store.db")
         self.secret = secret
         self.node = start_node(self.port, ROOT_FLAGS, scheduler_children(config)
                                + http_children(config, config_path=config_path, secret=secret))

@@ -1,0 +1,305 @@
+"""The doc processor: a node adopts permanent jobs (documents) through the queue.
+
+Principle: ownership is the queue's, slots are the scheduler's. One
+:class:`DocProcessor` per node accepts queue jobs of the reserved type
+:data:`~fdblayer.docs.DOCS_TYPE` (each one a document of
+:mod:`fdblayer.docs`), hands each accepted document to the node's scheduler
+(``AddJob``) and keeps its queue jobs alive by updating each of them every
+tick (a third of the type's activity timeout, at most 2 s; one transaction
+per document, see :func:`fdblayer.docs.renew`). That same transaction
+records the document's state as the scheduler
+reports it (``JobSummary``; ``Jobs`` for the running jobs' stats as
+``info``) and notices what changed under it:
+
+* the document was replaced: its queue job is finished (so it is pending
+  again, and whoever accepts it runs the new revision) and the scheduler
+  job removed;
+* the document was deleted, or another node took the queue job (this one
+  was silent too long): the scheduler job is removed;
+* a one-shot job completed: ``completed``, the queue job is finished; a
+  spec the scheduler refuses: ``failed``, finished too.
+
+It never blocks its message loop: an accept is one transaction that takes
+a pending document or arms the pending watch, whose callback writes to a
+pipe the actor watches (as :mod:`actors.type_monitor` does). When a node is
+SIGKILLed its queue jobs go silent; the activity monitor of a surviving
+node re-enqueues them after the timeout, which fires the other nodes'
+watches. On a clean stop the processor hands its documents back at once.
+On start it removes document jobs a previous incarnation left in the local
+scheduler (it owns none of them any more).
+"""
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import socket
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import fdblayer
+from fdblayer import docs
+from fdblayer.jobs import activity
+from fdblayer.jobs.keys import DEFAULT_LAYOUT
+from supervision import DEFER_START, ChildSpec, GenServer, Request
+from supervision.messages import WhereIs
+
+from .names import JOBS_SERVER
+from .scheduler import AddJob, Jobs, JobSummary, RemoveJob
+from .scheduler_core import InvalidJobSpec, reason_text
+from .scheduler_sup import SCHEDULER_NAME
+
+log = logging.getLogger(__name__)
+
+DOC_PROCESSOR_NAME = "doc_processor"
+TICK = "doc_processor_tick"
+ACCEPT = "doc_processor_accept"
+CALL_TIMEOUT = 10.0
+#: Accepts per round before the actor lets other messages in.
+ACCEPT_BATCH = 200
+MAX_TICK = 2.0
+
+
+@dataclass
+class Owned:
+    """A document this node holds: its lease, the scheduler spec, what was last written."""
+
+    lease: docs.Lease
+    spec: dict
+    added_to: str | None = None
+    errors: int = 0
+    written: dict = field(default_factory=dict)
+
+
+def scheduler_spec(doc: docs.Doc, now: float) -> dict:
+    """The scheduler job of a document; its id is derived from (db, doc id)."""
+    body = doc.body
+    continuous = bool(body.get("continuous", False))
+    digest = hashlib.md5(f"{doc.db_name}\x00{doc.doc_id}".encode()).hexdigest()
+
+    def url(value: Any) -> Any:
+        return value.get("url") if isinstance(value, dict) else value
+
+    return {"id": digest + ("+continuous" if continuous else ""), "handler": body.get("handler"),
+            "source": url(body.get("source")), "target": url(body.get("target")), "continuous": continuous,
+            "options": body.get("options") or {}, "db_name": doc.db_name, "doc_id": doc.doc_id,
+            "user": None, "start_time": doc.start_time if doc.start_time is not None else now}
+
+
+class DocProcessor(GenServer):
+    """args: ``{"store", "timeout" (s), "node_name", "scheduler" (registered name)}``."""
+
+    def init(self, args: Any) -> Any:
+        self.db = fdblayer.open(args["store"])
+        self.timeout = max(1.0, float(args.get("timeout") or docs.DEFAULT_OWNER_TIMEOUT))
+        self.node_name = args["node_name"]
+        self.scheduler_name = args.get("scheduler", SCHEDULER_NAME)
+        self.tick_every = min(self.timeout / 3.0, MAX_TICK)
+        self.owned: dict[str, Owned] = {}
+        self.sched: Any = None
+        self.watch: Any = None
+        self._ticking = False
+        self._tick_again = False
+        self._timer: int | None = None
+        self.wake_r, self.wake_w = os.pipe()
+        os.set_blocking(self.wake_r, False)
+        os.set_blocking(self.wake_w, False)
+        self.watch_fd(self.wake_r, self._woken)
+        activity.set_type_timeout(self.db, DEFAULT_LAYOUT, docs.DOCS_TYPE, self.timeout)
+        self.run_task(self._setup(), lambda _: self._setup_done())
+        return DEFER_START
+
+    def format_status(self) -> dict:
+        return {"node": self.node_name, "owned": len(self.owned), "timeout": self.timeout}
+
+    # ------------------------------------------------------------ start
+    def _setup(self):
+        self.sched = yield Request(self.node, WhereIs(self.scheduler_name))
+        if self.sched is None:
+            raise RuntimeError(f"{self.scheduler_name} is not running")
+        for job in (yield Request(self.sched, Jobs(), CALL_TIMEOUT)):
+            if job.get("database") is not None:  # a previous incarnation's: no longer ours
+                yield Request(self.sched, RemoveJob(job["id"]), CALL_TIMEOUT)
+        server = yield Request(self.node, WhereIs(JOBS_SERVER))
+        if server is not None:  # start the type's activity monitor now, not at the next type check
+            from .jobs_server import ForceCheckTypes
+
+            try:
+                yield Request(server, ForceCheckTypes(), CALL_TIMEOUT)
+            except Exception as exc:  # noqa: BLE001 - the periodic type check will do it
+                log.warning("doc_processor: jobs server did not check types: %r", exc)
+
+    def _setup_done(self) -> None:
+        self.start_complete()
+        self._accept_more()
+        self._arm_tick()
+
+    # ---------------------------------------------------------- accepts
+    def _accept_more(self) -> None:
+        accepted = 0
+        while accepted < ACCEPT_BATCH:
+            found, watch = docs.accept(self.db, self.node_name, time.time())
+            if found is not None:
+                lease, doc = found
+                self.owned[lease.job.id] = Owned(lease, scheduler_spec(doc, time.time()))
+                log.info("Doc %s/%s: accepted rev %s", lease.db_name, lease.doc_id, lease.rev)
+                accepted += 1
+            elif watch is not None:
+                self._arm_watch(watch)
+                break
+        else:
+            self.send_after(0, ACCEPT)
+        if accepted:
+            self._request_tick()
+
+    def _arm_watch(self, watch: Any) -> None:
+        if self.watch is not None:
+            self.watch.cancel()
+        self.watch = watch
+        watch.on_ready(self._signal)
+
+    def _signal(self, _watch: Any = None) -> None:
+        """Watch callback (the store's watcher thread): wake the actor."""
+        try:
+            os.write(self.wake_w, b"x")
+        except OSError:
+            pass  # a wake-up is already pending, or the actor is gone
+
+    def _woken(self) -> None:
+        try:
+            while os.read(self.wake_r, 4096):
+                pass
+        except BlockingIOError:
+            pass
+        self._accept_more()
+
+    # ------------------------------------------------------------ ticks
+    def handle_info(self, msg: Any) -> None:
+        if msg == TICK:
+            self._timer = None
+            self._request_tick()
+        elif msg == ACCEPT:
+            self._accept_more()
+        else:
+            super().handle_info(msg)
+
+    def _arm_tick(self) -> None:
+        self.cancel_timer(self._timer)
+        self._timer = self.send_after(self.tick_every, TICK)
+
+    def _request_tick(self) -> None:
+        if self._ticking:
+            self._tick_again = True
+            return
+        self._ticking = True
+        self.run_task(self._observe(), self._tick_done)
+
+    def _observe(self):
+        """Add what is not in the scheduler yet; read every owned job's state."""
+        states: dict[str, dict] = {}
+        done: set[str] = set()
+        sched = yield Request(self.node, WhereIs(self.scheduler_name))
+        if sched is None:
+            return states, done
+        self.sched = sched
+        here = str(sched)
+        for jid, o in list(self.owned.items()):
+            if o.added_to == here:
+                continue
+            try:
+                yield Request(sched, AddJob(o.spec), CALL_TIMEOUT)
+                o.added_to = here
+                states[jid] = {"id": o.spec["id"], "start_time": o.spec["start_time"]}
+            except InvalidJobSpec as exc:
+                states[jid] = {"state": docs.DocState.FAILED.value, "info": {"error": str(exc)}, "id": None}
+                done.add(jid)
+            except Exception as exc:  # noqa: BLE001 - scheduler busy or restarting: retry next tick
+                o.errors += 1
+                states[jid] = {"state": docs.DocState.ERROR.value, "error_count": o.errors,
+                               "info": {"error": reason_text(exc)}}
+        stats = {}
+        if any(o.added_to == here for o in self.owned.values()):
+            stats = {job["id"]: job.get("info") for job in (yield Request(sched, Jobs(), CALL_TIMEOUT))}
+        for jid, o in list(self.owned.items()):
+            if o.added_to != here or jid in done:
+                continue
+            summary = yield Request(sched, JobSummary(o.spec["id"]), CALL_TIMEOUT)
+            new = self._doc_state(summary, stats.get(o.spec["id"]))
+            if new.get("state") in docs.TERMINAL:
+                done.add(jid)
+            if any(o.written.get(k) != v for k, v in new.items()):
+                states[jid] = dict(states.get(jid, {}), **new)
+        return states, done
+
+    @staticmethod
+    def _doc_state(summary: dict | None, stats: Any) -> dict:
+        if summary is None:  # a permanent job leaves the table only when it completes
+            return {"state": docs.DocState.COMPLETED.value, "info": stats or None, "id": None, "error_count": 0}
+        state = summary["state"]
+        if state == "crashing":
+            return {"state": state, "error_count": summary["error_count"], "info": {"error": summary["info"]}}
+        return {"state": state, "error_count": summary["error_count"],
+                "info": (stats or {}) if state == "running" else None}
+
+    def _tick_done(self, result: tuple) -> None:
+        states, done = result
+        leases = [o.lease for o in self.owned.values()]
+        outcomes = docs.renew(self.db, leases, states, done, time.time()) if leases else {}
+        for jid, (outcome, lease) in outcomes.items():
+            o = self.owned.get(jid)
+            if o is None:
+                continue
+            if outcome == docs.KEPT:
+                o.lease = lease
+                o.written.update(states.get(jid, {}))
+                continue
+            del self.owned[jid]
+            log.info("Doc %s/%s: %s", o.lease.db_name, o.lease.doc_id, outcome)
+            if outcome != docs.DONE and o.added_to is not None and self.sched is not None:
+                self.call_async(self.sched, RemoveJob(o.spec["id"]), self._removed, CALL_TIMEOUT)
+        self._ticking = False
+        if self._tick_again:
+            self._tick_again = False
+            self._request_tick()
+        else:
+            self._accept_more()  # a safety net under the watch
+            self._arm_tick()
+
+    @staticmethod
+    def _removed(_value: Any, error: Exception | None) -> None:
+        if error is not None:
+            log.warning("doc_processor: RemoveJob failed: %r", error)
+
+    # ------------------------------------------------------------- stop
+    def terminate(self, reason: Any) -> None:
+        if self.watch is not None:
+            self.watch.cancel()
+        self.unwatch_fd(self.wake_r)
+        os.close(self.wake_r)
+        os.close(self.wake_w)
+        if self.owned:
+            try:
+                docs.release(self.db, [o.lease for o in self.owned.values()])
+            except Exception:  # noqa: BLE001 - they come back after the timeout anyway
+                log.exception("doc_processor: could not hand documents back")
+        self.db.close()
+
+
+def doc_children(config: Any) -> list[ChildSpec]:
+    """The doc processor as a node root child (after the scheduler tree).
+
+    Reads ``[node] store``, ``[node] port`` (the node's name in documents)
+    and ``[replicator] doc_owner_timeout`` (seconds, default 30).
+    """
+    try:
+        timeout = config.get("replicator", "doc_owner_timeout")
+    except KeyError:
+        timeout = docs.DEFAULT_OWNER_TIMEOUT
+    args = {"store": config.get("node", "store"), "timeout": timeout or docs.DEFAULT_OWNER_TIMEOUT,
+            "node_name": f"otpjobs-{config.get('node', 'port')}@{socket.gethostname()}",
+            "scheduler": SCHEDULER_NAME}
+    return [ChildSpec("doc_processor", DocProcessor, args, name=DOC_PROCESSOR_NAME, shutdown=10.0)]
+
+
+__all__ = ["DocProcessor", "doc_children", "scheduler_spec", "DOC_PROCESSOR_NAME"]
