@@ -27,13 +27,15 @@ ROOT_FLAGS = {"strategy": "one_for_one", "intensity": 3, "period": 10}
 
 def root_children(config: Config) -> list:
     """The node's top-level children, in start order: the queue tree, the
-    scheduler tree (scheduler_sup then scheduler, rest_for_one), then the
-    HTTP listener (which calls the scheduler)."""
+    scheduler tree (scheduler_sup then scheduler, rest_for_one), the doc
+    processor (adopts permanent jobs through the queue and runs them on the
+    scheduler), then the HTTP listener."""
+    from .doc_processor import doc_children
     from .http_server import http_children
     from .jobs_sup import jobs_children
     from .scheduler_sup import scheduler_children
 
-    return jobs_children(config) + scheduler_children(config) + http_children(config)
+    return jobs_children(config) + scheduler_children(config) + doc_children(config) + http_children(config)
 
 
 def check_store(url: str) -> None:

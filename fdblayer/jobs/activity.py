@@ -110,6 +110,13 @@ def get_activity_vs_and_watch(
     return (None if raw is None else fdb.tuple.unpack(raw)[0]), watch
 
 
+def _commit_stamp(vs: fdb.tuple.Versionstamp, user_version: int) -> fdb.tuple.Versionstamp:
+    """``vs``'s commit with the given user version: the jobs one commit
+    touched differ only in their user versions, and a stamp stands for its
+    whole commit (its first or last row)."""
+    return fdb.tuple.Versionstamp(vs.tr_version, user_version)
+
+
 @transactional
 def get_active_since(
     tr: Transaction,
@@ -123,7 +130,7 @@ def get_active_since(
     Returns:
         A dict from job id to its data (decoded unless ``decode`` is False).
     """
-    begin = layout.activity_key(job_type, vs)
+    begin = layout.activity_key(job_type, _commit_stamp(vs, 0))
     end = layout.activity_prefix(job_type) + b"\xff"
     result: dict[str, object] = {}
     for _, raw in tr.get_range(begin, end):
@@ -138,7 +145,7 @@ def get_inactive_since(
 ) -> list[str]:
     """Read the ids of running jobs not accepted or updated after ``vs``."""
     begin = layout.activity_prefix(job_type)
-    end = layout.activity_key(job_type, vs) + b"\x00"
+    end = layout.activity_key(job_type, _commit_stamp(vs, 0xFFFF)) + b"\x00"
     return [unpack_activity_value(raw)[0] for _, raw in tr.get_range(begin, end)]
 
 

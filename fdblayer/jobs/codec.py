@@ -258,9 +258,10 @@ def unpack_job_value(raw: bytes) -> JobValue:
     return JobValue(seq, lock, sched_time, resubmit, data)
 
 
-def running_seq() -> fdb.tuple.Versionstamp:
-    """Return the seq of a job value being accepted or updated."""
-    return new_versionstamp()
+def running_seq(user_version: int = 0) -> fdb.tuple.Versionstamp:
+    """Return the seq of a job value being accepted or updated (``user_version``
+    as for :meth:`~fdblayer.jobs.keys.Layout.activity_key_stamped`)."""
+    return new_versionstamp(user_version)
 
 
 def pack_activity_value(job_id: str, data: bytes) -> bytes:

@@ -59,12 +59,12 @@ _TYPE_CACHE_SIZE = 4096
 _ELEMENT_CACHE_SIZE = 16384
 
 
-def new_versionstamp() -> fdb.tuple.Versionstamp:
+def new_versionstamp(user_version: int = 0) -> fdb.tuple.Versionstamp:
     """Return an incomplete versionstamp for ``pack_with_versionstamp``.
 
     (``fdblayer`` lets ``fdb.tuple`` pack versionstamps without libfdb_c.)
     """
-    return fdb.tuple.Versionstamp()
+    return fdb.tuple.Versionstamp(user_version=user_version)
 
 
 def pack_element(element: Any) -> bytes:
@@ -200,9 +200,18 @@ class Layout:
             (vs,), prefix=self._type_prefix(ACTIVITY, job_type)
         )
 
-    def activity_key_stamped(self, job_type: JobType) -> bytes:
-        """Return an activity key to write with ``set_versionstamped_key``."""
-        return self._stamped_activity(job_type)
+    def activity_key_stamped(self, job_type: JobType, user_version: int = 0) -> bytes:
+        """Return an activity key to write with ``set_versionstamped_key``.
+
+        Every versionstamp of one commit is the same; ``user_version`` (the
+        versionstamp's last two bytes) tells apart the jobs one transaction
+        accepts or updates, as erlfdb's per-transaction ids do in the seed.
+        """
+        if user_version == 0:
+            return self._stamped_activity(job_type)
+        return fdb.tuple.pack_with_versionstamp(
+            (new_versionstamp(user_version),), prefix=self._type_prefix(ACTIVITY, job_type)
+        )
 
     def _pack_stamped_activity(self, job_type: JobType) -> bytes:
         return fdb.tuple.pack_with_versionstamp(

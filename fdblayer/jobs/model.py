@@ -265,10 +265,11 @@ def accept(
         logger.critical("Job %s: %s", job_id, message)
         raise JobsError(message, job_type=job_type, job_id=job_id)
     lock = uuid.uuid4().hex
+    uv = rows.next_user_version(tr)
     rows.set_job_val(
-        tr, key, JobValue(running_seq(), lock, current.sched_time, False, current.data)
+        tr, key, JobValue(running_seq(uv), lock, current.sched_time, False, current.data)
     )
-    rows.update_activity(tr, layout, job_type, job_id, None, current.data)
+    rows.update_activity(tr, layout, job_type, job_id, None, current.data, uv)
     job = Job(job_type, job_id, lock, current.sched_time, False)
     return job, current.data
 
@@ -356,12 +357,13 @@ def update(tr: Transaction, layout: Layout, job: Job, data: Optional[bytes]) -> 
     key = layout.data_key(job.type, job.id)
     current = _get_job_or_halt(tr, key, job)
     new_data = current.data if data is None else data
+    uv = rows.next_user_version(tr)
     rows.set_job_val(
         tr,
         key,
-        JobValue(running_seq(), current.lock, current.sched_time, current.resubmit, new_data),
+        JobValue(running_seq(uv), current.lock, current.sched_time, current.resubmit, new_data),
     )
-    rows.update_activity(tr, layout, job.type, job.id, current.seq, new_data)
+    rows.update_activity(tr, layout, job.type, job.id, current.seq, new_data, uv)
     return job.replace(resubmit=current.resubmit, scheduled_time=current.sched_time)
 
 

@@ -14,6 +14,7 @@ from typing import Optional
 import fdb.tuple
 
 from fdblayer.interface import Transaction
+from fdblayer.jobs.exceptions import JobsError
 from fdblayer.jobs import pending
 from fdblayer.jobs.codec import (
     PENDING_SEQ,
@@ -76,6 +77,24 @@ def maybe_enqueue(
     return value
 
 
+#: Attribute of a transaction counting its stamped activity rows.
+_USER_VERSION_ATTR = "_otpjobs_activity_stamps"
+_MAX_USER_VERSION = 0xFFFF
+
+
+def next_user_version(tr: Transaction) -> int:
+    """A user version unique within ``tr``'s commit (0, 1, 2...).
+
+    Jobs accepted or updated in one transaction share the commit's
+    versionstamp; their seq and ACTIVITY rows differ by this number.
+    """
+    n = getattr(tr, _USER_VERSION_ATTR, 0)
+    if n > _MAX_USER_VERSION:
+        raise JobsError(f"more than {_MAX_USER_VERSION + 1} jobs accepted or updated in one transaction")
+    setattr(tr, _USER_VERSION_ATTR, n + 1)
+    return n
+
+
 def update_activity(
     tr: Transaction,
     layout: Layout,
@@ -83,11 +102,13 @@ def update_activity(
     job_id: str,
     old_seq: Seq,
     data: bytes,
+    user_version: int = 0,
 ) -> None:
-    """Move the job's ACTIVITY row to this commit's versionstamp."""
+    """Move the job's ACTIVITY row to this commit's versionstamp (with the
+    same ``user_version`` as the job's seq)."""
     clear_activity(tr, layout, job_type, old_seq)
     tr.set_versionstamped_key(
-        layout.activity_key_stamped(job_type), pack_activity_value(job_id, data)
+        layout.activity_key_stamped(job_type, user_version), pack_activity_value(job_id, data)
     )
     update_watch(tr, layout, job_type)
 

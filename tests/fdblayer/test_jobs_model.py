@@ -448,3 +448,40 @@ def test_clear_all_empties_the_layer(db, t):
     api.accept(db, t)
     model.clear_all(db, DEFAULT_LAYOUT)
     assert db.get_range(DEFAULT_LAYOUT.prefix, DEFAULT_LAYOUT.prefix + b"\xff") == []
+
+
+def test_jobs_accepted_and_updated_in_one_transaction_keep_their_own_activity(db):
+    """Every versionstamp of one commit is the same: each job's seq and
+    ACTIVITY row must still be its own, or a silent worker's jobs after the
+    first would never be re-enqueued."""
+    import fdblayer
+    from fdblayer.jobs import activity, model
+    from fdblayer.jobs.validate import MAX_SCHED_TIME
+    from fdblayer.jobs.keys import DEFAULT_LAYOUT
+
+    api.set_type_timeout(db, "one-tx", 30)
+    for i in range(3):
+        api.add(db, "one-tx", f"j{i}", {"i": i})
+
+    @fdblayer.transactional
+    def accept_three(tr):
+        return [model.accept(tr, DEFAULT_LAYOUT, "one-tx", MAX_SCHED_TIME, False)[0] for _ in range(3)]
+
+    held = accept_three(db)
+    assert len(activity.get_active_since(db, DEFAULT_LAYOUT, "one-tx", _zero_vs())) == 3
+
+    @fdblayer.transactional
+    def update_all(tr):
+        return [api.update(tr, job, {"tick": 1}) for job in held]
+
+    update_all(db)
+    vs, _ = activity.check_inactive(db, DEFAULT_LAYOUT, "one-tx", None)
+    _, reenqueued = activity.check_inactive(db, DEFAULT_LAYOUT, "one-tx", vs)
+    assert sorted(reenqueued) == ["j0", "j1", "j2"]
+    assert all(api.get_job_state(db, "one-tx", f"j{i}") == api.JobState.PENDING for i in range(3))
+
+
+def _zero_vs():
+    import fdb.tuple
+
+    return fdb.tuple.Versionstamp(b"\x00" * 10, 0)
