@@ -267,7 +267,8 @@ class App:
                     limit, skip = monitoring.jobs_params(req.query)
                 except monitoring.QueryParseError as exc:
                     raise HttpError(400, "query_parse_error", str(exc)) from None
-                return 200, monitoring.jobs_page(self.scheduler.jobs(), limit, skip)
+                total, page = self.scheduler.jobs_page(limit, skip)
+                return 200, monitoring.jobs_page_view(total, page, skip)
             if len(seg) == 2:
                 try:
                     return 200, monitoring.job_view(self.scheduler.job(seg[1]))

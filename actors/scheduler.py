@@ -84,6 +84,14 @@ class Jobs:
 
 
 @dataclass(frozen=True)
+class JobsPage:
+    """``(total, jobs)``: one page of jobs as dicts, in id order."""
+
+    limit: int
+    skip: int
+
+
+@dataclass(frozen=True)
 class GetJob:
     """One job as a dict; raises JobNotFound."""
 
@@ -293,6 +301,8 @@ class Scheduler(GenServer):
             return self._load_jobs(msg.rows)
         if isinstance(msg, Jobs):
             return core.jobs(self._node_name())
+        if isinstance(msg, JobsPage):
+            return core.jobs_page(msg.limit, msg.skip, self._node_name())
         if isinstance(msg, GetJob):
             job = core.table.get(msg.job_id)
             if job is None:
@@ -446,6 +456,10 @@ class SchedulerClient:
 
     def jobs(self) -> list[dict]:
         return self.call(Jobs())
+
+    def jobs_page(self, limit: int, skip: int) -> tuple[int, list[dict]]:
+        """``(total, jobs)`` of one page in id order (cheap with many jobs)."""
+        return self.call(JobsPage(limit, skip))
 
     def job(self, job_id: Any) -> dict:
         return self.call(GetJob(job_id))

@@ -693,6 +693,11 @@ class Scheduling:
     def jobs(self, node: Any = None) -> list[dict]:
         return [self.job_json(j, node) for j in self.table]
 
+    def jobs_page(self, limit: int, skip: int, node: Any = None) -> tuple[int, list[dict]]:
+        """``(total, one page of job dicts)`` in id order, building only the page's dicts."""
+        ordered = sorted(self.table, key=lambda j: str(j.id))
+        return len(ordered), [self.job_json(j, node) for j in ordered[skip: skip + limit]]
+
 
 
 
