@@ -46,8 +46,8 @@ from supervision import DEFER_START, ChildSpec, GenServer, Request
 from supervision.messages import WhereIs
 
 from .names import JOBS_SERVER
-from .scheduler import AddJob, Jobs, JobSummary, RemoveJob
-from .scheduler_core import InvalidJobSpec, reason_text
+from .scheduler import AddJob, GetJob, Jobs, JobSummary, RemoveJob
+from .scheduler_core import InvalidJobSpec, JobNotFound, reason_text
 from .scheduler_sup import SCHEDULER_NAME
 
 log = logging.getLogger(__name__)
@@ -218,14 +218,15 @@ class DocProcessor(GenServer):
                 o.errors += 1
                 states[jid] = {"state": docs.DocState.ERROR.value, "error_count": o.errors,
                                "info": {"error": reason_text(exc)}}
-        stats = {}
-        if any(o.added_to == here for o in self.owned.values()):
-            stats = {job["id"]: job.get("info") for job in (yield Request(sched, Jobs(), CALL_TIMEOUT))}
         for jid, o in list(self.owned.items()):
             if o.added_to != here or jid in done:
                 continue
             summary = yield Request(sched, JobSummary(o.spec["id"]), CALL_TIMEOUT)
-            new = self._doc_state(summary, stats.get(o.spec["id"]))
+            try:  # this job's stats only: Jobs() would build every job's dict each tick
+                info = (yield Request(sched, GetJob(o.spec["id"]), CALL_TIMEOUT)).get("info")
+            except JobNotFound:
+                info = None
+            new = self._doc_state(summary, info)
             if new.get("state") in docs.TERMINAL:
                 done.add(jid)
             if any(o.written.get(k) != v for k, v in new.items()):
