@@ -31,7 +31,7 @@ from .jobs_fixtures import FAST_COUCH_JOBS, ROOT, dump, free_port, group_pids, w
 pytestmark = pytest.mark.timeout(120)
 
 OWNER_TIMEOUT = 2  # seconds; 1 s leases were lost to scheduling delays on a loaded 2-CPU box
-N_DOCS = 12
+N_DOCS = 20  # the issue: two nodes share 20 permanent jobs with max_jobs 5 each
 IDLE = "tests.actors.scheduler_fixtures:idle"
 DOC_FIELDS = {"database", "doc_id", "id", "node", "source", "target", "source_proxy", "target_proxy", "state",
               "info", "error_count", "last_updated", "start_time"}
