@@ -118,3 +118,11 @@ def load(path: str | Path | None = None, overrides: dict[tuple[str, str], Any] |
         if raw is not None:
             config.set(section, key, raw)
     return config
+
+
+def node_name(config: Config) -> str:
+    """The node's name in job and doc views: ``otpjobs-<admin port>@<host>``
+    (CouchDB shows ``node1@127.0.0.1``); unique per host and port."""
+    import socket
+
+    return f"otpjobs-{config.get('node', 'port')}@{socket.gethostname()}"

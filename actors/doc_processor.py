@@ -33,7 +33,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import socket
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -45,6 +44,7 @@ from fdblayer.jobs.keys import DEFAULT_LAYOUT
 from supervision import DEFER_START, ChildSpec, GenServer, Request
 from supervision.messages import WhereIs
 
+from .config import node_name
 from .names import JOBS_SERVER
 from .scheduler import AddJob, GetJob, Jobs, JobSummary, RemoveJob
 from .scheduler_core import InvalidJobSpec, JobNotFound, reason_text
@@ -298,7 +298,7 @@ def doc_children(config: Any) -> list[ChildSpec]:
     except KeyError:
         timeout = docs.DEFAULT_OWNER_TIMEOUT
     args = {"store": config.get("node", "store"), "timeout": timeout or docs.DEFAULT_OWNER_TIMEOUT,
-            "node_name": f"otpjobs-{config.get('node', 'port')}@{socket.gethostname()}",
+            "node_name": node_name(config),
             "scheduler": SCHEDULER_NAME}
     return [ChildSpec("doc_processor", DocProcessor, args, name=DOC_PROCESSOR_NAME, shutdown=10.0)]
 

@@ -225,6 +225,7 @@ class Scheduler(GenServer):
         settings = apply_settings(Settings(), args.get("settings") or {})
         self.core = Scheduling(ActorRunner(self), self.clock, settings)
         self.sup_name = args.get("sup_name", "scheduler_sup")
+        self.node_name = args.get("node_name")
         self.sup: Any = None
         self.adopted: set = set()
         self._adopting: set = set()
@@ -356,7 +357,7 @@ class Scheduler(GenServer):
         return len(core.table)
 
     def _node_name(self) -> str:
-        return str(self.node) if self.node is not None else "local"
+        return self.node_name or (str(self.node) if self.node is not None else "local")
 
     # ----------------------------------------------------- casts / info
     def handle_cast(self, msg: Any) -> None:

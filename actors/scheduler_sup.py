@@ -19,7 +19,7 @@ from typing import Any
 
 from supervision import ChildSpec, Supervisor, SupFlags
 
-from .config import Config
+from .config import Config, node_name
 
 #: Registered names (node-local) of the two actors.
 SCHEDULER_SUP_NAME = "scheduler_sup"
@@ -51,7 +51,8 @@ class SchedulerTree(Supervisor):
         flags = SupFlags("rest_for_one", intensity=10, period=1)
         return flags, [
             ChildSpec("scheduler_sup", SchedulerSup, None, type="supervisor", name=sup_name),
-            ChildSpec("scheduler", SCHEDULER_START, {"settings": args.get("settings", {}), "sup_name": sup_name},
+            ChildSpec("scheduler", SCHEDULER_START, {"settings": args.get("settings", {}), "sup_name": sup_name,
+                                                     "node_name": args.get("node_name")},
                       shutdown=5.0, name=name, clock=args.get("clock")),
         ]
 
@@ -68,5 +69,5 @@ def scheduler_children(config: Config, *, clock: str | None = None) -> list[Chil
         config: the node's configuration (``[replicator]`` settings).
         clock: ``"manual"`` to drive the scheduler's clock from tests.
     """
-    args = {"settings": scheduler_settings(config), "clock": clock}
+    args = {"settings": scheduler_settings(config), "clock": clock, "node_name": node_name(config)}
     return [ChildSpec("scheduler_tree", SchedulerTree, args, type="supervisor")]
