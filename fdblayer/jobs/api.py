@@ -111,6 +111,12 @@ def _check_job_key(job_type: Any, job_id: Any, layout: Layout) -> None:
     check_key_size(layout, job_type, job_id)
 
 
+def _check_handle(job: Any) -> None:
+    """A job handle from accept/update, whose key also fits the store."""
+    check_job(job)
+    check_key_size(DEFAULT_LAYOUT, job.type, job.id)
+
+
 def _encode(data: Any, job_type: Any, job_id: str) -> bytes:
     try:
         encoded = encode_data(data)
@@ -395,8 +401,7 @@ def finish(tx: Tx, job: Job, data: Optional[dict] = None) -> None:
         Halt: The job was removed or re-enqueued since it was accepted.
     """
     _check_tx(tx)
-    check_job(job)
-    check_key_size(DEFAULT_LAYOUT, job.type, job.id)
+    _check_handle(job)
     encoded = _encode_optional(data, job)
     model.finish(tx, DEFAULT_LAYOUT, job, encoded)
 
@@ -418,8 +423,7 @@ def update(tx: Tx, job: Job, data: Optional[dict] = None) -> Job:
         Halt: The job was removed or re-enqueued since it was accepted.
     """
     _check_tx(tx)
-    check_job(job)
-    check_key_size(DEFAULT_LAYOUT, job.type, job.id)
+    _check_handle(job)
     encoded = _encode_optional(data, job)
     return model.update(tx, DEFAULT_LAYOUT, job, encoded)
 
@@ -444,8 +448,7 @@ def resubmit(tx: Tx, job: Job, scheduled_time: Optional[int] = None) -> Job:
         NotFound: The job does not exist.
     """
     _check_tx(tx)
-    check_job(job)
-    check_key_size(DEFAULT_LAYOUT, job.type, job.id)
+    _check_handle(job)
     check_optional_sched_time(scheduled_time)
     value = model.resubmit(tx, DEFAULT_LAYOUT, job.type, job.id, scheduled_time)
     return job.replace(resubmit=value.resubmit, scheduled_time=value.sched_time)

@@ -2,12 +2,9 @@
 from __future__ import annotations
 
 import json
-import socket
 import tempfile
-import time
 import urllib.error
 import urllib.request
-from pathlib import Path
 from typing import Any
 
 from actors.config import DEFAULTS, Config
@@ -16,38 +13,9 @@ from actors.node import ROOT_FLAGS
 from actors.scheduler import SchedulerClient
 from actors.scheduler_sup import scheduler_children
 from supervision import start_node
+from tests.procs import free_port, group_pids, wait_until  # noqa: F401 - the HTTP tests import them from here
 
 FIX = "tests.actors.scheduler_fixtures"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_until(predicate, timeout: float = 15.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
-def group_pids(pgid: int) -> list[int]:
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_bytes().rsplit(b")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
-            pids.append(int(entry.name))
-    return pids
 
 
 class Response:
