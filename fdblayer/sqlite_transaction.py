@@ -1,10 +1,11 @@
 """Transactions of the SQLite backend (see ``sqlite_backend`` for the design).
 
 Principle: a transaction is lazy. Its first read opens a deferred SQLite read
-transaction (a snapshot); its first write takes SQLite's write lock, either
-by upgrading the snapshot (which fails with ConflictError when anyone
-committed since) or, when it has not read yet or is pessimistic (a retry),
-with ``BEGIN IMMEDIATE`` behind the fair write queue; COMMIT commits.
+transaction (a snapshot, pinned by that read); its writes take SQLite's write
+lock at commit, by upgrading the snapshot (which fails with ConflictError when
+anyone committed since), or, when it has not read yet or is pessimistic (a
+retry), at its first write with ``BEGIN IMMEDIATE`` behind the fair write
+queue; COMMIT commits.
 
 Like FoundationDB's client, a transaction keeps its writes in memory (as
 ``_pending``) and executes them in batches (``executemany``) at commit, or
@@ -14,10 +15,10 @@ cached per transaction (``_known``): the SQLite snapshot a transaction reads
 cannot change while it lives, so a second read of a key would return the
 same bytes. An atomic ``add`` to a key the transaction has not read is
 buffered without reading and runs as one upsert through the ``fdb_add`` SQL
-function. None of this changes what a transaction sees or when it conflicts:
-a transaction that has read executes its first write at once (the upgrade
-takes the lock or conflicts there, as before), and only its later writes
-wait in memory, under the lock it already holds.
+function. None of this changes what a transaction sees or whether it
+conflicts (as on FoundationDB, a conflict shows at commit): a transaction
+that has read holds no lock while its body runs, so other processes' writers
+wait only for its commit.
 """
 
 from __future__ import annotations
@@ -183,8 +184,7 @@ class SqliteTransaction(Transaction):
         def begin() -> None:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
-            conn.execute("BEGIN")
-            conn.execute(SQL_PIN_SNAPSHOT).fetchall()  # the snapshot starts now
+            conn.execute("BEGIN")  # the snapshot starts at the first read
 
         try:
             begin()
@@ -264,13 +264,6 @@ class SqliteTransaction(Transaction):
             self._begin_write()
         self._size += size
 
-    def _upgrade(self) -> None:
-        """Read -> write, at the first write: execute it now, so that it takes
-        SQLite's write lock, or raises ConflictError when anyone committed
-        since the snapshot (the later writes of the transaction are buffered)."""
-        self._flush()
-        self._mode = "write"
-
     def _flush(self) -> None:
         """Execute the buffered writes, in batches (one statement kind each)."""
         assert self._conn is not None
@@ -287,6 +280,8 @@ class SqliteTransaction(Transaction):
                 self._conn.executemany(SQL_ADD, [(k, p) for k, ps in adds.items() for p in ps])
         except sqlite3.Error as exc:
             raise self._sqlite_failure(exc) from exc
+        if sets or clears or adds:
+            self._mode = "write"  # the first write took SQLite's write lock
 
     def commit(self) -> None:
         """Commit; resolve the versionstamp and arm the watches (see ``Transaction``)."""
@@ -445,16 +440,12 @@ class SqliteTransaction(Transaction):
         key, value = check_write_key(key), check_value(value)
         self._prepare_write(len(key) + len(value))
         self._buffer(key, value)
-        if self._mode == "read":
-            self._upgrade()
 
     def clear(self, key: bytes) -> None:
         """Remove one key."""
         key = check_write_key(key)
         self._prepare_write(len(key))
         self._buffer(key, None)
-        if self._mode == "read":
-            self._upgrade()
 
     def clear_range(self, begin: bytes, end: bytes) -> None:
         """Remove ``[begin, end)``."""
@@ -486,8 +477,6 @@ class SqliteTransaction(Transaction):
             known[key] = self._pending[key] = value
         else:
             self._buffer_add(key, param)
-        if self._mode == "read":
-            self._upgrade()
 
     def _buffer_add(self, key: bytes, param: bytes) -> None:
         """Queue an add to an unread key; same-width adds fold into one.
@@ -515,8 +504,6 @@ class SqliteTransaction(Transaction):
         value = check_value(value)
         self._prepare_write(len(template) + len(value))
         self._buffer(splice_versionstamp(template, self._stamp_bytes()), value)
-        if self._mode == "read":
-            self._upgrade()
 
     def set_versionstamped_value(self, key: bytes, value: bytes) -> None:
         """Write at ``key`` a value whose placeholder is the commit's versionstamp."""
@@ -525,8 +512,6 @@ class SqliteTransaction(Transaction):
         check_value(template[:-4])
         self._prepare_write(len(key) + len(template))
         self._buffer(key, splice_versionstamp(template, self._stamp_bytes()))
-        if self._mode == "read":
-            self._upgrade()
 
     def get_versionstamp(self) -> VersionstampFuture:
         """The future of this transaction's versionstamp (ask before ``commit``)."""
@@ -548,4 +533,9 @@ class SqliteTransaction(Transaction):
     def add_read_conflict_range(self, begin: bytes, end: bytes) -> None:
         """Pin the snapshot: any commit after it makes this transaction's writes conflict."""
         check_key(begin), check_key(end)
-        self._read_conn()
+        conn = self._read_conn()
+        if self._mode == "read":
+            try:
+                conn.execute(SQL_PIN_SNAPSHOT).fetchall()  # a deferred BEGIN reads nothing yet
+            except sqlite3.Error as exc:
+                raise self._sqlite_failure(exc) from exc

@@ -42,6 +42,7 @@ import fdb.tuple
 import msgpack
 
 from fdblayer.interface import MAX_KEY_SIZE, MAX_VALUE_SIZE
+from fdblayer.jobs import fasttuple
 from fdblayer.jobs.exceptions import EncodingError, InvalidArgument
 from fdblayer.jobs.keys import new_versionstamp
 
@@ -143,6 +144,47 @@ def _check_str(value: str, path: str) -> None:
         raise EncodingError(f"job data: str at {path} is not valid UTF-8: {exc}") from None
 
 
+def _plain_ok(value: Any, depth: int) -> bool:
+    """True when ``value`` is storable and made only of the exact base types.
+
+    The common case, checked without building paths or messages. False
+    says nothing more: :func:`_check_value` then walks the value again,
+    accepting subclasses and naming the path of what it refuses.
+    """
+    kind = type(value)
+    if kind is str:
+        return value.isascii() or _utf8_ok(value)
+    if kind is int:
+        return INT_MIN <= value <= INT_MAX
+    if kind is float:
+        return value - value == 0.0  # false for NaN and the infinities
+    if value is None or kind is bool:
+        return True
+    if depth >= MAX_DEPTH:
+        return False
+    if kind is dict:
+        for key, item in value.items():
+            if type(key) is not str or not (key.isascii() or _utf8_ok(key)):
+                return False
+            if not _plain_ok(item, depth + 1):
+                return False
+        return True
+    if kind is list:
+        for item in value:
+            if not _plain_ok(item, depth + 1):
+                return False
+        return True
+    return False
+
+
+def _utf8_ok(value: str) -> bool:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def encode_data(data: Any) -> bytes:
     """Check and encode job data.
 
@@ -161,7 +203,8 @@ def encode_data(data: Any) -> bytes:
         raise InvalidArgument(f"job data must be a dict, not {type(data).__name__}")
     if not data:
         return _EMPTY_DATA
-    _check_dict(data, "data", 0)
+    if not _plain_ok(data, 0):
+        _check_dict(data, "data", 0)
     try:
         encoded = msgpack.packb(data, use_bin_type=True)
     except (TypeError, ValueError, OverflowError) as exc:
@@ -234,8 +277,8 @@ def pack_job_value(value: JobValue) -> bytes:
         return head + pack_bytes_element(value.data)
     fields = (value.seq, value.lock, value.sched_time, value.resubmit, value.data)
     if value.stamped:
-        return fdb.tuple.pack_with_versionstamp(fields)
-    return fdb.tuple.pack(fields)
+        return fasttuple.pack_with_versionstamp(fields)
+    return fasttuple.pack(fields)
 
 
 def pack_bytes_element(data: bytes) -> bytes:
@@ -254,7 +297,7 @@ def _unlocked_head(seq: Optional[int], sched_time: int, resubmit: bool) -> bytes
 
 def unpack_job_value(raw: bytes) -> JobValue:
     """Unpack a DATA row value."""
-    seq, lock, sched_time, resubmit, data = fdb.tuple.unpack(raw)
+    seq, lock, sched_time, resubmit, data = fasttuple.unpack(raw)
     return JobValue(seq, lock, sched_time, resubmit, data)
 
 
@@ -266,10 +309,10 @@ def running_seq(user_version: int = 0) -> fdb.tuple.Versionstamp:
 
 def pack_activity_value(job_id: str, data: bytes) -> bytes:
     """Pack an ACTIVITY row value ``(job_id, data)``."""
-    return fdb.tuple.pack((job_id, data))
+    return fasttuple.pack((job_id, data))
 
 
 def unpack_activity_value(raw: bytes) -> tuple[str, bytes]:
     """Unpack an ACTIVITY row value into ``(job_id, data)``."""
-    job_id, data = fdb.tuple.unpack(raw)
+    job_id, data = fasttuple.unpack(raw)
     return job_id, data

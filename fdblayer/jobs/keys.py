@@ -196,9 +196,9 @@ class Layout:
 
     def activity_key(self, job_type: JobType, vs: fdb.tuple.Versionstamp) -> bytes:
         """Return the activity key of a complete versionstamp."""
-        return fdb.tuple.pack(
-            (vs,), prefix=self._type_prefix(ACTIVITY, job_type)
-        )
+        if not vs.is_complete():
+            raise ValueError("activity_key needs a complete versionstamp")
+        return self._type_prefix(ACTIVITY, job_type) + b"\x33" + vs.to_bytes()
 
     def activity_key_stamped(self, job_type: JobType, user_version: int = 0) -> bytes:
         """Return an activity key to write with ``set_versionstamped_key``.

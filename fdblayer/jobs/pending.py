@@ -29,6 +29,7 @@ from typing import Optional
 import fdb.tuple
 
 from fdblayer.interface import Transaction
+from fdblayer.jobs import fasttuple
 from fdblayer.jobs.keys import JobType, Layout
 from fdblayer.selectors import KeySelector
 from fdblayer.watches import Watch
@@ -117,7 +118,7 @@ def dequeue(
 
 
 def _unpack_job_id(layout: Layout, job_type: JobType, key: bytes) -> str:
-    _sched_time, job_id = fdb.tuple.unpack(key, len(layout.pending_prefix(job_type)))
+    _sched_time, job_id = fasttuple.unpack(key, len(layout.pending_prefix(job_type)))
     return job_id
 
 

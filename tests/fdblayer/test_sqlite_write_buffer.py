@@ -154,17 +154,31 @@ class TestBufferedAdds:
 
 
 class TestConflictsAndCache:
-    def test_upgrade_conflicts_at_the_first_write(self, store, tmp_path):
+    def test_a_stale_read_write_conflicts_at_commit(self, store, tmp_path):
         other = SqliteDatabase(store.path, "NORMAL")
         try:
             tr = store.create_transaction()
             assert tr[b"job"] is None
             other.set(b"job", b"taken")
+            tr[b"job"] = b"mine"  # buffered: takes no lock while the body runs
             with pytest.raises(ConflictError):
-                tr[b"job"] = b"mine"  # not deferred to commit
+                tr.commit()
         finally:
             other.close()
         assert store.get(b"job") == b"taken"
+
+    def test_a_reading_transaction_holds_no_lock_before_commit(self, store):
+        other = SqliteDatabase(store.path, "NORMAL")
+        try:
+            tr = store.create_transaction()
+            assert tr[b"a"] is None
+            tr[b"a"] = b"1"
+            other.set(b"b", b"2")  # would wait for the lock if tr held it
+            with pytest.raises(ConflictError):
+                tr.commit()  # the snapshot is stale now
+        finally:
+            other.close()
+        assert store.get(b"a") is None and store.get(b"b") == b"2"
 
     def test_repeated_reads_come_from_the_snapshot(self, store):
         store.set(b"k", b"1")
