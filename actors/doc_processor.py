@@ -154,13 +154,19 @@ class DocProcessor(GenServer):
             self._request_tick()
 
     def _arm_watch(self, watch: Any) -> None:
-        if self.watch is not None:
-            self.watch.cancel()
-        self.watch = watch
+        old, self.watch = self.watch, watch
+        if old is not None:
+            old.cancel()
         watch.on_ready(self._signal)
 
-    def _signal(self, _watch: Any = None) -> None:
-        """Watch callback (the store's watcher thread): wake the actor."""
+    def _signal(self, watch: Any = None) -> None:
+        """Watch callback (the store's watcher thread): wake the actor.
+
+        A watch replaced by ``_arm_watch`` resolves as cancelled: that is no
+        news, and waking on it would make every accept cancel, wake and
+        accept again (a busy loop)."""
+        if watch is not None and watch is not self.watch and watch.cancelled():
+            return
         try:
             os.write(self.wake_w, b"x")
         except OSError:

@@ -53,8 +53,9 @@ class TypeMonitor(GenServer):
 
     def _check(self) -> None:
         """Read the stamp, arm a new watch, and notify if the stamp moved."""
-        if self.watch is not None:
-            self.watch.cancel()
+        old, self.watch = self.watch, None
+        if old is not None:
+            old.cancel()
         self.cancel_timer(self.timer)
         vs, self.watch = activity.get_activity_vs_and_watch(self.db, DEFAULT_LAYOUT, self.type)
         self.watch.on_ready(self._signal)
@@ -64,8 +65,13 @@ class TypeMonitor(GenServer):
             self.vs = vs
             self._notify_after_holdoff()
 
-    def _signal(self, _watch: Any = None) -> None:
-        """Watch callback (runs on the store's watcher thread): wake the actor."""
+    def _signal(self, watch: Any = None) -> None:
+        """Watch callback (runs on the store's watcher thread): wake the actor.
+
+        A watch replaced by ``_check`` (a re-arm) resolves as cancelled: that
+        is no news, and waking on it would re-arm again at once (a busy loop)."""
+        if watch is not None and watch is not self.watch and watch.cancelled():
+            return
         try:
             os.write(self.wake_w, b"x")
         except (BlockingIOError, OSError):
