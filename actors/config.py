@@ -12,11 +12,23 @@ a :class:`ConfigError` naming section, key and value):
 * ``[couch_jobs]`` ``activity_monitor_max_jitter_msec`` (10000),
   ``type_monitor_holdoff_msec`` (50), ``type_monitor_timeout_msec``
   (infinity), ``type_check_period_msec`` (15000),
-  ``type_check_max_jitter_msec`` (5000).
+  ``type_check_max_jitter_msec`` (5000). Each is a whole number of
+  milliseconds up to :data:`MAX_MSEC` (Erlang's timer limit);
+  ``type_check_period_msec`` and ``type_monitor_timeout_msec`` are at
+  least 1 (0 would re-check without pause). ``PUT
+  /_node/_local/_config/couch_jobs/{key}`` changes them at run time (see
+  :class:`actors.jobs_sup.JobsConfig`).
+
+The run-time messages of the ``[couch_jobs]`` settings live here, so that
+every queue actor can import them: :class:`GetCouchJobs` and
+:class:`SetCouchJobs` (calls to the keeper), :class:`CouchJobsChanged` (the
+keeper's call to the jobs server, which passes it on to each per-type actor)
+and :class:`GetCouchJobsInUse`.
 """
 from __future__ import annotations
 
 import configparser
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,6 +48,12 @@ DEFAULTS: dict[str, dict[str, Any]] = {
 _STRINGS = {("node", "store"), ("node", "bind_address"), ("node", "log_level")}
 _MAY_BE_INFINITY = {("couch_jobs", "type_monitor_timeout_msec")}
 _LOG_LEVELS = ("debug", "info", "warning", "error")
+#: Largest millisecond value (Erlang's erlang:send_after limit, 2^32 - 1).
+MAX_MSEC = 4294967295
+#: [couch_jobs] keys that must be >= 1 (0 would spin).
+_AT_LEAST_ONE = {"max_jobs", "interval", "port", "max_history", "type_check_period_msec",
+                 "type_monitor_timeout_msec"}
+_INTEGER = re.compile(r"[+-]?[0-9]+")
 
 
 class ConfigError(ValueError):
@@ -43,7 +61,10 @@ class ConfigError(ValueError):
 
     def __init__(self, section: str, key: str, value: Any, why: str) -> None:
         super().__init__(f"[{section}] {key} = {value!r}: {why}")
-        self.section, self.key, self.value = section, key, value
+        self.section, self.key, self.value, self.why = section, key, value, why
+
+    def __reduce__(self) -> tuple:  # travels between processes inside a call's Failure
+        return (type(self), (self.section, self.key, self.value, self.why))
 
 
 def parse_value(section: str, key: str, raw: Any) -> Any:
@@ -63,15 +84,17 @@ def parse_value(section: str, key: str, raw: Any) -> Any:
         return value.lower() if key == "log_level" else value
     if (section, key) in _MAY_BE_INFINITY and str(raw).strip() == INFINITY:
         return INFINITY
-    try:
-        value = int(str(raw).strip())
-    except ValueError:
-        raise ConfigError(section, key, raw, "must be an integer") from None
-    low = 1 if key in ("max_jobs", "interval", "port", "max_history") else 0
+    text = str(raw).strip()
+    if not _INTEGER.fullmatch(text) or len(text) > 20:
+        raise ConfigError(section, key, raw, "must be an integer")
+    value = int(text)
+    low = 1 if key in _AT_LEAST_ONE else 0
     if value < low:
         raise ConfigError(section, key, raw, f"must be >= {low}")
     if key in ("port", "http_port") and value > 65535:
         raise ConfigError(section, key, raw, "must be a TCP port (<= 65535)")
+    if key.endswith("_msec") and value > MAX_MSEC:
+        raise ConfigError(section, key, raw, f"must be <= {MAX_MSEC} ms")
     return value
 
 
@@ -118,6 +141,51 @@ def load(path: str | Path | None = None, overrides: dict[tuple[str, str], Any] |
         if raw is not None:
             config.set(section, key, raw)
     return config
+
+
+# ------------------------------------------------- run-time [couch_jobs]
+
+
+@dataclass(frozen=True)
+class CouchJobsChanged:
+    """Call to a queue actor: run with these ``[couch_jobs]`` values from now on.
+
+    ``generation`` grows with every change (:class:`actors.jobs_sup.JobsConfig`
+    counts them); an actor ignores a generation older than the one it has.
+    The answer is ``"ok"`` once the actor (and whatever it passes the values
+    on to) applied them.
+    """
+
+    values: dict
+    generation: int
+
+
+@dataclass(frozen=True)
+class GetCouchJobsInUse:
+    """Call to a queue actor: the ``[couch_jobs]`` values it runs with (its keys only)."""
+
+
+@dataclass(frozen=True)
+class GetCouchJobs:
+    """Call to the settings keeper: ``(generation, values)`` of ``[couch_jobs]``.
+
+    A ``subscriber`` address is also sent every later change, as a
+    :class:`CouchJobsChanged` call, until it exits.
+    """
+
+    subscriber: Any = None
+
+
+@dataclass(frozen=True)
+class SetCouchJobs:
+    """Call to the settings keeper: validate and set one ``[couch_jobs]`` key.
+
+    Answers the old value once the subscribers applied the new one, or
+    ``Failure(ConfigError)`` (nothing changed) for an unknown key or a bad value.
+    """
+
+    key: str
+    value: Any
 
 
 def node_name(config: Config) -> str:

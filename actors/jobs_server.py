@@ -10,6 +10,14 @@ supervisor (rest_for_one) starts it again with a fresh set. Calls:
 ``GetNotifierServer(type)`` (checks the types once more before answering
 ``NotFound``) and ``ForceCheckTypes()``. One type check runs at a time;
 requests arriving meanwhile are answered after the next check.
+
+Run-time ``[couch_jobs]`` settings: at start the server asks the node's
+:class:`~actors.jobs_sup.JobsConfig` for the current values (and to be told
+of every change), so a restarted server and the per-type actors it starts
+run with the latest values, not the node's start-time ones. A
+:class:`~actors.config.CouchJobsChanged` call re-arms the type check timer
+with the new period and is passed on to every activity monitor and
+notifier; it is answered once they all applied it.
 """
 from __future__ import annotations
 
@@ -26,11 +34,43 @@ from supervision import DEFER_START, NOREPLY, Down, GenServer, Request
 from supervision.messages import Failure, WhereIs
 from supervision.supervisor import StartChild, TerminateChild, WhichChildren
 
+from .config import CouchJobsChanged, GetCouchJobs, GetCouchJobsInUse
 from .names import ACTIVITY_MONITOR_SUP, NOTIFIER_SUP
 
 log = logging.getLogger(__name__)
 
 CHECK_TYPES = "check_types"
+#: Registered name of the queue's settings keeper (:class:`actors.jobs_sup.JobsConfig`).
+JOBS_CONFIG = "couch_jobs.config"
+#: Seconds a per-type actor has to apply new settings.
+APPLY_TIMEOUT = 10.0
+#: The [couch_jobs] keys the server itself uses.
+OWN_KEYS = ("type_check_period_msec", "type_check_max_jitter_msec")
+
+
+def fan_out(actor: GenServer, targets: list, msg: Any, timeout: float, done: Callable[[], None]) -> None:
+    """Call every target with ``msg`` at once; ``done()`` once each answered or failed.
+
+    A failure is logged, not raised: a target that died is restarted with
+    the current settings anyway.
+    """
+    left = len(targets)
+    if not left:
+        done()
+        return
+
+    def answered(target: Any) -> Callable[[Any, Exception | None], None]:
+        def callback(_value: Any, error: Exception | None) -> None:
+            nonlocal left
+            if error is not None:
+                log.info("config_not_applied target=%s reason=%r", target, error)
+            left -= 1
+            if left == 0:
+                done()
+        return callback
+
+    for target in targets:
+        actor.call_async(target, msg, answered(target), timeout)
 
 
 @dataclass(frozen=True)
@@ -59,9 +99,9 @@ class JobsServer(GenServer):
     def init(self, args: Any) -> Any:
         self.args = args
         self.db = fdblayer.open(args["store"])
-        cfg = args["couch_jobs"]
-        self.period = cfg["type_check_period_msec"] / 1000.0
-        self.max_jitter = cfg["type_check_max_jitter_msec"] / 1000.0
+        self.cfg: dict = dict(args["couch_jobs"])
+        self.generation = 0
+        self._check_timer: int | None = None
         self.types: dict[Any, _TypeActors] = {}
         self.sups: dict[str, Any] = {}
         self._checking = False
@@ -69,7 +109,19 @@ class JobsServer(GenServer):
         self.run_task(self._setup(), lambda _: self._setup_done())
         return DEFER_START
 
+    @property
+    def period(self) -> float:
+        return self.cfg["type_check_period_msec"] / 1000.0
+
+    @property
+    def max_jitter(self) -> float:
+        return self.cfg["type_check_max_jitter_msec"] / 1000.0
+
     def _setup(self):
+        keeper = yield Request(self.node, WhereIs(JOBS_CONFIG))
+        if keeper is not None:  # absent in a tree built without it: the start args are the settings
+            self.generation, values = yield Request(keeper, GetCouchJobs(self.myAddress))
+            self.cfg.update(values)
         for name in (ACTIVITY_MONITOR_SUP, NOTIFIER_SUP):
             sup = yield Request(self.node, WhereIs(name))
             if sup is None:
@@ -94,7 +146,24 @@ class JobsServer(GenServer):
                 return self.types[msg.type].notifier
             self._request_check(lambda: self.reply(from_, self._notifier_or_failure(msg.type)))
             return NOREPLY
+        if isinstance(msg, CouchJobsChanged):
+            return self._apply_config(msg, from_)
+        if isinstance(msg, GetCouchJobsInUse):
+            return {key: self.cfg[key] for key in OWN_KEYS}
         return super().handle_call(msg, from_)
+
+    def _apply_config(self, msg: CouchJobsChanged, from_: Any) -> Any:
+        if msg.generation <= self.generation:
+            return "ok"  # older than what we run with
+        before = {key: self.cfg[key] for key in OWN_KEYS}
+        self.cfg.update(msg.values)
+        self.generation = msg.generation
+        if before != {key: self.cfg[key] for key in OWN_KEYS} and self._check_timer is not None:
+            self._schedule_check()  # the next check is one new period from now
+        targets = [a for actors in self.types.values() for a in (actors.monitor, actors.notifier)]
+        change = CouchJobsChanged(dict(self.cfg), self.generation)
+        fan_out(self, targets, change, APPLY_TIMEOUT, lambda: self.reply(from_, "ok"))
+        return NOREPLY
 
     def _notifier_or_failure(self, job_type: Any) -> Any:
         actors = self.types.get(job_type)
@@ -104,6 +173,7 @@ class JobsServer(GenServer):
 
     def handle_info(self, msg: Any) -> None:
         if msg == CHECK_TYPES:
+            self._check_timer = None
             self._request_check(self._schedule_check)
         elif isinstance(msg, Down) and self._owns(msg.ref):
             log.error("jobs_server_child_exited addr=%s reason=%r", msg.addr, msg.reason)
@@ -118,12 +188,14 @@ class JobsServer(GenServer):
         self.db.close()
 
     def format_status(self) -> dict:
-        return {"types": list(self.types)}
+        return {"types": list(self.types), "generation": self.generation}
 
     # ------------------------------------------------------ type checks
     def _schedule_check(self) -> None:
+        """Arm the one type check timer (replacing an armed one)."""
+        self.cancel_timer(self._check_timer)
         jitter = max(self.period / 2, self.max_jitter)
-        self.send_after(self.period + random.uniform(0, max(jitter, 0.001)), CHECK_TYPES)
+        self._check_timer = self.send_after(self.period + random.uniform(0, max(jitter, 0.001)), CHECK_TYPES)
 
     def _request_check(self, when_done: Callable[[], None]) -> None:
         self._waiters.append(when_done)
@@ -150,14 +222,19 @@ class JobsServer(GenServer):
             yield from self._stop_type(job_type)
 
     def _child_args(self, job_type: Any) -> dict:
-        return {"type": job_type, "store": self.args["store"], "couch_jobs": self.args["couch_jobs"]}
+        return {"type": job_type, "store": self.args["store"], "couch_jobs": dict(self.cfg),
+                "generation": self.generation}
 
     def _start_type(self, job_type: Any):
+        generation = self.generation
         monitor = yield Request(self.sups[ACTIVITY_MONITOR_SUP], StartChild(self._child_args(job_type)), 30.0)
         monitor_ref = self.monitor(monitor)
         notifier = yield Request(self.sups[NOTIFIER_SUP], StartChild(self._child_args(job_type)), 30.0)
         self.types[job_type] = _TypeActors(monitor, monitor_ref, notifier, self.monitor(notifier))
         log.info("job_type_started type=%r", job_type)
+        if self.generation != generation:  # settings changed while they started
+            fan_out(self, [monitor, notifier], CouchJobsChanged(dict(self.cfg), self.generation), APPLY_TIMEOUT,
+                    lambda: None)
 
     def _stop_type(self, job_type: Any):
         actors = self.types.pop(job_type)

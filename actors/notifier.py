@@ -10,6 +10,10 @@ state. Running jobs are reported again on every update, even though the
 state stays ``running``. A finished or removed job's subscriptions end with
 that event. A subscriber that is gone is unsubscribed (its undelivered event
 comes back to the node as a dead letter, which tells the notifier).
+A :class:`~actors.config.CouchJobsChanged` call is passed on to the type
+monitor (holdoff and timeout) and answered once it applied it;
+:class:`~actors.config.GetCouchJobsInUse` answers what the type monitor
+runs with.
 """
 from __future__ import annotations
 
@@ -23,9 +27,10 @@ from fdblayer.jobs import activity, model
 from fdblayer.jobs.codec import decode_data
 from fdblayer.jobs.job import JobState
 from fdblayer.jobs.keys import DEFAULT_LAYOUT
-from supervision import ChildSpec, GenServer, Supervisor
+from supervision import NOREPLY, ChildSpec, GenServer, Request, Supervisor
 
-from .type_monitor import TypeMonitor, TypeUpdated
+from .config import CouchJobsChanged, GetCouchJobsInUse
+from .type_monitor import TypeMonitor, TypeUpdated, type_monitor_settings
 
 log = logging.getLogger(__name__)
 
@@ -79,15 +84,12 @@ class Notifier(GenServer):
     def init(self, args: Any) -> None:
         self.type = args["type"]
         self.db = fdblayer.open(args["store"])
-        cfg = args["couch_jobs"]
-        timeout = cfg["type_monitor_timeout_msec"]
         self.subs: dict[str, dict[str, list]] = {}  # job id -> ref -> [subscriber, state, seq]
         self.refs: dict[str, str] = {}  # ref -> job id
         vs = activity.get_activity_vs(self.db, DEFAULT_LAYOUT, self.type)
         self.type_monitor = self.spawn_link(TypeMonitor, {
-            "type": self.type, "vs": vs, "store": args["store"],
-            "holdoff": cfg["type_monitor_holdoff_msec"] / 1000.0,
-            "timeout": None if timeout == "infinity" else timeout / 1000.0})
+            "type": self.type, "vs": vs, "store": args["store"], "generation": args.get("generation", 0),
+            **type_monitor_settings(args["couch_jobs"])})
 
     def handle_call(self, msg: Any, from_: Any) -> Any:
         if isinstance(msg, Subscribe):
@@ -95,7 +97,15 @@ class Notifier(GenServer):
         if isinstance(msg, Unsubscribe):
             self._unsubscribe(msg.ref)
             return "ok"
+        if isinstance(msg, (CouchJobsChanged, GetCouchJobsInUse)):
+            self.run_task(self._ask_type_monitor(msg), lambda answer: self.reply(from_, answer))
+            return NOREPLY
         return super().handle_call(msg, from_)
+
+    def _ask_type_monitor(self, msg: Any):
+        """Pass a settings call on to the linked type monitor (if it fails,
+        the link ends this notifier too)."""
+        return (yield Request(self.type_monitor, msg, 10.0))
 
     def handle_info(self, msg: Any) -> None:
         if isinstance(msg, TypeUpdated):
