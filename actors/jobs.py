@@ -46,6 +46,7 @@ from fdblayer.jobs import (
     NotFound,
     accept,
     add,
+    add_many,
     clear_type_timeout,
     finish,
     get_job,
@@ -70,7 +71,7 @@ from .notifier import JobEvent, Subscribe, Unsubscribe
 
 __all__ = [
     "EncodingError", "Halt", "InvalidArgument", "Job", "JobInfo", "JobState", "JobsError", "NoTypeTimeout",
-    "NotFound", "Subscription", "accept", "add", "clear_type_timeout", "finish", "get_job", "get_job_data",
+    "NotFound", "Subscription", "accept", "add", "add_many", "clear_type_timeout", "finish", "get_job", "get_job_data",
     "get_job_state", "get_jobs", "get_type_timeout", "get_types", "is_resubmitted", "remove", "resubmit",
     "set_type_timeout", "subscribe", "subscribe_task", "unsubscribe", "update", "wait",
 ]

@@ -7,7 +7,9 @@ FULL and NORMAL it prints, per second:
 
 * add: ``api.add`` one job per transaction, against ``BEGIN; INSERT;
   COMMIT``;
-* 100 adds per transaction (jobs/s), against 100 INSERTs per transaction;
+* 100 adds per transaction (jobs/s), against 100 INSERTs per transaction:
+  ``api.add`` called 100 times in one transaction, and ``api.add_many`` of
+  100 jobs (the bulk call, one transaction);
 * the add + accept + finish cycle (cycles/s, three transactions), against
   INSERT, then ``BEGIN IMMEDIATE; SELECT`` a pending row ``; UPDATE`` it to
   running, then ``UPDATE`` it to finished.
@@ -38,7 +40,7 @@ takes well under a minute. Not a test: it prints and exits 0.
 Usage::
 
     .venv/bin/python bench/bench_store.py [--adds N] [--batches N]
-        [--cycles N] [--wakeups N] [--repeat N] [--profile add|batch|cycle]
+        [--cycles N] [--wakeups N] [--repeat N] [--profile add|batch|add_many|cycle]
 """
 
 from __future__ import annotations
@@ -105,6 +107,14 @@ def ours_batch(db: fdblayer.Database, batches: int) -> float:
     start = time.perf_counter()
     for batch in range(batches):
         add_100(db, batch)
+    return batches * 100 / (time.perf_counter() - start)
+
+
+def ours_add_many(db: fdblayer.Database, batches: int) -> float:
+    prefix = uuid.uuid4().hex[:8]
+    start = time.perf_counter()
+    for batch in range(batches):
+        api.add_many(db, JOB_TYPE, {f"{prefix}-{batch:05d}-{i:03d}": DATA for i in range(100)})
     return batches * 100 / (time.perf_counter() - start)
 
 
@@ -377,6 +387,12 @@ def measure(
                 lambda: raw_batch(conn, args.batches),
                 lambda: raw_same_batch(same, args.batches),
             ),
+            "add_many (100 per txn), jobs/s": paired(
+                args.repeat,
+                lambda: ours_add_many(db, args.batches),
+                lambda: raw_batch(conn, args.batches),
+                lambda: raw_same_batch(same, args.batches),
+            ),
             "add+accept+finish cycle": paired(
                 args.repeat,
                 lambda: ours_cycle(db, args.cycles),
@@ -397,6 +413,7 @@ def profile(directory: str, what: str, args: argparse.Namespace) -> None:
     run = {
         "add": lambda: ours_add(db, args.adds),
         "batch": lambda: ours_batch(db, args.batches),
+        "add_many": lambda: ours_add_many(db, args.batches),
         "cycle": lambda: ours_cycle(db, args.cycles),
     }[what]
     profiler = cProfile.Profile()
@@ -426,7 +443,7 @@ def main() -> None:
     parser.add_argument("--cycles", type=int, default=400)
     parser.add_argument("--wakeups", type=int, default=200)
     parser.add_argument("--repeat", type=int, default=5)
-    parser.add_argument("--profile", choices=("add", "batch", "cycle"))
+    parser.add_argument("--profile", choices=("add", "batch", "add_many", "cycle"))
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="bench_store-", dir=os.environ.get("BENCH_DIR")) as directory:

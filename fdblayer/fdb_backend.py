@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from typing import Any, List, Optional
+from typing import Any, List, Optional, Sequence
 
 import fdb.tuple
 
@@ -194,6 +194,12 @@ class _Reader(ReadView):
         """Read one key."""
         value = self._call(self._reader.get(self._db.prefix + check_key(key)))
         return bytes(value) if value.present() else None
+
+    def get_many(self, keys: Sequence[bytes]) -> List[Optional[bytes]]:
+        """Read several keys: every read is issued before the first wait."""
+        futures = [self._reader.get(self._db.prefix + check_key(key)) for key in keys]
+        values = [self._call(future) for future in futures]
+        return [bytes(value) if value.present() else None for value in values]
 
     def get_key(self, selector: KeyOrSelector) -> bytes:
         """Resolve a selector, clamped to the subspace."""

@@ -21,7 +21,7 @@ import logging
 import random
 import threading
 import time
-from typing import Any, Callable, List, Optional, TypeVar, Union
+from typing import Any, Callable, List, Optional, Sequence, TypeVar, Union
 
 from fdblayer.exceptions import (
     InvalidTransactionState,
@@ -235,6 +235,14 @@ class ReadView(abc.ABC):
         Returns:
             The value, or None when the key is absent.
         """
+
+    def get_many(self, keys: Sequence[bytes]) -> List[Optional[bytes]]:
+        """Read several keys at once (FoundationDB: in parallel).
+
+        Returns:
+            The values in the order of ``keys``, None for an absent key.
+        """
+        return [self.get(key) for key in keys]
 
     @abc.abstractmethod
     def get_key(self, selector: KeyOrSelector) -> bytes:

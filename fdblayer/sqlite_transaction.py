@@ -27,7 +27,7 @@ import logging
 import random
 import sqlite3
 import time
-from typing import TYPE_CHECKING, Dict, List, Optional
+from typing import TYPE_CHECKING, Dict, List, Optional, Sequence
 
 from fdblayer.exceptions import (
     InvalidTransactionState,
@@ -72,6 +72,7 @@ __all__ = ["SqliteTransaction"]
 
 logger = logging.getLogger(__name__)
 
+SQL_GET_MANY = "SELECT k, v FROM kv WHERE k IN ({})"
 SQL_RANGE_ASC = "SELECT k, v FROM kv WHERE k >= ? AND k < ? ORDER BY k ASC"
 SQL_RANGE_DESC = "SELECT k, v FROM kv WHERE k >= ? AND k < ? ORDER BY k DESC"
 
@@ -84,6 +85,9 @@ class _SnapshotView(ReadView):
 
     def get(self, key: bytes) -> Optional[bytes]:
         return self._tr.get(key)
+
+    def get_many(self, keys: Sequence[bytes]) -> List[Optional[bytes]]:
+        return self._tr.get_many(keys)
 
     def get_key(self, selector: KeyOrSelector) -> bytes:
         return self._tr.get_key(selector)
@@ -363,6 +367,25 @@ class SqliteTransaction(Transaction):
         value = None if row is None else row[0]
         self._known[key] = value
         return value
+
+    def get_many(self, keys: Sequence[bytes]) -> List[Optional[bytes]]:
+        """Read several keys; those not yet in this transaction's view in one query each 500."""
+        keys = [check_key(key) for key in keys]
+        self._ensure_usable()
+        known = self._known
+        missing = list({key: None for key in keys if key not in known and key not in self._adds})
+        if missing:
+            conn = self._read_conn()
+            for start in range(0, len(missing), 500):
+                chunk = missing[start : start + 500]
+                sql = SQL_GET_MANY.format(", ".join("?" * len(chunk)))
+                try:
+                    found = dict(conn.execute(sql, chunk).fetchall())
+                except sqlite3.Error as exc:
+                    raise self._sqlite_failure(exc) from exc
+                for key in chunk:
+                    known[key] = found.get(key)
+        return [self._get(key) for key in keys]
 
     def _apply_adds(self, key: bytes) -> Optional[bytes]:
         """Fold the buffered adds of ``key`` into its value (now a plain set)."""

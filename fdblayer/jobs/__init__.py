@@ -17,6 +17,7 @@ transitions share), ``keys`` (the key layout),
 from fdblayer.jobs.api import (
     accept,
     add,
+    add_many,
     clear_type_timeout,
     finish,
     get_job,
@@ -44,6 +45,7 @@ from fdblayer.jobs.job import Job, JobInfo, JobState
 __all__ = [
     "accept",
     "add",
+    "add_many",
     "clear_type_timeout",
     "finish",
     "get_job",

@@ -57,6 +57,7 @@ from fdblayer.jobs.keys import DATA, JobType, Layout
 
 __all__ = [
     "add",
+    "add_many",
     "remove",
     "get_job_state_and_data",
     "get_job_states",
@@ -124,6 +125,50 @@ def add(
 
 
 @transactional
+def add_many(
+    tr: Transaction,
+    layout: Layout,
+    job_type: JobType,
+    jobs: list[tuple[str, bytes]],
+    sched_time: int,
+) -> int:
+    """Add many jobs of one type, each as :func:`add` would, in one transaction.
+
+    The type timeout is read once and the existing DATA rows with one
+    ``get_many``; new jobs are enqueued with one bump of the pending counter
+    per transaction (the buffered adds fold).
+
+    Args:
+        tr: A database or transaction.
+        layout: The key layout.
+        job_type: The job type; it must have a type timeout.
+        jobs: ``(job_id, encoded data)`` pairs with distinct ids.
+        sched_time: The scheduled time of every job (0: now).
+
+    Returns:
+        How many of the jobs were new (the others were resubmitted).
+
+    Raises:
+        NoTypeTimeout: ``job_type`` has no type timeout.
+    """
+    if activity.read_type_timeout(tr, layout, job_type) is None:
+        raise NoTypeTimeout(
+            f"job type {job_type!r} has no type timeout; set one first", job_type=job_type
+        )
+    keys = [layout.data_key(job_type, job_id) for job_id, _ in jobs]
+    created = []
+    for (job_id, data), key, raw in zip(jobs, keys, tr.get_many(keys)):
+        if raw is None:
+            rows.set_job_val(tr, key, JobValue(PENDING_SEQ, None, sched_time, False, data))
+            created.append(job_id)
+        else:
+            current = unpack_job_value(raw)
+            _resubmit(tr, layout, job_type, job_id, key, current, sched_time, data)
+    pending.enqueue_many(tr, layout, job_type, sched_time, created)
+    return len(created)
+
+
+@transactional
 def remove(tr: Transaction, layout: Layout, job_type: JobType, job_id: str) -> None:
     """Remove a job in any state.
 
@@ -159,15 +204,21 @@ def get_job_state_and_data(
 def get_job_states(
     tr: Transaction, layout: Layout, job_type: JobType, job_ids: Iterable[str]
 ) -> dict[str, Optional[StateAndData]]:
-    """Read ``(seq, state, encoded data)`` of many jobs, one read each.
+    """Read ``(seq, state, encoded data)`` of many jobs with one ``get_many``.
 
     Returns:
         A dict from each id to its triple, or to None when it does not exist.
     """
-    return {
-        job_id: get_job_state_and_data(tr, layout, job_type, job_id)
-        for job_id in job_ids
-    }
+    job_ids = list(job_ids)
+    raws = tr.get_many([layout.data_key(job_type, job_id) for job_id in job_ids])
+    states: dict[str, Optional[StateAndData]] = {}
+    for job_id, raw in zip(job_ids, raws):
+        if raw is None:
+            states[job_id] = None
+        else:
+            value = unpack_job_value(raw)
+            states[job_id] = value.seq, job_state(value.lock, value.seq), value.data
+    return states
 
 
 @transactional

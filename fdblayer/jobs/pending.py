@@ -37,6 +37,7 @@ from fdblayer.watches import Watch
 __all__ = [
     "RANGE_LIMIT",
     "enqueue",
+    "enqueue_many",
     "dequeue",
     "remove",
     "pending_count",
@@ -70,6 +71,17 @@ def enqueue(
     """
     tr.set(layout.pending_key(job_type, sched_time, job_id), b"")
     tr.add(layout.watches_pending_key(job_type), _ONE)
+
+
+def enqueue_many(
+    tr: Transaction, layout: Layout, job_type: JobType, sched_time: int, job_ids: list[str]
+) -> None:
+    """:func:`enqueue` of several jobs, waking the type's watchers once."""
+    if not job_ids:
+        return
+    for job_id in job_ids:
+        tr.set(layout.pending_key(job_type, sched_time, job_id), b"")
+    tr.add(layout.watches_pending_key(job_type), struct.pack("<q", len(job_ids)))
 
 
 def remove(

@@ -100,6 +100,46 @@ class TestBasics:
 # ------------------------------------------------------------------ ranges and selectors
 
 
+class TestGetMany:
+    def test_values_in_order_with_own_writes_and_adds(self, db):
+        db.set(b"a", b"1")
+        db.set(b"b", b"2")
+        db.set(b"n", (5).to_bytes(8, "little"))
+
+        @transactional
+        def read(tr):
+            tr.set(b"b", b"changed")
+            tr.clear(b"a")
+            tr.add(b"n", (1).to_bytes(8, "little"))
+            tr.set(b"w", b"new")
+            return tr.get_many([b"b", b"a", b"missing", b"n", b"w", b"b"]), tr.snapshot.get_many([b"w"])
+
+        values, snap = read(db)
+        assert values == [b"changed", None, None, (6).to_bytes(8, "little"), b"new", b"changed"]
+        assert snap == [b"new"]
+        assert db.get(b"n") == (6).to_bytes(8, "little")
+
+    def test_many_keys(self, db):
+        @transactional
+        def fill(tr):
+            for i in range(0, 1200, 2):
+                tr.set(b"k%05d" % i, b"%d" % i)
+
+        fill(db)
+
+        @transactional
+        def read(tr):
+            return tr.get_many([b"k%05d" % i for i in range(1200)])
+
+        assert read(db) == [b"%d" % i if i % 2 == 0 else None for i in range(1200)]
+
+    def test_bad_key_is_a_type_error(self, db):
+        tr = db.create_transaction()
+        with pytest.raises(StoreTypeError):
+            tr.get_many([b"ok", "not bytes"])
+        tr.cancel()
+
+
 class TestRanges:
     def test_range_limit_reverse(self, db):
         keys = fill(db, 10)
