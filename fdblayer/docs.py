@@ -447,7 +447,7 @@ KEPT, DONE, CHANGED, LOST = "kept", "done", "changed", "lost"
 
 def renew(db: Database, leases: list[Lease], states: dict, done: set,
           now: float) -> dict[str, tuple[str, Optional[Lease]]]:
-    """Keep a node's documents and record their new states, one transaction each.
+    """Keep a node's documents and record their new states, in a few transactions.
 
     For each lease (by queue job id):
 
@@ -460,17 +460,31 @@ def renew(db: Database, leases: list[Lease], states: dict, done: set,
       updated (``KEPT``, with the new lease) or, if its id is in ``done``,
       finished (``DONE``).
 
-    One transaction per lease, not one for all: the queue's activity index
-    is keyed by the commit's versionstamp, so two jobs updated in one
-    transaction would share one activity row and the activity monitor
-    would see only one of them (and never re-enqueue the others).
+    Leases are renewed in transactions of :data:`RENEW_BATCH` (each job
+    updated in one transaction gets its own activity row: the queue gives
+    each a distinct user version of the commit's versionstamp).
 
     Returns:
         ``{queue job id: (outcome, lease or None)}``.
     """
     if not isinstance(db, Database):
         raise InvalidArgument(f"renew takes a Database, not {type(db).__name__}")
-    return {lease.job.id: _renew_one(db, lease, states.get(lease.job.id), lease.job.id in done, now)
+    outcomes: dict[str, tuple[str, Optional[Lease]]] = {}
+    for start in range(0, len(leases), RENEW_BATCH):
+        outcomes.update(_renew_batch(db, leases[start:start + RENEW_BATCH], states, done, now))
+    return outcomes
+
+
+#: Leases renewed per transaction: large enough that a node with thousands
+#: of documents commits a few transactions per tick, small enough that no
+#: commit holds the store's write lock for long.
+RENEW_BATCH = 200
+
+
+@transactional
+def _renew_batch(tr: Transaction, leases: list[Lease], states: dict, done: set,
+                 now: float) -> dict[str, tuple[str, Optional[Lease]]]:
+    return {lease.job.id: _renew_one(tr, lease, states.get(lease.job.id), lease.job.id in done, now)
             for lease in leases}
 
 

@@ -89,3 +89,25 @@ def test_accept_renew_and_a_replaced_doc_going_back_to_the_queue(db):
     out = store_docs.renew(db, [again], {again.job.id: {"state": "completed"}}, {again.job.id}, time.time())
     assert out[again.job.id][0] == store_docs.DONE
     assert jobs.get_job_state(db, docs.DOCS_TYPE, again.job.id) == "finished"
+
+
+def test_leases_renewed_together_are_each_re_enqueued_when_silent(db):
+    from fdblayer.jobs import activity
+    from fdblayer.jobs.keys import DEFAULT_LAYOUT
+
+    n = store_docs.RENEW_BATCH + 5  # two transactions, one of them with many jobs
+    for i in range(n):
+        docs.put(db, "_replicator", f"d{i:03d}", IDLE)
+    leases = []
+    while (found := store_docs.accept(db, "n1", time.time())[0]) is not None:
+        leases.append(found[0])
+    assert len(leases) == n
+    out = store_docs.renew(db, leases, {}, set(), time.time())
+    assert {outcome for outcome, _ in out.values()} == {store_docs.KEPT}
+    assert len(activity.get_inactive_since(db, DEFAULT_LAYOUT, docs.DOCS_TYPE,
+                                           activity.get_activity_vs(db, DEFAULT_LAYOUT, docs.DOCS_TYPE))) == n
+    vs, _ = activity.check_inactive(db, DEFAULT_LAYOUT, docs.DOCS_TYPE, None)
+    _, again = activity.check_inactive(db, DEFAULT_LAYOUT, docs.DOCS_TYPE, vs)  # all silent since vs
+    assert sorted(again) == sorted(lease.job.id for lease in leases)
+    states = {jobs.get_job_state(db, docs.DOCS_TYPE, lease.job.id) for lease in leases}
+    assert states == {"pending"}
