@@ -13,6 +13,11 @@ with ``unquote`` (never ``unquote_plus``): ``%2F`` stays inside a segment,
 ``+`` stays literal and empty segments (``//_scheduler``) are dropped.
 Every answer is JSON (whatever ``Accept`` says) except Prometheus text;
 every error is ``{"error", "reason"}`` with CouchDB's status.
+
+``_config``: ``[replicator]`` keys go to the scheduler and ``[couch_jobs]``
+keys to the queue's settings keeper (:class:`actors.jobs_sup.JobsConfig`),
+which passes them on to the running actors; both take effect at once and
+live as long as those actors' tree (the config file is not rewritten).
 """
 from __future__ import annotations
 
@@ -28,6 +33,7 @@ from supervision.exceptions import CallFailed, CallTimeout, NoProc, NodeDown
 
 from . import monitoring
 from .auth import COOKIE_NAME, Auth
+from .config import ConfigError, parse_value
 from .scheduler_core import InvalidJobSpec, InvalidSetting, JobNotFound
 
 log = logging.getLogger(__name__)
@@ -114,16 +120,22 @@ class App:
     Args:
         scheduler: a SchedulerClient (or anything with its methods).
         auth: the node's admins and session secret.
-        config: ``{"couch_jobs": {...}}`` sections readable through ``_config``.
+        config: ``{"couch_jobs": {...}}``: the node's start-time sections
+            shown by ``_config`` when no keeper answers for them.
         node: this node's name in job entries and ``_node/{node}`` paths.
         store: the store URL holding the documents (``_replicator``,
             ``_scheduler/docs``), opened at the first request that needs it.
+        couch_jobs: the ``[couch_jobs]`` keeper's client
+            (:class:`~actors.jobs_sup.CouchJobsConfigClient`): read and
+            written at run time through ``_config``; None when the node
+            runs no queue tree (the section is then read-only).
     """
 
     def __init__(self, scheduler: Any, auth: Auth, config: dict | None = None, node: str = "local",
-                 store: str | None = None) -> None:
+                 store: str | None = None, couch_jobs: Any = None) -> None:
         self.scheduler = scheduler
         self.auth = auth
+        self.couch_jobs = couch_jobs
         self.config = config or {}
         self.node = node
         self.store = store
@@ -424,13 +436,19 @@ class App:
         if section == "replicator":
             settings = self.scheduler.settings()
             return {k: str(settings[k]) for k in REPLICATOR_KEYS if k in settings}
+        if section == "couch_jobs" and self.couch_jobs is not None:
+            try:
+                return {k: str(v) for k, v in self.couch_jobs.values().items()}
+            except NoProc:  # no queue tree (or it is restarting): the node's start-time values
+                pass
         if section in self.config:
             return {k: str(v) for k, v in self.config[section].items()}
         return {}
 
     def config_route(self, req: Request, seg: list[str]) -> tuple[int, Any]:
-        """``[replicator]`` read and written (the scheduler applies it at once);
-        other sections read-only (the queue's actors read them at start)."""
+        """``[replicator]`` and ``[couch_jobs]`` read and written (the scheduler,
+        or the queue's keeper and actors, apply a change at once); a PUT
+        answers the old value, as CouchDB does; other sections read-only."""
         if len(seg) > 2:
             raise HttpError(400, "bad_request", "Nesting too deep")
         if len(seg) < 2:
@@ -450,6 +468,8 @@ class App:
         value = req.json()
         if not isinstance(value, str):
             raise HttpError(400, "bad_request", "config values must be strings")
+        if section == "couch_jobs" and self.couch_jobs is not None:
+            return 200, self._set_couch_jobs(key, value)
         if section != "replicator":
             raise HttpError(403, "forbidden", f"[{section}] {key} can only be changed in the config file")
         if key not in REPLICATOR_KEYS:
@@ -460,3 +480,17 @@ class App:
         except InvalidSetting as exc:
             raise HttpError(400, "bad_request", str(exc)) from None
         return 200, old
+
+    def _set_couch_jobs(self, key: str, value: str) -> str:
+        """Validate here (a bad value never reaches the node), then set it in the keeper."""
+        try:
+            parse_value("couch_jobs", key, value)
+            old = self.couch_jobs.set(key, value)
+        except ConfigError as exc:
+            raise HttpError(400, "bad_request", str(exc)) from None
+        except NoProc:
+            raise HttpError(503, "service_unavailable", "the queue is not running on this node: "
+                            "nothing changed") from None
+        except (CallTimeout, CallFailed, NodeDown):
+            raise HttpError(503, "service_unavailable", "the queue's settings keeper did not answer") from None
+        return str(old)

@@ -198,7 +198,12 @@ def test_config_change_takes_effect_in_the_scheduler(n, jobs) -> None:
         n.request("PUT", "/_node/_local/_config/replicator/interval", "60000")
     cj = n.request("GET", "/_node/_local/_config/couch_jobs/type_check_period_msec")
     assert cj.status == 200 and cj.json() == "15000"
-    assert n.request("PUT", "/_node/_local/_config/couch_jobs/type_check_period_msec", "1000").status == 403
+    # this node runs no queue tree, so no actor could take a [couch_jobs] change
+    # (test_http_config.py changes them on a node that does)
+    r = n.request("PUT", "/_node/_local/_config/couch_jobs/type_check_period_msec", "1000")
+    assert r.status == 503 and r.json()["error"] == "service_unavailable"
+    assert n.request("PUT", "/_node/_local/_config/couch_jobs/type_check_period_msec", "0").status == 400
+    assert n.request("PUT", "/_node/_local/_config/node/port", "1").status == 403
     assert n.request("GET", "/_node/_local/_config/couch_jobs/bogus").status == 404
 
 
