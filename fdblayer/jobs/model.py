@@ -111,15 +111,16 @@ def add(
     Raises:
         NoTypeTimeout: ``job_type`` has no type timeout.
     """
-    if activity.read_type_timeout(tr, layout, job_type) is None:
+    key = layout.data_key(job_type, job_id)
+    timeout, raw = tr.get_many([layout.activity_timeout_key(job_type), key])  # one round trip
+    if timeout is None:
         raise NoTypeTimeout(
             f"job type {job_type!r} has no type timeout; set one first",
             job_type=job_type,
             job_id=job_id,
         )
-    key = layout.data_key(job_type, job_id)
-    current = rows.get_job_val(tr, key)
-    if current is not None:
+    if raw is not None:
+        current = unpack_job_value(raw)
         return _resubmit(tr, layout, job_type, job_id, key, current, sched_time, data)
     return rows.maybe_enqueue(tr, layout, job_type, job_id, sched_time, True, data, key)
 
