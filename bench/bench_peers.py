@@ -62,7 +62,8 @@ Rows (ops per second; ratio = ours / peer; target from issue 8):
    take a job before its subscription exists. The node, its actors and
    the worker are stopped at the end and checked gone.
 
-The default run takes about two minutes on a 2-CPU machine. Not a test: it
+The default run took 105-135 s on this project's 2-CPU machine while other
+test suites ran (load 3-4.6); RQ's rows are most of it. Not a test: it
 prints and exits 0.
 
 Usage (the peers come with ``pip install -e '.[bench]'``, the Redis server
