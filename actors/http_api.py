@@ -73,7 +73,7 @@ class Request:
     def __init__(self, environ: dict) -> None:
         self.environ = environ
         self.method = environ["REQUEST_METHOD"].upper()
-        raw = environ.get("RAW_URI") or (environ.get("PATH_INFO", "/") + (
+        raw = environ.get("RAW_URI") or environ.get("REQUEST_URI") or (environ.get("PATH_INFO", "/") + (
             "?" + environ["QUERY_STRING"] if environ.get("QUERY_STRING") else ""))
         if "://" in raw.split("?", 1)[0]:  # absolute-form request target
             raw = "/" + raw.split("://", 1)[1].partition("/")[2]
