@@ -11,7 +11,8 @@ the store (:mod:`fdblayer.docs`): the nodes' doc processors run them.
 Paths are split on the raw request URI and each segment is percent-decoded
 with ``unquote`` (never ``unquote_plus``): ``%2F`` stays inside a segment,
 ``+`` stays literal and empty segments (``//_scheduler``) are dropped.
-Every answer is JSON (whatever ``Accept`` says) except Prometheus text;
+Every answer is JSON (whatever ``Accept`` says) except Prometheus text
+and the status page (HTML, :mod:`actors.status_page`, at ``/_utils/``);
 every error is ``{"error", "reason"}`` with CouchDB's status.
 
 ``_config``: ``[replicator]`` keys go to the scheduler and ``[couch_jobs]``
@@ -31,7 +32,7 @@ from urllib.parse import parse_qs, parse_qsl, unquote
 
 from supervision.exceptions import CallFailed, CallTimeout, NoProc, NodeDown
 
-from . import monitoring
+from . import monitoring, status_page
 from .auth import COOKIE_NAME, Auth
 from .config import ConfigError, parse_value
 from .scheduler_core import InvalidJobSpec, InvalidSetting, JobNotFound
@@ -67,6 +68,10 @@ class Text(str):
     """A plain-text answer (Prometheus exposition format)."""
 
 
+class Html(str):
+    """An HTML answer (the status page), sent with a policy that allows no script."""
+
+
 class Request:
     """What a handler needs from the WSGI environ."""
 
@@ -78,10 +83,13 @@ class Request:
         if "://" in raw.split("?", 1)[0]:  # absolute-form request target
             raw = "/" + raw.split("://", 1)[1].partition("/")[2]
         path, _, query = raw.partition("?")
+        self.path = path
         self.segments = [unquote(s) for s in path.split("/") if s]
         self.query = parse_qs(query, keep_blank_values=True)
         self.user: str | None = None
         self.new_cookie: str | None = None
+        #: Extra response headers a handler sets (Location...).
+        self.response_headers: list[tuple[str, str]] = []
 
     def header(self, name: str) -> str:
         return self.environ.get("HTTP_" + name.upper().replace("-", "_"), "")
@@ -150,6 +158,8 @@ class App:
             status, payload = self.dispatch(req)
         except HttpError as exc:
             status, payload, headers = exc.status, exc.body(), exc.headers
+            if exc.status == 401 and req.segments[:1] == ["_utils"]:  # let a browser ask for credentials
+                headers = headers + [("WWW-Authenticate", 'Basic realm="otpjobs", charset="UTF-8"')]
         except (NoProc, CallTimeout, CallFailed, NodeDown) as exc:
             log.warning("%s %s: the scheduler did not answer: %r", req.method, environ.get("PATH_INFO"), exc)
             status, payload = 503, {"error": "service_unavailable", "reason": "the scheduler did not answer"}
@@ -158,12 +168,16 @@ class App:
             status, payload = 500, {"error": "unknown_error", "reason": type(exc).__name__}
         if req.new_cookie:
             headers = headers + [("Set-Cookie", req.new_cookie)]
+        headers = headers + req.response_headers
         if isinstance(payload, Text):
             body, ctype = payload.encode(), "text/plain; version=0.0.4; charset=utf-8"
+        elif isinstance(payload, Html):
+            body, ctype = payload.encode(), "text/html; charset=utf-8"
+            headers = headers + status_page.SECURITY_HEADERS
         else:
             body, ctype = (json.dumps(payload, separators=(",", ":")) + "\n").encode(), "application/json"
         headers = [("Content-Type", ctype), ("Content-Length", str(len(body))), ("Cache-Control", "must-revalidate"),
-                   ("Server", f"CouchDB/{VERSION} (otpjobs)")] + headers
+                   ("Server", f"CouchDB/{VERSION} (otpjobs)"), ("X-Content-Type-Options", "nosniff")] + headers
         start_response(f"{status} {HTTPStatus(status).phrase}", headers)
         return [] if req.method == "HEAD" else [body]
 
@@ -176,7 +190,14 @@ class App:
             return self._get_only(req, lambda: {"status": "ok", "seeds": {}})
         if head == "_session" and len(seg) == 1:
             return self.session(req)
+        if seg == ["_utils"] and not req.path.endswith("/"):  # CouchDB redirects too
+            if req.method not in ("GET", "HEAD"):
+                raise not_allowed("GET,HEAD")
+            req.response_headers.append(("Location", "/_utils/"))
+            return 301, Html(status_page.redirect_page("/_utils/"))
         self.authorize(req)
+        if head == "_utils":
+            return self.utils_route(req, seg[1:])
         if head == "_scheduler":
             return self.scheduler_route(req, seg[1:])
         if head == "_replicate" and len(seg) == 1:
@@ -494,3 +515,26 @@ class App:
         except (CallTimeout, CallFailed, NodeDown):
             raise HttpError(503, "service_unavailable", "the queue's settings keeper did not answer") from None
         return str(old)
+
+    # ------------------------------------------------------------- _utils
+    def utils_route(self, req: Request, seg: list[str]) -> tuple[int, Any]:
+        """``GET /_utils/`` (or ``/_utils/index.html``): the status page, the
+        jobs' and the documents' first ``limit`` entries after ``skip``."""
+        if seg not in ([], ["index.html"]):
+            raise HttpError(404, "not_found", "missing")
+        if req.method not in ("GET", "HEAD"):
+            raise not_allowed("GET,HEAD")
+        try:
+            limit, skip = monitoring.jobs_params(req.query)
+        except monitoring.QueryParseError as exc:
+            raise HttpError(400, "query_parse_error", str(exc)) from None
+        jobs_total, page = self.scheduler.jobs_page(limit, skip)
+        docs_error = None
+        try:
+            docs_total, docs = self._docs_list(None, limit, skip, None)
+        except HttpError as exc:  # no store on this node
+            docs_total, docs, docs_error = 0, [], exc.reason
+        return 200, Html(status_page.render(
+            node=self.node, version=VERSION, jobs_total=jobs_total, jobs=[monitoring.job_view(j) for j in page],
+            docs_total=docs_total, docs=[monitoring.doc_view(d) for d in docs], skip=skip, limit=limit,
+            docs_error=docs_error))

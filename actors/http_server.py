@@ -31,6 +31,7 @@ from typing import Any
 from supervision import DEFER_START, ChildSpec, GenServer
 
 from .auth import SESSION_TIMEOUT, load_admins
+from .config import node_name
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +71,8 @@ def check_bind(bind_address: str, admins: dict) -> None:
 
 class HttpServer(GenServer):
     """args: ``{"admin_port", "port", "bind_address", "config_path", "secret", "config",
-    "session_timeout"}``."""
+    "session_timeout", "store", "node_name"}`` (the node's name, as job and doc
+    entries show it, in ``_node/{name}`` paths and on the status page)."""
 
     def init(self, args: dict) -> Any:
         self.args = args
@@ -83,8 +85,8 @@ class HttpServer(GenServer):
         check_bind(args["bind_address"], admins)
         settings = {"bind_address": args["bind_address"], "admins": admins, "secret": args["secret"],
                     "session_timeout": args.get("session_timeout", SESSION_TIMEOUT),
-                    "config": args.get("config") or {}, "node": str(self.node), "parent_pid": os.getpid(),
-                    "store": args.get("store")}
+                    "config": args.get("config") or {}, "node": args.get("node_name") or str(self.node),
+                    "parent_pid": os.getpid(), "store": args.get("store")}
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(
             [_PACKAGE_ROOT] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
         self.proc = subprocess.Popen(
@@ -191,6 +193,7 @@ def http_children(config: Any, *, admin_port: int | None = None, config_path: st
         "config": {"couch_jobs": config.section("couch_jobs")},
         "session_timeout": SESSION_TIMEOUT,
         "store": config.get("node", "store"),
+        "node_name": node_name(config),
     }
     return [ChildSpec("http_server", HttpServer, args, name=HTTP_SERVER_NAME, shutdown=STOP_TIMEOUT + 2)]
 
