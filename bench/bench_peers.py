@@ -62,9 +62,10 @@ Rows (ops per second; ratio = ours / peer; target from issue 8):
    take a job before its subscription exists. The node, its actors and
    the worker are stopped at the end and checked gone.
 
-The default run took 105-135 s on this project's 2-CPU machine while other
-test suites ran (load 3-4.6); RQ's rows are most of it. Not a test: it
-prints and exits 0.
+The default run took 105-190 s on this project's 2-CPU machine while other
+test suites ran (load 3.4-4.6; an idle machine should need about a
+minute); RQ's rows are most of it, and ``--tasks 2000`` roughly halves the
+Huey and RQ parts. Not a test: it prints and exits 0.
 
 Usage (the peers come with ``pip install -e '.[bench]'``, the Redis server
 with ``apt-get install --no-install-recommends redis-server``)::
