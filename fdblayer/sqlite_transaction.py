@@ -126,6 +126,7 @@ class SqliteTransaction(Transaction):
         self._known: Dict[bytes, Optional[bytes]] = {}  # this transaction's view
         self._pending: Dict[bytes, Optional[bytes]] = {}  # unflushed sets (None: clear)
         self._adds: Dict[bytes, List[bytes]] = {}  # unflushed adds to unread keys
+        self._pinned = False  # a read ran: the snapshot is fixed
 
     @property
     def db(self) -> SqliteDatabase:
@@ -236,6 +237,7 @@ class SqliteTransaction(Transaction):
         self._mode = "write"  # the UPDATE took the write lock
 
     def _read_conn(self) -> sqlite3.Connection:
+        """The connection, for a read that runs at once (it pins the snapshot)."""
         self._ensure_usable()
         if self._mode is None:
             if self.pessimistic:
@@ -243,6 +245,7 @@ class SqliteTransaction(Transaction):
             else:
                 self._begin_read()
         assert self._conn is not None
+        self._pinned = True
         return self._conn
 
     def _flushed_conn(self) -> sqlite3.Connection:
@@ -556,8 +559,9 @@ class SqliteTransaction(Transaction):
     def add_read_conflict_range(self, begin: bytes, end: bytes) -> None:
         """Pin the snapshot: any commit after it makes this transaction's writes conflict."""
         check_key(begin), check_key(end)
+        pinned = self._pinned
         conn = self._read_conn()
-        if self._mode == "read":
+        if self._mode == "read" and not pinned:
             try:
                 conn.execute(SQL_PIN_SNAPSHOT).fetchall()  # a deferred BEGIN reads nothing yet
             except sqlite3.Error as exc:
