@@ -165,6 +165,8 @@ class SqliteDatabase(Database):
         StoreUnavailable: when the file cannot be opened or set up.
     """
 
+    key_conflicts = False  # serializable by whole-database snapshot checks
+
     def __init__(
         self,
         path: str,

@@ -9,7 +9,10 @@ polling.
 Concurrent workers must not all fight for the first row: ``dequeue`` reads
 up to :data:`RANGE_LIMIT` of the earliest rows at snapshot isolation, picks
 one at random and adds a read conflict on that row only. Two workers then
-conflict only when they pick the same row, and the loser retries. With
+conflict only when they pick the same row, and the loser retries. Where
+every concurrent commit conflicts anyway (``Database.key_conflicts`` False:
+the SQLite backend) the spread buys nothing, and ``dequeue`` reads only the
+earliest row (an accept on a deep queue no longer reads 256 rows). With
 ``no_schedule`` (every job has scheduled time 0 and ids look like random
 UUIDs) it does not even read a range: it picks the row nearest to a random
 id, with two key-selector reads.
@@ -137,8 +140,10 @@ def _unpack_job_id(layout: Layout, job_type: JobType, key: bytes) -> str:
 def _random_key_in_range(
     tr: Transaction, begin: bytes, end: bytes, rng: random.Random
 ) -> Optional[bytes]:
-    """Pick one of the first RANGE_LIMIT keys of ``[begin, end)`` at random."""
-    rows = tr.snapshot.get_range(begin, end, limit=RANGE_LIMIT)
+    """Pick one of the first RANGE_LIMIT keys of ``[begin, end)`` at random
+    (the first key where key-level conflicts do not exist)."""
+    limit = RANGE_LIMIT if tr.db.key_conflicts else 1
+    rows = tr.snapshot.get_range(begin, end, limit=limit)
     if not rows:
         return None
     if len(rows) == 1:
