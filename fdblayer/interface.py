@@ -162,7 +162,13 @@ def check_versionstamp_template(data: object, what: str) -> bytes:
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise StoreTypeError(f"versionstamped {what} must be bytes, got {type(data).__name__}")
     data = bytes(data)
-    splice_versionstamp(data, b"\x00" * VERSIONSTAMP_SIZE)
+    if len(data) < 4:
+        raise InvalidVersionstampOffset("versionstamped data shorter than its 4-byte offset")
+    pos = int.from_bytes(data[-4:], "little")
+    if pos + VERSIONSTAMP_SIZE > len(data) - 4:
+        raise InvalidVersionstampOffset(
+            f"versionstamp offset {pos} + 10 exceeds the data length {len(data) - 4}"
+        )
     return data
 
 

@@ -35,8 +35,8 @@ any -> (none)         :func:`remove`
 from __future__ import annotations
 
 import logging
+import os
 import random
-import uuid
 from typing import Callable, Iterable, Optional
 
 import fdb.tuple
@@ -316,7 +316,7 @@ def accept(
         message = f"pending job {job_id!r} of type {job_type!r} is {'missing' if current is None else 'running'}"
         logger.critical("Job %s: %s", job_id, message)
         raise JobsError(message, job_type=job_type, job_id=job_id)
-    lock = uuid.uuid4().hex
+    lock = os.urandom(16).hex()  # 32 hex digits, as uuid4().hex, without the UUID object
     uv = rows.next_user_version(tr)
     rows.set_job_val(
         tr, key, JobValue(running_seq(uv), lock, current.sched_time, False, current.data)
