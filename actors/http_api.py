@@ -15,10 +15,15 @@ Every answer is JSON (whatever ``Accept`` says) except Prometheus text
 and the status page (HTML, :mod:`actors.status_page`, at ``/_utils/``);
 every error is ``{"error", "reason"}`` with CouchDB's status.
 
-``_config``: ``[replicator]`` keys go to the scheduler and ``[couch_jobs]``
-keys to the queue's settings keeper (:class:`actors.jobs_sup.JobsConfig`),
-which passes them on to the running actors; both take effect at once and
-live as long as those actors' tree (the config file is not rewritten).
+``_config``: ``[replicator]`` and ``[couch_jobs]`` keys are read from and
+written to the node's settings keeper (:class:`actors.config_server.ConfigServer`),
+which hands a change to the actors running with it (the scheduler, the
+queue's server) before it answers, so a change takes effect at once and
+outlives a restart of those actors and of this process. A ``PUT`` also
+writes the change into the node's config file, as CouchDB does, unless the
+request says ``X-Couch-Persist: false`` or the node has no config file;
+then the change lives in the running node only. In a tree without the
+keeper, ``[replicator]`` goes to the scheduler alone.
 """
 from __future__ import annotations
 
@@ -34,7 +39,7 @@ from supervision.exceptions import CallFailed, CallTimeout, NoProc, NodeDown
 
 from . import monitoring, status_page
 from .auth import COOKIE_NAME, Auth
-from .config import ConfigError, parse_value
+from .config import RUNTIME_KEYS, ConfigError, ConfigWriteError, format_value, parse_runtime_value
 from .scheduler_core import InvalidJobSpec, InvalidSetting, JobNotFound
 
 log = logging.getLogger(__name__)
@@ -44,7 +49,9 @@ VENDOR = {"name": "otpjobs", "version": "0.1.0"}
 #: Largest request body the app reads (CouchDB's is max_http_request_size).
 MAX_BODY = 1 << 20
 #: [replicator] keys the scheduler changes at run time.
-REPLICATOR_KEYS = ("max_jobs", "max_churn", "interval", "max_history", "health_threshold")
+REPLICATOR_KEYS = RUNTIME_KEYS["replicator"]
+#: Request header that keeps a ``_config`` change out of the config file (CouchDB's).
+PERSIST_HEADER = "X-Couch-Persist"
 
 NOT_ADMIN = "You are not a server admin."
 
@@ -133,17 +140,18 @@ class App:
         node: this node's name in job entries and ``_node/{node}`` paths.
         store: the store URL holding the documents (``_replicator``,
             ``_scheduler/docs``), opened at the first request that needs it.
-        couch_jobs: the ``[couch_jobs]`` keeper's client
-            (:class:`~actors.jobs_sup.CouchJobsConfigClient`): read and
-            written at run time through ``_config``; None when the node
-            runs no queue tree (the section is then read-only).
+        settings: the node's settings keeper's client
+            (:class:`~actors.config_server.ConfigClient`): ``[replicator]``
+            and ``[couch_jobs]`` read and written at run time through
+            ``_config``; None (or a node running no keeper) leaves
+            ``[replicator]`` to the scheduler and ``[couch_jobs]`` read-only.
     """
 
     def __init__(self, scheduler: Any, auth: Auth, config: dict | None = None, node: str = "local",
-                 store: str | None = None, couch_jobs: Any = None) -> None:
+                 store: str | None = None, settings: Any = None) -> None:
         self.scheduler = scheduler
         self.auth = auth
-        self.couch_jobs = couch_jobs
+        self.settings = settings
         self.config = config or {}
         self.node = node
         self.store = store
@@ -454,22 +462,22 @@ class App:
         raise HttpError(404, "not_found", "missing")
 
     def _section(self, section: str) -> dict[str, str]:
+        if section in RUNTIME_KEYS and self.settings is not None:
+            try:
+                return {k: format_value(v) for k, v in self.settings.section(section).items()}
+            except NoProc:  # no keeper in this tree (or it is restarting): ask the actors themselves
+                pass
         if section == "replicator":
             settings = self.scheduler.settings()
             return {k: str(settings[k]) for k in REPLICATOR_KEYS if k in settings}
-        if section == "couch_jobs" and self.couch_jobs is not None:
-            try:
-                return {k: str(v) for k, v in self.couch_jobs.values().items()}
-            except NoProc:  # no queue tree (or it is restarting): the node's start-time values
-                pass
         if section in self.config:
             return {k: str(v) for k, v in self.config[section].items()}
         return {}
 
     def config_route(self, req: Request, seg: list[str]) -> tuple[int, Any]:
-        """``[replicator]`` and ``[couch_jobs]`` read and written (the scheduler,
-        or the queue's keeper and actors, apply a change at once); a PUT
-        answers the old value, as CouchDB does; other sections read-only."""
+        """``[replicator]`` and ``[couch_jobs]`` read and written (the keeper and
+        the actors running with it apply a change at once); a PUT answers the
+        old value, as CouchDB does; other sections read-only."""
         if len(seg) > 2:
             raise HttpError(400, "bad_request", "Nesting too deep")
         if len(seg) < 2:
@@ -489,12 +497,20 @@ class App:
         value = req.json()
         if not isinstance(value, str):
             raise HttpError(400, "bad_request", "config values must be strings")
-        if section == "couch_jobs" and self.couch_jobs is not None:
-            return 200, self._set_couch_jobs(key, value)
-        if section != "replicator":
+        if section not in RUNTIME_KEYS:
             raise HttpError(403, "forbidden", f"[{section}] {key} can only be changed in the config file")
-        if key not in REPLICATOR_KEYS:
-            raise HttpError(400, "bad_request", f"[replicator] {key}: unknown setting")
+        try:  # a bad value never reaches the node
+            parse_runtime_value(section, key, value)
+        except ConfigError as exc:
+            raise HttpError(400, "bad_request", str(exc)) from None
+        persist = req.header(PERSIST_HEADER).strip().lower() != "false"
+        if self.settings is not None:
+            try:
+                return 200, self._set(section, key, value, persist)
+            except NoProc:  # no keeper in this tree
+                pass
+        if section == "couch_jobs":
+            raise HttpError(503, "service_unavailable", "this node runs no settings keeper: nothing changed")
         old = self._section(section)[key]
         try:
             self.scheduler.set_setting(key, value)
@@ -502,19 +518,20 @@ class App:
             raise HttpError(400, "bad_request", str(exc)) from None
         return 200, old
 
-    def _set_couch_jobs(self, key: str, value: str) -> str:
-        """Validate here (a bad value never reaches the node), then set it in the keeper."""
+    def _set(self, section: str, key: str, value: str, persist: bool) -> str:
+        """Set a value in the keeper (and the file); answers the old value.
+
+        Raises:
+            NoProc: the node runs no keeper.
+        """
         try:
-            parse_value("couch_jobs", key, value)
-            old = self.couch_jobs.set(key, value)
+            return format_value(self.settings.set(section, key, value, persist))
         except ConfigError as exc:
             raise HttpError(400, "bad_request", str(exc)) from None
-        except NoProc:
-            raise HttpError(503, "service_unavailable", "the queue is not running on this node: "
-                            "nothing changed") from None
+        except ConfigWriteError as exc:
+            raise HttpError(500, "file_error", f"{exc}: nothing changed") from None
         except (CallTimeout, CallFailed, NodeDown):
-            raise HttpError(503, "service_unavailable", "the queue's settings keeper did not answer") from None
-        return str(old)
+            raise HttpError(503, "service_unavailable", "the node's settings keeper did not answer") from None
 
     # ------------------------------------------------------------- _utils
     def utils_route(self, req: Request, seg: list[str]) -> tuple[int, Any]:

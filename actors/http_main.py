@@ -4,8 +4,8 @@ Started by :class:`actors.http_server.HttpServer`, which writes the rest
 of its settings as one JSON object on stdin (so the session secret and the
 admins' hashes never show on a command line): ``bind_address``, ``admins``
 (name -> hash), ``secret`` (hex), ``session_timeout``, ``config``
-(the start-time ``[couch_jobs]``, shown when the queue's keeper does not
-answer), ``node``, ``parent_pid``, ``store`` (the store URL
+(the start-time ``[couch_jobs]``, shown when the node's settings keeper
+does not answer), ``node``, ``parent_pid``, ``store`` (the store URL
 holding the documents). The process dies with its
 parent (PR_SET_PDEATHSIG), binds, writes ``ready <port>`` (or ``error
 <why>``) as one line on stdout, then serves with waitress until killed.
@@ -43,8 +43,8 @@ def main(argv: list[str] | None = None) -> int:
 
     import supervision
     from actors.auth import Auth
+    from actors.config_server import ConfigClient
     from actors.http_api import App
-    from actors.jobs_sup import CouchJobsConfigClient
     from actors.scheduler import SchedulerClient
     from actors.scheduler_sup import SCHEDULER_NAME
 
@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
                     settings.get("session_timeout", 600))
         app = App(SchedulerClient(client, SCHEDULER_NAME), auth, settings.get("config") or {},
                   settings.get("node") or "local", store=settings.get("store"),
-                  couch_jobs=CouchJobsConfigClient(client))
+                  settings=ConfigClient(client))
         server = waitress.create_server(
             app, host=settings.get("bind_address", "127.0.0.1"), port=args.port, threads=THREADS,
             max_request_body_size=SERVER_MAX_BODY, max_request_header_size=MAX_HEADER,

@@ -26,16 +26,20 @@ ROOT_FLAGS = {"strategy": "one_for_one", "intensity": 3, "period": 10}
 
 
 def root_children(config: Config) -> list:
-    """The node's top-level children, in start order: the queue tree, the
+    """The node's top-level children, in start order: the settings keeper
+    (the run-time ``[replicator]`` and ``[couch_jobs]`` values, started
+    before and outliving every actor that reads them), the queue tree, the
     scheduler tree (scheduler_sup then scheduler, rest_for_one), the doc
     processor (adopts permanent jobs through the queue and runs them on the
     scheduler), then the HTTP listener."""
+    from .config_server import config_children
     from .doc_processor import doc_children
     from .http_server import http_children
     from .jobs_sup import jobs_children
     from .scheduler_sup import scheduler_children
 
-    return jobs_children(config) + scheduler_children(config) + doc_children(config) + http_children(config)
+    return (config_children(config) + jobs_children(config, config_server=False) + scheduler_children(config)
+            + doc_children(config) + http_children(config))
 
 
 def check_store(url: str) -> None:

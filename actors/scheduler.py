@@ -11,8 +11,17 @@ is requested.
   every ``interval`` ms of the actor's clock);
 * views: ``Jobs()``, ``GetJob(id)``, ``JobSummary(id)``, ``HealthThreshold()``,
   ``GetStats()``, ``GetSettings()``, ``JobAddress(id)``;
-* ``SetSetting(key, value)``: max_jobs, max_churn, interval, max_history,
-  health_threshold, validated (the seed's config listener);
+* settings (max_jobs, max_churn, interval, max_history, health_threshold):
+  at start it reads the current ``[replicator]`` values from the node's
+  settings keeper (:class:`actors.config_server.ConfigServer`) and is
+  called with every change (``ReplicatorChanged``, the seed's config
+  listener), so a scheduler restarted after a crash or a SIGKILL runs with
+  the values changed at run time, not with its start args (which are the
+  settings only in a tree without the keeper). A keeper restarted after a
+  crash hands it its values the same way;
+* ``SetSetting(key, value)``: validated here, then set through the keeper
+  (in the running node only, never in the config file) or, in a tree
+  without one, here alone; answers the new value;
 * a job's ``Down``: ``normal`` completes it, anything else (an exception,
   ``killed`` for a SIGKILLed process) is a crash;
 * on start it adopts the jobs already running under ``scheduler_sup``
@@ -28,10 +37,20 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from supervision import DEFER_START, GenServer
+from supervision import DEFER_START, NOREPLY, GenServer, NoProc, Request, SupervisionError
 from supervision.messages import Cast, Down, Failure, WhereIs
+from supervision.reports import report
 from supervision.supervisor import StartChild, TerminateChild, WhichChildren
 
+from .config import (
+    CONFIG_SERVER,
+    RUNTIME_KEYS,
+    ConfigError,
+    GetConfig,
+    ReplicatorChanged,
+    SetConfig,
+    parse_runtime_value,
+)
 from .scheduler_core import (
     Event,
     EventType,
@@ -54,6 +73,10 @@ START_TIMEOUT = 30.0
 #: StartChild calls outstanding at once (scheduler_sup serves them in turn).
 MAX_STARTS_IN_FLIGHT = 4
 ADOPT_TIMEOUT = 5.0
+#: Seconds to wait for the settings keeper (a change waits for this scheduler to apply it).
+KEEPER_TIMEOUT = 20.0
+#: The [replicator] keys the scheduler runs with.
+SETTING_KEYS = RUNTIME_KEYS["replicator"]
 
 
 # ---------------------------------------------------------------- requests
@@ -129,7 +152,8 @@ class GetSettings:
 
 @dataclass(frozen=True)
 class SetSetting:
-    """Change a setting at run time; answers the new value or raises InvalidSetting."""
+    """Change a setting at run time (through the node's settings keeper, if it
+    runs one); answers the new value or raises InvalidSetting."""
 
     key: str
     value: Any
@@ -227,18 +251,92 @@ class Scheduler(GenServer):
         self.sup_name = args.get("sup_name", "scheduler_sup")
         self.node_name = args.get("node_name")
         self.sup: Any = None
+        self.has_keeper = False
+        self.config_generation = 0
         self.adopted: set = set()
         self._adopting: set = set()
         self._tick_generation = 0
         self._timer = None
         self.last_reschedule_ms = 0.0
-        self._arm_timer()
-        self.call_async(self.node, WhereIs(self.sup_name), self._sup_found, ADOPT_TIMEOUT)
+        self.call_async(self.node, WhereIs(CONFIG_SERVER), self._keeper_found, ADOPT_TIMEOUT)
         return DEFER_START
 
     def format_status(self) -> dict:
-        return {"max_jobs": self.core.settings.max_jobs, "running_jobs": self.core.table.running_count(),
-                "pending_jobs": self.core.table.pending_count()}
+        return {"settings": vars(self.core.settings).copy(), "config_generation": self.config_generation,
+                "running_jobs": self.core.table.running_count(), "pending_jobs": self.core.table.pending_count()}
+
+    # -------------------------------------------------------- settings
+    def _keeper_found(self, addr: Any, error: Exception | None) -> None:
+        if error is not None:
+            self.start_failed(f"cannot look up the settings keeper: {error!r}")
+            return
+        if addr is None:  # a tree without the keeper: the start args are the settings
+            self._settings_known()
+            return
+        self.has_keeper = True
+        self.call_async(addr, GetConfig("replicator", self.myAddress), self._settings_read, KEEPER_TIMEOUT)
+
+    def _settings_read(self, answer: Any, error: Exception | None) -> None:
+        if error is not None:
+            self.start_failed(f"the settings keeper did not answer: {error!r}")
+            return
+        generation, values = answer
+        self._apply_settings(values, generation)
+        self._settings_known()
+
+    def _settings_known(self) -> None:
+        self._arm_timer()
+        self.call_async(self.node, WhereIs(self.sup_name), self._sup_found, ADOPT_TIMEOUT)
+
+    def _apply_settings(self, values: dict, generation: int | None) -> None:
+        """Run with ``values`` from now on (each validated again; a bad one is logged and skipped)."""
+        before = self.core.settings
+        wanted = {key: value for key, value in values.items() if key in SETTING_KEYS}
+        self.core.settings = apply_settings(before, wanted, on_error=lambda exc: report(
+            "scheduler_setting_refused", logging.ERROR, key=exc.key, value=exc.value, reason=str(exc)))
+        if generation is not None:
+            self.config_generation = generation
+        changed = {key: getattr(self.core.settings, key) for key in SETTING_KEYS
+                   if getattr(self.core.settings, key) != getattr(before, key)}
+        if changed:
+            report("scheduler_settings_applied", generation=self.config_generation, **changed)
+        if "interval" in changed and self._timer is not None:
+            self._arm_timer()  # the next reschedule is one new interval from now
+
+    def _validated(self, key: str, value: Any) -> Any:
+        """A new value of ``key`` as the keeper and the core would accept it.
+
+        Raises:
+            InvalidSetting: unknown key, or a bad value.
+        """
+        try:
+            parsed = parse_runtime_value("replicator", key, value)
+        except ConfigError as exc:
+            raise InvalidSetting(key, value, exc.why) from None
+        self.core.settings.with_setting(key, parsed)
+        return parsed
+
+    def _set_setting(self, msg: SetSetting, from_: Any) -> Any:
+        value = self._validated(msg.key, msg.value)
+        if not self.has_keeper:
+            self._apply_settings({msg.key: value}, None)
+            return getattr(self.core.settings, msg.key)
+        self.run_task(self._set_through_keeper(msg.key, value), lambda answer: self.reply(from_, answer))
+        return NOREPLY
+
+    def _set_through_keeper(self, key: str, value: Any):
+        """The keeper (looked up again: it may have been restarted) sets the value
+        and calls back with ReplicatorChanged before it answers."""
+        try:
+            keeper = yield Request(self.node, WhereIs(CONFIG_SERVER))
+            if keeper is None:
+                raise NoProc(CONFIG_SERVER)
+            yield Request(keeper, SetConfig("replicator", key, value, persist=False), KEEPER_TIMEOUT)
+        except SupervisionError as exc:  # NoProc, CallTimeout, CallFailed
+            return Failure(exc)
+        except ConfigError as exc:  # refused there although valid here: tell the caller, run on
+            return Failure(InvalidSetting(key, value, exc.why))
+        return getattr(self.core.settings, key)
 
     # -------------------------------------------------------- adoption
     def _sup_found(self, addr: Any, error: Exception | None) -> None:
@@ -282,6 +380,8 @@ class Scheduler(GenServer):
     # ----------------------------------------------------------- calls
     def handle_call(self, msg: Any, from_: Any) -> Any:
         try:
+            if isinstance(msg, SetSetting):
+                return self._set_setting(msg, from_)
             return self._answer(msg)
         except SchedulerError as exc:
             return Failure(exc)
@@ -320,13 +420,11 @@ class Scheduler(GenServer):
             return dict(core.stats(), last_reschedule_ms=self.last_reschedule_ms)
         if isinstance(msg, GetSettings):
             return vars(core.settings).copy()
-        if isinstance(msg, SetSetting):
-            core.settings = core.settings.with_setting(msg.key, msg.value)
-            value = getattr(core.settings, msg.key)
-            log.info("scheduler: %s set to %s", msg.key, value)
-            if msg.key == "interval":
-                self._arm_timer()  # the next reschedule is one new interval from now
-            return value
+        if isinstance(msg, ReplicatorChanged):
+            self.has_keeper = True  # also when a keeper restarted after ours hands us its values
+            if msg.generation > self.config_generation:
+                self._apply_settings(msg.values, msg.generation)
+            return "ok"
         return super().handle_call(msg, None)
 
     def _add_job(self, spec: JobSpec) -> Any:

@@ -19,7 +19,7 @@ from typing import Any
 
 from supervision import ChildSpec, Supervisor, SupFlags
 
-from .config import Config, node_name
+from .config import RUNTIME_KEYS, Config, node_name
 
 #: Registered names (node-local) of the two actors.
 SCHEDULER_SUP_NAME = "scheduler_sup"
@@ -28,7 +28,8 @@ SCHEDULER_NAME = "scheduler"
 JOB_START = "actors.scheduler_job:SchedulerJob"
 SCHEDULER_START = "actors.scheduler:Scheduler"
 
-SETTING_KEYS = ("max_jobs", "max_churn", "interval", "max_history", "health_threshold")
+#: The [replicator] keys of the scheduler (all of them change at run time).
+SETTING_KEYS = RUNTIME_KEYS["replicator"]
 
 
 class SchedulerSup(Supervisor):
@@ -58,7 +59,8 @@ class SchedulerTree(Supervisor):
 
 
 def scheduler_settings(config: Config) -> dict:
-    """The scheduler's settings from the ``[replicator]`` section."""
+    """The scheduler's start-time settings from the ``[replicator]`` section
+    (in a node with a settings keeper it runs with the keeper's current ones)."""
     return {key: config.get("replicator", key) for key in SETTING_KEYS}
 
 

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from actors.config import Config
+from actors.config import CONFIG_SERVER, Config, GetConfig
+from actors.config_server import config_children
 from actors.scheduler import SchedulerClient
 from actors.scheduler_core import InvalidSetting, JobNotFound
 from actors.scheduler_sup import SCHEDULER_NAME, SCHEDULER_SUP_NAME, scheduler_children
@@ -290,3 +291,37 @@ def test_scheduler_sup_crash_restarts_the_scheduler_too(h) -> None:
                what="scheduler restarted after scheduler_sup")
     assert _try(lambda: h.client.get_pid(SCHEDULER_SUP_NAME)) not in (None, sup_pid)
     assert h.s.jobs() == []
+
+
+def test_settings_set_through_the_keeper_survive_a_scheduler_restart(tmp_path) -> None:
+    """With the node's settings keeper in the tree, SetSetting goes through it
+    (running node only: the config file, if any, is left alone), so a SIGKILLed
+    scheduler comes back with the changed values, not with its start args."""
+    config = Config()
+    config.set("replicator", "max_jobs", 10)
+    node = start_node(free_port(), None, config_children(config) + scheduler_children(config, clock="manual"))
+    h = Harness(node, tmp_path)
+    try:
+        assert h.s.set_setting("max_jobs", "1") == 1
+        assert h.s.set_setting("interval", 5000) == 5000
+        with pytest.raises(InvalidSetting):
+            h.s.set_setting("interval", 2**32)  # beyond any timer: refused before it reaches the keeper
+        assert h.client.call(CONFIG_SERVER, GetConfig("replicator"))[1]["max_jobs"] == 1
+        h.s.add_job(h.spec("k1"))
+        h.s.add_job(h.spec("k2"))
+        h.s.reschedule()
+        wait_until(lambda: h.running() == ["k1"], what="one job running (max_jobs = 1)")
+        old = h.client.get_pid(SCHEDULER_NAME)
+        os.kill(old, signal.SIGKILL)
+        wait_until(lambda: (p := _try(lambda: h.client.get_pid(SCHEDULER_NAME))) and p != old,
+                   what="scheduler restarted")
+        settings = wait_until(lambda: _try(h.s.settings), what="the new scheduler answering")
+        assert (settings["max_jobs"], settings["interval"]) == (1, 5000)
+        wait_until(lambda: h.running() == ["k1"], what="k1 adopted")
+        h.s.add_job(h.spec("k3"))  # the start-time max_jobs (10) would start it at once
+        stats = h.s.stats()
+        assert (stats["running"], stats["pending"]) == (1, 1) and h.live_job_actors() == 1
+    finally:
+        pgid = node.pgid
+        node.stop()
+        wait_until(lambda: not group_pids(pgid), 10, "no process of the node left")
