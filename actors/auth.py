@@ -42,10 +42,17 @@ _SECTION = re.compile(r"^\s*\[([^\]]+)\]\s*$")
 _ENTRY = re.compile(r"^(\s*)([^=:;#\s][^=:]*?)(\s*[=:]\s*)(.*?)(\s*)$")
 
 
+def _utf8(password: str) -> bytes:
+    """The bytes hashed for ``password``; a lone surrogate (no password of the
+    config file can hold one) gives bytes no real password has, so it never
+    matches, and costs the same hash as any other attempt."""
+    return password.encode("utf-8", "surrogatepass")
+
+
 def hash_password(password: str, salt: str | None = None, iterations: int = ITERATIONS) -> str:
     """A CouchDB ``-pbkdf2-`` hash of ``password``."""
     salt = salt or binascii.hexlify(os.urandom(16)).decode()
-    derived = hashlib.pbkdf2_hmac("sha1", password.encode(), salt.encode(), iterations, 20)
+    derived = hashlib.pbkdf2_hmac("sha1", _utf8(password), salt.encode(), iterations, 20)
     return f"{PBKDF2_PREFIX}{derived.hex()},{salt},{iterations}"
 
 
@@ -62,7 +69,7 @@ def verify_password(stored: str, password: str) -> bool:
         return False
     if not is_hashed(stored) or iterations < 1:
         return False
-    candidate = hashlib.pbkdf2_hmac("sha1", password.encode(), salt.encode(), iterations, len(derived) // 2)
+    candidate = hashlib.pbkdf2_hmac("sha1", _utf8(password), salt.encode(), iterations, len(derived) // 2)
     return hmac.compare_digest(candidate.hex(), derived.lower())
 
 
@@ -150,6 +157,8 @@ class Auth:
         return bool(self.admins)
 
     def check_password(self, name: str, password: str) -> bool:
+        if not isinstance(name, str) or not isinstance(password, str):
+            name, password = "", ""  # a JSON number or list: no admin, same cost
         stored = self.admins.get(name)
         if stored is None:
             hash_password(password, iterations=ITERATIONS)  # same cost for unknown names

@@ -61,7 +61,7 @@ from fdblayer.jobs import (
     set_type_timeout,
     update,
 )
-from fdblayer.jobs.validate import check_timeout
+from fdblayer.jobs.validate import LONGEST_WAIT, check_timeout
 from supervision import Client, NoProc, Request, connect
 from supervision.messages import WhereIs
 
@@ -116,7 +116,7 @@ class _Inbox:
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
                 return None
-            event = self.ctx.listen(left if left is not None else 3600.0)
+            event = self.ctx.listen(3600.0 if left is None else min(left, 3600.0))
             if not isinstance(event, JobEvent):
                 continue
             if event.ref not in refs:
@@ -183,6 +183,8 @@ def subscribe(db: Any, type: Any, job_id: str, *, node: Any = None,
         supervision.NodeDown: no node answers on the port.
     """
     timeout = check_timeout(timeout)
+    if timeout is None:  # None, or a timeout of years: wait for the node as long as it takes
+        timeout = LONGEST_WAIT
     _port(node)
     info = _current(db, type, job_id)
     if info.state is JobState.FINISHED:

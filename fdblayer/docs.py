@@ -45,7 +45,7 @@ from fdblayer.jobs.codec import encode_data
 from fdblayer.jobs.exceptions import EncodingError, InvalidArgument, JobsError, NotFound
 from fdblayer.jobs.job import Job
 from fdblayer.jobs.keys import DEFAULT_LAYOUT
-from fdblayer.jobs.validate import MAX_SCHED_TIME
+from fdblayer.jobs.validate import MAX_SCHED_TIME, check_flag
 from fdblayer.watches import Watch
 
 __all__ = [
@@ -265,6 +265,33 @@ def ensure_type(tr: Transaction, timeout: float = DEFAULT_OWNER_TIMEOUT) -> None
 # ------------------------------------------------------------------ API
 
 
+def _check_tx(tx: Any) -> None:
+    if not isinstance(tx, (Database, Transaction)):
+        raise InvalidArgument(f"expected a Database or a Transaction, not {type(tx).__name__}")
+
+
+def _check_now(now: Any) -> float:
+    """A wall time given by a caller (tests): finite seconds an ISO 8601 date can show."""
+    if isinstance(now, bool) or not isinstance(now, (int, float)) or not math.isfinite(now) \
+            or not 0 <= now < MAX_SCHED_TIME:
+        raise InvalidArgument(f"now must be seconds since the epoch, not {now!r:.80}")
+    return float(now)
+
+
+def _check_states(states: Any) -> Optional[set]:
+    if states is None:
+        return None
+    if isinstance(states, (str, bytes)) or not isinstance(states, Iterable):
+        raise InvalidArgument(f"states must be a list of state names, not {states!r:.80}")
+    wanted = list(states)
+    if not all(isinstance(state, str) for state in wanted):
+        raise InvalidArgument(f"states must be state names (str), not {wanted!r:.80}")
+    unknown = sorted(set(wanted) - set(STATES))
+    if unknown:
+        raise InvalidArgument(f"unknown states {unknown}; choose from {list(STATES)}")
+    return set(wanted)
+
+
 def put(tx: Tx, db_name: str, doc_id: str, body: dict, *, rev: Optional[str] = None,
         check_rev: bool = False, now: Optional[float] = None) -> str:
     """Create or replace a document; its queue job is added (or resubmitted).
@@ -291,12 +318,15 @@ def put(tx: Tx, db_name: str, doc_id: str, body: dict, *, rev: Optional[str] = N
         InvalidArgument, EncodingError: bad input (nothing written).
         Conflict: ``check_rev`` and another revision is current.
     """
+    _check_tx(tx)
     check_names(db_name, doc_id)
+    check_flag(check_rev, "check_rev")
+    now = time.time() if now is None else _check_now(now)
     if rev is None and isinstance(body, dict):
         rev = body.get("_rev")
     _check_rev(rev)
     clean = check_body(body)
-    return _put(tx, db_name, doc_id, clean, rev, check_rev, time.time() if now is None else now)
+    return _put(tx, db_name, doc_id, clean, rev, check_rev, now)
 
 
 @transactional
@@ -321,6 +351,7 @@ def get(tx: Tx, db_name: str, doc_id: str) -> Doc:
         InvalidArgument: bad names.
         NotFound: no such document.
     """
+    _check_tx(tx)
     check_names(db_name, doc_id)
     doc = _get(tx, db_name, doc_id)
     if doc is None:
@@ -347,6 +378,7 @@ def delete(tx: Tx, db_name: str, doc_id: str, *, rev: Optional[str] = None) -> s
         NotFound: no such document.
         Conflict: ``rev`` is not current.
     """
+    _check_tx(tx)
     check_names(db_name, doc_id)
     return _delete(tx, db_name, doc_id, _check_rev(rev))
 
@@ -382,15 +414,15 @@ def list_docs(tx: Tx, db_name: Optional[str] = None, *, limit: Optional[int] = N
     Raises:
         InvalidArgument: a bad argument.
     """
+    _check_tx(tx)
     if db_name is not None:
         _check_str(db_name, "database name")
-    for value, what in ((limit, "limit"), (skip, "skip")):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
-            raise InvalidArgument(f"{what} must be an int >= 0, not {value!r}")
-    wanted = None if states is None else set(states)
-    if wanted is not None and not wanted <= set(STATES):
-        raise InvalidArgument(f"unknown states {sorted(wanted - set(STATES))}; choose from {list(STATES)}")
-    return _list(tx, db_name, limit, skip, wanted)
+    for value, what, optional in ((limit, "limit", True), (skip, "skip", False)):
+        if value is None and optional:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise InvalidArgument(f"{what} must be an int >= 0, not {value!r:.80}")
+    return _list(tx, db_name, limit, skip, _check_states(states))
 
 
 @transactional

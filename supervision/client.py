@@ -41,6 +41,10 @@ def _own_address(ctx: Any) -> Any:
         return None
 
 
+#: The longest single wait on the transport: Thespian's select() takes at
+#: most about 24 days; a call with a longer timeout waits in rounds of this.
+_LONGEST_LISTEN = 3600.0
+
 class Client:
     """Calls, casts and supervisor requests to one node."""
 
@@ -101,7 +105,7 @@ class Client:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise CallTimeout(addr, msg, timeout)
-                answer = ctx.listen(left)
+                answer = ctx.listen(min(left, _LONGEST_LISTEN))
                 if isinstance(answer, m.Reply) and answer.ref == ref:
                     if isinstance(answer.value, m.Failure):
                         raise answer.value.error

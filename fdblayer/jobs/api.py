@@ -42,6 +42,7 @@ from fdblayer.jobs.exceptions import (
 from fdblayer.jobs.job import Job, JobInfo, JobState
 from fdblayer.jobs.keys import DEFAULT_LAYOUT, JobType, Layout
 from fdblayer.jobs.validate import (
+    LONGEST_WAIT,
     MAX_SCHED_TIME,
     check_flag,
     check_id,
@@ -410,7 +411,8 @@ def accept_job(
     deadline = None if timeout is None else monotonic() + timeout
     if max_sched_time is not None and not no_schedule:
         wait = max(MIN_ACCEPT_WAIT, max_sched_time - clock())
-        deadline = monotonic() + wait if deadline is None else min(deadline, monotonic() + wait)
+        if wait < LONGEST_WAIT:  # a time years away bounds no wait
+            deadline = monotonic() + wait if deadline is None else min(deadline, monotonic() + wait)
     limit = 0 if no_schedule else (MAX_SCHED_TIME if max_sched_time is None else max_sched_time)
     while True:
         found, watch = _try_accept(db, layout, job_type, limit, no_schedule, rng)

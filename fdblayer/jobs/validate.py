@@ -157,8 +157,18 @@ def check_optional_sched_time(sched_time: Any, name: str = "scheduled_time") -> 
     return check_sched_time(sched_time, name)
 
 
+#: The longest wait a timeout asks for (about three years); a longer finite
+#: timeout waits forever, as None does (no clock or lock can wait longer than
+#: ``threading.TIMEOUT_MAX``, about 292 years, anyway).
+LONGEST_WAIT = 10.0**8
+
+
 def check_timeout(timeout: Any, name: str = "timeout") -> float | None:
     """Check a wait timeout: None (forever) or a finite number of seconds >= 0.
+
+    Returns:
+        The timeout as a float, or None for None and for any timeout of
+        :data:`LONGEST_WAIT` seconds or more (both wait forever).
 
     Raises:
         InvalidArgument: ``timeout`` is not such a number.
@@ -169,7 +179,7 @@ def check_timeout(timeout: Any, name: str = "timeout") -> float | None:
         raise InvalidArgument(f"{name} must be a number of seconds, not {_short(timeout)}")
     if not math.isfinite(timeout) or timeout < 0:
         raise InvalidArgument(f"{name} must be finite and >= 0, not {timeout!r}")
-    return float(timeout)
+    return None if timeout >= LONGEST_WAIT else float(timeout)
 
 
 def check_type_timeout(seconds: Any) -> int | float:
