@@ -91,8 +91,11 @@ def parse_value(section: str, key: str, raw: Any) -> Any:
     Raises:
         ConfigError: unknown key, or a value of the wrong type or range.
     """
-    if section not in DEFAULTS or key not in DEFAULTS[section]:
+    if not _known(section, key):
         raise ConfigError(section, key, raw, "unknown setting")
+    if isinstance(raw, bool) or not isinstance(raw, (str, int)):  # a file and HTTP give str, code an int
+        raise ConfigError(section, key, raw, "must be a string" if (section, key) in _STRINGS
+                          else "must be an integer")
     if (section, key) in _STRINGS:
         value = str(raw).strip()
         if not value:
@@ -123,11 +126,15 @@ def parse_runtime_value(section: str, key: str, raw: Any) -> Any:
         ConfigError: a key outside :data:`RUNTIME_KEYS` (unknown, or one the
             file alone sets), or a bad value.
     """
-    if key not in RUNTIME_KEYS.get(section, ()):
-        known = section in DEFAULTS and key in DEFAULTS[section]
-        raise ConfigError(section, key, raw, "can only be changed in the config file" if known
+    if not _known(section, key) or key not in RUNTIME_KEYS.get(section, ()):
+        raise ConfigError(section, key, raw, "can only be changed in the config file" if _known(section, key)
                           else "unknown setting")
     return parse_value(section, key, raw)
+
+
+def _known(section: Any, key: Any) -> bool:
+    """A section and key of :data:`DEFAULTS` (anything else, even unhashable, is not)."""
+    return isinstance(section, str) and isinstance(key, str) and key in DEFAULTS.get(section, {})
 
 
 def format_value(value: Any) -> str:
