@@ -177,7 +177,7 @@ def http_children(config: Any, *, admin_port: int | None = None, config_path: st
         config: the node's :class:`~actors.config.Config` ([node] port,
             http_port, bind_address, store (documents are read and written
             there); [couch_jobs] (its start-time values, shown when the
-            queue's settings keeper does not answer).
+            node's settings keeper does not answer).
         admin_port: the node's admin port (default: ``[node] port``).
         config_path: the INI file holding ``[admins]`` (default: the
             config's ``path`` attribute, if it has one).
