@@ -52,6 +52,10 @@ MAX_BODY = 1 << 20
 REPLICATOR_KEYS = RUNTIME_KEYS["replicator"]
 #: Request header that keeps a ``_config`` change out of the config file (CouchDB's).
 PERSIST_HEADER = "X-Couch-Persist"
+#: Deepest JSON body (containers inside containers) a request may send: the
+#: store's limit for documents and job data (``fdblayer.jobs.codec.MAX_DEPTH``),
+#: well below what pickling a job spec to the scheduler can take.
+MAX_JSON_DEPTH = 256
 
 NOT_ADMIN = "You are not a server admin."
 
@@ -119,14 +123,41 @@ class Request:
         return data
 
     def json(self) -> Any:
+        """The body as JSON (``null`` when empty).
+
+        Raises:
+            HttpError: 400 ``bad_request`` for a body that is not UTF-8 JSON
+                or that nests deeper than :data:`MAX_JSON_DEPTH`.
+        """
+        too_deep = HttpError(400, "bad_request", f"JSON nested deeper than {MAX_JSON_DEPTH} levels")
         try:
-            return json.loads(self.body() or b"null")
+            value = json.loads(self.body() or b"null")
         except (ValueError, UnicodeDecodeError):
             raise HttpError(400, "bad_request", "invalid UTF-8 JSON") from None
+        except RecursionError:  # deeper than the parser goes
+            raise too_deep from None
+        if json_depth(value) > MAX_JSON_DEPTH:
+            raise too_deep
+        return value
 
     @property
     def content_type(self) -> str:
         return self.environ.get("CONTENT_TYPE", "").split(";")[0].strip().lower()
+
+
+def json_depth(value: Any) -> int:
+    """How many containers deep a parsed JSON value nests (0 for a scalar), without recursing."""
+    deepest = 0
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            item = item.values()
+        elif not isinstance(item, list):
+            continue
+        deepest = max(deepest, depth)
+        stack.extend((child, depth + 1) for child in item)
+    return deepest
 
 
 class App:
