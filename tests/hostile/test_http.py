@@ -352,7 +352,9 @@ def test_malformed_http_gets_a_client_error_and_the_node_keeps_serving(n, data, 
     reply = exchange(n.http_port, data, half_close=True)
     assert reply.status in statuses, describe(reply)
     if reply.status is not None and reply.status >= 400 and reply.headers.get("content-type") == "application/json":
-        assert is_couch_error(reply), describe(reply)
+        # 501 (a Transfer-Encoding waitress does not know) is CouchDB's not_implemented, the one 5xx expected here
+        assert is_couch_error(reply) or reply.status == 501 and reply.json().get("error") == "not_implemented", \
+            describe(reply)
     assert b"Traceback" not in reply.raw
     assert n.store.snapshot() == before
     n.check()
