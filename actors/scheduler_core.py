@@ -29,6 +29,8 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator, Mapping, Protocol
 
+from .config import ConfigError, parse_value
+
 log = logging.getLogger(__name__)
 
 MAX_BACKOFF_EXPONENT = 10
@@ -71,6 +73,14 @@ class InvalidJobSpec(SchedulerError):
     def __init__(self, field_name: str, value: Any, why: str) -> None:
         super().__init__(f"job spec {field_name} = {value!r:.80}: {why}")
         self.field, self.value = field_name, value
+
+
+class InvalidArgument(SchedulerError):
+    """A request's argument (other than a job spec or a setting) is of the wrong type or out of range."""
+
+    def __init__(self, name: str, value: Any, why: str) -> None:
+        super().__init__(f"{name} = {value!r:.80}: {why}")
+        self.name, self.value = name, value
 
 
 class JobNotFound(SchedulerError):
@@ -192,6 +202,9 @@ class JobSpec:
             start_time = now
         elif isinstance(start_time, bool) or not isinstance(start_time, (int, float)):
             raise InvalidJobSpec("start_time", start_time, "must be a number (epoch seconds)")
+        elif not is_showable_time(start_time):
+            raise InvalidJobSpec("start_time", start_time, "must be a time the clock can show "
+                                 "(finite epoch seconds, years 1 to 9999)")
         return cls(job_id, handler, data.get("source"), data.get("target"), continuous, dict(options),
                    data.get("db_name"), data.get("doc_id"), data.get("user"), start_time)
 
@@ -225,24 +238,21 @@ class Settings:
     health_threshold: int = DEFAULT_HEALTH_THRESHOLD
 
     def with_setting(self, key: str, value: Any) -> "Settings":
-        """A copy with one setting changed, validated as the seed's casts are.
+        """A copy with one setting changed, validated as the config file's
+        ``[replicator]`` values are (:func:`actors.config.parse_value`).
 
         Raises:
-            InvalidSetting: unknown key, not an int, or out of range
-                (max_jobs >= 0; the others > 0).
+            InvalidSetting: unknown key, not an integer (an int or its
+                decimal text), or out of range (max_jobs >= 0, the others
+                >= 1; interval at most ``actors.config.MAX_MSEC`` ms, a timer's
+                limit; none longer than 20 digits).
         """
-        if key not in {f.name for f in dataclasses.fields(self)}:
+        if not isinstance(key, str) or key not in {f.name for f in dataclasses.fields(self)}:
             raise InvalidSetting(key, value, "unknown setting")
-        if isinstance(value, str):
-            try:
-                value = int(value.strip())
-            except ValueError:
-                raise InvalidSetting(key, value, "must be an integer") from None
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise InvalidSetting(key, value, "must be an integer")
-        low = 0 if key == "max_jobs" else 1
-        if value < low:
-            raise InvalidSetting(key, value, f"must be >= {low}")
+        try:
+            value = parse_value("replicator", key, value)
+        except ConfigError as exc:
+            raise InvalidSetting(key, value, exc.why) from None
         return dataclasses.replace(self, **{key: value})
 
 
@@ -319,6 +329,15 @@ def reason_text(reason: Any) -> str:
         text = str(reason)
         return f"{type(reason).__name__}: {text}" if text else type(reason).__name__
     return repr(reason)
+
+
+def is_showable_time(when: float) -> bool:
+    """True for wall-clock seconds :func:`iso8601` can show (finite, within the platform's range)."""
+    try:
+        iso8601(when)
+    except (OverflowError, OSError, ValueError):
+        return False
+    return True
 
 
 def iso8601(when: float | None) -> str | None:
@@ -694,11 +713,16 @@ class Scheduling:
         return [self.job_json(j, node) for j in self.table]
 
     def jobs_page(self, limit: int, skip: int, node: Any = None) -> tuple[int, list[dict]]:
-        """``(total, one page of job dicts)`` in id order, building only the page's dicts."""
+        """``(total, one page of job dicts)`` in id order, building only the page's dicts.
+
+        Raises:
+            InvalidArgument: ``limit`` or ``skip`` is not an int >= 0.
+        """
+        for name, value in (("limit", limit), ("skip", skip)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise InvalidArgument(name, value, "must be an int >= 0")
         ordered = sorted(self.table, key=lambda j: str(j.id))
         return len(ordered), [self.job_json(j, node) for j in ordered[skip: skip + limit]]
-
-
 
 
 def apply_settings(settings: Settings, values: Mapping[str, Any],
