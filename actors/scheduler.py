@@ -26,6 +26,13 @@ is requested.
   ``killed`` for a SIGKILLed process) is a crash;
 * on start it adopts the jobs already running under ``scheduler_sup``
   (it was restarted): they are monitored and kept, not started twice.
+
+A call's arguments are checked before anything changes: a bad one is
+answered with a :class:`~actors.scheduler_core.SchedulerError`
+(``InvalidJobSpec``, ``InvalidSetting``, ``InvalidArgument``), an id no
+job can have (job ids are non-empty str) is a job that is not there; the
+scheduler never exits on a caller's mistake. Any other exception is a bug
+in its own state, and it crashes (its supervisor restarts it).
 """
 from __future__ import annotations
 
@@ -54,6 +61,7 @@ from .config import (
 from .scheduler_core import (
     Event,
     EventType,
+    InvalidArgument,
     InvalidSetting,
     Job,
     JobNotFound,
@@ -62,6 +70,7 @@ from .scheduler_core import (
     Scheduling,
     Settings,
     apply_settings,
+    is_showable_time,
     reason_text,
 )
 from .scheduler_job import GetDetails, JobProgress, RunJob
@@ -108,7 +117,8 @@ class Jobs:
 
 @dataclass(frozen=True)
 class JobsPage:
-    """``(total, jobs)``: one page of jobs as dicts, in id order."""
+    """``(total, jobs)``: one page of jobs as dicts, in id order; InvalidArgument
+    unless ``limit`` and ``skip`` are ints >= 0."""
 
     limit: int
     skip: int
@@ -166,7 +176,8 @@ class LoadJobs:
     Each row: ``{"spec": dict, "history": [(type, when, reason), ...] newest
     first, "running": bool}``; running rows get a real job actor, then keep
     the given history. Tests drive the seed's reschedule cases through the
-    real actor this way.
+    real actor this way. Every row is checked first: a bad one changes
+    nothing (InvalidJobSpec, InvalidArgument).
     """
 
     rows: list
@@ -393,6 +404,8 @@ class Scheduler(GenServer):
         if isinstance(msg, AddJob):
             return self._add_job(JobSpec.from_dict(msg.spec, now=self.clock.time()))
         if isinstance(msg, RemoveJob):
+            if self._job(msg.job_id) is None:
+                return False
             self.adopted.discard(msg.job_id)
             return core.remove_job(msg.job_id)
         if isinstance(msg, Reschedule):
@@ -405,14 +418,14 @@ class Scheduler(GenServer):
         if isinstance(msg, JobsPage):
             return core.jobs_page(msg.limit, msg.skip, self._node_name())
         if isinstance(msg, GetJob):
-            job = core.table.get(msg.job_id)
+            job = self._job(msg.job_id)
             if job is None:
                 raise JobNotFound(msg.job_id)
             return core.job_json(job, self._node_name())
         if isinstance(msg, JobSummary):
-            return core.job_summary(msg.job_id)
+            return None if self._job(msg.job_id) is None else core.job_summary(msg.job_id)
         if isinstance(msg, JobAddress):
-            job = core.table.get(msg.job_id)
+            job = self._job(msg.job_id)
             return None if job is None or isinstance(job.pid, Starting) else job.pid
         if isinstance(msg, HealthThreshold):
             return core.settings.health_threshold
@@ -421,11 +434,19 @@ class Scheduler(GenServer):
         if isinstance(msg, GetSettings):
             return vars(core.settings).copy()
         if isinstance(msg, ReplicatorChanged):
+            if not isinstance(msg.values, dict) or isinstance(msg.generation, bool) \
+                    or not isinstance(msg.generation, int):
+                raise InvalidArgument("ReplicatorChanged", msg, "values must be a dict, generation an int")
             self.has_keeper = True  # also when a keeper restarted after ours hands us its values
             if msg.generation > self.config_generation:
                 self._apply_settings(msg.values, msg.generation)
             return "ok"
         return super().handle_call(msg, None)
+
+    def _job(self, job_id: Any) -> Job | None:
+        """The row of ``job_id``; None for an id no job can have (not a str: it
+        may not even be hashable)."""
+        return self.core.table.get(job_id) if isinstance(job_id, str) else None
 
     def _add_job(self, spec: JobSpec) -> Any:
         existing = self.core.table.get(spec.id)
@@ -440,19 +461,46 @@ class Scheduler(GenServer):
         return spec.id
 
     def _load_jobs(self, rows: list) -> int:
+        if not isinstance(rows, (list, tuple)):
+            raise InvalidArgument("rows", rows, "must be a list")
+        loaded = [self._load_row(i, row) for i, row in enumerate(rows)]  # all checked before any change
         core = self.core
         for job in list(core.table):
             core.stop_job(job)
             core.table.delete(job.id)
         self.adopted.clear()
-        for row in rows:
-            spec = JobSpec.from_dict(row["spec"])
-            history = [Event(EventType(t), when, reason) for t, when, reason in row["history"]]
+        for spec, history, running in loaded:
             job = core.table.put(Job(spec.id, spec, history))
-            if row.get("running"):
+            if running:
                 core.start_job(job)
                 core.table.update(core.table.get(spec.id), history=history)
         return len(core.table)
+
+    @staticmethod
+    def _load_row(index: int, row: Any) -> tuple[JobSpec, list, bool]:
+        """``(spec, history, running)`` of one LoadJobs row.
+
+        Raises:
+            InvalidJobSpec: a bad spec.
+            InvalidArgument: a row that is not ``{"spec", "history", "running"?}``,
+                or a history entry that is not ``(type, when, reason)`` with a
+                known type and a time the clock can show.
+        """
+        name = f"rows[{index}]"
+        if not isinstance(row, dict) or "spec" not in row or not isinstance(row.get("history"), (list, tuple)):
+            raise InvalidArgument(name, row, 'must be {"spec": dict, "history": list, "running": bool}')
+        spec = JobSpec.from_dict(row["spec"])
+        history = []
+        for entry in row["history"]:
+            try:
+                kind, when, reason = entry
+                event = Event(EventType(kind), when, reason)
+            except (TypeError, ValueError):
+                raise InvalidArgument(f"{name}.history", entry, "must be (type, when, reason)") from None
+            if isinstance(when, bool) or not isinstance(when, (int, float)) or not is_showable_time(when):
+                raise InvalidArgument(f"{name}.history", entry, "when must be epoch seconds the clock can show")
+            history.append(event)
+        return spec, history, bool(row.get("running"))
 
     def _node_name(self) -> str:
         return self.node_name or (str(self.node) if self.node is not None else "local")
@@ -465,7 +513,10 @@ class Scheduler(GenServer):
         super().handle_cast(msg)
 
     def _progress(self, msg: JobProgress) -> None:
-        job = self.core.table.get(msg.job_id)
+        if not isinstance(msg.stats, dict) or not all(isinstance(key, str) for key in msg.stats):
+            log.warning("Job %r: progress ignored, stats must be a dict with str keys: %.200r", msg.job_id, msg.stats)
+            return
+        job = self._job(msg.job_id)
         if job is None or (job.pid is not None and job.pid != msg.addr):
             return  # a job gone, or an older instance's last words
         changes: dict = {"stats": dict(job.stats, **msg.stats)}
@@ -588,4 +639,5 @@ class SchedulerClient:
 __all__ = [
     "AddJob", "RemoveJob", "Reschedule", "Jobs", "GetJob", "JobSummary", "JobAddress", "HealthThreshold",
     "GetStats", "GetSettings", "SetSetting", "LoadJobs", "Scheduler", "SchedulerClient", "InvalidSetting",
+    "InvalidArgument",
 ]
