@@ -30,20 +30,19 @@ or a SIGKILL runs with the latest values, not with its start-time args.
 * A tree started without the keeper (tests that start the scheduler
   alone) still runs: each reader then keeps its start-time args.
 
-Registered as :data:`CONFIG_SERVER`, and under the name the queue's server
-looks its settings keeper up by (:data:`actors.jobs_server.JOBS_CONFIG`).
+Registered as :data:`CONFIG_SERVER` (the name the scheduler and the queue's
+server look their settings keeper up by).
 """
 from __future__ import annotations
 
 import configparser
 import functools
 import logging
-import os
 import time
 from typing import Any
 
 from supervision import NOREPLY, ChildSpec, Down, GenServer
-from supervision.messages import Cast, Failure, Register, WhereIs
+from supervision.messages import Failure, WhereIs
 from supervision.reports import report
 
 from .config import (
@@ -61,7 +60,7 @@ from .config import (
     parse_runtime_value,
     write_value,
 )
-from .jobs_server import JOBS_CONFIG, fan_out
+from .jobs_server import fan_out
 from .names import JOBS_SERVER
 from .scheduler_sup import SCHEDULER_NAME
 
@@ -101,7 +100,6 @@ class ConfigServer(GenServer):
             self._read_file()
         self.generation = time.monotonic_ns()
         self.subscribers: dict[str, dict[str, Any]] = {section: {} for section in self.values}  # ref -> addr
-        self.send(self.node, Cast(Register(JOBS_CONFIG, self.myAddress, os.getpid())))
         for section, names in READERS.items():
             for name in names:
                 self.call_async(self.node, WhereIs(name), functools.partial(self._reader_found, section, name),

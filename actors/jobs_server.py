@@ -12,9 +12,10 @@ supervisor (rest_for_one) starts it again with a fresh set. Calls:
 requests arriving meanwhile are answered after the next check.
 
 Run-time ``[couch_jobs]`` settings: at start the server asks the node's
-:class:`~actors.jobs_sup.JobsConfig` for the current values (and to be told
-of every change), so a restarted server and the per-type actors it starts
-run with the latest values, not the node's start-time ones. A
+settings keeper (:class:`~actors.config_server.ConfigServer`) for the
+current values (and to be told of every change), so a restarted server
+and the per-type actors it starts run with the latest values, not the
+node's start-time ones. A
 :class:`~actors.config.CouchJobsChanged` call re-arms the type check timer
 with the new period and is passed on to every activity monitor and
 notifier; it is answered once they all applied it.
@@ -34,14 +35,15 @@ from supervision import DEFER_START, NOREPLY, Down, GenServer, Request
 from supervision.messages import Failure, WhereIs
 from supervision.supervisor import StartChild, TerminateChild, WhichChildren
 
-from .config import CouchJobsChanged, GetCouchJobs, GetCouchJobsInUse
+from .config import CONFIG_SERVER, CouchJobsChanged, GetCouchJobs, GetCouchJobsInUse
 from .names import ACTIVITY_MONITOR_SUP, NOTIFIER_SUP
 
 log = logging.getLogger(__name__)
 
 CHECK_TYPES = "check_types"
-#: Registered name of the queue's settings keeper (:class:`actors.jobs_sup.JobsConfig`).
-JOBS_CONFIG = "couch_jobs.config"
+#: Registered name of the settings keeper the server asks for ``[couch_jobs]``: the
+#: node's (:class:`actors.config_server.ConfigServer`, registered as ``config.CONFIG_SERVER``).
+JOBS_CONFIG = CONFIG_SERVER
 #: Seconds a per-type actor has to apply new settings.
 APPLY_TIMEOUT = 10.0
 #: The [couch_jobs] keys the server itself uses.
