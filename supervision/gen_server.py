@@ -26,6 +26,7 @@ import ctypes
 import itertools
 import heapq
 import logging
+import multiprocessing
 import os
 import signal
 import uuid
@@ -49,6 +50,7 @@ from .addrmap import AddrMap, AddrSet
 from .clock import Clock, make_clock
 from .exceptions import BadCall, BadCast, BadInfo, CallFailed, CallTimeout, NoProc
 from .reasons import KILLED, NOPROC, NORMAL, SHUTDOWN, is_normal, portable
+from .procs import pid_alive
 from .reports import report
 
 log = logging.getLogger(__name__)
@@ -59,6 +61,8 @@ NOREPLY = object()
 #: :meth:`GenServer.start_complete` or :meth:`GenServer.start_failed`.
 DEFER_START = object()
 _PR_SET_PDEATHSIG = 1
+#: Seconds a dead child's own exit notice may take before it counts as lost.
+LOST_EXIT_GRACE = 0.5
 
 
 @dataclass(frozen=True)
@@ -69,15 +73,22 @@ class From:
     reply_to: Any
 
 
-def die_with_parent() -> None:
-    """Ask the kernel to SIGKILL this process when its parent process dies."""
+def die_with_parent(parent_pid: int | None = None) -> None:
+    """Ask the kernel to SIGKILL this process when its parent process dies.
+
+    ``parent_pid`` is the process this one was forked from: if it is not
+    the parent any more (it died before the request took hold and this
+    process was reparented), this process dies at once. Without it, a
+    parent of pid 1 means the same.
+    """
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     except (OSError, AttributeError):
         log.warning("PR_SET_PDEATHSIG unavailable: orphans may outlive a killed parent")
         return
-    if os.getppid() == 1:
+    ppid = os.getppid()
+    if ppid == 1 or (parent_pid is not None and ppid != parent_pid):
         os.kill(os.getpid(), signal.SIGKILL)
 
 
@@ -141,6 +152,12 @@ class GenServer(Actor):
     # ------------------------------------------------------------ plumbing
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        # Thespian builds the actor in its new process before any message:
+        # die with the parent from here, not from Init, which a parent killed
+        # right after the fork never sends (the child would live on, orphaned).
+        parent = multiprocessing.parent_process()
+        if parent is not None:  # a forked actor process, not a class instantiated in a test
+            die_with_parent(parent.pid)
         self._started = False
         self._exiting = False
         self._stash: list = []
@@ -199,6 +216,7 @@ class GenServer(Actor):
             self._exit(SHUTDOWN, thespian_exiting=True)
         elif isinstance(msg, ChildActorExited):
             self._on_child_actor_exited(msg.childAddress)
+            self._check_silent_children()
         elif isinstance(msg, WakeupMessage):
             self._on_wakeup(msg.payload)
         elif isinstance(msg, WatchMessage):
@@ -223,7 +241,6 @@ class GenServer(Actor):
 
     # ---------------------------------------------------------- handshake
     def _on_init(self, init: m.Init) -> None:
-        die_with_parent()
         adopt_actor_logging()
         self.parent, self.node, self.name = init.parent, init.node, init.name
         self.clock = make_clock(init.clock)
@@ -489,6 +506,25 @@ class GenServer(Actor):
             self._notify_for_dead_child(addr, child)
         self._withdraw_watchers(addr, child)
         self.child_exited(addr, reason)
+
+    def _check_silent_children(self) -> None:
+        """Thespian loses the exit notice of a child that dies while it handles
+        another child's: its bookkeeping then forgets every dead child at once
+        (``_childExited``), and the SIGCHLD check that follows finds nothing.
+        So on each exit notice, any other child whose process is gone is
+        given ``LOST_EXIT_GRACE`` seconds for its own notice (and its last
+        Exit message) to arrive, and is treated as exited after that."""
+        for addr, child in self._children.items():
+            pid = child.get("pid")
+            if pid and not child.get("lost_check") and not pid_alive(pid):
+                child["lost_check"] = True
+                self.start_timer(LOST_EXIT_GRACE, lambda a=addr, p=pid: self._lost_exit(a, p), real=True)
+
+    def _lost_exit(self, addr: Any, pid: int) -> None:
+        child = self._children.get(addr)
+        if child is not None and child.get("pid") == pid:
+            log.warning("exit notice of child %s (pid %s) lost by Thespian; handling it now", addr, pid)
+            self._on_child_actor_exited(addr)
 
     def _notify_for_dead_child(self, addr: Any, child: dict) -> None:
         """Send the Exit/Down a SIGKILLed child (and its subtree, which the

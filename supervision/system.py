@@ -217,7 +217,10 @@ def stop_node(port: int = DEFAULT_PORT, timeout: float = 30.0) -> bool:
         cleanup_stale(port)
         return False
     try:
-        client.shutdown_tree(timeout=timeout)
+        if info is None or pid_alive(info.get("pid")):
+            # Not once the node supervisor is gone: looking it up by its global
+            # name would start a new, uninitialized one and wait for its pid.
+            client.shutdown_tree(timeout=timeout)
         client.system.shutdown()
     finally:
         if info:
