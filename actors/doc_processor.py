@@ -26,7 +26,9 @@ SIGKILLed its queue jobs go silent; the activity monitor of a surviving
 node re-enqueues them after the timeout, which fires the other nodes'
 watches. On a clean stop the processor hands its documents back at once.
 On start it removes document jobs a previous incarnation left in the local
-scheduler (it owns none of them any more).
+scheduler (it owns none of them any more). A scheduler that is restarting
+(a call answered ``noproc`` or timed out) is not a crash: the processor
+waits for the next tick, and adds its jobs to the new scheduler.
 """
 from __future__ import annotations
 
@@ -41,7 +43,7 @@ import fdblayer
 from fdblayer import docs
 from fdblayer.jobs import activity
 from fdblayer.jobs.keys import DEFAULT_LAYOUT
-from supervision import DEFER_START, ChildSpec, GenServer, Request
+from supervision import DEFER_START, CallFailed, CallTimeout, ChildSpec, GenServer, NoProc, Request
 from supervision.messages import WhereIs
 
 from .config import node_name
@@ -59,6 +61,8 @@ CALL_TIMEOUT = 10.0
 #: Accepts per round before the actor lets other messages in.
 ACCEPT_BATCH = 200
 MAX_TICK = 2.0
+#: What a call to a scheduler that is restarting raises.
+SCHEDULER_DOWN = (NoProc, CallTimeout, CallFailed)
 
 
 @dataclass
@@ -101,6 +105,7 @@ class DocProcessor(GenServer):
         self.watch: Any = None
         self._ticking = False
         self._tick_again = False
+        self._stale = True  # a previous incarnation's jobs may be in the scheduler
         self._timer: int | None = None
         self.wake_r, self.wake_w = os.pipe()
         os.set_blocking(self.wake_r, False)
@@ -115,12 +120,7 @@ class DocProcessor(GenServer):
 
     # ------------------------------------------------------------ start
     def _setup(self):
-        self.sched = yield Request(self.node, WhereIs(self.scheduler_name))
-        if self.sched is None:
-            raise RuntimeError(f"{self.scheduler_name} is not running")
-        for job in (yield Request(self.sched, Jobs(), CALL_TIMEOUT)):
-            if job.get("database") is not None:  # a previous incarnation's: no longer ours
-                yield Request(self.sched, RemoveJob(job["id"]), CALL_TIMEOUT)
+        yield from self._remove_stale()
         server = yield Request(self.node, WhereIs(JOBS_SERVER))
         if server is not None:  # start the type's activity monitor now, not at the next type check
             from .jobs_server import ForceCheckTypes
@@ -129,6 +129,24 @@ class DocProcessor(GenServer):
                 yield Request(server, ForceCheckTypes(), CALL_TIMEOUT)
             except Exception as exc:  # noqa: BLE001 - the periodic type check will do it
                 log.warning("doc_processor: jobs server did not check types: %r", exc)
+
+    def _remove_stale(self):
+        """Remove the document jobs a previous incarnation left in the scheduler
+        (none of them is ours any more). While the scheduler restarts this is
+        left for a later tick: the processor does not fail (and cost its
+        supervisor a restart) because its neighbour is restarting."""
+        try:
+            sched = yield Request(self.node, WhereIs(self.scheduler_name))
+            if sched is None:
+                return
+            mine = {o.spec["id"] for o in self.owned.values()}
+            for job in (yield Request(sched, Jobs(), CALL_TIMEOUT)):
+                if job.get("database") is not None and job["id"] not in mine:
+                    yield Request(sched, RemoveJob(job["id"]), CALL_TIMEOUT)
+        except SCHEDULER_DOWN as exc:
+            log.warning("doc_processor: scheduler unavailable (%r); stale jobs removed later", exc)
+            return
+        self._stale = False
 
     def _setup_done(self) -> None:
         self.start_complete()
@@ -205,6 +223,8 @@ class DocProcessor(GenServer):
         """Add what is not in the scheduler yet; read every owned job's state."""
         states: dict[str, dict] = {}
         done: set[str] = set()
+        if self._stale:
+            yield from self._remove_stale()
         sched = yield Request(self.node, WhereIs(self.scheduler_name))
         if sched is None:
             return states, done
@@ -227,11 +247,15 @@ class DocProcessor(GenServer):
         for jid, o in list(self.owned.items()):
             if o.added_to != here or jid in done:
                 continue
-            summary = yield Request(sched, JobSummary(o.spec["id"]), CALL_TIMEOUT)
-            try:  # this job's stats only: Jobs() would build every job's dict each tick
-                info = (yield Request(sched, GetJob(o.spec["id"]), CALL_TIMEOUT)).get("info")
-            except JobNotFound:
-                info = None
+            try:
+                summary = yield Request(sched, JobSummary(o.spec["id"]), CALL_TIMEOUT)
+                try:  # this job's stats only: Jobs() would build every job's dict each tick
+                    info = (yield Request(sched, GetJob(o.spec["id"]), CALL_TIMEOUT)).get("info")
+                except JobNotFound:
+                    info = None
+            except SCHEDULER_DOWN as exc:  # it restarts: the next tick adds the jobs to the new one
+                log.warning("doc_processor: scheduler unavailable (%r); next tick", exc)
+                break
             new = self._doc_state(summary, info)
             if new.get("state") in docs.TERMINAL:
                 done.add(jid)
