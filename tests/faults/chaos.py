@@ -219,8 +219,10 @@ class Injector:
                    and p.ancestors and p.age >= self.s.min_age and self.may_kill(p, recent)]
         if not allowed:
             return False
-        fresh = [p for p in allowed if p.role not in self.hit]
-        victim = self.rng.choice(sorted(fresh or allowed, key=lambda p: (p.role, p.ancestors, p.pid)))
+        roles = sorted({p.role for p in allowed})
+        fresh = [r for r in roles if r not in self.hit]
+        role = self.rng.choice(fresh or roles)  # each kind of process as likely, whatever their numbers
+        victim = self.rng.choice(sorted((p for p in allowed if p.role == role), key=lambda p: (p.ancestors, p.pid)))
         try:
             os.kill(victim.pid, signal.SIGKILL)
         except ProcessLookupError:

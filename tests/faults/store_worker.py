@@ -23,7 +23,8 @@ Ledger lines: ``start <incarnation> <pid>``, ``inc <tag> <seq>``,
 ``atomic <tag> <seq>``, ``stamp <tag> <seq> <hex>``, ``claim <item> <tag>``,
 ``p-intent <id>``, ``p-added <id>``, ``p-accepted <id> <lock>``,
 ``p-finishing <id> <lock>``, ``p-finished <id> <lock>``, ``p-halt <id> <lock>``,
-``c-intent <id>``, ``c-added <id>``, ``c-removed <id>``, ``error <op> <text>``, ``exit``.
+``c-intent <id>``, ``c-added <id>``, ``c-accepted <id> <lock>``, ``c-removing <id>``, ``c-removed <id>``,
+``error <op> <text>``, ``exit``.
 """
 from __future__ import annotations
 
@@ -142,6 +143,7 @@ def main(argv: list[str]) -> int:
                     held[CHURN] = api.resubmit(db, job)
                     return
                 if roll < 0.6:
+                    line(f"c-removing {job.id}")
                     api.remove(db, CHURN, job.id)
                     line(f"c-removed {job.id}")
                 else:
@@ -158,11 +160,14 @@ def main(argv: list[str]) -> int:
             added_churn.append(job_id)
         elif roll < 0.7:
             try:
-                held[CHURN], _ = api.accept(db, CHURN, timeout=0)
+                job, _ = api.accept(db, CHURN, timeout=0)
             except api.NotFound:
-                pass
+                return
+            line(f"c-accepted {job.id} {job.lock}")
+            held[CHURN] = job
         elif roll < 0.8 and added_churn:
             job_id = rng.choice(added_churn)
+            line(f"c-removing {job_id}")
             try:
                 api.remove(db, CHURN, job_id)
                 line(f"c-removed {job_id}")

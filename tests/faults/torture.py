@@ -248,12 +248,16 @@ def check_store(db: Any, ledgers: list, items: int, counts: dict) -> list[str]:
     added = {p[1] for _, p in by_kind["c-added"]}
     if set(churn) - intents:
         problems.append(f"churn jobs no process added: {sorted(set(churn) - intents)[:5]}")
-    if (added - removed) - set(churn):
-        problems.append(f"churn jobs added (recorded) and never removed but gone: {sorted((added - removed) - set(churn))[:5]}")
+    # gone with no removal recorded: only if a process was killed between a remove's commit and its line
+    removing_by_killed = {p[1] for tag, p in by_kind["c-removing"] if tag in cut}
+    lost = (added - removed) - set(churn) - removing_by_killed
+    if lost:
+        problems.append(f"churn jobs added (recorded), never removed, but gone: {sorted(lost)[:5]}")
     if removed & set(churn):
         problems.append(f"churn jobs removed (recorded) but still there: {sorted(removed & set(churn))[:5]}")
     counts["churn_jobs"] = len(churn)
     counts["churn_removed"] = len(removed)
+    counts["churn_removed_by_killed"] = len(((added - removed) - set(churn)) & removing_by_killed)
 
     # the pending queue holds exactly the pending jobs, each accepted once
     for job_type in (PLAIN, CHURN):
