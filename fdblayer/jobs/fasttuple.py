@@ -36,10 +36,10 @@ class _Unsupported(Exception):
 def _pack_int(value: int) -> bytes:
     if value == 0:
         return b"\x14"
-    if 0 < value <= _SIZE_LIMITS[8]:
+    if 0 < value < _SIZE_LIMITS[8]:  # 2**64 - 1 itself takes the long form, as in the bindings
         size = (value.bit_length() + 7) // 8
         return bytes((0x14 + size,)) + value.to_bytes(size, "big")
-    if -_SIZE_LIMITS[8] <= value < 0:
+    if -_SIZE_LIMITS[8] < value < 0:
         size = ((-value).bit_length() + 7) // 8
         return bytes((0x14 - size,)) + (value + _SIZE_LIMITS[size]).to_bytes(size, "big")
     raise _Unsupported

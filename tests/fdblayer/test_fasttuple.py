@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import fdb.tuple
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from fdblayer.jobs import fasttuple
@@ -29,6 +29,9 @@ fields = st.lists(elements, max_size=6).map(tuple)
 
 @settings(max_examples=400, deadline=None)
 @given(fields)
+@example((2**64 - 1,))
+@example((-(2**64 - 1),))
+@example((2**64 - 2, -(2**64 - 2)))
 def test_pack_and_unpack_match_the_bindings(values):
     packed = fasttuple.pack(values)
     assert packed == fdb.tuple.pack(values)
