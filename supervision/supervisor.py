@@ -193,6 +193,8 @@ class Supervisor(GenServer):
             kind, payload = self._backlog.popleft()
             if kind == "exit":
                 self._on_kid_exit(*payload)
+            elif kind == "retry":
+                self._run(self._start_group(*payload))
             else:
                 GenServer._dispatch(self, *payload)
 
@@ -369,21 +371,34 @@ class Supervisor(GenServer):
         for other in reversed(group):
             if other is not kid:
                 yield from self._terminate_kid(other)
-        for member in group:
-            if member not in self._kids:
-                continue
+        yield from self._start_group(kid, group)
+
+    def _start_group(self, kid: _Kid, group: list) -> Generator:
+        """Start again ``group`` in order (``kid`` is the child that exited).
+
+        A start that fails counts as a restart and is tried again later, as
+        OTP's ``try_again_restart``: queued behind the exits that arrived
+        meanwhile, since it may have failed because a sibling died too
+        (under rest_for_one, restarting that sibling restarts it anyway).
+        Retrying on the spot would never see that exit: the start would fail
+        for ever, slower than the restart intensity.
+        """
+        for index, member in enumerate(group):
+            if member not in self._kids or member.addr is not None:
+                continue  # gone, or started again meanwhile by an earlier sibling's restart
             if member is not kid and member.spec.restart is Restart.TEMPORARY:
                 self._kids.remove(member)
                 continue
             ok, reason = yield from self._start_kid(member)
-            while not ok:
+            if not ok:
                 if not self._add_restart():
                     report("max_intensity", logging.ERROR, supervisor=self.name, child=member.spec.id,
                            intensity=self.flags.intensity, period=self.flags.period)
                     yield from self._terminate_all()
                     self._exit(SHUTDOWN)
                     return
-                ok, reason = yield from self._start_kid(member)
+                self._backlog.append(("retry", (member, group[index:])))
+                return
             report("child_restarted", supervisor=self.name, child=member.spec.id, pid=member.pid)
 
     # ----------------------------------------------------- shutting down
