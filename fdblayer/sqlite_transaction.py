@@ -377,7 +377,9 @@ class SqliteTransaction(Transaction):
         self._ensure_usable()
         known = self._known
         missing = list({key: None for key in keys if key not in known and key not in self._adds})
-        if missing:
+        if len(missing) == 1:
+            self._fetch(missing[0])  # the point query: cheaper than an IN list of one
+        elif missing:
             conn = self._read_conn()
             for start in range(0, len(missing), 500):
                 chunk = missing[start : start + 500]
