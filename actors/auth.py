@@ -25,9 +25,10 @@ import hmac
 import logging
 import os
 import re
-import tempfile
 import time
 from pathlib import Path
+
+from .config import replace_file
 
 log = logging.getLogger(__name__)
 
@@ -107,27 +108,12 @@ def load_admins(path: str | Path | None, rewrite: bool = True) -> dict[str, str]
         admins[name] = value
     if changed and rewrite:
         try:
-            _replace(path, "".join(lines))
+            replace_file(path, "".join(lines))
             log.info("config %s: clear admin passwords replaced by their hashes", path)
         except OSError as exc:
             log.warning("config %s: cannot rewrite clear admin passwords as hashes (%s); "
                         "they are hashed in memory only", path, exc)
     return admins
-
-
-def _replace(path: Path, text: str) -> None:
-    mode = path.stat().st_mode & 0o7777
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def _b64(data: bytes) -> str:

@@ -236,7 +236,7 @@ def write_value(path: str | Path, section: str, key: str, value: str) -> None:
     if written != value:
         raise ConfigWriteError(str(path), f"[{section}] {key} would read back as {written!r}, not {value!r}")
     try:
-        _replace_file(target, new_text)
+        replace_file(target, new_text)
     except OSError as exc:
         raise ConfigWriteError(str(path), f"cannot replace it ({exc})") from None
 
@@ -299,8 +299,9 @@ def _with_value(text: str, section: str, key: str, value: str) -> str:
     return "".join(lines)
 
 
-def _replace_file(target: Path, text: str) -> None:
-    """Write ``text`` to a temporary file beside ``target``, then rename it over ``target``."""
+def replace_file(target: Path, text: str) -> None:
+    """Write ``text`` to a temporary file beside ``target``, then rename it over ``target``
+    (same mode; fsynced, the rename too): a crash leaves the old file or the new one."""
     mode = target.stat().st_mode & 0o7777
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
     try:
