@@ -106,7 +106,17 @@ sys.path.insert(0, BENCH)
 import fdblayer  # noqa: E402
 from fdblayer.jobs import api  # noqa: E402
 
-from bench_store import open_raw, raw_add, raw_batch, raw_cycle  # noqa: E402
+from bench_store import (  # noqa: E402 - ours and raw driven exactly as bench_store drives them
+    open_ours,
+    open_raw,
+    ours_add,
+    ours_add_many,
+    ours_batch,
+    ours_cycle,
+    raw_add,
+    raw_batch,
+    raw_cycle,
+)
 
 JOB_TYPE = "bench"
 DATA = {"url": "http://example.com/doc", "n": 1}
@@ -203,36 +213,6 @@ def version(dist: str) -> str:
 # ---------------------------------------------------------------- ours
 
 
-def open_ours(directory: str, sync: str) -> fdblayer.Database:
-    path = os.path.join(directory, f"ours-{sync}-{uuid.uuid4().hex[:8]}.db")
-    db = fdblayer.open(f"sqlite:///{path}?synchronous={sync}")
-    api.set_type_timeout(db, JOB_TYPE, 60)
-    return db
-
-
-def ours_add(db: fdblayer.Database, n: int) -> float:
-    prefix = uuid.uuid4().hex[:8]
-    start = time.perf_counter()
-    for i in range(n):
-        api.add(db, JOB_TYPE, f"{prefix}-{i:07d}", DATA)
-    return n / (time.perf_counter() - start)
-
-
-def ours_batch(db: fdblayer.Database, batches: int) -> float:
-    """100 ``api.add`` calls in one transaction, ``batches`` times (jobs/s)."""
-    prefix = uuid.uuid4().hex[:8]
-
-    @fdblayer.transactional
-    def add_100(tr: fdblayer.Transaction, batch: int) -> None:
-        for i in range(100):
-            api.add(tr, JOB_TYPE, f"{prefix}-{batch:05d}-{i:03d}", DATA)
-
-    start = time.perf_counter()
-    for batch in range(batches):
-        add_100(db, batch)
-    return batches * 100 / (time.perf_counter() - start)
-
-
 def add_many_problem() -> Optional[str]:
     """Why ``api.add_many(tx, type, [(job_id, data), ...])`` cannot be benchmarked, or None."""
     add_many = getattr(api, "add_many", None)
@@ -243,26 +223,6 @@ def add_many_problem() -> Optional[str]:
     except TypeError as exc:
         return f"add_many{inspect.signature(add_many)} does not take (tx, type, [(id, data), ...]): {exc}"
     return None
-
-
-def ours_add_many(db: fdblayer.Database, batches: int) -> float:
-    """``api.add_many`` of 100 jobs, one transaction per call (jobs/s)."""
-    prefix = uuid.uuid4().hex[:8]
-    start = time.perf_counter()
-    for batch in range(batches):
-        api.add_many(db, JOB_TYPE, [(f"{prefix}-{batch:05d}-{i:03d}", DATA) for i in range(100)])
-    return batches * 100 / (time.perf_counter() - start)
-
-
-def ours_cycle(db: fdblayer.Database, n: int) -> float:
-    job_type = f"cycle-{uuid.uuid4().hex[:8]}"
-    api.set_type_timeout(db, job_type, 60)
-    start = time.perf_counter()
-    for i in range(n):
-        api.add(db, job_type, f"c-{i:07d}", DATA)
-        job, _ = api.accept(db, job_type, timeout=0)
-        api.finish(db, job, DATA)
-    return n / (time.perf_counter() - start)
 
 
 # ---------------------------------------------------------------- Huey
