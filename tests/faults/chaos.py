@@ -79,7 +79,7 @@ class ChaosSettings:
     seed: int | None = None
 
 
-SHORT = ChaosSettings(jobs=220, sched_jobs=24, max_jobs=6, fault_time=9.0, node_fault_count=2, rate=6.5,
+SHORT = ChaosSettings(jobs=180, sched_jobs=24, max_jobs=6, fault_time=7.0, node_fault_count=2, rate=6.5,
                       node_faults=("node_kill", "admin_kill"), min_age=1.0)
 LONG = ChaosSettings(jobs=5000, sched_jobs=200, max_jobs=20, fault_time=120.0, node_fault_count=8, rate=11.0,
                      settle=240.0)
