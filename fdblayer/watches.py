@@ -17,7 +17,6 @@ Where inotify is missing the hub falls back to a slow poll and logs it.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import errno
 import logging
 import os
@@ -138,8 +137,7 @@ class DirectoryNotifier:
 
     def __init__(self, directory: str, names: Iterable[str]) -> None:
         self.names = {os.fsencode(n) for n in names}
-        libc_name = ctypes.util.find_library("c") or "libc.so.6"
-        libc = ctypes.CDLL(libc_name, use_errno=True)
+        libc = ctypes.CDLL(None, use_errno=True)  # the process's own libc (find_library runs gcc)
         self.fd = libc.inotify_init1(_IN_NONBLOCK | _IN_CLOEXEC)
         if self.fd < 0:
             err = ctypes.get_errno()

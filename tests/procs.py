@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import random
 import socket
 import time
 from pathlib import Path
@@ -13,10 +14,29 @@ __all__ = ["free_port", "group_pids", "listening_addresses", "pid_alive", "proc_
 
 
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket() as s:
+    """A TCP port on 127.0.0.1 that nothing listens on right now, below the
+    kernel's ephemeral range: the sockets every actor and client opens (port
+    0) come from that range, so none of them can take the port between this
+    call and the node binding it (a node restarted on its port relies on it)."""
+    low = _ephemeral_low()
+    for _ in range(200):
+        port = random.randrange(max(1024, low - 12000), low)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    with socket.socket() as s:  # the range below is crowded: any free port then
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def _ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
 
 
 def wait_until(predicate: Callable[[], Any], timeout: float = 15.0, what: str = "condition",
