@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -45,6 +44,7 @@ from fdblayer.jobs import activity
 from fdblayer.jobs.keys import DEFAULT_LAYOUT
 from supervision import DEFER_START, CallFailed, CallTimeout, ChildSpec, GenServer, NoProc, Request
 from supervision.messages import WhereIs
+from supervision.waker import Waker
 
 from .config import node_name
 from .names import JOBS_SERVER
@@ -107,10 +107,7 @@ class DocProcessor(GenServer):
         self._tick_again = False
         self._stale = True  # a previous incarnation's jobs may be in the scheduler
         self._timer: int | None = None
-        self.wake_r, self.wake_w = os.pipe()
-        os.set_blocking(self.wake_r, False)
-        os.set_blocking(self.wake_w, False)
-        self.watch_fd(self.wake_r, self._woken)
+        self.waker = Waker(self, self._accept_more)
         activity.set_type_timeout(self.db, DEFAULT_LAYOUT, docs.DOCS_TYPE, self.timeout)
         self.run_task(self._setup(), lambda _: self._setup_done())
         return DEFER_START
@@ -185,18 +182,7 @@ class DocProcessor(GenServer):
         accept again (a busy loop)."""
         if watch is not None and watch is not self.watch and watch.cancelled():
             return
-        try:
-            os.write(self.wake_w, b"x")
-        except OSError:
-            pass  # a wake-up is already pending, or the actor is gone
-
-    def _woken(self) -> None:
-        try:
-            while os.read(self.wake_r, 4096):
-                pass
-        except BlockingIOError:
-            pass
-        self._accept_more()
+        self.waker.wake()
 
     # ------------------------------------------------------------ ticks
     def handle_info(self, msg: Any) -> None:
@@ -306,9 +292,7 @@ class DocProcessor(GenServer):
     def terminate(self, reason: Any) -> None:
         if self.watch is not None:
             self.watch.cancel()
-        self.unwatch_fd(self.wake_r)
-        os.close(self.wake_r)
-        os.close(self.wake_w)
+        self.waker.close()
         if self.owned:
             try:
                 docs.release(self.db, [o.lease for o in self.owned.values()])

@@ -15,7 +15,6 @@ new one, and the re-arm timer restarts with the new timeout.
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +22,7 @@ import fdblayer
 from fdblayer.jobs import activity
 from fdblayer.jobs.keys import DEFAULT_LAYOUT
 from supervision import GenServer
+from supervision.waker import Waker
 
 from .config import INFINITY, CouchJobsChanged, GetCouchJobsInUse
 
@@ -61,10 +61,7 @@ class TypeMonitor(GenServer):
         self.notify_timer: int | None = None
         self.watch: Any = None
         self.timer: int | None = None
-        self.wake_r, self.wake_w = os.pipe()
-        os.set_blocking(self.wake_r, False)
-        os.set_blocking(self.wake_w, False)
-        self.watch_fd(self.wake_r, self._woken)
+        self.waker = Waker(self, self._check)
         self._check()
 
     def _check(self) -> None:
@@ -88,18 +85,7 @@ class TypeMonitor(GenServer):
         is no news, and waking on it would re-arm again at once (a busy loop)."""
         if watch is not None and watch is not self.watch and watch.cancelled():
             return
-        try:
-            os.write(self.wake_w, b"x")
-        except (BlockingIOError, OSError):
-            pass  # a wake-up is already pending, or the actor is gone
-
-    def _woken(self) -> None:
-        try:
-            while os.read(self.wake_r, 4096):
-                pass
-        except BlockingIOError:
-            pass
-        self._check()
+        self.waker.wake()
 
     def _notify_after_holdoff(self) -> None:
         if self.notify_pending:
@@ -152,7 +138,5 @@ class TypeMonitor(GenServer):
     def terminate(self, reason: Any) -> None:
         if self.watch is not None:
             self.watch.cancel()
-        self.unwatch_fd(self.wake_r)
-        os.close(self.wake_r)
-        os.close(self.wake_w)
+        self.waker.close()
         self.db.close()
