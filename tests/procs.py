@@ -3,14 +3,16 @@ from __future__ import annotations
 
 import os
 import random
+import signal
 import socket
+import subprocess
 import time
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from supervision.procs import pid_alive
 
-__all__ = ["free_port", "group_pids", "listening_addresses", "pid_alive", "proc_stat", "wait_until"]
+__all__ = ["free_port", "group_pids", "kill_groups", "listening_addresses", "pid_alive", "proc_stat", "wait_until"]
 
 
 def free_port() -> int:
@@ -118,3 +120,22 @@ def listening_addresses(pids: Iterable[int]) -> set[str]:
                 ip = "ipv6:" + hexip
             found.add(f"{ip}:{int(hexport, 16)}")
     return found
+
+
+def kill_groups(procs: Iterable[subprocess.Popen], pids: Iterable[int], what: str) -> None:
+    """SIGKILL the process group of each of ``procs`` (SIGCONT first, so a
+    stopped one dies too), reap them, then wait until no process is left in
+    the group of any of ``pids`` (every process those groups ever had)."""
+    procs = list(procs)
+    for proc in procs:
+        try:
+            os.killpg(proc.pid, signal.SIGCONT)
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            pass
+    pids = list(pids)
+    wait_until(lambda: not any(group_pids(pid) for pid in pids), 10, f"no {what} left")

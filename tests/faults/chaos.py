@@ -36,7 +36,7 @@ import os
 import random
 import signal
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -86,10 +86,8 @@ LONG = ChaosSettings(jobs=5000, sched_jobs=200, max_jobs=20, fault_time=120.0, n
 
 
 def settings_from_env() -> ChaosSettings:
-    """SHORT, or LONG when ``OTPJOBS_LONG=1``; ``OTPJOBS_FAULT_SEED`` fixes the seed."""
-    chosen = LONG if os.environ.get("OTPJOBS_LONG") == "1" else SHORT
-    seed = os.environ.get("OTPJOBS_FAULT_SEED")
-    return replace(chosen, seed=int(seed)) if seed else chosen
+    """SHORT, or LONG when ``OTPJOBS_LONG=1`` (see :func:`checks.settings_from_env`)."""
+    return checks.settings_from_env(SHORT, LONG)
 
 
 @dataclass

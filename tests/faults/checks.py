@@ -7,6 +7,8 @@ the counts next to it.
 """
 from __future__ import annotations
 
+import dataclasses
+import os
 from typing import Any
 
 from .handlers import running_jobs
@@ -199,3 +201,11 @@ def wait_whole(node: CliNode, baseline: Snapshot, names: dict, n_types: int, tim
     except AssertionError:
         raise AssertionError(f"stray processes in the node's group after {after}: {describe(set(left))}") from None
     return time.monotonic() - began
+
+
+def settings_from_env(short: Any, long: Any) -> Any:
+    """``short``, or ``long`` when ``OTPJOBS_LONG=1``; ``OTPJOBS_FAULT_SEED``
+    replays a seed (both are dataclasses with a ``seed`` field)."""
+    chosen = long if os.environ.get("OTPJOBS_LONG") == "1" else short
+    seed = os.environ.get("OTPJOBS_FAULT_SEED")
+    return dataclasses.replace(chosen, seed=int(seed)) if seed else chosen

@@ -18,12 +18,13 @@ import sqlite3
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from tests.procs import group_pids, wait_until
+from tests.procs import kill_groups
 
+from . import checks
 from .nodes import ROOT
 from .store_worker import CHURN, PLAIN, read_ledger
 
@@ -42,9 +43,8 @@ LONG = TortureSettings(seconds=90.0, items=30000)
 
 
 def settings_from_env() -> TortureSettings:
-    chosen = LONG if os.environ.get("OTPJOBS_LONG") == "1" else SHORT
-    seed = os.environ.get("OTPJOBS_FAULT_SEED")
-    return replace(chosen, seed=int(seed)) if seed else chosen
+    """SHORT, or LONG when ``OTPJOBS_LONG=1`` (see :func:`checks.settings_from_env`)."""
+    return checks.settings_from_env(SHORT, LONG)
 
 
 @dataclass
@@ -107,16 +107,7 @@ class StoreWorkers:
             assert code == 0, f"store worker {name} exited {code}: {out[-3000:]}"
 
     def cleanup(self) -> None:
-        for proc in self.procs.values():
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                pass
-        wait_until(lambda: not any(group_pids(pid) for pid in self.pids), 10, "no store worker left")
+        kill_groups(self.procs.values(), self.pids, "store worker")
 
 
 def run_torture(s: TortureSettings, workdir: Path, out: Callable[[str], Any] = print) -> TortureReport:

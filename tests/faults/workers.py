@@ -16,7 +16,7 @@ import threading
 import time
 from pathlib import Path
 
-from tests.procs import group_pids, wait_until
+from tests.procs import kill_groups
 
 from .nodes import ROOT
 from .queue_worker import next_seq, read_ledgers
@@ -145,14 +145,4 @@ class Workers:
 
     def cleanup(self) -> None:
         self.resume_all()
-        for proc in self.procs.values():
-            try:
-                os.killpg(proc.pid, signal.SIGCONT)
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                pass
-        wait_until(lambda: not any(group_pids(pid) for pid in self.every_pid), 10, "no worker process left")
+        kill_groups(self.procs.values(), self.every_pid, "worker process")
