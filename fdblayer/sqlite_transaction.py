@@ -23,6 +23,7 @@ wait only for its commit.
 
 from __future__ import annotations
 
+import functools
 import logging
 import random
 import sqlite3
@@ -37,7 +38,9 @@ from fdblayer.exceptions import (
     TransactionTooLarge,
 )
 from fdblayer.interface import (
+    MAX_KEY_SIZE,
     MAX_TRANSACTION_SIZE,
+    MAX_VALUE_SIZE,
     ReadView,
     Transaction,
     VersionstampFuture,
@@ -72,9 +75,29 @@ __all__ = ["SqliteTransaction"]
 
 logger = logging.getLogger(__name__)
 
-SQL_GET_MANY = "SELECT k, v FROM kv WHERE k IN ({})"
+_IN_CHUNK = 500  # keys per multi-key query (SQLite binds at most 32,766 parameters)
+_UNION_MAX = 16  # up to this many keys, a UNION ALL of point lookups beats IN
+
+
+@functools.lru_cache(maxsize=None)
+def _many_sql(count: int) -> str:
+    """The query reading ``count`` distinct keys, one statement text per count.
+
+    SQLite answers ``k IN (...)`` by building a temporary index of the list
+    (measured: 2 keys 12 us, against 9 us for two point lookups joined by
+    UNION ALL); from about 30 keys on, IN wins. The text is built once per
+    count, so the statement cache always hits.
+    """
+    if count <= _UNION_MAX:
+        return " UNION ALL ".join(["SELECT k, v FROM kv WHERE k = ?"] * count)
+    return "SELECT k, v FROM kv WHERE k IN ({})".format(", ".join("?" * count))
 SQL_RANGE_ASC = "SELECT k, v FROM kv WHERE k >= ? AND k < ? ORDER BY k ASC"
 SQL_RANGE_DESC = "SELECT k, v FROM kv WHERE k >= ? AND k < ? ORDER BY k DESC"
+
+
+def _add_params(queued: List[List[int]]) -> List[bytes]:
+    """The little-endian params of queued ``[width, sum]`` adds (sums reduced)."""
+    return [(total % (1 << (8 * width))).to_bytes(width, "little") for width, total in queued]
 
 
 class _SnapshotView(ReadView):
@@ -123,9 +146,10 @@ class SqliteTransaction(Transaction):
         self._stamp: Optional[VersionstampFuture] = None
         self._closed: Optional[str] = None  # None, "committed" or "cancelled"
         self._error: Optional[StoreError] = None
+        self._ok = True  # neither closed nor failed (the hot paths' one-attribute check)
         self._known: Dict[bytes, Optional[bytes]] = {}  # this transaction's view
         self._pending: Dict[bytes, Optional[bytes]] = {}  # unflushed sets (None: clear)
-        self._adds: Dict[bytes, List[bytes]] = {}  # unflushed adds to unread keys
+        self._adds: Dict[bytes, List[List[int]]] = {}  # unflushed adds to unread keys
         self._pinned = False  # a read ran: the snapshot is fixed
 
     @property
@@ -141,6 +165,8 @@ class SqliteTransaction(Transaction):
     # ------------------------------------------------------------ lifecycle
 
     def _ensure_usable(self) -> None:
+        if self._ok and self._epoch == ForkEpoch.value:
+            return
         if self._error is not None:
             raise self._error
         if self._closed is not None:
@@ -157,6 +183,7 @@ class SqliteTransaction(Transaction):
     def _fail(self, error: StoreError) -> None:
         """Discard the SQLite transaction; every later call raises ``error``."""
         self._error = error
+        self._ok = False
         self._release(rollback=True)
 
     def _release(self, rollback: bool) -> None:
@@ -284,7 +311,9 @@ class SqliteTransaction(Transaction):
             if clears:
                 self._conn.executemany(SQL_CLEAR, clears)
             if adds:
-                self._conn.executemany(SQL_ADD, [(k, p) for k, ps in adds.items() for p in ps])
+                self._conn.executemany(
+                    SQL_ADD, [(k, p) for k, ps in adds.items() for p in _add_params(ps)]
+                )
         except sqlite3.Error as exc:
             raise self._sqlite_failure(exc) from exc
         if sets or clears or adds:
@@ -308,6 +337,7 @@ class SqliteTransaction(Transaction):
                 raise self._sqlite_failure(exc) from exc
         self._release(rollback=False)
         self._closed = "committed"
+        self._ok = False
         if wrote:
             self._db.notify_commit()
         if self._stamp is not None:
@@ -330,6 +360,7 @@ class SqliteTransaction(Transaction):
         self._release(rollback=True)
         if self._closed is None:
             self._closed = "cancelled"
+            self._ok = False
         for watch in self._watches:
             watch.cancel()
         if self._stamp is not None and not self._stamp.is_ready():
@@ -372,30 +403,37 @@ class SqliteTransaction(Transaction):
         return value
 
     def get_many(self, keys: Sequence[bytes]) -> List[Optional[bytes]]:
-        """Read several keys; those not yet in this transaction's view in one query each 500."""
-        keys = [check_key(key) for key in keys]
+        """Read several keys; those not yet in this transaction's view in one query."""
+        keys = [
+            key if type(key) is bytes and len(key) <= MAX_KEY_SIZE else check_key(key)
+            for key in keys
+        ]
         self._ensure_usable()
-        known = self._known
-        missing = list({key: None for key in keys if key not in known and key not in self._adds})
+        known, adds = self._known, self._adds
+        missing = [key for key in keys if key not in known and key not in adds]
         if len(missing) == 1:
-            self._fetch(missing[0])  # the point query: cheaper than an IN list of one
+            self._fetch(missing[0])  # the point query
         elif missing:
-            conn = self._read_conn()
-            for start in range(0, len(missing), 500):
-                chunk = missing[start : start + 500]
-                sql = SQL_GET_MANY.format(", ".join("?" * len(chunk)))
-                try:
-                    found = dict(conn.execute(sql, chunk).fetchall())
-                except sqlite3.Error as exc:
-                    raise self._sqlite_failure(exc) from exc
-                for key in chunk:
-                    known[key] = found.get(key)
-        return [self._get(key) for key in keys]
+            self._fetch_many(list(dict.fromkeys(missing)))
+        return [known[key] if key in known else self._get(key) for key in keys]
+
+    def _fetch_many(self, keys: List[bytes]) -> None:
+        """Read distinct ``keys`` from SQLite into the view (see ``_many_sql``)."""
+        conn = self._read_conn()
+        known = self._known
+        for start in range(0, len(keys), _IN_CHUNK):
+            chunk = keys[start : start + _IN_CHUNK]
+            try:
+                found = dict(conn.execute(_many_sql(len(chunk)), chunk).fetchall())
+            except sqlite3.Error as exc:
+                raise self._sqlite_failure(exc) from exc
+            for key in chunk:
+                known[key] = found.get(key)
 
     def _apply_adds(self, key: bytes) -> Optional[bytes]:
         """Fold the buffered adds of ``key`` into its value (now a plain set)."""
         value = self._fetch(key)
-        for param in self._adds.pop(key):
+        for param in _add_params(self._adds.pop(key)):
             value = add_little_endian(value, param)
         self._known[key] = self._pending[key] = value
         return value
@@ -465,13 +503,28 @@ class SqliteTransaction(Transaction):
 
     def set(self, key: bytes, value: bytes) -> None:
         """Write one key (see ``Transaction.set``)."""
-        key, value = check_write_key(key), check_value(value)
-        self._prepare_write(len(key) + len(value))
-        self._buffer(key, value)
+        if (
+            type(key) is not bytes
+            or type(value) is not bytes
+            or len(key) > MAX_KEY_SIZE
+            or key >= END_OF_KEYSPACE
+            or len(value) > MAX_VALUE_SIZE
+        ):
+            key, value = check_write_key(key), check_value(value)
+        size = len(key) + len(value)
+        if self._mode is not None and self._ok and self._size + size <= MAX_TRANSACTION_SIZE:
+            self._ensure_usable()  # the fork check (a no-op otherwise)
+            self._size += size
+        else:
+            self._prepare_write(size)
+        self._known[key] = self._pending[key] = value
+        if self._adds:
+            self._adds.pop(key, None)
 
     def clear(self, key: bytes) -> None:
         """Remove one key."""
-        key = check_write_key(key)
+        if type(key) is not bytes or len(key) > MAX_KEY_SIZE or key >= END_OF_KEYSPACE:
+            key = check_write_key(key)
         self._prepare_write(len(key))
         self._buffer(key, None)
 
@@ -497,7 +550,10 @@ class SqliteTransaction(Transaction):
         otherwise the add is buffered and runs as one ``SQL_ADD`` at the next
         flush, with no read (unless the transaction reads the key first).
         """
-        key, param = check_write_key(key), check_value(param)
+        if type(key) is not bytes or type(param) is not bytes or key >= END_OF_KEYSPACE:
+            key, param = check_write_key(key), check_value(param)
+        elif len(key) > MAX_KEY_SIZE or len(param) > MAX_VALUE_SIZE:
+            key, param = check_write_key(key), check_value(param)
         self._prepare_write(len(key) + len(param))
         known = self._known
         if key in known:
@@ -511,12 +567,16 @@ class SqliteTransaction(Transaction):
 
         Adds of one width compose modulo ``2**(8*width)``, so a run of them
         (the jobs layer bumps one counter per job) flushes as one upsert.
+        Each queued add is ``[width, sum]``, the sum an int reduced at flush.
         """
-        params = self._adds.setdefault(key, [])
-        if params and len(params[-1]) == len(param):
-            params[-1] = add_little_endian(params[-1], param)
+        params = self._adds.get(key)
+        width = len(param)
+        if params is None:
+            self._adds[key] = [[width, int.from_bytes(param, "little")]]
+        elif params[-1][0] == width:
+            params[-1][1] += int.from_bytes(param, "little")
         else:
-            params.append(param)
+            params.append([width, int.from_bytes(param, "little")])
 
     def _stamp_bytes(self) -> bytes:
         """This transaction's versionstamp (taken now, under the write lock, if needed)."""

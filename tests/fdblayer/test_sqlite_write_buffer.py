@@ -228,6 +228,11 @@ def test_many_same_width_adds_fold_into_one_upsert(store):
     tr = store.create_transaction()
     for _ in range(100):
         tr.add(b"n", _le(1))
-    assert tr._adds == {b"n": [_le(100)]}
+    statements = []
+    conn = tr._conn
+    conn.set_trace_callback(statements.append)
     tr.commit()
+    conn.set_trace_callback(None)
+    upserts = [sql for sql in statements if "fdb_add" in sql]
+    assert len(upserts) == 1
     assert store.get(b"n") == _le(50)
