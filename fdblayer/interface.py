@@ -21,7 +21,7 @@ import logging
 import random
 import threading
 import time
-from typing import Any, Callable, List, Optional, Sequence, TypeVar, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, TypeVar, Union
 
 from fdblayer.exceptions import (
     InvalidTransactionState,
@@ -501,15 +501,34 @@ def transactional(
             target = args[index]
         else:
             raise TypeError(f"{func.__qualname__}() needs a Database or Transaction argument")
-        if isinstance(target, Transaction):
+        kind = _KINDS.get(type(target)) or _kind(target)
+        if kind is Transaction:
             return func(*args, **kwargs)
-        if not isinstance(target, Database):
+        if kind is not Database:
             raise TypeError(
                 f"{func.__qualname__}() needs a Database or Transaction, got {type(target).__name__}"
             )
         return _run_retrying(func, target, index, args, kwargs, retry_limit, timeout)
 
     return wrapper
+
+
+#: ``type(x)`` -> Transaction, Database or None: ``isinstance`` against an
+#: ABC runs Python code (about 1 us), a dict lookup does not.
+_KINDS: Dict[type, Optional[type]] = {}
+
+
+def _kind(target: Any) -> Optional[type]:
+    """Whether ``target`` is a Transaction, a Database or neither (cached by type)."""
+    if isinstance(target, Transaction):
+        kind: Optional[type] = Transaction
+    elif isinstance(target, Database):
+        kind = Database
+    else:
+        kind = None
+    if kind is not None:
+        _KINDS[type(target)] = kind
+    return kind
 
 
 def _run_retrying(

@@ -28,7 +28,7 @@ import logging
 import random
 import sqlite3
 import time
-from typing import TYPE_CHECKING, Dict, List, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence
 
 from fdblayer.exceptions import (
     InvalidTransactionState,
@@ -151,6 +151,7 @@ class SqliteTransaction(Transaction):
         self._pending: Dict[bytes, Optional[bytes]] = {}  # unflushed sets (None: clear)
         self._adds: Dict[bytes, List[List[int]]] = {}  # unflushed adds to unread keys
         self._pinned = False  # a read ran: the snapshot is fixed
+        self._rows = 0  # rows written (told to the store's checkpoint thread)
 
     @property
     def db(self) -> SqliteDatabase:
@@ -221,14 +222,18 @@ class SqliteTransaction(Transaction):
         try:
             begin()
         except sqlite3.Error as exc:
-            if not _is_busy(exc):
-                raise self._sqlite_failure(exc) from exc
-            try:  # no snapshot yet: a transient SQLITE_BUSY (WAL restart) is waited out
-                self._db._retry_busy(begin, self._lock_deadline())
-            except StoreError as error:
-                self._fail(error)
-                raise
+            self._begin_failed(exc, begin)
         self._mode = "read"
+
+    def _begin_failed(self, exc: sqlite3.Error, begin: Callable[[], None]) -> None:
+        """A BEGIN failed: wait out a transient SQLITE_BUSY (WAL restart), else fail."""
+        if not _is_busy(exc):
+            raise self._sqlite_failure(exc) from exc
+        try:  # no snapshot yet: nothing to lose by trying again
+            self._db._retry_busy(begin, self._lock_deadline())
+        except StoreError as error:
+            self._fail(error)
+            raise
 
     def _begin_write(self) -> None:
         deadline = self._lock_deadline()
@@ -318,6 +323,7 @@ class SqliteTransaction(Transaction):
             raise self._sqlite_failure(exc) from exc
         if sets or clears or adds:
             self._mode = "write"  # the first write took SQLite's write lock
+            self._rows += len(pending) + len(adds)
 
     def commit(self) -> None:
         """Commit; resolve the versionstamp and arm the watches (see ``Transaction``)."""
@@ -339,7 +345,7 @@ class SqliteTransaction(Transaction):
         self._closed = "committed"
         self._ok = False
         if wrote:
-            self._db.notify_commit()
+            self._db.notify_commit(self._rows)
         if self._stamp is not None:
             self._resolve_stamp(wrote)
         if watched:
@@ -537,7 +543,7 @@ class SqliteTransaction(Transaction):
         self._prepare_write(len(begin) + len(end))
         conn = self._flushed_conn()
         try:
-            conn.execute(SQL_CLEAR_RANGE, (begin, end))
+            self._rows += max(conn.execute(SQL_CLEAR_RANGE, (begin, end)).rowcount, 1)
         except sqlite3.Error as exc:
             raise self._sqlite_failure(exc) from exc
         self._mode = "write"

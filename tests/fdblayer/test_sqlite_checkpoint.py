@@ -1,0 +1,131 @@
+"""The SQLite store checkpoints its WAL on a thread, not on the committing call.
+
+Real store files; the threshold is lowered so that a few commits trip it.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import sqlite3
+import threading
+import time
+
+import pytest
+
+import fdblayer
+from fdblayer import sqlite_backend
+
+WAIT = 10.0
+
+
+def _checkpoint_threads(path: str) -> list:
+    name = f"checkpoint {os.path.basename(path)}"
+    return [t for t in threading.enumerate() if t.name == name]
+
+
+def _write_rows(db, count: int, prefix: bytes = b"row") -> None:
+    for i in range(count):
+        db.set(prefix + b"%05d" % i, b"x" * 200)
+
+
+def _until(predicate, timeout: float = WAIT) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.01)
+    return predicate()
+
+
+@pytest.fixture
+def low_threshold(monkeypatch):
+    monkeypatch.setattr(sqlite_backend, "CHECKPOINT_ROWS", 20)
+
+
+def test_connections_leave_checkpoints_to_the_thread(tmp_path):
+    """Commits would only checkpoint past the backstop, far above SQLite's default."""
+    db = fdblayer.open(f"sqlite:///{tmp_path}/s.db")
+    try:
+        conn = db.checkout()
+        (pages,) = conn.execute("PRAGMA wal_autocheckpoint").fetchone()
+        db.checkin(conn, sqlite_backend.ForkEpoch.value)
+        assert pages == sqlite_backend.BACKSTOP_CHECKPOINT_PAGES > 1000
+    finally:
+        db.close()
+
+
+def test_the_thread_copies_the_wal_into_the_database_file(tmp_path, low_threshold):
+    """Past the threshold, the WAL's pages reach the main file with no one asking."""
+    path = f"{tmp_path}/s.db"
+    db = fdblayer.open(f"sqlite:///{path}")
+    try:
+        _write_rows(db, 5)
+        size_before = os.path.getsize(path)
+        _write_rows(db, 60, b"more")  # 65 rows: past the threshold of 20, three times
+        assert _until(lambda: os.path.getsize(path) > size_before)
+        check = sqlite3.connect(path)
+        try:
+            (count,) = check.execute("SELECT count(*) FROM kv").fetchone()
+        finally:
+            check.close()
+        assert count == 65
+    finally:
+        db.close()
+
+
+def test_close_stops_the_thread(tmp_path, low_threshold):
+    db = fdblayer.open(f"sqlite:///{tmp_path}/s.db")
+    _write_rows(db, 30)
+    assert len(_checkpoint_threads(db.path)) == 1
+    db.close()
+    assert _checkpoint_threads(db.path) == []
+
+
+def test_an_unclosed_store_is_freed_and_its_thread_ends(tmp_path, low_threshold):
+    """The thread holds the store weakly: dropping the last reference ends both."""
+    db = fdblayer.open(f"sqlite:///{tmp_path}/s.db")
+    path = db.path
+    _write_rows(db, 30)
+    assert len(_checkpoint_threads(path)) == 1
+    del db
+    gc.collect()
+    assert _until(lambda: _checkpoint_threads(path) == [])
+
+
+def test_no_thread_for_a_store_that_only_reads(tmp_path):
+    path = f"{tmp_path}/s.db"
+    writer = fdblayer.open(f"sqlite:///{path}")
+    writer.set(b"k", b"v")
+    writer.close()
+    reader = fdblayer.open(f"sqlite:///{path}")
+    try:
+        assert reader.get(b"k") == b"v"
+        assert _checkpoint_threads(path) == []
+    finally:
+        reader.close()
+
+
+def test_a_failing_checkpoint_is_logged_once_and_loses_nothing(tmp_path, low_threshold, caplog):
+    """A checkpoint that cannot run (here: its connection is refused) is a
+    warning, once, and every commit is still there."""
+    db = fdblayer.open(f"sqlite:///{tmp_path}/s.db")
+    try:
+        refused = sqlite_backend.StoreUnavailable("refused for the test")
+
+        def connect_refused():
+            raise refused
+
+        _write_rows(db, 1)  # the thread exists; its connection is made at its first run
+        original = db.connect
+        db.connect = connect_refused
+        try:
+            _write_rows(db, 80, b"more")  # wakes the thread four times
+            assert _until(lambda: "background checkpoint failed" in caplog.text)
+            time.sleep(0.2)
+        finally:
+            db.connect = original
+        assert caplog.text.count("background checkpoint failed") == 1
+        assert len(db.get_range(b"", b"\xff")) == 81
+    finally:
+        db.close()
