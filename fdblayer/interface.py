@@ -42,6 +42,7 @@ __all__ = [
     "ReadView",
     "VersionstampFuture",
     "transactional",
+    "kind_of",
     "MAX_KEY_SIZE",
     "MAX_VALUE_SIZE",
     "MAX_TRANSACTION_SIZE",
@@ -501,7 +502,7 @@ def transactional(
             target = args[index]
         else:
             raise TypeError(f"{func.__qualname__}() needs a Database or Transaction argument")
-        kind = _KINDS.get(type(target)) or _kind(target)
+        kind = kind_of(target)
         if kind is Transaction:
             return func(*args, **kwargs)
         if kind is not Database:
@@ -513,13 +514,22 @@ def transactional(
     return wrapper
 
 
-#: ``type(x)`` -> Transaction, Database or None: ``isinstance`` against an
-#: ABC runs Python code (about 1 us), a dict lookup does not.
+#: ``type(x)`` -> Transaction or Database: ``isinstance`` against an ABC
+#: runs Python code (about 1 us), a dict lookup does not.
 _KINDS: Dict[type, Optional[type]] = {}
 
 
+def kind_of(target: Any) -> Optional[type]:
+    """``Transaction``, ``Database`` or None: what ``target`` is an instance of.
+
+    The same answer as ``isinstance``, remembered per type (the hot paths ask
+    it for every call).
+    """
+    kind = _KINDS.get(type(target))
+    return kind if kind is not None else _kind(target)
+
+
 def _kind(target: Any) -> Optional[type]:
-    """Whether ``target`` is a Transaction, a Database or neither (cached by type)."""
     if isinstance(target, Transaction):
         kind: Optional[type] = Transaction
     elif isinstance(target, Database):

@@ -28,7 +28,7 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any, Callable, Optional, Union
 
-from fdblayer.interface import Database, Transaction, transactional
+from fdblayer.interface import Database, Transaction, kind_of, transactional
 from fdblayer.jobs import activity, model, pending
 from fdblayer.jobs.codec import check_stored_size, decode_data, encode_data
 from fdblayer.jobs.exceptions import (
@@ -95,7 +95,7 @@ MIN_ACCEPT_WAIT = 0.1
 
 
 def _check_tx(tx: Any) -> Tx:
-    if not isinstance(tx, (Database, Transaction)):
+    if kind_of(tx) is None:
         raise InvalidArgument(
             f"expected a Database or a Transaction, not {type(tx).__name__}"
         )
