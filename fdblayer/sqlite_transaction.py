@@ -270,6 +270,9 @@ class SqliteTransaction(Transaction):
 
     def _read_conn(self) -> sqlite3.Connection:
         """The connection, for a read that runs at once (it pins the snapshot)."""
+        if self._mode is not None and self._ok and self._epoch == ForkEpoch.value:
+            self._pinned = True
+            return self._conn  # type: ignore[return-value]  # a mode means a connection
         self._ensure_usable()
         if self._mode is None:
             if self.pessimistic:
@@ -446,7 +449,8 @@ class SqliteTransaction(Transaction):
 
     def get(self, key: bytes) -> Optional[bytes]:
         """Read one key (``None`` when absent)."""
-        key = check_key(key)
+        if type(key) is not bytes or len(key) > MAX_KEY_SIZE:
+            key = check_key(key)
         self._ensure_usable()
         return self._get(key)
 
@@ -518,8 +522,12 @@ class SqliteTransaction(Transaction):
         ):
             key, value = check_write_key(key), check_value(value)
         size = len(key) + len(value)
-        if self._mode is not None and self._ok and self._size + size <= MAX_TRANSACTION_SIZE:
-            self._ensure_usable()  # the fork check (a no-op otherwise)
+        if (
+            self._mode is not None
+            and self._ok
+            and self._epoch == ForkEpoch.value
+            and self._size + size <= MAX_TRANSACTION_SIZE
+        ):
             self._size += size
         else:
             self._prepare_write(size)
