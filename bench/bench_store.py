@@ -14,13 +14,15 @@ FULL and NORMAL it prints, per second:
   INSERT, then ``BEGIN IMMEDIATE; SELECT`` a pending row ``; UPDATE`` it to
   running, then ``UPDATE`` it to finished.
 
-Two raw baselines are printed. "Minimal rows" writes only the job row and
-one state index: no queue can watch or time out its jobs that way. "Same
-rows" writes what ours writes for the same guarantees, in plain tables: the
-add also checks the type and bumps the per-type pending counter that
-waiters watch; accept and finish also take a commit sequence number (our
-versionstamp), move the job in an activity index and stamp the type's
-activity; finish checks the lock first.
+Two raw baselines are printed. "Same rows" is the equivalent transaction
+and the one the target (>= 0.5x) is judged against: it writes what ours
+writes for the same guarantees, in plain tables: the add also checks the
+type and bumps the per-type pending counter that waiters watch; accept and
+finish also take a commit sequence number (our versionstamp), move the job
+in an activity index and stamp the type's activity; finish checks the lock
+first. "Minimal rows" writes only the job row and one state index: no
+queue can watch or time out its jobs that way; it is printed for
+information (the cost of those guarantees).
 
 Raw sqlite3 gets the same job data as ours, a dict, and serialises it per
 job (``json.dumps``; ours msgpack-encodes it), and its accept reads and
@@ -451,10 +453,11 @@ def main() -> None:
             profile(directory, args.profile, args)
             return
         print(f"store directory: {directory} (sqlite {sqlite3.sqlite_version}, Python {sys.version.split()[0]})")
-        print(f"medians of {args.repeat} runs; ops per second; ratio = ours / raw (target >= 0.50)")
+        print(f"medians of {args.repeat} runs; ops per second; ratio = ours / raw")
         results = {sync: measure(directory, sync, args) for sync in SYNC_MODES}
-        print_table(results, 1, "raw sqlite3, minimal rows (job row + one index)")
-        print_table(results, 2, "raw sqlite3, same rows (+ counter, activity index, commit seq)")
+        print_table(results, 2, "raw sqlite3, same rows (+ counter, activity index, commit seq): "
+                    "the equivalent transactions, target >= 0.50")
+        print_table(results, 1, "raw sqlite3, minimal rows (job row + one index), for information")
         print(f"watch wake-up across processes ({args.wakeups} commits), ms:")
         for sync in SYNC_MODES:
             lat = watch_latency(directory, sync, args.wakeups)

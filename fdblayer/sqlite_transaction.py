@@ -568,7 +568,19 @@ class SqliteTransaction(Transaction):
             key, param = check_write_key(key), check_value(param)
         elif len(key) > MAX_KEY_SIZE or len(param) > MAX_VALUE_SIZE:
             key, param = check_write_key(key), check_value(param)
-        self._prepare_write(len(key) + len(param))
+        size = len(key) + len(param)
+        queued = self._adds.get(key)
+        if (  # the common case: one more bump of a counter this transaction bumped
+            queued is not None
+            and queued[-1][0] == len(param)
+            and self._ok
+            and self._epoch == ForkEpoch.value
+            and self._size + size <= MAX_TRANSACTION_SIZE
+        ):
+            self._size += size
+            queued[-1][1] += int.from_bytes(param, "little")
+            return
+        self._prepare_write(size)
         known = self._known
         if key in known:
             value = add_little_endian(known[key], param)
