@@ -150,6 +150,16 @@ class ForkEpoch:
 
 os.register_at_fork(after_in_child=ForkEpoch.after_fork_in_child)
 
+#: Held by this module's background threads while they are inside SQLite,
+#: and by ``os.fork()`` while it forks: a child never starts with a SQLite
+#: mutex (the allocator's, the VFS's) locked by a thread it does not have.
+_FORK_GUARD = threading.Lock()
+os.register_at_fork(
+    before=_FORK_GUARD.acquire,
+    after_in_parent=_FORK_GUARD.release,
+    after_in_child=_FORK_GUARD.release,
+)
+
 
 def _sql_add(current: Optional[bytes], param: bytes) -> bytes:
     """The ``fdb_add(current, param)`` SQL function: ``add_little_endian``."""
@@ -476,17 +486,19 @@ class _Checkpointer:
                 conn = self._checkpoint(conn)
         finally:
             if conn is not None:
-                conn.close()
+                with _FORK_GUARD:
+                    conn.close()
 
     def _checkpoint(self, conn: Optional[sqlite3.Connection]) -> Optional[sqlite3.Connection]:
         """Run one PASSIVE checkpoint; return the connection to keep."""
         try:
-            if conn is None:
-                db = self._db()
-                if db is None:
-                    return None
-                conn = db.connect()
-            conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+            with _FORK_GUARD:
+                if conn is None:
+                    db = self._db()
+                    if db is None:
+                        return None
+                    conn = db.connect()
+                conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
         except (sqlite3.Error, StoreError) as exc:
             if isinstance(exc, sqlite3.Error) and _is_busy(exc):
                 return conn  # another process is checkpointing: its work counts
@@ -509,6 +521,10 @@ class _ValueReader:
         self._version: Optional[int] = None
 
     def read(self, keys: List[bytes], force: bool) -> Optional[Dict[bytes, Optional[bytes]]]:
+        with _FORK_GUARD:  # runs on the hub's thread
+            return self._read(keys, force)
+
+    def _read(self, keys: List[bytes], force: bool) -> Optional[Dict[bytes, Optional[bytes]]]:
         if self._conn is None:
             self._conn = self._db.connect()
         conn = self._conn
@@ -529,7 +545,7 @@ class _ValueReader:
                 conn.execute("COMMIT")
         except sqlite3.Error as exc:
             if _is_busy(exc):
-                return None if not force else self.read(keys, force)
+                return None if not force else self._read(keys, force)
             raise map_sqlite_error(exc, self._db.path) from exc
         self._version = version
         return values

@@ -129,3 +129,43 @@ def test_a_failing_checkpoint_is_logged_once_and_loses_nothing(tmp_path, low_thr
         assert len(db.get_range(b"", b"\xff")) == 81
     finally:
         db.close()
+
+
+def test_fork_waits_for_a_background_thread_inside_sqlite(tmp_path):
+    """A fork while the checkpoint (or watch) thread is inside SQLite waits for
+    it to leave: the child never inherits a SQLite mutex held by a thread it
+    does not have. The child then uses the store normally."""
+    path = f"{tmp_path}/s.db"
+    db = fdblayer.open(f"sqlite:///{path}")
+    db.set(b"k", b"parent")
+    inside, leave = threading.Event(), threading.Event()
+
+    def background_thread_in_sqlite():
+        with sqlite_backend._FORK_GUARD:
+            inside.set()
+            leave.wait(WAIT)
+
+    thread = threading.Thread(target=background_thread_in_sqlite)
+    thread.start()
+    assert inside.wait(WAIT)
+    threading.Timer(0.3, leave.set).start()
+    started = time.monotonic()
+    pid = os.fork()
+    if pid == 0:  # the child: a fresh handle on the same file works
+        code = 1
+        try:
+            child = fdblayer.open(f"sqlite:///{path}")
+            child.set(b"k", b"child")
+            child.close()
+            code = 0
+        finally:
+            os._exit(code)
+    waited = time.monotonic() - started
+    _, status = os.waitpid(pid, 0)
+    thread.join()
+    try:
+        assert waited >= 0.25  # fork waited for the thread to leave SQLite
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert db.get(b"k") == b"child"
+    finally:
+        db.close()
