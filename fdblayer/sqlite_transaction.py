@@ -149,6 +149,7 @@ class SqliteTransaction(Transaction):
         self._ok = True  # neither closed nor failed (the hot paths' one-attribute check)
         self._known: Dict[bytes, Optional[bytes]] = {}  # this transaction's view
         self._pending: Dict[bytes, Optional[bytes]] = {}  # unflushed sets (None: clear)
+        self._cleared = False  # a clear was buffered since the last flush
         self._adds: Dict[bytes, List[List[int]]] = {}  # unflushed adds to unread keys
         self._pinned = False  # a read ran: the snapshot is fixed
         self._rows = 0  # rows written (told to the store's checkpoint thread)
@@ -311,8 +312,12 @@ class SqliteTransaction(Transaction):
         assert self._conn is not None
         pending, adds = self._pending, self._adds
         self._pending, self._adds = {}, {}
-        sets = [(k, v) for k, v in pending.items() if v is not None]
-        clears = [(k,) for k, v in pending.items() if v is None] if len(sets) < len(pending) else []
+        if self._cleared:
+            self._cleared = False
+            sets = [(k, v) for k, v in pending.items() if v is not None]
+            clears = [(k,) for k, v in pending.items() if v is None]
+        else:  # only sets: the dict's items are the rows
+            sets, clears = pending.items(), []
         try:
             if sets:
                 self._conn.executemany(SQL_SET, sets)
@@ -541,6 +546,7 @@ class SqliteTransaction(Transaction):
             key = check_write_key(key)
         self._prepare_write(len(key))
         self._buffer(key, None)
+        self._cleared = True
 
     def clear_range(self, begin: bytes, end: bytes) -> None:
         """Remove ``[begin, end)``."""
