@@ -30,6 +30,12 @@ decodes the data it hands out, as ours does: both sides do the work a queue
 must do per job, so the ratio measures the store, not a head start given to
 one side.
 
+A third table compares ours with our own statements replayed: every
+statement (and its parameters) that our runs sent to SQLite is recorded
+once, then run through raw sqlite3 on a fresh store file with nothing of
+ours around it. The ratio is the share of our time that is SQLite's; the
+rest is our Python (validation, encoding, keys, the transaction layer).
+
 It also prints the wake-up latency of a store watch across processes:
 another process waits on a watch, this one commits a write to the key; the
 latency runs from the start of the committing transaction to the waiter's
@@ -288,6 +294,75 @@ def raw_same_cycle(conn: sqlite3.Connection, n: int) -> float:
     return n / (time.perf_counter() - start)
 
 
+# ---------------------------------------------------------------- our statements, replayed
+
+
+class _Recorder:
+    """A connection that records every statement it runs, with its parameters."""
+
+    def __init__(self, conn: sqlite3.Connection, log: list) -> None:
+        self._conn = conn
+        self.log = log
+
+    def execute(self, sql: str, params: tuple = ()) -> sqlite3.Cursor:
+        self.log.append((False, sql, tuple(params)))
+        return self._conn.execute(sql, params)
+
+    def executemany(self, sql: str, rows) -> sqlite3.Cursor:
+        rows = [tuple(row) for row in rows]
+        self.log.append((True, sql, rows))
+        return self._conn.executemany(sql, rows)
+
+    def __getattr__(self, name: str):
+        return getattr(self._conn, name)
+
+
+def record(run: Callable[[fdblayer.Database], object], sync: str, directory: str) -> tuple[list, list]:
+    """``(setup, statements)``: what ``open_ours`` and then ``run(db)`` sent to SQLite."""
+    log: list = []
+    path = os.path.join(directory, f"rec-{sync}-{uuid.uuid4().hex[:8]}.db")
+    db = fdblayer.open(f"sqlite:///{path}?synchronous={sync}")
+    checkout = db.checkout
+    db.checkout = lambda: _Recorder(checkout(), log)  # type: ignore[method-assign]
+    db.checkin = lambda conn, epoch: None  # type: ignore[method-assign]  # recorders are not pooled
+    try:
+        api.set_type_timeout(db, JOB_TYPE, 60)
+        setup = list(log)
+        del log[:]
+        run(db)
+        return setup, list(log)
+    finally:
+        db.checkout = checkout  # type: ignore[method-assign]
+        db.close()
+
+
+def replay(recorded: tuple[list, list], ops: int, sync: str, directory: str) -> float:
+    """Run recorded statements through raw sqlite3 on a fresh store file, ops/s.
+
+    Nothing of ours runs but the loop over the statements, on a connection
+    with SQLite's default automatic checkpoint (as the raw baselines have):
+    the time our key layout costs SQLite itself.
+    """
+    setup, statements = recorded
+    path = os.path.join(directory, f"replay-{sync}-{uuid.uuid4().hex[:8]}.db")
+    db = fdblayer.open(f"sqlite:///{path}?synchronous={sync}")
+    conn = db.connect()
+    conn.execute("PRAGMA wal_autocheckpoint = 1000")
+    try:
+        for many, sql, params in setup:
+            (conn.executemany if many else conn.execute)(sql, params).fetchall()
+        start = time.perf_counter()
+        for many, sql, params in statements:
+            if many:
+                conn.executemany(sql, params)
+            else:
+                conn.execute(sql, params).fetchall()
+        return ops / (time.perf_counter() - start)
+    finally:
+        conn.close()
+        db.close()
+
+
 # ---------------------------------------------------------------- watch latency
 
 WAITER = """
@@ -368,7 +443,13 @@ def percentile(values: list[float], fraction: float) -> float:
 def measure(
     directory: str, sync: str, args: argparse.Namespace
 ) -> dict[str, tuple[float, ...]]:
-    """``{operation: (ours, raw minimal, raw same rows)}`` in operations per second."""
+    """``{operation: (ours, raw minimal, raw same rows, ours replayed)}`` in operations per second."""
+    recorded = {
+        "add": record(lambda rec: ours_add(rec, args.adds), sync, directory),
+        "batch": record(lambda rec: ours_batch(rec, args.batches), sync, directory),
+        "add_many": record(lambda rec: ours_add_many(rec, args.batches), sync, directory),
+        "cycle": record(lambda rec: ours_cycle(rec, args.cycles), sync, directory),
+    }
     db = open_ours(directory, sync)
     conn = open_raw(directory, sync)
     same = open_raw(directory, sync, RAW_SAME_SCHEMA)
@@ -382,24 +463,28 @@ def measure(
                 lambda: ours_add(db, args.adds),
                 lambda: raw_add(conn, args.adds),
                 lambda: raw_same_add(same, args.adds),
+                lambda: replay(recorded["add"], args.adds, sync, directory),
             ),
             "add (100 per txn), jobs/s": paired(
                 args.repeat,
                 lambda: ours_batch(db, args.batches),
                 lambda: raw_batch(conn, args.batches),
                 lambda: raw_same_batch(same, args.batches),
+                lambda: replay(recorded["batch"], args.batches * 100, sync, directory),
             ),
             "add_many (100 per txn), jobs/s": paired(
                 args.repeat,
                 lambda: ours_add_many(db, args.batches),
                 lambda: raw_batch(conn, args.batches),
                 lambda: raw_same_batch(same, args.batches),
+                lambda: replay(recorded["add_many"], args.batches * 100, sync, directory),
             ),
             "add+accept+finish cycle": paired(
                 args.repeat,
                 lambda: ours_cycle(db, args.cycles),
                 lambda: raw_cycle(conn, args.cycles),
                 lambda: raw_same_cycle(same, args.cycles),
+                lambda: replay(recorded["cycle"], args.cycles, sync, directory),
             ),
         }
     finally:
@@ -458,6 +543,8 @@ def main() -> None:
         print_table(results, 2, "raw sqlite3, same rows (+ counter, activity index, commit seq): "
                     "the equivalent transactions, target >= 0.50")
         print_table(results, 1, "raw sqlite3, minimal rows (job row + one index), for information")
+        print_table(results, 3, "our own statements replayed through raw sqlite3 (no Python layer "
+                    "of ours): the share of the time that is Python")
         print(f"watch wake-up across processes ({args.wakeups} commits), ms:")
         for sync in SYNC_MODES:
             lat = watch_latency(directory, sync, args.wakeups)
