@@ -213,7 +213,8 @@ class SqliteTransaction(Transaction):
         return conn
 
     def _begin_read(self) -> None:
-        conn = self._checkout()
+        conn = self._conn = self._db.checkout()
+        self._epoch = ForkEpoch.value
 
         def begin() -> None:
             if conn.in_transaction:
@@ -335,21 +336,25 @@ class SqliteTransaction(Transaction):
 
     def commit(self) -> None:
         """Commit; resolve the versionstamp and arm the watches (see ``Transaction``)."""
-        self._ensure_usable()
-        if self._watches and self._mode is None:
-            self._read_conn()
-        watched = [(w, self._get(w.key)) for w in self._watches] if self._watches else []
+        if not self._ok or self._epoch != ForkEpoch.value:
+            self._ensure_usable()
+        watched = self._watched_values() if self._watches else None
         if self._pending or self._adds:
             self._flush()
         wrote = self._mode == "write"
         if wrote and self._stamp is not None and self._version is None:
             self._bump_version()
-        if self._conn is not None:
+        conn = self._conn
+        if conn is not None:
             try:
-                self._conn.execute("COMMIT")
+                conn.execute("COMMIT")
             except sqlite3.Error as exc:
                 raise self._sqlite_failure(exc) from exc
-        self._release(rollback=False)
+            self._conn = None
+            self._db.checkin(conn, self._epoch)
+        if self._gate_held:
+            self._release(rollback=False)
+        self._mode = None
         self._closed = "committed"
         self._ok = False
         if wrote:
@@ -360,6 +365,12 @@ class SqliteTransaction(Transaction):
             hub = self._db.hub()
             for watch, value in watched:
                 hub.register(watch.key, value, watch)
+
+    def _watched_values(self) -> list:
+        """The value each watched key has at commit (what its watch compares with)."""
+        if self._mode is None:
+            self._read_conn()
+        return [(w, self._get(w.key)) for w in self._watches]
 
     def _resolve_stamp(self, wrote: bool) -> None:
         assert self._stamp is not None
