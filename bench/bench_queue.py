@@ -171,12 +171,15 @@ def main() -> int:
     url = f"sqlite:///{tmp}/store.db"
     db = fdblayer.open(url)
     jobs.set_type_timeout(db, "notify", 60)
-    config = load(None, {("node", "store"): url, ("couch_jobs", "type_monitor_holdoff_msec"): opts.holdoff_ms,
-                         ("couch_jobs", "activity_monitor_max_jitter_msec"): 100})
     import socket
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
+    # The node's HTTP process connects to the node on ("node", "port"); port 0
+    # lets the system pick the HTTP port (the default 5984 may be taken).
+    config = load(None, {("node", "store"): url, ("node", "port"): port, ("node", "http_port"): 0,
+                         ("couch_jobs", "type_monitor_holdoff_msec"): opts.holdoff_ms,
+                         ("couch_jobs", "activity_monitor_max_jitter_msec"): 100})
     t0 = time.monotonic()
     node = start_node(port, ROOT_FLAGS, root_children(config), level=30)
     print(f"bench_queue: store {url}, node on port {port}, cpus {os.cpu_count()}, "
