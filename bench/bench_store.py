@@ -41,8 +41,9 @@ another process waits on a watch, this one commits a write to the key; the
 latency runs from the start of the committing transaction to the waiter's
 wake-up (both read the system-wide ``CLOCK_MONOTONIC``).
 
-Each throughput figure is the median of ``--repeat`` runs, ours and raw
-interleaved so that both see the same disk weather. The default run
+Each throughput figure is the median of ``--repeat`` rounds, ours and raw
+interleaved so that both see the same disk weather; each ratio is the
+median of the rounds' ratios. The default run
 takes well under a minute. Not a test: it prints and exits 0.
 
 Usage::
@@ -426,13 +427,14 @@ def watch_latency(directory: str, sync: str, rounds: int) -> list[float]:
 # ---------------------------------------------------------------- driver
 
 
-def paired(repeat: int, *runs: Callable[[], float]) -> tuple[float, ...]:
-    """Medians of ``repeat`` runs of each, interleaved so all see the same disk weather."""
+def paired(repeat: int, *runs: Callable[[], float]) -> tuple[list[float], ...]:
+    """``repeat`` rounds of every run, each round running them back to back
+    (so that all see the same disk weather): one list of figures per run."""
     results: list[list[float]] = [[] for _ in runs]
     for _ in range(repeat):
         for result, run in zip(results, runs):
             result.append(run())
-    return tuple(statistics.median(result) for result in results)
+    return tuple(results)
 
 
 def percentile(values: list[float], fraction: float) -> float:
@@ -443,7 +445,8 @@ def percentile(values: list[float], fraction: float) -> float:
 def measure(
     directory: str, sync: str, args: argparse.Namespace
 ) -> dict[str, tuple[float, ...]]:
-    """``{operation: (ours, raw minimal, raw same rows, ours replayed)}`` in operations per second."""
+    """``{operation: (ours, raw minimal, raw same rows, ours replayed)}``, each a
+    list of per-round figures in operations per second."""
     recorded = {
         "add": record(lambda rec: ours_add(rec, args.adds), sync, directory),
         "batch": record(lambda rec: ours_batch(rec, args.batches), sync, directory),
@@ -509,8 +512,10 @@ def profile(directory: str, what: str, args: argparse.Namespace) -> None:
     pstats.Stats(profiler).sort_stats("cumulative").print_stats(35)
 
 
-def print_table(results: dict[str, dict[str, tuple[float, ...]]], column: int, title: str) -> None:
-    """Print ours against the raw figures in ``column`` of ``results``, FULL and NORMAL."""
+def print_table(results: dict[str, dict[str, tuple[list[float], ...]]], column: int, title: str) -> None:
+    """Print ours against the figures in ``column`` of ``results``, FULL and NORMAL:
+    the medians of the rounds, and the median of the rounds' ratios (a round
+    runs both back to back, so its ratio cancels the weather both saw)."""
     print(f"-- against {title}")
     print(f"{'operation':<28}" + "".join(
         f"{sync + ' ours':>12}{sync + ' raw':>12}{'ratio':>7}" for sync in SYNC_MODES
@@ -518,8 +523,10 @@ def print_table(results: dict[str, dict[str, tuple[float, ...]]], column: int, t
     for name in results[SYNC_MODES[0]]:
         row = f"{name:<28}"
         for sync in SYNC_MODES:
-            ours, raw = results[sync][name][0], results[sync][name][column]
-            row += f"{ours:>12,.0f}{raw:>12,.0f}{ours / raw:>7.2f}"
+            ours_rounds, raw_rounds = results[sync][name][0], results[sync][name][column]
+            ratio = statistics.median(o / r for o, r in zip(ours_rounds, raw_rounds))
+            ours, raw = statistics.median(ours_rounds), statistics.median(raw_rounds)
+            row += f"{ours:>12,.0f}{raw:>12,.0f}{ratio:>7.2f}"
         print(row)
 
 
@@ -538,7 +545,7 @@ def main() -> None:
             profile(directory, args.profile, args)
             return
         print(f"store directory: {directory} (sqlite {sqlite3.sqlite_version}, Python {sys.version.split()[0]})")
-        print(f"medians of {args.repeat} runs; ops per second; ratio = ours / raw")
+        print(f"medians of {args.repeat} rounds; ops per second; ratio = median of the rounds' ours / raw")
         results = {sync: measure(directory, sync, args) for sync in SYNC_MODES}
         print_table(results, 2, "raw sqlite3, same rows (+ counter, activity index, commit seq): "
                     "the equivalent transactions, target >= 0.50")
