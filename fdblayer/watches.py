@@ -324,25 +324,53 @@ class WatchHub:
                 notifier.close()
 
     def _loop(self, notifier: Optional[DirectoryNotifier]) -> None:
+        """Read the watched keys when told of a commit, at most every
+        ``MIN_CHECK_INTERVAL``.
+
+        A local commit (the pipe) or a committer's notification (a name not
+        in ``recheck_names``) means "committed": check now. A recheck name
+        alone (the WAL, written before the commit is visible) schedules one
+        check ``RECHECK_DELAY`` later, for writers that do not notify: our
+        own committers notify right after, and an early read would only
+        push the useful one into the next pause.
+        """
         fds = [self._wake_r] + ([notifier.fd] if notifier is not None else [])
-        timeout: Optional[float] = None if notifier is not None else FALLBACK_POLL_INTERVAL
-        recheck = False
+        recheck_at: Optional[float] = None
         last_check = 0.0
         while not self._closed:
-            ready, _, _ = select.select(fds, [], [], self.RECHECK_DELAY if recheck else timeout)
+            ready, _, _ = select.select(fds, [], [], self._wait(notifier, recheck_at))
             pause = last_check + self.MIN_CHECK_INTERVAL - time.monotonic()
-            if pause > 0:  # a stream of commits: let more of them join this read
+            if pause > 0:  # a stream of commits: let more of them join the next read
                 time.sleep(pause)
                 ready, _, _ = select.select(fds, [], [], 0)
-            recheck = False
+            due = notifier is None  # polling: every timeout is a check
             if self._wake_r in ready:
                 self._drain_pipe()
+                due = True
             if notifier is not None and notifier.fd in ready:
-                recheck = bool(notifier.drain() & self._recheck_names)
+                names = notifier.drain()
+                if names - self._recheck_names:
+                    due = True
+                elif names and recheck_at is None:
+                    recheck_at = time.monotonic() + self.RECHECK_DELAY
+            if recheck_at is not None and time.monotonic() >= recheck_at:
+                due = True
             if self._closed:
                 return
+            if not due:
+                continue
+            recheck_at = None
             last_check = time.monotonic()
             self._check()
+
+    @staticmethod
+    def _wait(notifier: Optional[DirectoryNotifier], recheck_at: Optional[float]) -> Optional[float]:
+        """The select timeout: the poll interval, the time to a due recheck, or none."""
+        timeout = None if notifier is not None else FALLBACK_POLL_INTERVAL
+        if recheck_at is not None:
+            left = max(0.0, recheck_at - time.monotonic())
+            timeout = left if timeout is None else min(timeout, left)
+        return timeout
 
     def _drain_pipe(self) -> None:
         try:
