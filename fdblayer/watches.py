@@ -203,13 +203,14 @@ class WatchHub:
     """
 
     RECHECK_DELAY = 0.02
-    #: Seconds at least between two reads of the watched keys. Every write
-    #: commit of any process wakes the thread; under a stream of commits it
-    #: would read back to back, taking the GIL from its process's own work
-    #: (4 busy workers, each with one idle watch, lost half their
-    #: throughput). After a read, the wake-ups of the next 5 ms are served
-    #: by one read: under load a watch fires up to 5 ms later, otherwise at
-    #: once.
+    #: Seconds after a read that served no watch before the next read.
+    #: Every write commit of any process wakes the thread; under a stream of
+    #: commits to other keys it would read back to back, taking the GIL from
+    #: its process's own work (4 busy workers, each with one idle watch,
+    #: lost half their throughput). After such a read, the wake-ups of the
+    #: next 5 ms are served by one read: a watch then fires up to 5 ms
+    #: late. A read that fired a watch (or armed new ones) starts no pause,
+    #: so a key changed again and again wakes its waiters at once.
     MIN_CHECK_INTERVAL = 0.005
 
     def __init__(
@@ -324,8 +325,8 @@ class WatchHub:
                 notifier.close()
 
     def _loop(self, notifier: Optional[DirectoryNotifier]) -> None:
-        """Read the watched keys when told of a commit, at most every
-        ``MIN_CHECK_INTERVAL``.
+        """Read the watched keys when told of a commit (``MIN_CHECK_INTERVAL``
+        after a read that served no watch, at once otherwise).
 
         A local commit (the pipe) or a committer's notification (a name not
         in ``recheck_names``) means "committed": check now. A recheck name
@@ -360,8 +361,9 @@ class WatchHub:
             if not due:
                 continue
             recheck_at = None
-            last_check = time.monotonic()
-            self._check()
+            checked_at = time.monotonic()
+            if not self._check():  # only a read that served no watch starts a pause
+                last_check = checked_at
 
     @staticmethod
     def _wait(notifier: Optional[DirectoryNotifier], recheck_at: Optional[float]) -> Optional[float]:
@@ -379,15 +381,22 @@ class WatchHub:
         except BlockingIOError:
             pass
 
-    def _check(self) -> None:
+    def _check(self) -> bool:
+        """Read the watched keys and fire the watches whose value changed.
+
+        Returns:
+            True when the read served a watch: it fired one, or it was the
+            first read of newly registered ones. False for a read that a
+            commit of other keys caused.
+        """
         with self._lock:
             if not self._watches:
-                return
+                return False
             keys = list(self._watches)
             force, self._dirty = self._dirty, False
         values = self._read_values(keys, force)
         if values is None:
-            return
+            return force
         fired: List[Watch] = []
         with self._lock:
             for key in keys:
@@ -403,3 +412,4 @@ class WatchHub:
                     del self._watches[key]
         for watch in fired:
             watch._fire()
+        return force or bool(fired)
