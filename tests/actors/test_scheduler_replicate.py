@@ -115,8 +115,11 @@ def test_sigkilled_replication_resumes_from_its_checkpoint(h, tmp_path) -> None:
     src, tgt = tmp_path / "src.db", tmp_path / "tgt.db"
     n = 2000
     fill(src, n)
+    # 100 batches at 50 ms or more each: the replication lasts over 5 s, so the
+    # kill lands mid-way however slowly this test sees its progress (at 10 ms
+    # a batch a loaded machine saw it finish before the kill).
     h.s.add_job({"id": "rep3", "source": url(src), "target": url(tgt), "db_name": "_replicator",
-                 "options": {"batch_size": 20, "batch_delay": 0.01}})
+                 "options": {"batch_size": 20, "batch_delay": 0.05}})
     pid = h.job_pid("rep3")
     wait_until(lambda: h.s.job("rep3")["info"].get("checkpointed_source_seq", 0) >= 300, what="some progress")
     os.kill(pid, signal.SIGKILL)
