@@ -1,6 +1,6 @@
 """``python -m actors`` is the ``otpjobs`` console command."""
 import sys
 
-from .cli import main
+from actors.cli import main
 
 sys.exit(main())

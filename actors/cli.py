@@ -24,7 +24,7 @@ import sys
 import time
 from typing import Any, Callable, Sequence
 
-from . import config as config_mod
+from actors.node import config as config_mod
 
 DEFAULT_PORT = config_mod.DEFAULTS["node"]["port"]
 
@@ -42,7 +42,7 @@ def _port_arg(p: argparse.ArgumentParser) -> None:
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand."""
     parser = argparse.ArgumentParser(prog="otpjobs", description="Durable background jobs under OTP-style supervision.")
-    groups = parser.add_subparsers(dest="group", required=True, metavar="{node,jobs,types,docs}")
+    groups = parser.add_subparsers(dest="group", required=True, metavar="{node,worker,jobs,types,docs}")
 
     node = groups.add_parser("node", help="run and control a node").add_subparsers(dest="cmd", required=True)
     start = node.add_parser("start", help="run a node in the foreground")
@@ -50,9 +50,12 @@ def build_parser() -> argparse.ArgumentParser:
     start.add_argument("--http-port", type=int, help="HTTP monitoring port (default 5984)")
     start.add_argument("--port", type=int, help=f"admin port (default {DEFAULT_PORT})")
     start.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
+    start.add_argument("--workers", action="append", metavar="TYPE=package.module:callable", default=[],
+                       help="run a worker pool for these types in the node (also [workers] in the config file)")
     _port_arg(node.add_parser("stop", help="stop the node on a port"))
     _port_arg(node.add_parser("status", help="show whether a node runs and its children"))
 
+    _worker_parser(groups)
     jobs = groups.add_parser("jobs", help="add, list and remove jobs").add_subparsers(dest="cmd", required=True)
     add = jobs.add_parser("add", help="add (or resubmit) a job")
     add.add_argument("type")
@@ -104,6 +107,33 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _worker_parser(groups: Any) -> None:
+    w = groups.add_parser("worker", help="run a worker host: Python functions as queue jobs",
+                          description="Run a worker host in the foreground: a pool of worker processes running "
+                                      "package.module:callable per job type, until SIGTERM or Ctrl-C.")
+    w.set_defaults(cmd="run")
+    w.add_argument("assignments", nargs="*", metavar="TYPE=package.module:callable",
+                   help="the handler of each job type (also [workers] in the config file)")
+    _store_arg(w)
+    w.add_argument("--concurrency", "-c", type=int, help="worker processes (default 4)")
+    w.add_argument("--max-attempts", type=int, help="attempts per job unless the job says (default 3)")
+    w.add_argument("--grace", type=float, help="seconds running handlers get on SIGTERM (default 30)")
+    w.add_argument("--timeout", type=float, help="activity timeout of a type that has none (default 30 s)")
+    w.add_argument("--cron", action="append", default=[], metavar="TYPE=EXPR",
+                   help="a periodic schedule of a type, e.g. 'report=*/5 * * * *' (repeat it; also [periodic])")
+    w.add_argument("--port", type=int, help="the host's admin port (default: a free one)")
+    w.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    from actors.workers import host
+
+    cfg = config_mod.load(args.config, {("node", "store"): args.store, ("node", "log_level"): args.log_level})
+    level = getattr(logging, cfg.get("node", "log_level").upper())
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s pid=%(process)d %(message)s")
+    return host.run(host.spec_from_config(cfg, args.assignments, args.cron, args), args.port, level)
+
+
 def _config(args: argparse.Namespace) -> config_mod.Config:
     overrides = {("node", "store"): getattr(args, "store", None),
                  ("node", "port"): getattr(args, "port", None),
@@ -128,11 +158,15 @@ def _job_type(text: str) -> Any:
 
 # ----------------------------------------------------------------- node
 def cmd_node_start(args: argparse.Namespace) -> int:
-    from . import node
+    from actors.node import root as node
 
     cfg = _config(args)
     logging.basicConfig(level=getattr(logging, cfg.get("node", "log_level").upper()),
                         format="%(asctime)s %(levelname)s %(name)s pid=%(process)d %(message)s")
+    if args.workers:
+        from actors.workers.handlers import parse_assignments
+
+        cfg.workers.update(parse_assignments(args.workers))
     return node.run(cfg)
 
 
@@ -269,7 +303,7 @@ def cmd_types_list(args: argparse.Namespace) -> int:
 
 # ----------------------------------------------------------------- docs
 def cmd_docs_add(args: argparse.Namespace) -> int:
-    from . import docs
+    from actors import docs
 
     try:
         body = json.loads(args.body)
@@ -281,7 +315,7 @@ def cmd_docs_add(args: argparse.Namespace) -> int:
 
 
 def cmd_docs_get(args: argparse.Namespace) -> int:
-    from . import docs
+    from actors import docs
 
     doc = docs.get(_db(args), args.db, args.doc_id)
     print(json.dumps(dict(docs.view(doc), rev=doc.rev, body=doc.body)))
@@ -289,7 +323,7 @@ def cmd_docs_get(args: argparse.Namespace) -> int:
 
 
 def cmd_docs_remove(args: argparse.Namespace) -> int:
-    from . import docs
+    from actors import docs
 
     rev = docs.delete(_db(args), args.db, args.doc_id)
     print(json.dumps({"ok": True, "id": args.doc_id, "rev": rev}))
@@ -297,7 +331,7 @@ def cmd_docs_remove(args: argparse.Namespace) -> int:
 
 
 def cmd_docs_list(args: argparse.Namespace) -> int:
-    from . import docs
+    from actors import docs
 
     states = None if args.states is None else [s.strip() for s in args.states.split(",") if s.strip()]
     total, page = docs.list_docs(_db(args), args.db, limit=args.limit, skip=args.skip, states=states)
@@ -308,6 +342,7 @@ def cmd_docs_list(args: argparse.Namespace) -> int:
 
 
 COMMANDS: dict[tuple[str, str], Callable[[argparse.Namespace], int]] = {
+    ("worker", "run"): cmd_worker,
     ("node", "start"): cmd_node_start, ("node", "stop"): cmd_node_stop, ("node", "status"): cmd_node_status,
     ("jobs", "add"): cmd_jobs_add, ("jobs", "list"): cmd_jobs_list, ("jobs", "remove"): cmd_jobs_remove,
     ("jobs", "watch"): cmd_jobs_watch,
@@ -336,6 +371,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(str(exc), 2)
     except JobsError as exc:
         return _fail(str(exc), 2 if type(exc).__name__ in ("InvalidArgument", "EncodingError", "NoTypeTimeout",
-                                                          "Conflict") else 1)
+                                                          "Conflict", "HandlerError") else 1)
     except (StoreError, SupervisionError, ValueError) as exc:
         return _fail(str(exc), 1)

@@ -10,7 +10,7 @@ Prints, in one run (issue 7's Benchmark section):
 
 Target: p50 under 50 ms for a page of 100 out of 10,000.
 
-Setup: a real node (``actors.node.root_children``: queue, scheduler, doc
+Setup: a real node (``actors.node.root.root_children``: queue, scheduler, doc
 processor, HTTP listener) started in this process on a temporary SQLite
 store, with ``[replicator] max_jobs`` 5 so nearly every job stays pending
 and only 5 job actors run. The scheduler's table is seeded in one
@@ -137,7 +137,7 @@ def seed_docs(url: str, n: int) -> tuple[float, float]:
 def seed_jobs(client, n: int) -> float:
     """Replace the scheduler's table with ``n`` continuous idle jobs (the
     first MAX_JOBS started) in one LoadJobs call; returns the seconds."""
-    from actors.scheduler import SchedulerClient
+    from actors.scheduler.client import SchedulerClient
 
     s = SchedulerClient(client, timeout=120)
     now = time.time()
@@ -275,9 +275,9 @@ def main() -> int:
 
     import supervision
     import supervision.system
-    from actors import config as config_mod
-    from actors import http_server
-    from actors import node as node_mod
+    from actors.node import config as config_mod
+    from actors.http import server as http_server
+    from actors.node import root as node_mod
 
     started = time.perf_counter()
     tmp = tempfile.TemporaryDirectory(prefix="bench-http-")

@@ -160,10 +160,10 @@ def main() -> int:
 
     import fdblayer
     from actors import jobs
-    from actors.config import load
-    from actors.jobs_server import ForceCheckTypes
+    from actors.node.config import load
+    from actors.queue.protocol import ForceCheckTypes
     from actors.names import JOBS_SERVER
-    from actors.node import ROOT_FLAGS, root_children
+    from actors.node.root import ROOT_FLAGS, root_children
     from supervision import start_node
 
     ctx = mp.get_context("spawn")  # no store handle or actor system may cross a fork

@@ -28,7 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from actors.scheduler_core import Event, EventType, Job, JobSpec, JobTable, Scheduling, Settings  # noqa: E402
+from actors.scheduler.core import Event, EventType, Job, JobSpec, JobTable, Scheduling, Settings  # noqa: E402
 
 
 class _Clock:
@@ -88,9 +88,9 @@ def free_port() -> int:
 
 
 def bench_actor_starts(n: int) -> float:
-    from actors.config import Config
-    from actors.scheduler import SchedulerClient
-    from actors.scheduler_sup import scheduler_children
+    from actors.node.config import Config
+    from actors.scheduler.client import SchedulerClient
+    from actors.scheduler.sup import scheduler_children
     from supervision import start_node
 
     config = Config()

@@ -29,6 +29,7 @@ __all__ = [
     "InvalidArgument",
     "NoTypeTimeout",
     "EncodingError",
+    "JobFailed",
 ]
 
 
@@ -90,3 +91,33 @@ class NoTypeTimeout(InvalidArgument):
 
 class EncodingError(JobsError):
     """Job data is not a JSON-compatible value, or is too large to store."""
+
+
+class JobFailed(JobsError):
+    """A job run by a worker pool failed for good (its last attempt raised,
+    or its attempts were used up by dying workers).
+
+    Attributes:
+        error_type: The name of the exception class the handler raised.
+        error_message: Its message.
+        traceback: The handler's traceback, as text (bounded).
+        attempts: How many attempts were made.
+    """
+
+    def __init__(self, message: str, *, job_type: Any = None, job_id: str | None = None,
+                 error_type: str = "", error_message: str = "", traceback: str = "", attempts: int = 0) -> None:
+        super().__init__(message, job_type=job_type, job_id=job_id)
+        self.error_type = error_type
+        self.error_message = error_message
+        self.traceback = traceback
+        self.attempts = attempts
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild_failed, (self.message, self.job_type, self.job_id, self.error_type, self.error_message,
+                                  self.traceback, self.attempts))
+
+
+def _rebuild_failed(message: str, job_type: Any, job_id: Any, error_type: str, error_message: str,
+                    traceback: str, attempts: int) -> JobFailed:
+    return JobFailed(message, job_type=job_type, job_id=job_id, error_type=error_type,
+                     error_message=error_message, traceback=traceback, attempts=attempts)

@@ -11,6 +11,8 @@ tuple ``(51,)``, the seed's ``?JOBS``)::
     (P, WATCHES_ACTIVITY, type) = (versionstamp,)
     (P, ACTIVITY_TIMEOUT, type) = (timeout_seconds,)
     (P, ACTIVITY, type, versionstamp) = (job_id, data)
+    (P, WORK, type, job_id) = work record (msgpack map; see jobs.work)
+    (P, SCHEDULES, type) = periodic schedule (msgpack map; see jobs.work)
 
 In the DATA row, ``seq`` is ``0`` while the job is pending, ``None`` once
 it is finished and the versionstamp of its last accept/update while it is
@@ -38,6 +40,8 @@ __all__ = [
     "WATCHES_ACTIVITY",
     "ACTIVITY_TIMEOUT",
     "ACTIVITY",
+    "WORK",
+    "SCHEDULES",
     "JobType",
     "Layout",
     "DEFAULT_LAYOUT",
@@ -52,6 +56,8 @@ WATCHES_PENDING = 3
 WATCHES_ACTIVITY = 4
 ACTIVITY_TIMEOUT = 5
 ACTIVITY = 6
+WORK = 7
+SCHEDULES = 8
 
 JobType = Union[str, int, tuple]
 
@@ -217,6 +223,20 @@ class Layout:
         return fdb.tuple.pack_with_versionstamp(
             (new_versionstamp(),), prefix=self._type_prefix(ACTIVITY, job_type)
         )
+
+    # WORK, SCHEDULES (the worker pools' records beside the couch_jobs rows)
+
+    def work_key(self, job_type: JobType, job_id: str) -> bytes:
+        """Return the key of one job's work record (attempts, progress, outcome)."""
+        return self._type_prefix(WORK, job_type) + pack_element(job_id)
+
+    def work_prefix(self, job_type: JobType) -> bytes:
+        """Return the prefix of every work record of ``job_type``."""
+        return self._type_prefix(WORK, job_type)
+
+    def schedule_key(self, job_type: JobType) -> bytes:
+        """Return the key of ``job_type``'s periodic schedule."""
+        return self._type_prefix(SCHEDULES, job_type)
 
 
 DEFAULT_LAYOUT = Layout()

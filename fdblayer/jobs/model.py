@@ -187,6 +187,7 @@ def remove(tr: Transaction, layout: Layout, job_type: JobType, job_id: str) -> N
     pending.remove(tr, layout, job_type, job_id, current.sched_time)
     rows.clear_activity(tr, layout, job_type, current.seq)
     tr.clear(key)
+    tr.clear(layout.work_key(job_type, job_id))  # the worker pools' record goes with the job
     rows.update_watch(tr, layout, job_type)
 
 

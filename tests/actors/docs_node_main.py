@@ -1,12 +1,13 @@
 """``python -m tests.actors.docs_node_main node start ...``: the real CLI, with the
-doc processor in the root tree when ``actors.node.root_children`` does not
+doc processor in the root tree when ``actors.node.root.root_children`` does not
 list it yet (so the fail-over tests run the product's own node start)."""
 from __future__ import annotations
 
 import sys
 
-from actors import cli, node
-from actors.doc_processor import doc_children
+from actors import cli
+from actors.node import root as node
+from actors.docs.processor import doc_children
 
 _root_children = node.root_children
 

@@ -7,11 +7,11 @@ import urllib.error
 import urllib.request
 from typing import Any
 
-from actors.config import DEFAULTS, Config
-from actors.http_server import HTTP_SERVER_NAME, GetHttpInfo, http_children
-from actors.node import ROOT_FLAGS
-from actors.scheduler import SchedulerClient
-from actors.scheduler_sup import scheduler_children
+from actors.node.config import DEFAULTS, Config
+from actors.http.server import HTTP_SERVER_NAME, GetHttpInfo, http_children
+from actors.node.root import ROOT_FLAGS
+from actors.scheduler.client import SchedulerClient
+from actors.scheduler.sup import scheduler_children
 from supervision import start_node
 from tests.procs import free_port, group_pids, wait_until  # noqa: F401 - the HTTP tests import them from here
 

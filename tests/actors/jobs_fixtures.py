@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from actors import jobs
-from actors.notifier import JobEvent
+from actors.queue.protocol import JobEvent
 from fdblayer.jobs import JobState
 from supervision import NOREPLY, GenServer
 from tests import procs
@@ -60,7 +60,7 @@ def clear_store(db) -> None:
 
 
 def queue_config(store_url: str, **couch_jobs: Any):
-    from actors.config import load
+    from actors.node.config import load
 
     values = dict(FAST_COUCH_JOBS, **couch_jobs)
     overrides = {("node", "store"): store_url}
@@ -74,7 +74,7 @@ class QueueNode:
     def __init__(self, store_url: str, port: int | None = None, extra_specs: list | None = None,
                  **couch_jobs: Any) -> None:
         import fdblayer
-        from actors.node import ROOT_FLAGS, root_children
+        from actors.node.root import ROOT_FLAGS, root_children
         from supervision import start_node
 
         self.store_url = store_url
@@ -114,13 +114,13 @@ class QueueNode:
         return out
 
     def force_check_types(self) -> None:
-        from actors.jobs_server import ForceCheckTypes
+        from actors.queue.protocol import ForceCheckTypes
         from actors.names import JOBS_SERVER
 
         assert self.client.call(JOBS_SERVER, ForceCheckTypes(), 15.0) == "ok"
 
     def notifier_for(self, job_type: Any) -> Any:
-        from actors.jobs_server import GetNotifierServer
+        from actors.queue.protocol import GetNotifierServer
         from actors.names import JOBS_SERVER
 
         return self.client.call(JOBS_SERVER, GetNotifierServer(job_type), 10.0)

@@ -22,8 +22,8 @@ import pytest
 
 import fdblayer
 from actors import docs, jobs
-from actors.http_server import HTTP_SERVER_NAME, GetHttpInfo
-from actors.scheduler import SchedulerClient
+from actors.http.server import HTTP_SERVER_NAME, GetHttpInfo
+from actors.scheduler.client import SchedulerClient
 from supervision import connect
 
 from .jobs_fixtures import FAST_COUCH_JOBS, ROOT, dump, free_port, group_pids, wait_until

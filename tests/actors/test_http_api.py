@@ -13,8 +13,8 @@ import socket
 
 import pytest
 
-from actors.config import Config
-from actors.http_server import HttpStartError, check_bind
+from actors.node.config import Config
+from actors.http.server import HttpStartError, check_bind
 from supervision import StartError
 
 from .http_fixtures import FIX, HttpNode, wait_until

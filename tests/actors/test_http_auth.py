@@ -15,8 +15,8 @@ import time
 
 import pytest
 
-from actors.auth import Auth, hash_password, load_admins, verify_password
-from actors.config import Config
+from actors.http.auth import Auth, hash_password, load_admins, verify_password
+from actors.node.config import Config
 
 from .http_fixtures import HttpNode, wait_until
 

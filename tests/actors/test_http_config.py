@@ -30,13 +30,13 @@ import requests
 
 import fdblayer
 from actors import jobs
-from actors.config import CONFIG_SERVER, ConfigWriteError, GetCouchJobsInUse, load, write_value
-from actors.http_server import HTTP_SERVER_NAME, GetHttpInfo
-from actors.jobs_server import GetNotifierServer
+from actors.node.config import CONFIG_SERVER, ConfigWriteError, GetCouchJobsInUse, load, write_value
+from actors.http.server import HTTP_SERVER_NAME, GetHttpInfo
+from actors.queue.protocol import GetNotifierServer
 from actors.names import ACTIVITY_MONITOR_SUP, JOBS_SERVER, NOTIFIER_SUP
-from actors.node import ROOT_FLAGS, root_children
-from actors.scheduler import SchedulerClient
-from actors.scheduler_sup import SCHEDULER_NAME
+from actors.node.root import ROOT_FLAGS, root_children
+from actors.scheduler.client import SchedulerClient
+from actors.scheduler.sup import SCHEDULER_NAME
 from supervision import ChildSpec, start_node
 
 from tests.procs import proc_stat
@@ -312,7 +312,7 @@ IDLE = "tests.actors.scheduler_fixtures:idle"
 
 class FileNode:
     """A node started from a config file as ``otpjobs node start --config FILE``
-    starts one (:func:`actors.node.root_children`), in this process."""
+    starts one (:func:`actors.node.root.root_children`), in this process."""
 
     def __init__(self, directory: Path) -> None:
         self.path = directory / "node.ini"

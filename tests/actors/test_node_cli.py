@@ -140,7 +140,7 @@ def test_jobs_and_types_commands_round_trip(node):
 def test_http_port_zero_serves_on_a_port_the_system_picked(node):
     import urllib.request
 
-    from actors.http_server import HTTP_SERVER_NAME, GetHttpInfo
+    from actors.http.server import HTTP_SERVER_NAME, GetHttpInfo
     from supervision import connect
 
     node.start()

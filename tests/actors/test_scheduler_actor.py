@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from actors.config import CONFIG_SERVER, Config, GetConfig
-from actors.config_server import config_children
-from actors.scheduler import SchedulerClient
-from actors.scheduler_core import InvalidSetting, JobNotFound
-from actors.scheduler_sup import SCHEDULER_NAME, SCHEDULER_SUP_NAME, scheduler_children
+from actors.node.config import CONFIG_SERVER, Config, GetConfig
+from actors.node.config_server import config_children
+from actors.scheduler.client import SchedulerClient
+from actors.scheduler.core import InvalidSetting, JobNotFound
+from actors.scheduler.sup import SCHEDULER_NAME, SCHEDULER_SUP_NAME, scheduler_children
 from supervision import start_node
 from tests.procs import free_port, group_pids, pid_alive, wait_until
 

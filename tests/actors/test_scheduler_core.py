@@ -11,7 +11,7 @@ import itertools
 
 import pytest
 
-from actors.scheduler_core import (
+from actors.scheduler.core import (
     BACKOFF_INTERVAL,
     DEFAULT_HEALTH_THRESHOLD,
     DEFAULT_MAX_CHURN,

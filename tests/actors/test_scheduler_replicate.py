@@ -16,9 +16,9 @@ import fdb.tuple
 import pytest
 
 import fdblayer
-from actors.replicate import checkpoint_key, read_checkpoint, replicate
-from actors.scheduler_core import JobSpec
-from actors.scheduler_job import JobContext
+from actors.scheduler.replicate import checkpoint_key, read_checkpoint, replicate
+from actors.scheduler.core import JobSpec
+from actors.scheduler.job import JobContext
 
 from .test_scheduler_actor import h, wait_until  # noqa: F401 - the node fixture
 

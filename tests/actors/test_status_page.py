@@ -20,9 +20,9 @@ from urllib.parse import quote
 import pytest
 import requests
 
-from actors.config import Config
-from actors.node import ROOT_FLAGS, root_children
-from actors.scheduler import SchedulerClient
+from actors.node.config import Config
+from actors.node.root import ROOT_FLAGS, root_children
+from actors.scheduler.client import SchedulerClient
 from supervision import start_node
 
 from .http_fixtures import HttpNode, free_port, group_pids, wait_until

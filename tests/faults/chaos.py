@@ -286,8 +286,8 @@ def run_chaos(s: ChaosSettings, workdir: Path, out: Callable[[str], Any] = print
     """One chaos run in ``workdir``; every process it started is gone when it returns."""
     import fdblayer
     from actors import docs, jobs
-    from actors.config import load, node_name
-    from actors.scheduler import SchedulerClient
+    from actors.node.config import load, node_name
+    from actors.scheduler.client import SchedulerClient
 
     seed = s.seed if s.seed is not None else random.randrange(1 << 30)
     rng = random.Random(seed)

@@ -31,7 +31,7 @@ from tests.procs import group_pids, pid_alive, proc_stat, wait_until
 ROOT = Path(__file__).resolve().parents[2]
 
 #: Restart intensity of the product's supervisors that restart children, by
-#: class (actors.node.ROOT_FLAGS, actors.jobs_sup.JobsSup, actors.scheduler_sup.SchedulerTree).
+#: class (actors.node.root.ROOT_FLAGS, actors.queue.sup.JobsSup, actors.scheduler.sup.SchedulerTree).
 INTENSITY = {"NodeSupervisor": (3, 10.0), "JobsSup": (3, 10.0), "SchedulerTree": (10, 1.0)}
 #: Their names in the node's ``child_exited supervisor=...`` lines.
 LOG_NAME = {"supervision.node": "NodeSupervisor", "couch_jobs.sup": "JobsSup", "None": "SchedulerTree"}
@@ -72,7 +72,7 @@ def proc_tree(pgid: int) -> list[Proc]:
             continue
         if not cmd:
             continue
-        cls = "http_main" if "actors.http_main" in cmd else cmd[0]
+        cls = "http_main" if "actors.http.main" in cmd else cmd[0]
         raw[pid] = (int(fields[1]), cls, uptime - int(fields[19]) / tick)
     out = []
     for pid, (ppid, cls, age) in raw.items():

@@ -114,7 +114,7 @@ class System:
             raise
 
     def wait_docs_running(self) -> None:
-        from actors.scheduler import SchedulerClient
+        from actors.scheduler.client import SchedulerClient
 
         def running() -> bool:
             table = SchedulerClient(self.node.client).jobs()

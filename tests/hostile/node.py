@@ -11,11 +11,11 @@ from pathlib import Path
 from typing import Any
 
 import fdblayer
-from actors.config import Config
-from actors.http_server import HTTP_SERVER_NAME, GetHttpInfo, http_children
+from actors.node.config import Config
+from actors.http.server import HTTP_SERVER_NAME, GetHttpInfo, http_children
 from actors.names import JOBS_SERVER, JOBS_SUP
-from actors.node import ROOT_FLAGS, root_children
-from actors.scheduler import SchedulerClient
+from actors.node.root import ROOT_FLAGS, root_children
+from actors.scheduler.client import SchedulerClient
 from fdblayer import docs
 from supervision import start_node
 from tests.procs import free_port, group_pids, listening_addresses, wait_until

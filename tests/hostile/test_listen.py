@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from actors.http_server import HTTP_SERVER_NAME, GetHttpInfo
+from actors.http.server import HTTP_SERVER_NAME, GetHttpInfo
 from supervision import connect
 from tests.procs import free_port, group_pids, listening_addresses, pid_alive, proc_stat, wait_until
 

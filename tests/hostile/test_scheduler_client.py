@@ -1,4 +1,4 @@
-"""Hostile input to the scheduler through its client (``actors.scheduler.SchedulerClient``).
+"""Hostile input to the scheduler through its client (``actors.scheduler.server.SchedulerClient``).
 
 A bad job spec is ``InvalidJobSpec``, a bad setting ``InvalidSetting``, an
 unknown job ``JobNotFound`` (or False/None where the call answers so), all
@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from actors.scheduler_core import InvalidJobSpec, InvalidSetting, JobNotFound, SchedulerError
+from actors.scheduler.core import InvalidJobSpec, InvalidSetting, JobNotFound, SchedulerError
 
 from . import strategies as S
 from .node import IDLE

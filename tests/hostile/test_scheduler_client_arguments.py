@@ -26,7 +26,7 @@ import math
 import pytest
 from supervision.exceptions import CallFailed
 
-from actors.scheduler_core import InvalidArgument, InvalidJobSpec, InvalidSetting, JobNotFound, SchedulerError
+from actors.scheduler.core import InvalidArgument, InvalidJobSpec, InvalidSetting, JobNotFound, SchedulerError
 
 from tests.procs import wait_until
 

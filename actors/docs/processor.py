@@ -1,0 +1,321 @@
+"""The doc processor: a node adopts permanent jobs (documents) through the queue.
+
+Principle: ownership is the queue's, slots are the scheduler's. One
+:class:`DocProcessor` per node accepts queue jobs of the reserved type
+:data:`~fdblayer.docs.DOCS_TYPE` (each one a document of
+:mod:`fdblayer.docs`), hands each accepted document to the node's scheduler
+(``AddJob``) and keeps its queue jobs alive by updating each of them every
+tick (a third of the type's activity timeout, at most 2 s; one transaction
+per document, see :func:`fdblayer.docs.renew`). That same transaction
+records the document's state as the scheduler
+reports it (``JobSummary``; ``Jobs`` for the running jobs' stats as
+``info``) and notices what changed under it:
+
+* the document was replaced: its queue job is finished (so it is pending
+  again, and whoever accepts it runs the new revision) and the scheduler
+  job removed;
+* the document was deleted, or another node took the queue job (this one
+  was silent too long): the scheduler job is removed;
+* a one-shot job completed: ``completed``, the queue job is finished; a
+  spec the scheduler refuses: ``failed``, finished too.
+
+It never blocks its message loop: an accept is one transaction that takes
+a pending document or arms the pending watch, whose callback writes to a
+pipe the actor watches (as :mod:`actors.queue.type_monitor` does). When a node is
+SIGKILLed its queue jobs go silent; the activity monitor of a surviving
+node re-enqueues them after the timeout, which fires the other nodes'
+watches. On a clean stop the processor hands its documents back at once.
+On start it removes document jobs a previous incarnation left in the local
+scheduler (it owns none of them any more). A scheduler that is restarting
+(a call answered ``noproc`` or timed out) is not a crash: the processor
+waits for the next tick, and adds its jobs to the new scheduler.
+"""
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import fdblayer
+from fdblayer import docs
+from fdblayer.jobs import activity
+from fdblayer.jobs.keys import DEFAULT_LAYOUT
+from supervision import DEFER_START, CallFailed, CallTimeout, ChildSpec, GenServer, NoProc, Request
+from supervision.messages import WhereIs
+from supervision.waker import Waker
+
+from actors.node.config import node_name
+from actors.names import JOBS_SERVER
+from actors.scheduler.protocol import AddJob, GetJob, Jobs, JobSummary, RemoveJob
+from actors.scheduler.core import InvalidJobSpec, JobNotFound, reason_text
+from actors.scheduler.sup import SCHEDULER_NAME
+from actors import names
+
+log = logging.getLogger(__name__)
+
+DOC_PROCESSOR_NAME = names.DOC_PROCESSOR
+TICK = "doc_processor_tick"
+ACCEPT = "doc_processor_accept"
+CALL_TIMEOUT = 10.0
+#: Accepts per round before the actor lets other messages in.
+ACCEPT_BATCH = 200
+MAX_TICK = 2.0
+#: What a call to a scheduler that is restarting raises.
+SCHEDULER_DOWN = (NoProc, CallTimeout, CallFailed)
+
+
+@dataclass
+class Owned:
+    """A document this node holds: its lease, the scheduler spec, what was last written."""
+
+    lease: docs.Lease
+    spec: dict
+    added_to: str | None = None
+    errors: int = 0
+    written: dict = field(default_factory=dict)
+
+
+def scheduler_spec(doc: docs.Doc, now: float) -> dict:
+    """The scheduler job of a document; its id is derived from (db, doc id)."""
+    body = doc.body
+    continuous = bool(body.get("continuous", False))
+    digest = hashlib.md5(f"{doc.db_name}\x00{doc.doc_id}".encode()).hexdigest()
+
+    def url(value: Any) -> Any:
+        return value.get("url") if isinstance(value, dict) else value
+
+    return {"id": digest + ("+continuous" if continuous else ""), "handler": body.get("handler"),
+            "source": url(body.get("source")), "target": url(body.get("target")), "continuous": continuous,
+            "options": body.get("options") or {}, "db_name": doc.db_name, "doc_id": doc.doc_id,
+            "user": None, "start_time": doc.start_time if doc.start_time is not None else now}
+
+
+class DocProcessor(GenServer):
+    """args: ``{"store", "timeout" (s), "node_name", "scheduler" (registered name)}``."""
+
+    def init(self, args: Any) -> Any:
+        self.db = fdblayer.open(args["store"])
+        self.timeout = max(1.0, float(args.get("timeout") or docs.DEFAULT_OWNER_TIMEOUT))
+        self.node_name = args["node_name"]
+        self.scheduler_name = args.get("scheduler", SCHEDULER_NAME)
+        self.tick_every = min(self.timeout / 3.0, MAX_TICK)
+        self.owned: dict[str, Owned] = {}
+        self.sched: Any = None
+        self.watch: Any = None
+        self._ticking = False
+        self._tick_again = False
+        self._stale = True  # a previous incarnation's jobs may be in the scheduler
+        self._timer: int | None = None
+        self.waker = Waker(self, self._accept_more)
+        activity.set_type_timeout(self.db, DEFAULT_LAYOUT, docs.DOCS_TYPE, self.timeout)
+        self.run_task(self._setup(), lambda _: self._setup_done())
+        return DEFER_START
+
+    def format_status(self) -> dict:
+        return {"node": self.node_name, "owned": len(self.owned), "timeout": self.timeout}
+
+    # ------------------------------------------------------------ start
+    def _setup(self):
+        yield from self._remove_stale()
+        server = yield Request(self.node, WhereIs(JOBS_SERVER))
+        if server is not None:  # start the type's activity monitor now, not at the next type check
+            from actors.queue.protocol import ForceCheckTypes
+
+            try:
+                yield Request(server, ForceCheckTypes(), CALL_TIMEOUT)
+            except Exception as exc:  # noqa: BLE001 - the periodic type check will do it
+                log.warning("doc_processor: jobs server did not check types: %r", exc)
+
+    def _remove_stale(self):
+        """Remove the document jobs a previous incarnation left in the scheduler
+        (none of them is ours any more). While the scheduler restarts this is
+        left for a later tick: the processor does not fail (and cost its
+        supervisor a restart) because its neighbour is restarting."""
+        try:
+            sched = yield Request(self.node, WhereIs(self.scheduler_name))
+            if sched is None:
+                return
+            mine = {o.spec["id"] for o in self.owned.values()}
+            for job in (yield Request(sched, Jobs(), CALL_TIMEOUT)):
+                if job.get("database") is not None and job["id"] not in mine:
+                    yield Request(sched, RemoveJob(job["id"]), CALL_TIMEOUT)
+        except SCHEDULER_DOWN as exc:
+            log.warning("doc_processor: scheduler unavailable (%r); stale jobs removed later", exc)
+            return
+        self._stale = False
+
+    def _setup_done(self) -> None:
+        self.start_complete()
+        self._accept_more()
+        self._arm_tick()
+
+    # ---------------------------------------------------------- accepts
+    def _accept_more(self) -> None:
+        accepted = 0
+        while accepted < ACCEPT_BATCH:
+            found, watch = docs.accept(self.db, self.node_name, time.time())
+            if found is not None:
+                lease, doc = found
+                self.owned[lease.job.id] = Owned(lease, scheduler_spec(doc, time.time()))
+                log.info("Doc %s/%s: accepted rev %s", lease.db_name, lease.doc_id, lease.rev)
+                accepted += 1
+            elif watch is not None:
+                self._arm_watch(watch)
+                break
+        else:
+            self.send_after(0, ACCEPT)
+        if accepted:
+            self._request_tick()
+
+    def _arm_watch(self, watch: Any) -> None:
+        old, self.watch = self.watch, watch
+        if old is not None:
+            old.cancel()
+        watch.on_ready(self._signal)
+
+    def _signal(self, watch: Any = None) -> None:
+        """Watch callback (the store's watcher thread): wake the actor.
+
+        A watch replaced by ``_arm_watch`` resolves as cancelled: that is no
+        news, and waking on it would make every accept cancel, wake and
+        accept again (a busy loop)."""
+        if watch is not None and watch is not self.watch and watch.cancelled():
+            return
+        self.waker.wake()
+
+    # ------------------------------------------------------------ ticks
+    def handle_info(self, msg: Any) -> None:
+        if msg == TICK:
+            self._timer = None
+            self._request_tick()
+        elif msg == ACCEPT:
+            self._accept_more()
+        else:
+            super().handle_info(msg)
+
+    def _arm_tick(self) -> None:
+        self.cancel_timer(self._timer)
+        self._timer = self.send_after(self.tick_every, TICK)
+
+    def _request_tick(self) -> None:
+        if self._ticking:
+            self._tick_again = True
+            return
+        self._ticking = True
+        self.run_task(self._observe(), self._tick_done)
+
+    def _observe(self):
+        """Add what is not in the scheduler yet; read every owned job's state."""
+        states: dict[str, dict] = {}
+        done: set[str] = set()
+        if self._stale:
+            yield from self._remove_stale()
+        sched = yield Request(self.node, WhereIs(self.scheduler_name))
+        if sched is None:
+            return states, done
+        self.sched = sched
+        here = str(sched)
+        for jid, o in list(self.owned.items()):
+            if o.added_to == here:
+                continue
+            try:
+                yield Request(sched, AddJob(o.spec), CALL_TIMEOUT)
+                o.added_to = here
+                states[jid] = {"id": o.spec["id"], "start_time": o.spec["start_time"]}
+            except InvalidJobSpec as exc:
+                states[jid] = {"state": docs.DocState.FAILED.value, "info": {"error": str(exc)}, "id": None}
+                done.add(jid)
+            except Exception as exc:  # noqa: BLE001 - scheduler busy or restarting: retry next tick
+                o.errors += 1
+                states[jid] = {"state": docs.DocState.ERROR.value, "error_count": o.errors,
+                               "info": {"error": reason_text(exc)}}
+        for jid, o in list(self.owned.items()):
+            if o.added_to != here or jid in done:
+                continue
+            try:
+                summary = yield Request(sched, JobSummary(o.spec["id"]), CALL_TIMEOUT)
+                try:  # this job's stats only: Jobs() would build every job's dict each tick
+                    info = (yield Request(sched, GetJob(o.spec["id"]), CALL_TIMEOUT)).get("info")
+                except JobNotFound:
+                    info = None
+            except SCHEDULER_DOWN as exc:  # it restarts: the next tick adds the jobs to the new one
+                log.warning("doc_processor: scheduler unavailable (%r); next tick", exc)
+                break
+            new = self._doc_state(summary, info)
+            if new.get("state") in docs.TERMINAL:
+                done.add(jid)
+            if any(o.written.get(k) != v for k, v in new.items()):
+                states[jid] = dict(states.get(jid, {}), **new)
+        return states, done
+
+    @staticmethod
+    def _doc_state(summary: dict | None, stats: Any) -> dict:
+        if summary is None:  # a permanent job leaves the table only when it completes
+            return {"state": docs.DocState.COMPLETED.value, "info": stats or None, "id": None, "error_count": 0}
+        state = summary["state"]
+        if state == "crashing":
+            return {"state": state, "error_count": summary["error_count"], "info": {"error": summary["info"]}}
+        return {"state": state, "error_count": summary["error_count"],
+                "info": (stats or {}) if state == "running" else None}
+
+    def _tick_done(self, result: tuple) -> None:
+        states, done = result
+        leases = [o.lease for o in self.owned.values()]
+        outcomes = docs.renew(self.db, leases, states, done, time.time()) if leases else {}
+        for jid, (outcome, lease) in outcomes.items():
+            o = self.owned.get(jid)
+            if o is None:
+                continue
+            if outcome == docs.KEPT:
+                o.lease = lease
+                o.written.update(states.get(jid, {}))
+                continue
+            del self.owned[jid]
+            log.info("Doc %s/%s: %s", o.lease.db_name, o.lease.doc_id, outcome)
+            if outcome != docs.DONE and o.added_to is not None and self.sched is not None:
+                self.call_async(self.sched, RemoveJob(o.spec["id"]), self._removed, CALL_TIMEOUT)
+        self._ticking = False
+        if self._tick_again:
+            self._tick_again = False
+            self._request_tick()
+        else:
+            self._accept_more()  # a safety net under the watch
+            self._arm_tick()
+
+    @staticmethod
+    def _removed(_value: Any, error: Exception | None) -> None:
+        if error is not None:
+            log.warning("doc_processor: RemoveJob failed: %r", error)
+
+    # ------------------------------------------------------------- stop
+    def terminate(self, reason: Any) -> None:
+        if self.watch is not None:
+            self.watch.cancel()
+        self.waker.close()
+        if self.owned:
+            try:
+                docs.release(self.db, [o.lease for o in self.owned.values()])
+            except Exception:  # noqa: BLE001 - they come back after the timeout anyway
+                log.exception("doc_processor: could not hand documents back")
+        self.db.close()
+
+
+def doc_children(config: Any) -> list[ChildSpec]:
+    """The doc processor as a node root child (after the scheduler tree).
+
+    Reads ``[node] store``, ``[node] port`` (the node's name in documents)
+    and ``[replicator] doc_owner_timeout`` (seconds, default 30).
+    """
+    try:
+        timeout = config.get("replicator", "doc_owner_timeout")
+    except KeyError:
+        timeout = docs.DEFAULT_OWNER_TIMEOUT
+    args = {"store": config.get("node", "store"), "timeout": timeout or docs.DEFAULT_OWNER_TIMEOUT,
+            "node_name": node_name(config),
+            "scheduler": SCHEDULER_NAME}
+    return [ChildSpec("doc_processor", DocProcessor, args, name=DOC_PROCESSOR_NAME, shutdown=10.0)]
+
+
+__all__ = ["DocProcessor", "doc_children", "scheduler_spec", "DOC_PROCESSOR_NAME"]

@@ -1,0 +1,420 @@
+"""Node configuration: an INI file with CouchDB's sections and the seeds' defaults.
+
+Sections and keys (all optional; values are validated on load, a bad one is
+a :class:`ConfigError` naming section, key and value):
+
+* ``[node]`` ``port`` (admin port, 1900), ``store`` (store URL, the embedded
+  SQLite file ``./otpjobs.db``), ``http_port`` (5984; 0 lets the system
+  pick a free port, see ``GetHttpInfo``), ``bind_address``
+  (127.0.0.1), ``log_level`` (info).
+* ``[replicator]`` ``max_jobs`` (500, at least 0), ``max_churn`` (20),
+  ``interval`` (60000 ms, at most :data:`MAX_MSEC`), ``max_history`` (20),
+  ``health_threshold`` (120 s), the last four at least 1 as the seed's
+  scheduler checks them; ``doc_owner_timeout`` (30 s).
+* ``[couch_jobs]`` ``activity_monitor_max_jitter_msec`` (10000),
+  ``type_monitor_holdoff_msec`` (50), ``type_monitor_timeout_msec``
+  (infinity), ``type_check_period_msec`` (15000),
+  ``type_check_max_jitter_msec`` (5000). Each is a whole number of
+  milliseconds up to :data:`MAX_MSEC` (Erlang's timer limit);
+  ``type_check_period_msec`` and ``type_monitor_timeout_msec`` are at
+  least 1 (0 would re-check without pause).
+
+The keys of :data:`RUNTIME_KEYS` also change while the node runs (``PUT
+/_node/_local/_config/{section}/{key}``), through the node's settings
+keeper (:class:`actors.node.config_server.ConfigServer`), which writes a change
+into the file with :func:`write_value`. The keeper's messages live here so
+that every actor reading a section can import them: :class:`GetConfig` and
+:class:`SetConfig` (calls to the keeper), :class:`ReplicatorChanged` and
+:class:`CouchJobsChanged` (the keeper's calls to the actors reading a
+section), :class:`GetCouchJobs` (the queue's own form of ``GetConfig``) and
+:class:`GetCouchJobsInUse`.
+"""
+from __future__ import annotations
+
+import configparser
+import os
+import re
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+INFINITY = "infinity"
+
+DEFAULTS: dict[str, dict[str, Any]] = {
+    "node": {"port": 1900, "store": "sqlite:///otpjobs.db", "http_port": 5984,
+             "bind_address": "127.0.0.1", "log_level": "info"},
+    "replicator": {"max_jobs": 500, "max_churn": 20, "interval": 60000, "max_history": 20,
+                   "health_threshold": 120, "doc_owner_timeout": 30},
+    "couch_jobs": {"activity_monitor_max_jitter_msec": 10000, "type_monitor_holdoff_msec": 50,
+                   "type_monitor_timeout_msec": INFINITY, "type_check_period_msec": 15000,
+                   "type_check_max_jitter_msec": 5000},
+    "worker": {"concurrency": 4, "max_attempts": 3, "grace": 30, "type_timeout": 30},
+}
+#: Free-form sections: ``[workers] TYPE = package.module:callable`` (the types a
+#: node's worker pool serves) and ``[periodic] TYPE = cron expression``.
+FREE_SECTIONS = ("workers", "periodic")
+
+_STRINGS = {("node", "store"), ("node", "bind_address"), ("node", "log_level")}
+_MAY_BE_INFINITY = {("couch_jobs", "type_monitor_timeout_msec")}
+_LOG_LEVELS = ("debug", "info", "warning", "error")
+#: Largest millisecond value (Erlang's erlang:send_after limit, 2^32 - 1).
+MAX_MSEC = 4294967295
+#: Integer keys whose smallest value is 1, not 0: the seed's scheduler accepts
+#: max_jobs 0 (nothing runs) but not a zero churn, interval, history or
+#: threshold; a zero period or timeout would make a queue check spin.
+_AT_LEAST_ONE = {("worker", "concurrency"), ("worker", "max_attempts"), ("worker", "type_timeout"),
+                 ("node", "port"), ("replicator", "max_churn"), ("replicator", "interval"),
+                 ("replicator", "max_history"), ("replicator", "health_threshold"),
+                 ("couch_jobs", "type_check_period_msec"), ("couch_jobs", "type_monitor_timeout_msec")}
+#: Integer keys that are milliseconds of a timer (at most MAX_MSEC).
+_TIMER_MSEC = {("replicator", "interval")} | {("couch_jobs", key) for key in DEFAULTS["couch_jobs"]}
+#: Registered name of the node's settings keeper (:class:`actors.node.config_server.ConfigServer`).
+from actors.names import CONFIG_SERVER  # noqa: E402,F401  (re-exported)
+#: The keys that change while the node runs, by section (the others only in the file).
+RUNTIME_KEYS: dict[str, tuple[str, ...]] = {
+    "replicator": ("max_jobs", "max_churn", "interval", "max_history", "health_threshold"),
+    "couch_jobs": tuple(DEFAULTS["couch_jobs"]),
+}
+_INTEGER = re.compile(r"[+-]?[0-9]+")
+
+
+class ConfigError(ValueError):
+    """A configuration value is malformed or out of range."""
+
+    def __init__(self, section: str, key: str, value: Any, why: str) -> None:
+        super().__init__(f"[{section}] {key} = {value!r}: {why}")
+        self.section, self.key, self.value, self.why = section, key, value, why
+
+    def __reduce__(self) -> tuple:  # travels between processes inside a call's Failure
+        return (type(self), (self.section, self.key, self.value, self.why))
+
+
+def parse_value(section: str, key: str, raw: Any) -> Any:
+    """Validate and convert one value of a known key.
+
+    Raises:
+        ConfigError: unknown key, or a value of the wrong type or range.
+    """
+    if not _known(section, key):
+        raise ConfigError(section, key, raw, "unknown setting")
+    if isinstance(raw, bool) or not isinstance(raw, (str, int)):  # a file and HTTP give str, code an int
+        raise ConfigError(section, key, raw, "must be a string" if (section, key) in _STRINGS
+                          else "must be an integer")
+    if (section, key) in _STRINGS:
+        value = str(raw).strip()
+        if not value:
+            raise ConfigError(section, key, raw, "must not be empty")
+        if key == "log_level" and value.lower() not in _LOG_LEVELS:
+            raise ConfigError(section, key, raw, f"must be one of {', '.join(_LOG_LEVELS)}")
+        return value.lower() if key == "log_level" else value
+    if (section, key) in _MAY_BE_INFINITY and str(raw).strip() == INFINITY:
+        return INFINITY
+    text = str(raw).strip()
+    if not _INTEGER.fullmatch(text) or len(text) > 20:
+        raise ConfigError(section, key, raw, "must be an integer")
+    value = int(text)
+    low = 1 if (section, key) in _AT_LEAST_ONE else 0
+    if value < low:
+        raise ConfigError(section, key, raw, f"must be >= {low}")
+    if key in ("port", "http_port") and value > 65535:
+        raise ConfigError(section, key, raw, "must be a TCP port (<= 65535)")
+    if (section, key) in _TIMER_MSEC and value > MAX_MSEC:
+        raise ConfigError(section, key, raw, f"must be <= {MAX_MSEC} ms")
+    return value
+
+
+def parse_runtime_value(section: str, key: str, raw: Any) -> Any:
+    """:func:`parse_value` for a key that may change at run time.
+
+    Raises:
+        ConfigError: a key outside :data:`RUNTIME_KEYS` (unknown, or one the
+            file alone sets), or a bad value.
+    """
+    if not _known(section, key) or key not in RUNTIME_KEYS.get(section, ()):
+        raise ConfigError(section, key, raw, "can only be changed in the config file" if _known(section, key)
+                          else "unknown setting")
+    return parse_value(section, key, raw)
+
+
+def _known(section: Any, key: Any) -> bool:
+    """A section and key of :data:`DEFAULTS` (anything else, even unhashable, is not)."""
+    return isinstance(section, str) and isinstance(key, str) and key in DEFAULTS.get(section, {})
+
+
+def format_value(value: Any) -> str:
+    """A parsed value as the config file (and ``_config``) spell it."""
+    return str(value)
+
+
+@dataclass
+class Config:
+    """Settings by section; unset keys read as the seeds' defaults."""
+
+    values: dict[str, dict[str, Any]] = field(default_factory=lambda: {s: dict(v) for s, v in DEFAULTS.items()})
+    #: The INI file it was read from (the HTTP listener hashes its [admins] there).
+    path: str | None = None
+    #: ``[workers]``: job type -> handler path; ``[periodic]``: job type -> cron.
+    workers: dict[str, str] = field(default_factory=dict)
+    periodic: dict[str, str] = field(default_factory=dict)
+
+    def get(self, section: str, key: str) -> Any:
+        """The value of a known key."""
+        return self.values[section][key]
+
+    def set(self, section: str, key: str, raw: Any) -> Any:
+        """Validate and set a value; returns the converted value."""
+        value = parse_value(section, key, raw)
+        self.values[section][key] = value
+        return value
+
+    def section(self, section: str) -> dict[str, Any]:
+        """A copy of one section."""
+        return dict(self.values[section])
+
+
+def load(path: str | Path | None = None, overrides: dict[tuple[str, str], Any] | None = None) -> Config:
+    """Read an INI file (if given) over the defaults, then apply ``overrides``.
+
+    Sections other than node, replicator and couch_jobs (admins, httpd...)
+    are ignored here. Raises ConfigError for a bad value, FileNotFoundError
+    for a missing file.
+    """
+    config = Config(path=None if path is None else str(path))
+    if path is not None:
+        parser = configparser.ConfigParser(interpolation=None)
+        with open(path) as f:
+            parser.read_file(f)
+        for section in DEFAULTS:
+            if parser.has_section(section):
+                for key, raw in parser.items(section):
+                    config.set(section, key, raw)
+        exact = configparser.ConfigParser(interpolation=None)
+        exact.optionxform = str  # job types keep their case
+        with open(path) as f:
+            exact.read_file(f)
+        for section in FREE_SECTIONS:
+            if exact.has_section(section):
+                getattr(config, section).update((k.strip(), v.strip()) for k, v in exact.items(section))
+    for (section, key), raw in (overrides or {}).items():
+        if raw is not None:
+            config.set(section, key, raw)
+    return config
+
+
+# ------------------------------------------------------ writing the file
+
+#: configparser's section and option patterns, matched on a stripped line.
+_SECTION_LINE = re.compile(r"\[(?P<name>.+)\]")
+_OPTION_LINE = re.compile(r"(?P<key>.*?)\s*(?P<sep>[=:])\s*(?P<value>.*)$")
+
+
+class ConfigWriteError(Exception):
+    """The config file could not be changed (it is left as it was)."""
+
+    def __init__(self, path: str, why: str) -> None:
+        super().__init__(f"config file {path}: {why}")
+        self.path, self.why = path, why
+
+    def __reduce__(self) -> tuple:  # travels between processes inside a call's Failure
+        return (type(self), (self.path, self.why))
+
+
+def write_value(path: str | Path, section: str, key: str, value: str) -> None:
+    """Set ``key = value`` in ``[section]`` of the INI file ``path``, changing nothing else.
+
+    The key's line (and its continuation lines) is rewritten in place; a
+    key not in the file gets a line after the section's last setting, a
+    section not in the file is added at its end. Comments, blank lines,
+    the order of keys and the other sections stay as they were, as
+    :func:`actors.http.auth.load_admins` leaves them when it hashes passwords.
+    The new text must read back (with configparser) as the new value
+    before it replaces the file, atomically (same mode; through a symlink,
+    its target): a crash leaves the old file or the new one.
+
+    Raises:
+        ConfigWriteError: the file cannot be read, no longer parses, or
+            cannot be replaced; it is unchanged.
+    """
+    target = Path(path).resolve()
+    try:
+        text = target.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigWriteError(str(path), f"cannot read it ({exc})") from None
+    new_text = _with_value(text, section, key, value)
+    parser = configparser.ConfigParser(interpolation=None)
+    try:
+        parser.read_string(new_text)
+        written = parser.get(section, key)
+    except configparser.Error as exc:
+        raise ConfigWriteError(str(path), f"does not parse ({exc})".replace("\n", " ")) from None
+    if written != value:
+        raise ConfigWriteError(str(path), f"[{section}] {key} would read back as {written!r}, not {value!r}")
+    try:
+        replace_file(target, new_text)
+    except OSError as exc:
+        raise ConfigWriteError(str(path), f"cannot replace it ({exc})") from None
+
+
+def _with_value(text: str, section: str, key: str, value: str) -> str:
+    """``text`` with ``[section] key = value`` set (see :func:`write_value`)."""
+    lines = text.splitlines(keepends=True)
+    current = None           # the section the line belongs to
+    option_indent = None     # indent of the last option line (deeper lines continue it)
+    option_index = None      # index of that option line
+    found = None             # index of the key's line in the section
+    continuation: list[int] = []  # the key's continuation lines
+    insert_at = None         # after the section's last setting (or its header)
+    for i, line in enumerate(lines):
+        stripped = line.strip()
+        if not stripped or stripped[0] in "#;":
+            continue
+        indent = len(line) - len(line.lstrip())
+        if option_indent is not None and indent > option_indent:
+            if current == section:
+                insert_at = i + 1
+                if option_index == found:
+                    continuation.append(i)
+            continue
+        header = _SECTION_LINE.match(stripped)
+        if header:
+            current, option_indent = header.group("name"), None
+            if current == section and insert_at is None:
+                insert_at = i + 1
+            continue
+        option = _OPTION_LINE.match(stripped)
+        if option is None:
+            continue  # configparser would refuse the file; the read-back says so
+        option_indent, option_index = indent, i
+        if current == section:
+            insert_at = i + 1
+            if found is None and option.group("key").strip().lower() == key:
+                found = i
+    if found is not None:
+        line = lines[found]
+        body = line.rstrip("\r\n")
+        stripped = body.strip()
+        option = _OPTION_LINE.match(stripped)
+        prefix = body[: len(body) - len(body.lstrip())] + stripped[: option.start("value")]
+        if not option.group("value") and not prefix[-1].isspace():
+            prefix += " "  # "key =" becomes "key = value", not "key =value"
+        lines[found] = f"{prefix}{value}{line[len(body):] or chr(10)}"
+        for i in reversed(continuation):
+            del lines[i]
+        return "".join(lines)
+    entry = f"{key} = {value}\n"
+    if insert_at is None:
+        body = "".join(lines)
+        if body and not body.endswith("\n"):
+            body += "\n"
+        return f"{body}{chr(10) if body else ''}[{section}]\n{entry}"
+    if not lines[insert_at - 1].endswith("\n"):
+        lines[insert_at - 1] += "\n"
+    lines.insert(insert_at, entry)
+    return "".join(lines)
+
+
+def replace_file(target: Path, text: str) -> None:
+    """Write ``text`` to a temporary file beside ``target``, then rename it over ``target``
+    (same mode; fsynced, the rename too): a crash leaves the old file or the new one."""
+    mode = target.stat().st_mode & 0o7777
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    dir_fd = os.open(target.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)  # the rename itself survives a power loss
+    finally:
+        os.close(dir_fd)
+
+
+# --------------------------------------------------- run-time messages
+
+
+@dataclass(frozen=True)
+class GetConfig:
+    """Call to the settings keeper: ``(generation, values)`` of a section of
+    :data:`RUNTIME_KEYS`.
+
+    A ``subscriber`` is sent every later change of the section, as a
+    :class:`ReplicatorChanged` or :class:`CouchJobsChanged` call, until it
+    exits.
+    """
+
+    section: str
+    subscriber: Any = None
+
+
+@dataclass(frozen=True)
+class SetConfig:
+    """Call to the settings keeper: validate and set one key of :data:`RUNTIME_KEYS`.
+
+    With ``persist`` (and a node started with a config file) the file is
+    rewritten first. Answers the old value once the subscribers applied the
+    new one, or ``Failure(ConfigError)`` (unknown key, bad value) or
+    ``Failure(ConfigWriteError)``, and then nothing changed.
+    """
+
+    section: str
+    key: str
+    value: Any
+    persist: bool = True
+
+
+@dataclass(frozen=True)
+class ReplicatorChanged:
+    """Call to the scheduler: run with these ``[replicator]`` values from now on.
+
+    ``generation`` grows with every change the keeper makes (of any
+    section), and a new keeper's are larger than an old one's; an actor
+    ignores a generation older than the one it has. The answer is ``"ok"``
+    once the values are applied.
+    """
+
+    values: dict
+    generation: int
+
+
+@dataclass(frozen=True)
+class CouchJobsChanged:
+    """Call to a queue actor: run with these ``[couch_jobs]`` values from now on.
+
+    ``generation`` as in :class:`ReplicatorChanged`. The answer is ``"ok"``
+    once the actor (and whatever it passes the values on to) applied them.
+    """
+
+    values: dict
+    generation: int
+
+
+@dataclass(frozen=True)
+class GetCouchJobsInUse:
+    """Call to a queue actor: the ``[couch_jobs]`` values it runs with (its keys only)."""
+
+
+@dataclass(frozen=True)
+class GetCouchJobs:
+    """Call to the settings keeper: ``GetConfig("couch_jobs", subscriber)``, as the
+    queue's server asks it."""
+
+    subscriber: Any = None
+
+
+#: The call a section's subscribers get on a change.
+CHANGED = {"replicator": ReplicatorChanged, "couch_jobs": CouchJobsChanged}
+
+
+def node_name(config: Config) -> str:
+    """The node's name in job and doc views: ``otpjobs-<admin port>@<host>``
+    (CouchDB shows ``node1@127.0.0.1``); unique per host and port."""
+    import socket
+
+    return f"otpjobs-{config.get('node', 'port')}@{socket.gethostname()}"

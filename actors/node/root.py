@@ -1,0 +1,112 @@
+"""A node: one long-lived actor system holding the supervision tree.
+
+:func:`run` starts a node in the foreground and blocks until SIGTERM or
+SIGINT (or ``otpjobs node stop``), then stops the tree in order and every
+process of the node. If the node supervisor itself exits (its restart
+intensity was exceeded), the node logs why and exits with status 1, as an
+Erlang node does when its top supervisor dies.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import select
+import signal
+from typing import Any
+
+import supervision
+from supervision.system import start_node, stop_node
+
+from actors.node.config import Config
+
+log = logging.getLogger("otpjobs.node")
+
+#: The node supervisor's flags: the root of the product's tree.
+ROOT_FLAGS = {"strategy": "one_for_one", "intensity": 3, "period": 10}
+
+
+def root_children(config: Config) -> list:
+    """The node's top-level children, in start order: the settings keeper
+    (the run-time ``[replicator]`` and ``[couch_jobs]`` values, started
+    before and outliving every actor that reads them), the queue tree, the
+    scheduler tree (scheduler_sup then scheduler, rest_for_one), the doc
+    processor (adopts permanent jobs through the queue and runs them on the
+    scheduler), then the HTTP listener."""
+    from actors.node.config_server import config_children
+    from actors.docs.processor import doc_children
+    from actors.http.server import http_children
+    from actors.queue.sup import jobs_children
+    from actors.scheduler.sup import scheduler_children
+
+    return (config_children(config) + jobs_children(config, config_server=False) + scheduler_children(config)
+            + doc_children(config) + http_children(config) + _workers(config))
+
+
+def _workers(config: Config) -> list:
+    """The node's worker pool (``[workers]`` / ``--workers``), if it runs one."""
+    if not config.workers:
+        return []
+    from actors.workers.host import host_args, spec_from_config
+    from actors.workers.sup import workers_children
+
+    return workers_children(host_args(spec_from_config(config, [], [])))
+
+
+def check_store(url: str) -> None:
+    """Open and close the store once so a bad URL fails before anything forks."""
+    import fdblayer
+
+    db = fdblayer.open(url)
+    close = getattr(db, "close", None)
+    if close is not None:
+        close()
+
+
+def run(config: Config) -> int:
+    """Run a node in the foreground until told to stop; returns the exit status."""
+    port = config.get("node", "port")
+    store = config.get("node", "store")
+    check_store(store)
+    if config.workers:
+        from actors.workers.host import prepare, spec_from_config
+
+        prepare(spec_from_config(config, [], []))
+    level = getattr(logging, config.get("node", "log_level").upper())
+    node = start_node(port, ROOT_FLAGS, root_children(config), level=level)
+    log.info("node_up port=%s store=%s http_port=%s pid=%s supervisor_pid=%s",
+             port, store, config.get("node", "http_port"), os.getpid(), node.pid)
+    reason = _wait_for_stop(node)
+    if reason == "supervisor_exited":
+        log.error("node_down reason=node_supervisor_exited port=%s", port)
+        stop_node(port)
+        return 1
+    log.info("node_stopping reason=%s port=%s", reason, port)
+    node.stop()
+    log.info("node_stopped port=%s", port)
+    return 0
+
+
+def _wait_for_stop(node: supervision.Node) -> str:
+    """Block until a stop signal arrives or the node supervisor's process ends."""
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(write_fd, False)
+    received: list[str] = []
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        received.append(signal.Signals(signum).name)
+        os.write(write_fd, b"x")
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+    pidfd = os.pidfd_open(node.pid)
+    try:
+        while True:
+            ready, _, _ = select.select([read_fd, pidfd], [], [])
+            if received:
+                return received[0]
+            if pidfd in ready:
+                return "supervisor_exited"
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+        for fd in (read_fd, write_fd, pidfd):
+            os.close(fd)

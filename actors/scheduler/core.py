@@ -1,0 +1,738 @@
+"""The scheduler's job table and policy, on plain data (no actors, no I/O).
+
+Principle: everything couch_replicator_scheduler decides — which jobs run,
+which wait, which are rotated out, how long a crashing job is backed off,
+what a job's summary says — is computed here from a :class:`JobTable` (the
+seed's ETS table), a :class:`Settings` value (its ``#state{}``) and an
+injected clock. Starting and stopping job processes is delegated to a
+:class:`Runner` (the seed's ``couch_replicator_scheduler_sup``, which its
+eunit tests mock), so the seed's tests run here unchanged on plain data.
+
+Data model, per job (``Job``)::
+
+    id        -> spec (JobSpec), pid (None when not running), monitor,
+                 history [Event(type, when, reason), ...] newest first,
+                 stats (last reported by the job), checkpoint (last state)
+
+Times are the clock's wall seconds (``clock.time()``), as the seed's
+``os:timestamp()``. Deviation from the seed, on purpose: ``pending_jobs``
+considers only jobs that are not running (the seed folded over running
+jobs too, whose "start" was then a no-op that cost a slot's turn).
+"""
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import enum
+import heapq
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Iterator, Mapping, Protocol
+
+from actors.node.config import ConfigError, parse_value
+
+log = logging.getLogger(__name__)
+
+MAX_BACKOFF_EXPONENT = 10
+BACKOFF_INTERVAL = 30.0  # seconds
+DEFAULT_HEALTH_THRESHOLD = 2 * 60  # seconds
+DEFAULT_MAX_JOBS = 500
+DEFAULT_MAX_CHURN = 20
+DEFAULT_MAX_HISTORY = 20
+DEFAULT_INTERVAL = 60000  # milliseconds
+
+
+# ------------------------------------------------------------------ errors
+
+
+class SchedulerError(Exception):
+    """Root of the scheduler's errors (picklable: they travel in replies)."""
+
+    def __reduce__(self) -> tuple:
+        return (_rebuild_error, (type(self), self.__dict__, str(self)))
+
+
+def _rebuild_error(cls: type, fields: dict, text: str) -> SchedulerError:
+    error = cls.__new__(cls)
+    Exception.__init__(error, text)
+    error.__dict__.update(fields)
+    return error
+
+
+class InvalidSetting(SchedulerError):
+    """A scheduler setting was given a value out of its range."""
+
+    def __init__(self, key: str, value: Any, why: str) -> None:
+        super().__init__(f"{key} = {value!r}: {why}")
+        self.key, self.value = key, value
+
+
+class InvalidJobSpec(SchedulerError):
+    """A job spec is malformed."""
+
+    def __init__(self, field_name: str, value: Any, why: str) -> None:
+        super().__init__(f"job spec {field_name} = {value!r:.80}: {why}")
+        self.field, self.value = field_name, value
+
+
+class InvalidArgument(SchedulerError):
+    """A request's argument (other than a job spec or a setting) is of the wrong type or out of range."""
+
+    def __init__(self, name: str, value: Any, why: str) -> None:
+        super().__init__(f"{name} = {value!r:.80}: {why}")
+        self.name, self.value = name, value
+
+
+class JobNotFound(SchedulerError):
+    """No job with that id is in the scheduler's table."""
+
+    def __init__(self, job_id: Any) -> None:
+        super().__init__(f"no job {job_id!r}")
+        self.job_id = job_id
+
+
+# ------------------------------------------------------------------ data
+
+
+class EventType(str, enum.Enum):
+    """What happened to a job (one history entry)."""
+
+    ADDED = "added"
+    STARTED = "started"
+    STOPPED = "stopped"
+    CRASHED = "crashed"
+
+
+class JobState(str, enum.Enum):
+    """A job's state as job_summary reports it."""
+
+    PENDING = "pending"
+    CRASHING = "crashing"
+    RUNNING = "running"
+
+
+@dataclass(frozen=True)
+class Event:
+    """One history entry: ``type`` at wall-clock ``when``; ``reason`` for crashes."""
+
+    type: EventType
+    when: float
+    reason: Any = None
+
+
+_SPEC_FIELDS = ("id", "handler", "source", "target", "continuous", "options", "db_name", "doc_id",
+                "user", "start_time")
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """What a job runs: a handler (``package.module:callable``) or, with
+    ``source`` and ``target`` and no handler, the built-in ``replicate`` kind.
+
+    A job with a ``db_name`` is permanent (a replicator document): a crash
+    is recorded and the job retried with backoff. Without one it is
+    transient (``POST /_replicate``): a crash removes it.
+    """
+
+    id: Any
+    handler: str | None = None
+    source: str | None = None
+    target: str | None = None
+    continuous: bool = False
+    options: Mapping[str, Any] = field(default_factory=dict)
+    db_name: str | None = None
+    doc_id: str | None = None
+    user: str | None = None
+    start_time: float | None = None
+
+    @property
+    def kind(self) -> str:
+        """``"handler"`` or ``"replicate"``."""
+        return "handler" if self.handler else "replicate"
+
+    @property
+    def transient(self) -> bool:
+        """True for a job with no document behind it."""
+        return self.db_name is None
+
+    def to_dict(self) -> dict:
+        """The spec as JSON-compatible data."""
+        d = {k: getattr(self, k) for k in _SPEC_FIELDS}
+        d["options"] = dict(self.options)
+        return d
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], now: float | None = None) -> "JobSpec":
+        """Validate a spec given as a dict (JSON-compatible values).
+
+        Raises:
+            InvalidJobSpec: unknown field, missing id, no handler and no
+                source/target, or a field of the wrong type.
+        """
+        if isinstance(data, JobSpec):
+            return data
+        if not isinstance(data, Mapping):
+            raise InvalidJobSpec("spec", data, "must be a dict")
+        unknown = sorted(set(data) - set(_SPEC_FIELDS))
+        if unknown:
+            raise InvalidJobSpec(unknown[0], data[unknown[0]], "unknown field")
+        job_id = data.get("id")
+        if not isinstance(job_id, str) or not job_id:
+            raise InvalidJobSpec("id", job_id, "must be a non-empty str")
+        for name in ("handler", "source", "target", "db_name", "doc_id", "user"):
+            value = data.get(name)
+            if value is not None and not isinstance(value, str):
+                raise InvalidJobSpec(name, value, "must be a str")
+        handler = data.get("handler")
+        if handler is not None:
+            module, sep, attr = handler.partition(":")
+            if not (module and sep and attr):
+                raise InvalidJobSpec("handler", handler, "expected 'package.module:callable'")
+        elif not (data.get("source") and data.get("target")):
+            raise InvalidJobSpec("handler", None, "give a handler, or a source and a target")
+        continuous = data.get("continuous", False)
+        if not isinstance(continuous, bool):
+            raise InvalidJobSpec("continuous", continuous, "must be a bool")
+        options = data.get("options")
+        options = {} if options is None else options
+        if not isinstance(options, Mapping) or not all(isinstance(k, str) for k in options):
+            raise InvalidJobSpec("options", options, "must be a dict with str keys")
+        start_time = data.get("start_time")
+        if start_time is None:
+            start_time = now
+        elif isinstance(start_time, bool) or not isinstance(start_time, (int, float)):
+            raise InvalidJobSpec("start_time", start_time, "must be a number (epoch seconds)")
+        elif not is_showable_time(start_time):
+            raise InvalidJobSpec("start_time", start_time, "must be a time the clock can show "
+                                 "(finite epoch seconds, years 1 to 9999)")
+        return cls(job_id, handler, data.get("source"), data.get("target"), continuous, dict(options),
+                   data.get("db_name"), data.get("doc_id"), data.get("user"), start_time)
+
+
+@dataclass(eq=False)
+class Job:
+    """One row of the job table (the seed's ``#job{}``)."""
+
+    id: Any
+    spec: JobSpec
+    history: list
+    pid: Any = None
+    monitor: Any = None
+    stats: dict = field(default_factory=dict)
+    checkpoint: Any = None
+
+    @property
+    def running(self) -> bool:
+        return self.pid is not None
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The scheduler's tunables (the seed's ``#state{}``); ``interval`` in ms,
+    ``health_threshold`` in seconds."""
+
+    max_jobs: int = DEFAULT_MAX_JOBS
+    max_churn: int = DEFAULT_MAX_CHURN
+    max_history: int = DEFAULT_MAX_HISTORY
+    interval: int = DEFAULT_INTERVAL
+    health_threshold: int = DEFAULT_HEALTH_THRESHOLD
+
+    def with_setting(self, key: str, value: Any) -> "Settings":
+        """A copy with one setting changed, validated as the config file's
+        ``[replicator]`` values are (:func:`actors.node.config.parse_value`).
+
+        Raises:
+            InvalidSetting: unknown key, not an integer (an int or its
+                decimal text), or out of range (max_jobs >= 0, the others
+                >= 1; interval at most ``actors.node.config.MAX_MSEC`` ms, a timer's
+                limit; none longer than 20 digits).
+        """
+        if not isinstance(key, str) or key not in {f.name for f in dataclasses.fields(self)}:
+            raise InvalidSetting(key, value, "unknown setting")
+        try:
+            value = parse_value("replicator", key, value)
+        except ConfigError as exc:
+            raise InvalidSetting(key, value, exc.why) from None
+        return dataclasses.replace(self, **{key: value})
+
+
+# ------------------------------------------------------------ pure functions
+
+
+def backoff_seconds(crash_count: int) -> float:
+    """How long a job that crashed ``crash_count`` times in a row waits:
+    ``2 ** min(crash_count - 1, 10) * 30`` seconds (0 for no crash)."""
+    if crash_count <= 0:
+        return 0.0
+    return (1 << min(crash_count - 1, MAX_BACKOFF_EXPONENT)) * BACKOFF_INTERVAL
+
+
+def consecutive_crashes(history: list, health_threshold: float) -> int:
+    """Count the crashes that each came within ``health_threshold`` seconds
+    of the event before them, newest first; a ``stopped`` right after a
+    ``started`` (a healthy run) or a crash long after the previous event
+    ends the count."""
+    count = 0
+    i, n = 0, len(history)
+    while i < n:
+        event = history[i]
+        if event.type is EventType.CRASHED and i + 1 < n:
+            if event.when - history[i + 1].when > health_threshold:
+                return count
+            count += 1
+        elif event.type is EventType.STOPPED and i + 1 < n and history[i + 1].type is EventType.STARTED:
+            return count
+        i += 1
+    return count
+
+
+def latest_crash_timestamp(history: list) -> float:
+    """When the newest crash happened (0 if never)."""
+    for event in history:
+        if event.type is EventType.CRASHED:
+            return event.when
+    return 0.0
+
+
+def last_started(job: Job) -> float:
+    """When the job last started (0 if never)."""
+    for event in job.history:
+        if event.type is EventType.STARTED:
+            return event.when
+    return 0.0
+
+
+def oldest_job_first(job: Job) -> float:
+    """Sort key putting the job that started longest ago first."""
+    return last_started(job)
+
+
+def not_recently_crashed(job: Job, now: float, health_threshold: float) -> bool:
+    """False while a crashing job is still within its backoff."""
+    history = job.history
+    head = history[0].type if history else None
+    if head is EventType.STOPPED or (head is EventType.ADDED and len(history) == 1):
+        return True
+    crashes = consecutive_crashes(history, health_threshold)
+    return now - latest_crash_timestamp(history) >= backoff_seconds(crashes)
+
+
+def is_continuous(job: Job) -> bool:
+    return bool(job.spec.continuous)
+
+
+def reason_text(reason: Any) -> str:
+    """A crash reason as text for JSON (an exception as ``Type: message``)."""
+    if isinstance(reason, str):
+        return reason
+    if isinstance(reason, BaseException):
+        text = str(reason)
+        return f"{type(reason).__name__}: {text}" if text else type(reason).__name__
+    return repr(reason)
+
+
+def is_showable_time(when: float) -> bool:
+    """True for wall-clock seconds :func:`iso8601` can show (finite, within the platform's range)."""
+    try:
+        iso8601(when)
+    except (OverflowError, OSError, ValueError):
+        return False
+    return True
+
+
+def iso8601(when: float | None) -> str | None:
+    """Wall-clock seconds as ``YYYY-MM-DDTHH:MM:SSZ`` (None stays None)."""
+    if when is None:
+        return None
+    return datetime.datetime.fromtimestamp(when, tz=datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+# ------------------------------------------------------------------ table
+
+
+def _ready_at(job: Job, health_threshold: float) -> float:
+    """From when ``job`` is not recently crashed (see not_recently_crashed)."""
+    history = job.history
+    head = history[0].type if history else None
+    if head is EventType.STOPPED or (head is EventType.ADDED and len(history) == 1):
+        return float("-inf")
+    crashes = consecutive_crashes(history, health_threshold)
+    return latest_crash_timestamp(history) + backoff_seconds(crashes)
+
+
+def _idle_entry(job: Job, health_threshold: float) -> tuple:
+    return ((last_started(job), str(job.id)), _ready_at(job, health_threshold), job)
+
+
+def _category(job: Job) -> str | None:
+    head = job.history[0].type if job.history else None
+    if job.pid is not None:
+        return "running"
+    if head is EventType.CRASHED:
+        return "crashed"
+    if head in (EventType.ADDED, EventType.STOPPED):
+        return "pending"
+    return None
+
+
+class JobTable:
+    """The job table: jobs by id (and by monitor ref; actor addresses are
+    not hashable), with running/idle indexes and the sums the
+    stats gauges need kept up to date on every write, so that counts and
+    averages cost O(1) and a reschedule scans only idle jobs."""
+
+    def __init__(self) -> None:
+        self._jobs: dict[Any, Job] = {}
+        self._running: dict[Any, Job] = {}
+        # id -> ((last_started, str(id)), ready_at, job): computed once per write
+        self._idle: dict[Any, tuple] = {}
+        self.health_threshold: float = DEFAULT_HEALTH_THRESHOLD
+        self._by_monitor: dict[Any, Job] = {}
+        self._sums: dict[str, list] = {"pending": [0, 0.0], "running": [0, 0.0], "crashed": [0, 0.0]}
+
+    def __len__(self) -> int:
+        return len(self._jobs)
+
+    def __contains__(self, job_id: Any) -> bool:
+        return job_id in self._jobs
+
+    def __iter__(self) -> Iterator[Job]:
+        return iter(list(self._jobs.values()))
+
+    def get(self, job_id: Any) -> Job | None:
+        return self._jobs.get(job_id)
+
+    def by_monitor(self, ref: Any) -> Job | None:
+        return self._by_monitor.get(ref)
+
+    def running_jobs(self) -> list[Job]:
+        return list(self._running.values())
+
+    def idle_jobs(self) -> Iterable[Job]:
+        return [entry[2] for entry in self._idle.values()]
+
+    def ready_idle(self, now: float, health_threshold: float) -> Iterator[tuple]:
+        """``(pending key, ready_at, job)`` of the idle jobs not backing off at ``now``."""
+        if health_threshold != self.health_threshold:
+            self.health_threshold = health_threshold
+            for job in list(self._idle.values()):
+                self._idle[job[2].id] = _idle_entry(job[2], health_threshold)
+        return (entry for entry in self._idle.values() if entry[1] <= now)
+
+    def running_count(self) -> int:
+        return len(self._running)
+
+    def pending_count(self) -> int:
+        """Jobs without a process (the seed's pending_job_count: crashed ones too)."""
+        return len(self._idle)
+
+    def put(self, job: Job) -> Job:
+        """Insert or replace the row ``job.id``."""
+        old = self._jobs.get(job.id)
+        if old is not None:
+            self._unindex(old)
+        self._jobs[job.id] = job
+        self._index(job)
+        return job
+
+    def update(self, job: Job, **changes: Any) -> Job:
+        """Replace ``job``'s row with a copy carrying ``changes``."""
+        return self.put(dataclasses.replace(job, **changes))
+
+    def delete(self, job_id: Any) -> Job | None:
+        job = self._jobs.pop(job_id, None)
+        if job is not None:
+            self._unindex(job)
+        return job
+
+    def category_stats(self, now: float) -> dict[str, tuple[int, int]]:
+        """Per category (pending, running, crashed): count and average age in
+        seconds of the newest history event."""
+        out = {}
+        for cat, (n, total) in self._sums.items():
+            out[cat] = (n, round((n * now - total) / n) if n else 0)
+        return out
+
+    def _index(self, job: Job) -> None:
+        if job.pid is not None:
+            self._running[job.id] = job
+            if job.monitor is not None:
+                self._by_monitor[job.monitor] = job
+        else:
+            self._idle[job.id] = _idle_entry(job, self.health_threshold)
+        cat = _category(job)
+        if cat is not None:
+            acc = self._sums[cat]
+            acc[0] += 1
+            acc[1] += job.history[0].when
+
+    def _unindex(self, job: Job) -> None:
+        self._running.pop(job.id, None)
+        self._idle.pop(job.id, None)
+        if job.monitor is not None and self._by_monitor.get(job.monitor) is job:
+            del self._by_monitor[job.monitor]
+        cat = _category(job)
+        if cat is not None:
+            acc = self._sums[cat]
+            acc[0] -= 1
+            acc[1] -= job.history[0].when
+
+
+# ----------------------------------------------------------------- policy
+
+
+class JobStartError(SchedulerError):
+    """A runner could not start a job; ``reason`` goes to its history."""
+
+    def __init__(self, reason: Any) -> None:
+        super().__init__(reason_text(reason))
+        self.reason = reason
+
+
+class Runner(Protocol):
+    """Starts and stops job processes for the :class:`Scheduling` policy."""
+
+    def start(self, job: Job) -> tuple[Any, Any]:
+        """Start ``job``; return ``(pid, monitor)`` or raise JobStartError."""
+
+    def stop(self, job: Job) -> None:
+        """Stop ``job``'s process (no exit notice must follow)."""
+
+
+class Clock(Protocol):
+    def time(self) -> float: ...
+
+
+class Scheduling:
+    """The seed's scheduler logic over a JobTable. Each public method is one
+    step the scheduler actor takes for one message.
+
+    Args:
+        runner: starts and stops job processes.
+        clock: gives ``time()`` (wall seconds) for history events.
+        settings: the tunables.
+        table: an existing table (tests), else a new empty one.
+    """
+
+    COUNTERS = ("adds", "removes", "starts", "stops", "crashes")
+
+    def __init__(self, runner: Runner, clock: Clock, settings: Settings | None = None,
+                 table: JobTable | None = None) -> None:
+        self.runner = runner
+        self.clock = clock
+        self.settings = settings or Settings()
+        self.table = table if table is not None else JobTable()
+        self.counters = dict.fromkeys(self.COUNTERS, 0)
+
+    # ---------------------------------------------------------- requests
+    def add_job(self, spec: JobSpec) -> Job:
+        """Add a job, replacing (stopping) one with the same id, and start
+        it at once if there is room."""
+        self.maybe_remove_job(spec.id)
+        job = self.table.put(Job(spec.id, spec, [Event(EventType.ADDED, self.clock.time())]))
+        self.maybe_start_newly_added_job(job)
+        self.counters["adds"] += 1
+        return job
+
+    def remove_job(self, job_id: Any) -> bool:
+        """Stop and forget a job; False if there was none."""
+        return self.maybe_remove_job(job_id)
+
+    def reschedule(self) -> None:
+        """Stop excess jobs, start pending ones, rotate continuous ones."""
+        running = self.table.running_count()
+        pending = self.table.pending_count()
+        self.stop_excess_jobs(running)
+        self.start_pending_jobs(running, pending)
+        self.rotate_jobs(running, pending)
+
+    def job_exited(self, job: Job, reason: Any) -> None:
+        """A running job's process exited (the seed's DOWN): ``normal``
+        completes it, anything else is a crash."""
+        if reason == "normal":
+            log.info("Job %s: completed normally", job.id)
+            self.table.delete(job.id)
+        else:
+            self.handle_crashed_job(job, reason)
+
+    def handle_crashed_job(self, job: Job, reason: Any) -> None:
+        """A transient job is removed; a permanent one records the crash and
+        pending jobs may take its slot."""
+        if job.spec.transient:
+            log.error("Job %s: transient job failed, removing. Error: %s", job.id, reason_text(reason))
+            self.table.delete(job.id)
+            return
+        self.update_state_crashed(job, reason)
+        if len(self.table) < self.settings.max_jobs:
+            # O(total jobs): only worth it when the table is small.
+            self.start_pending_jobs()
+
+    # ------------------------------------------------------------ policy
+    def maybe_start_newly_added_job(self, job: Job) -> None:
+        max_jobs = self.settings.max_jobs
+        if len(self.table) < max_jobs and self.table.running_count() < max_jobs:
+            self.start_job(job)
+
+    def maybe_remove_job(self, job_id: Any) -> bool:
+        job = self.table.get(job_id)
+        if job is None:
+            return False
+        self.stop_job(job)
+        self.table.delete(job_id)
+        self.counters["removes"] += 1
+        return True
+
+    def pending_jobs(self, count: int) -> list[Job]:
+        """Up to ``count`` jobs without a process that are not backing off,
+        the longest since they last started first."""
+        if count <= 0:
+            return []
+        ready = self.table.ready_idle(self.clock.time(), self.settings.health_threshold)
+        # Keys are unique (they end with the id), so jobs are never compared.
+        return [entry[2] for entry in heapq.nsmallest(count, ready)]
+
+    def start_jobs(self, count: int) -> None:
+        for job in self.pending_jobs(count):
+            self.start_job(job)
+
+    def stop_jobs(self, count: int, continuous: bool) -> int:
+        """Stop up to ``count`` running jobs of one kind, oldest first."""
+        if count <= 0:
+            return 0
+        candidates = [j for j in self.table.running_jobs() if is_continuous(j) == continuous]
+        chosen = heapq.nsmallest(count, candidates, key=oldest_job_first)
+        for job in chosen:
+            self.stop_job(job)
+        return len(chosen)
+
+    def stop_excess_jobs(self, running: int) -> None:
+        """Over max_jobs: stop continuous jobs first, then one-shot ones."""
+        stop_count = running - self.settings.max_jobs
+        if stop_count > 0:
+            stopped = self.stop_jobs(stop_count, True)
+            if stop_count - stopped > 0:
+                self.stop_jobs(stop_count - stopped, False)
+
+    def start_pending_jobs(self, running: int | None = None, pending: int | None = None) -> None:
+        if running is None:
+            running, pending = self.table.running_count(), self.table.pending_count()
+        max_jobs = self.settings.max_jobs
+        if running < max_jobs and pending > 0:
+            self.start_jobs(max_jobs - running)
+
+    def rotate_jobs(self, running: int, pending: int) -> None:
+        """All slots taken and jobs waiting: swap up to max_churn continuous
+        jobs (one-shot jobs are never rotated out)."""
+        settings = self.settings
+        if running == settings.max_jobs and pending > 0:
+            rotate = min(pending, running, settings.max_churn)
+            self.start_jobs(self.stop_jobs(rotate, True))
+
+    # --------------------------------------------------------- transitions
+    def start_job(self, job: Job) -> None:
+        if job.pid is not None:
+            return
+        try:
+            pid, monitor = self.runner.start(job)
+        except JobStartError as exc:
+            log.warning("Job %s: failed to start: %s", job.id, reason_text(exc.reason))
+            self.update_state_crashed(job, exc.reason)
+            return
+        self.update_state_started(job, pid, monitor)
+
+    def stop_job(self, job: Job) -> None:
+        if job.pid is None:
+            return
+        self.runner.stop(job)
+        self.update_state_stopped(job)
+
+    def update_state_started(self, job: Job, pid: Any, monitor: Any) -> Job:
+        self.counters["starts"] += 1
+        return self.table.update(job, pid=pid, monitor=monitor,
+                                 history=self._history(job, EventType.STARTED))
+
+    def update_state_stopped(self, job: Job) -> Job:
+        self.counters["stops"] += 1
+        return self.table.update(job, pid=None, monitor=None, history=self._history(job, EventType.STOPPED))
+
+    def update_state_crashed(self, job: Job, reason: Any) -> Job:
+        self.counters["crashes"] += 1
+        return self.table.update(job, pid=None, monitor=None,
+                                 history=self._history(job, EventType.CRASHED, reason))
+
+    def _history(self, job: Job, kind: EventType, reason: Any = None) -> list:
+        history = [Event(kind, self.clock.time(), reason)] + job.history
+        return history[: self.settings.max_history]
+
+    # -------------------------------------------------------------- views
+    def stats(self) -> dict:
+        """The seed's counters and gauges."""
+        cats = self.table.category_stats(self.clock.time())
+        out = dict(self.counters)
+        out.update(total=len(self.table), pending=cats["pending"][0], running=cats["running"][0],
+                   crashed=cats["crashed"][0], avg_pending=cats["pending"][1],
+                   avg_running=cats["running"][1], avg_crashed=cats["crashed"][1])
+        return out
+
+    def job_summary(self, job_id: Any) -> dict | None:
+        """State, error count and last update of a job (None if gone)."""
+        job = self.table.get(job_id)
+        if job is None:
+            return None
+        errors = consecutive_crashes(job.history, self.settings.health_threshold)
+        info = None
+        if job.pid is not None:
+            state = JobState.RUNNING
+        elif errors == 0:
+            state = JobState.PENDING
+        else:
+            state = JobState.CRASHING
+            info = next((reason_text(e.reason) for e in job.history if e.type is EventType.CRASHED), None)
+        spec = job.spec
+        return {"source": spec.source, "target": spec.target, "handler": spec.handler,
+                "state": state.value, "info": info, "error_count": errors,
+                "last_updated": iso8601(job.history[0].when) if job.history else None,
+                "start_time": iso8601(spec.start_time), "proxy": None}
+
+    def job_json(self, job: Job, node: Any = None) -> dict:
+        """A job as the seed's job_ejson (plus reported stats as ``info``)."""
+        history = []
+        for event in job.history:
+            entry = {"timestamp": iso8601(event.when), "type": event.type.value}
+            if event.type is EventType.CRASHED:
+                entry["reason"] = reason_text(event.reason)
+            history.append(entry)
+        spec = job.spec
+        return {"id": job.id, "pid": None if job.pid is None else str(job.pid),
+                "source": spec.source, "target": spec.target, "handler": spec.handler,
+                "continuous": spec.continuous, "database": spec.db_name, "user": spec.user,
+                "doc_id": spec.doc_id, "history": history, "node": node,
+                "start_time": iso8601(spec.start_time), "info": dict(job.stats)}
+
+    def jobs(self, node: Any = None) -> list[dict]:
+        return [self.job_json(j, node) for j in self.table]
+
+    def jobs_page(self, limit: int, skip: int, node: Any = None) -> tuple[int, list[dict]]:
+        """``(total, one page of job dicts)`` in id order, building only the page's dicts.
+
+        Raises:
+            InvalidArgument: ``limit`` or ``skip`` is not an int >= 0.
+        """
+        for name, value in (("limit", limit), ("skip", skip)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise InvalidArgument(name, value, "must be an int >= 0")
+        ordered = sorted(self.table, key=lambda j: str(j.id))
+        return len(ordered), [self.job_json(j, node) for j in ordered[skip: skip + limit]]
+
+
+def apply_settings(settings: Settings, values: Mapping[str, Any],
+                   on_error: Callable[[InvalidSetting], None] | None = None) -> Settings:
+    """Apply several settings, validating each."""
+    for key, value in values.items():
+        try:
+            settings = settings.with_setting(key, value)
+        except InvalidSetting as exc:
+            if on_error is None:
+                raise
+            on_error(exc)
+    return settings

@@ -1,0 +1,283 @@
+"""One running scheduler job: an actor in its own process (couch_replicator_scheduler_job).
+
+Principle: the job actor is a thin, always-responsive shell around the
+job's work. The work — a handler given as ``package.module:callable``, or
+the built-in ``replicate`` kind — runs in a thread of the actor's process
+and talks to the actor only through a queue; the actor's message loop
+stays free to answer a stop at once.
+
+Lifecycle:
+
+* started (temporary child of ``scheduler_sup``) with the job's spec, the
+  scheduler's address and the job's last checkpoint. Its start never fails
+  (a bad handler is a crash of the running job, so its reason reaches the
+  scheduler's history);
+* the work begins on :class:`RunJob`, which the scheduler sends right after
+  it monitors the job, so a job cannot finish unseen;
+* the handler returns: the actor exits ``normal`` (the scheduler drops a
+  completed one-shot job); it raises: the actor exits with that exception
+  (a crash);
+* stopped by the scheduler (``shutdown``): the handler is told to stop, is
+  waited for (it checkpoints), and its last checkpoint and stats go to the
+  scheduler before the actor exits.
+
+What a handler gets (:class:`JobContext`): ``job_id``, ``options``,
+``continuous``, ``source``/``target``, ``last_checkpoint``,
+``checkpoint(state)``, ``report(**stats)``, ``stopping`` and
+``wait(seconds)`` (sleeps, returns True early when the job is stopping).
+"""
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import queue
+import threading
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from supervision import GenServer
+from supervision.messages import Cast
+
+from actors.scheduler.core import JobSpec
+
+log = logging.getLogger(__name__)
+
+#: The handler of jobs that name no handler (``source`` + ``target``).
+REPLICATE_HANDLER = "actors.scheduler.replicate:replicate"
+#: Seconds terminate waits for the handler to stop (the sup kills at 5 s).
+STOP_GRACE = 4.0
+POLL_MIN, POLL_MAX = 0.01, 0.25
+#: Seconds between progress messages to the scheduler (the seed's task
+#: status update frequency); a stop sends the last progress at once.
+PUBLISH_INTERVAL = 1.0
+#: Seconds a started job waits for RunJob before it leaves (its start was given up).
+RUN_DEADLINE = 90.0
+
+_UNSET = object()
+
+
+# --------------------------------------------------------------- messages
+
+
+@dataclass(frozen=True)
+class RunJob:
+    """Scheduler to job (cast): begin the work (the scheduler now monitors you)."""
+
+    scheduler: Any
+
+
+@dataclass(frozen=True)
+class GetDetails:
+    """Scheduler to job (call), when adopting it: answer the spec, stats and
+    checkpoint; report to ``scheduler`` from now on."""
+
+    scheduler: Any
+
+
+@dataclass(frozen=True)
+class JobProgress:
+    """Job to scheduler (cast): new stats and/or a new checkpoint."""
+
+    job_id: Any
+    addr: Any
+    stats: dict
+    checkpoint: Any = None
+    has_checkpoint: bool = False
+
+
+# ---------------------------------------------------------------- context
+
+
+class JobStopping(BaseException):
+    """Raised by :meth:`JobContext.check` inside a handler when the job is being stopped.
+
+    A BaseException so that a handler's ``except Exception`` cannot swallow a stop.
+    """
+
+
+class JobContext:
+    """What a handler sees of its job. Thread-safe."""
+
+    def __init__(self, spec: JobSpec, last_checkpoint: Any, events: "queue.Queue[tuple]",
+                 stop: threading.Event) -> None:
+        self.spec = spec
+        self.job_id = spec.id
+        self.options = dict(spec.options)
+        self.continuous = spec.continuous
+        self.source = spec.source
+        self.target = spec.target
+        self.last_checkpoint = last_checkpoint
+        self._events = events
+        self._stop = stop
+
+    def checkpoint(self, state: Any) -> None:
+        """Record the job's progress; a restarted job gets it as ``last_checkpoint``."""
+        self.last_checkpoint = state
+        self._events.put(("checkpoint", state))
+
+    def report(self, **stats: Any) -> None:
+        """Publish stats (merged into the job's ``info``, e.g. docs_read=10)."""
+        self._events.put(("report", stats))
+
+    @property
+    def stopping(self) -> bool:
+        """True once the job is being stopped: checkpoint and return."""
+        return self._stop.is_set()
+
+    def wait(self, seconds: float) -> bool:
+        """Sleep up to ``seconds``; True (early) if the job is being stopped."""
+        return self._stop.wait(seconds)
+
+    def check(self) -> None:
+        """Raise :class:`JobStopping` if the job is being stopped."""
+        if self._stop.is_set():
+            raise JobStopping()
+
+
+def resolve_handler(path: str) -> Callable[[JobContext], Any]:
+    """Import ``package.module:callable``.
+
+    Raises:
+        ImportError: the module or attribute cannot be found.
+        TypeError: it is not callable.
+    """
+    module_name, _, attr = path.partition(":")
+    obj: Any = importlib.import_module(module_name)
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise ImportError(f"{module_name} has no attribute {attr!r}") from None
+    if not callable(obj):
+        raise TypeError(f"handler {path!r} is not callable")
+    return obj
+
+
+class HandlerExit(Exception):
+    """A handler ended by raising something that is not an Exception."""
+
+
+# ------------------------------------------------------------------ actor
+
+
+class SchedulerJob(GenServer):
+    """A running job. args: ``{"spec": dict, "scheduler": addr, "checkpoint": state}``."""
+
+    def init(self, args: Any) -> None:
+        self.spec = JobSpec.from_dict(args["spec"])
+        self.scheduler = args.get("scheduler")
+        self.last_checkpoint = args.get("checkpoint")
+        self.has_new_checkpoint = False
+        self.stats: dict = {}
+        self.stats_dirty = False
+        self.started_at = self.clock.time()
+        self.events: "queue.Queue[tuple]" = queue.Queue()
+        self.stop_event = threading.Event()
+        self.thread: threading.Thread | None = None
+        self.adopted = False
+        self.outcome: Any = _UNSET
+        self.poll_delay = POLL_MIN
+        self.last_publish = float("-inf")
+        self.start_timer(RUN_DEADLINE, self._never_run, real=True)
+
+    def _never_run(self) -> None:
+        if self.thread is None and not self.adopted:
+            # The scheduler gave up on this start (its call timed out): nobody
+            # tracks this actor, so it leaves instead of holding a process.
+            log.warning("Job %s: never told to run; exiting", self.spec.id)
+            self.stop("normal")
+
+    def format_status(self) -> dict:
+        return {"job": self.spec.id, "kind": self.spec.kind, "running": self.thread is not None}
+
+    # ------------------------------------------------------------ messages
+    def handle_call(self, msg: Any, from_: Any) -> Any:
+        if isinstance(msg, GetDetails):
+            self.scheduler = msg.scheduler
+            self.adopted = True
+            self._drain()
+            return {"spec": self.spec.to_dict(), "stats": dict(self.stats), "checkpoint": self.last_checkpoint,
+                    "started_at": self.started_at, "pid": os.getpid(), "running": self.thread is not None}
+        return super().handle_call(msg, from_)
+
+    def handle_cast(self, msg: Any) -> None:
+        if isinstance(msg, RunJob):
+            self.scheduler = msg.scheduler
+            self._run()
+            return
+        super().handle_cast(msg)
+
+    def terminate(self, reason: Any) -> None:
+        self.stop_event.set()
+        if self.thread is not None and self.thread.is_alive():
+            self.thread.join(STOP_GRACE)
+            if self.thread.is_alive():
+                log.warning("Job %s: handler did not stop within %.1fs", self.spec.id, STOP_GRACE)
+        self._drain()
+        self._publish()
+
+    # ------------------------------------------------------------- work
+    def _run(self) -> None:
+        if self.thread is not None:
+            return
+        ctx = JobContext(self.spec, self.last_checkpoint, self.events, self.stop_event)
+        path = self.spec.handler or REPLICATE_HANDLER
+        self.thread = threading.Thread(target=self._work, args=(path, ctx), name=f"job-{self.spec.id}",
+                                       daemon=True)
+        self.thread.start()
+        self.start_timer(POLL_MIN, self._poll, real=True)
+
+    def _work(self, path: str, ctx: JobContext) -> None:
+        try:
+            handler = resolve_handler(path)
+            handler(ctx)
+            self.outcome = "normal"
+        except JobStopping:
+            self.outcome = "shutdown"
+        except Exception as exc:  # noqa: BLE001 - the handler's crash is the job's exit reason
+            log.error("Job %s: handler %s crashed: %r", self.spec.id, path, exc)
+            self.outcome = exc
+        except BaseException as exc:  # noqa: BLE001 - SystemExit and friends end the job too
+            self.outcome = HandlerExit(repr(exc))
+        finally:
+            self.events.put(("done", None))
+
+    def _poll(self) -> None:
+        self._drain()
+        now = self.clock.monotonic()
+        if now - self.last_publish >= PUBLISH_INTERVAL:
+            self._publish()
+        if self.outcome is not _UNSET and not (self.thread and self.thread.is_alive()):
+            outcome = self.outcome
+            if outcome == "shutdown" and not self.stop_event.is_set():
+                outcome = "normal"
+            self.stop(outcome)
+            return
+        self.poll_delay = min(POLL_MAX, self.poll_delay * 2)
+        self.start_timer(self.poll_delay, self._poll, real=True)
+
+    def _drain(self) -> bool:
+        seen = False
+        while True:
+            try:
+                kind, value = self.events.get_nowait()
+            except queue.Empty:
+                return seen
+            seen = True
+            if kind == "checkpoint":
+                self.last_checkpoint = value
+                self.has_new_checkpoint = True
+                self.stats_dirty = True
+            elif kind == "report":
+                self.stats.update(value)
+                self.stats_dirty = True
+
+    def _publish(self) -> None:
+        if not self.stats_dirty or self.scheduler is None:
+            return
+        self.send(self.scheduler, Cast(JobProgress(self.spec.id, self.myAddress, dict(self.stats),
+                                                   self.last_checkpoint, self.has_new_checkpoint)))
+        self.stats_dirty = False
+        self.has_new_checkpoint = False
+        self.last_publish = self.clock.monotonic()

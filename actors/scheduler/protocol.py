@@ -1,0 +1,105 @@
+"""The scheduler's requests: what a client may ask of a node's scheduler.
+
+Plain frozen dataclasses, pickled across processes; the scheduler actor
+(:mod:`actors.scheduler.server`) answers them and
+:class:`actors.scheduler.client.SchedulerClient` sends them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["AddJob", "RemoveJob", "Reschedule", "Jobs", "JobsPage", "GetJob", "JobSummary", "JobAddress", "HealthThreshold", "GetStats", "GetSettings", "SetSetting", "LoadJobs"]
+
+
+
+@dataclass(frozen=True)
+class AddJob:
+    """Add (or replace) a job; answers its id. ``spec`` is a JobSpec dict."""
+
+    spec: dict
+
+
+@dataclass(frozen=True)
+class RemoveJob:
+    """Stop and forget a job; answers True if there was one."""
+
+    job_id: Any
+
+
+@dataclass(frozen=True)
+class Reschedule:
+    """Run one reschedule now (tests, ops)."""
+
+
+@dataclass(frozen=True)
+class Jobs:
+    """All jobs as JSON-compatible dicts."""
+
+
+@dataclass(frozen=True)
+class JobsPage:
+    """``(total, jobs)``: one page of jobs as dicts, in id order; InvalidArgument
+    unless ``limit`` and ``skip`` are ints >= 0."""
+
+    limit: int
+    skip: int
+
+
+@dataclass(frozen=True)
+class GetJob:
+    """One job as a dict; raises JobNotFound."""
+
+    job_id: Any
+
+
+@dataclass(frozen=True)
+class JobSummary:
+    """The seed's job_summary (None if the job is gone)."""
+
+    job_id: Any
+
+
+@dataclass(frozen=True)
+class JobAddress:
+    """The address of a job's actor (None unless it runs)."""
+
+    job_id: Any
+
+
+@dataclass(frozen=True)
+class HealthThreshold:
+    """The health threshold in seconds."""
+
+
+@dataclass(frozen=True)
+class GetStats:
+    """The seed's counters and gauges."""
+
+
+@dataclass(frozen=True)
+class GetSettings:
+    """The current settings as a dict."""
+
+
+@dataclass(frozen=True)
+class SetSetting:
+    """Change a setting at run time (through the node's settings keeper, if it
+    runs one); answers the new value or raises InvalidSetting."""
+
+    key: str
+    value: Any
+
+
+@dataclass(frozen=True)
+class LoadJobs:
+    """Replace the whole table with ``rows`` (stopping every current job).
+
+    Each row: ``{"spec": dict, "history": [(type, when, reason), ...] newest
+    first, "running": bool}``; running rows get a real job actor, then keep
+    the given history. Tests drive the seed's reschedule cases through the
+    real actor this way. Every row is checked first: a bad one changes
+    nothing (InvalidJobSpec, InvalidArgument).
+    """
+
+    rows: list

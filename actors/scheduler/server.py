@@ -1,0 +1,503 @@
+"""The scheduler actor (couch_replicator_scheduler): fair slots for many jobs.
+
+Principle: this actor only turns messages into steps of the pure policy
+(:class:`~actors.scheduler.core.Scheduling` over the job table in its
+state) and carries out the starts and stops the policy asks for, without
+ever blocking: job actors are started through ``scheduler_sup`` with
+asynchronous calls, and a job counts as running from the moment its start
+is requested.
+
+* ``AddJob(spec)`` / ``RemoveJob(id)`` / ``Reschedule()`` (also on a timer
+  every ``interval`` ms of the actor's clock);
+* views: ``Jobs()``, ``GetJob(id)``, ``JobSummary(id)``, ``HealthThreshold()``,
+  ``GetStats()``, ``GetSettings()``, ``JobAddress(id)``;
+* settings (max_jobs, max_churn, interval, max_history, health_threshold):
+  at start it reads the current ``[replicator]`` values from the node's
+  settings keeper (:class:`actors.node.config_server.ConfigServer`) and is
+  called with every change (``ReplicatorChanged``, the seed's config
+  listener), so a scheduler restarted after a crash or a SIGKILL runs with
+  the values changed at run time, not with its start args (which are the
+  settings only in a tree without the keeper). A keeper restarted after a
+  crash hands it its values the same way;
+* ``SetSetting(key, value)``: validated here, then set through the keeper
+  (in the running node only, never in the config file) or, in a tree
+  without one, here alone; answers the new value;
+* a job's ``Down``: ``normal`` completes it, anything else (an exception,
+  ``killed`` for a SIGKILLed process) is a crash;
+* on start it adopts the jobs already running under ``scheduler_sup``
+  (it was restarted): they are monitored and kept, not started twice.
+
+A call's arguments are checked before anything changes: a bad one is
+answered with a :class:`~actors.scheduler.core.SchedulerError`
+(``InvalidJobSpec``, ``InvalidSetting``, ``InvalidArgument``), an id no
+job can have (job ids are non-empty str) is a job that is not there; the
+scheduler never exits on a caller's mistake. Any other exception is a bug
+in its own state, and it crashes (its supervisor restarts it).
+"""
+from __future__ import annotations
+
+import collections
+import functools
+import itertools
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from supervision import DEFER_START, NOREPLY, GenServer, NoProc, Request, SupervisionError
+from supervision.messages import Cast, Down, Failure, WhereIs
+from supervision.reports import report
+from supervision.supervisor import StartChild, TerminateChild, WhichChildren
+
+from actors.node.config import (
+    CONFIG_SERVER,
+    RUNTIME_KEYS,
+    ConfigError,
+    GetConfig,
+    ReplicatorChanged,
+    SetConfig,
+    parse_runtime_value,
+)
+from actors.scheduler.core import (
+    Event,
+    EventType,
+    InvalidArgument,
+    InvalidSetting,
+    Job,
+    JobNotFound,
+    JobSpec,
+    SchedulerError,
+    Scheduling,
+    Settings,
+    apply_settings,
+    is_showable_time,
+    reason_text,
+)
+from actors.scheduler.job import GetDetails, JobProgress, RunJob
+from actors.scheduler.protocol import (
+    AddJob,
+    RemoveJob,
+    Reschedule,
+    Jobs,
+    JobsPage,
+    GetJob,
+    JobSummary,
+    JobAddress,
+    HealthThreshold,
+    GetStats,
+    GetSettings,
+    SetSetting,
+    LoadJobs,
+)
+
+log = logging.getLogger(__name__)
+
+#: Seconds to wait for scheduler_sup to start a job before counting a crash.
+START_TIMEOUT = 30.0
+#: StartChild calls outstanding at once (scheduler_sup serves them in turn).
+MAX_STARTS_IN_FLIGHT = 4
+ADOPT_TIMEOUT = 5.0
+#: Seconds to wait for the settings keeper (a change waits for this scheduler to apply it).
+KEEPER_TIMEOUT = 20.0
+#: The [replicator] keys the scheduler runs with.
+SETTING_KEYS = RUNTIME_KEYS["replicator"]
+
+
+@dataclass(frozen=True)
+class _Tick:
+    """The interval timer's message."""
+
+    generation: int
+
+
+@dataclass(frozen=True)
+class Starting:
+    """The pid of a job whose actor start is under way."""
+
+    job_id: Any
+    token: int
+
+    def __str__(self) -> str:
+        return "<starting>"
+
+
+# ------------------------------------------------------------------ runner
+
+
+class ActorRunner:
+    """Starts and stops job actors under scheduler_sup, without blocking.
+
+    scheduler_sup starts children one at a time, so at most
+    ``MAX_STARTS_IN_FLIGHT`` StartChild calls are outstanding and the rest
+    wait here: a call's timeout then measures one start, not a queue.
+    """
+
+    def __init__(self, scheduler: "Scheduler") -> None:
+        self.scheduler = scheduler
+        self.tokens = itertools.count(1)
+        self.queue: collections.deque = collections.deque()
+        self.in_flight = 0
+
+    def start(self, job: Job) -> tuple[Any, Any]:
+        """Queue the start; the scheduler pumps the queue after each step
+        (once the table says the job is starting)."""
+        token = Starting(job.id, next(self.tokens))
+        self.queue.append(token)
+        return token, None
+
+    def pump(self) -> None:
+        s = self.scheduler
+        while self.queue and self.in_flight < MAX_STARTS_IN_FLIGHT:
+            token = self.queue.popleft()
+            job = s.core.table.get(token.job_id)
+            if job is None or job.pid != token:
+                continue  # stopped or removed before its turn
+            args = {"spec": job.spec.to_dict(), "scheduler": s.myAddress, "checkpoint": job.checkpoint}
+            self.in_flight += 1
+            s.call_async(s.sup, StartChild(args), functools.partial(s.job_start_answered, token), START_TIMEOUT)
+
+    def answered(self) -> None:
+        self.in_flight -= 1
+        self.pump()
+
+    def stop(self, job: Job) -> None:
+        s = self.scheduler
+        if job.monitor is not None:
+            s.demonitor(job.monitor)
+        if isinstance(job.pid, Starting):
+            return  # its start answer finds it no longer wanted and stops it
+        s.call_async(s.sup, TerminateChild(job.pid), functools.partial(s.job_stop_answered, job.id), START_TIMEOUT)
+
+
+# ------------------------------------------------------------------- actor
+
+
+class Scheduler(GenServer):
+    """The scheduler. args: ``{"settings": {...}, "sup_name": "scheduler_sup"}``."""
+
+    def init(self, args: Any) -> Any:
+        args = args or {}
+        settings = apply_settings(Settings(), args.get("settings") or {})
+        self.core = Scheduling(ActorRunner(self), self.clock, settings)
+        self.sup_name = args.get("sup_name", "scheduler_sup")
+        self.node_name = args.get("node_name")
+        self.sup: Any = None
+        self.has_keeper = False
+        self.config_generation = 0
+        self.adopted: set = set()
+        self._adopting: set = set()
+        self._tick_generation = 0
+        self._timer = None
+        self.last_reschedule_ms = 0.0
+        self.call_async(self.node, WhereIs(CONFIG_SERVER), self._keeper_found, ADOPT_TIMEOUT)
+        return DEFER_START
+
+    def format_status(self) -> dict:
+        return {"settings": vars(self.core.settings).copy(), "config_generation": self.config_generation,
+                "running_jobs": self.core.table.running_count(), "pending_jobs": self.core.table.pending_count()}
+
+    # -------------------------------------------------------- settings
+    def _keeper_found(self, addr: Any, error: Exception | None) -> None:
+        if error is not None:
+            self.start_failed(f"cannot look up the settings keeper: {error!r}")
+            return
+        if addr is None:  # a tree without the keeper: the start args are the settings
+            self._settings_known()
+            return
+        self.has_keeper = True
+        self.call_async(addr, GetConfig("replicator", self.myAddress), self._settings_read, KEEPER_TIMEOUT)
+
+    def _settings_read(self, answer: Any, error: Exception | None) -> None:
+        if error is not None:
+            self.start_failed(f"the settings keeper did not answer: {error!r}")
+            return
+        generation, values = answer
+        self._apply_settings(values, generation)
+        self._settings_known()
+
+    def _settings_known(self) -> None:
+        self._arm_timer()
+        self.call_async(self.node, WhereIs(self.sup_name), self._sup_found, ADOPT_TIMEOUT)
+
+    def _apply_settings(self, values: dict, generation: int | None) -> None:
+        """Run with ``values`` from now on (each validated again; a bad one is logged and skipped)."""
+        before = self.core.settings
+        wanted = {key: value for key, value in values.items() if key in SETTING_KEYS}
+        self.core.settings = apply_settings(before, wanted, on_error=lambda exc: report(
+            "scheduler_setting_refused", logging.ERROR, key=exc.key, value=exc.value, reason=str(exc)))
+        if generation is not None:
+            self.config_generation = generation
+        changed = {key: getattr(self.core.settings, key) for key in SETTING_KEYS
+                   if getattr(self.core.settings, key) != getattr(before, key)}
+        if changed:
+            report("scheduler_settings_applied", generation=self.config_generation, **changed)
+        if "interval" in changed and self._timer is not None:
+            self._arm_timer()  # the next reschedule is one new interval from now
+
+    def _validated(self, key: str, value: Any) -> Any:
+        """A new value of ``key`` as the keeper and the core would accept it.
+
+        Raises:
+            InvalidSetting: unknown key, or a bad value.
+        """
+        try:
+            parsed = parse_runtime_value("replicator", key, value)
+        except ConfigError as exc:
+            raise InvalidSetting(key, value, exc.why) from None
+        self.core.settings.with_setting(key, parsed)
+        return parsed
+
+    def _set_setting(self, msg: SetSetting, from_: Any) -> Any:
+        value = self._validated(msg.key, msg.value)
+        if not self.has_keeper:
+            self._apply_settings({msg.key: value}, None)
+            return getattr(self.core.settings, msg.key)
+        self.run_task(self._set_through_keeper(msg.key, value), lambda answer: self.reply(from_, answer))
+        return NOREPLY
+
+    def _set_through_keeper(self, key: str, value: Any):
+        """The keeper (looked up again: it may have been restarted) sets the value
+        and calls back with ReplicatorChanged before it answers."""
+        try:
+            keeper = yield Request(self.node, WhereIs(CONFIG_SERVER))
+            if keeper is None:
+                raise NoProc(CONFIG_SERVER)
+            yield Request(keeper, SetConfig("replicator", key, value, persist=False), KEEPER_TIMEOUT)
+        except SupervisionError as exc:  # NoProc, CallTimeout, CallFailed
+            return Failure(exc)
+        except ConfigError as exc:  # refused there although valid here: tell the caller, run on
+            return Failure(InvalidSetting(key, value, exc.why))
+        return getattr(self.core.settings, key)
+
+    # -------------------------------------------------------- adoption
+    def _sup_found(self, addr: Any, error: Exception | None) -> None:
+        if addr is None:
+            self.start_failed(f"{self.sup_name} is not running ({error or 'not registered'})")
+            return
+        self.sup = addr
+        self.call_async(addr, WhichChildren(), self._children_listed, ADOPT_TIMEOUT)
+
+    def _children_listed(self, children: Any, error: Exception | None) -> None:
+        if error is not None:
+            self.start_failed(f"cannot list {self.sup_name}'s children: {error!r}")
+            return
+        addrs = [c.addr for c in children if c.addr is not None]
+        if not addrs:
+            self.start_complete()
+            return
+        self._adopting = set(range(len(addrs)))
+        for i, addr in enumerate(addrs):
+            self.call_async(addr, GetDetails(self.myAddress), functools.partial(self._adopt, i, addr),
+                            ADOPT_TIMEOUT)
+
+    def _adopt(self, index: int, addr: Any, details: Any, error: Exception | None) -> None:
+        if details is not None:
+            spec = JobSpec.from_dict(details["spec"])
+            started = details["started_at"]
+            history = [Event(EventType.STARTED, started), Event(EventType.ADDED, spec.start_time or started)]
+            ref = self.monitor(addr)
+            self.core.table.put(Job(spec.id, spec, history, addr, ref, dict(details["stats"]),
+                                    details["checkpoint"]))
+            self.adopted.add(spec.id)
+            if not details["running"]:
+                self.send(addr, Cast(RunJob(self.myAddress)))
+            log.info("Job %s: adopted, already running as %s", spec.id, addr)
+        else:
+            log.warning("could not adopt job actor %s: %r", addr, error)
+        self._adopting.discard(index)
+        if not self._adopting:
+            self.start_complete()
+
+    # ----------------------------------------------------------- calls
+    def handle_call(self, msg: Any, from_: Any) -> Any:
+        try:
+            if isinstance(msg, SetSetting):
+                return self._set_setting(msg, from_)
+            return self._answer(msg)
+        except SchedulerError as exc:
+            return Failure(exc)
+        finally:
+            self.core.runner.pump()
+
+    def _answer(self, msg: Any) -> Any:
+        core = self.core
+        if isinstance(msg, AddJob):
+            return self._add_job(JobSpec.from_dict(msg.spec, now=self.clock.time()))
+        if isinstance(msg, RemoveJob):
+            if self._job(msg.job_id) is None:
+                return False
+            self.adopted.discard(msg.job_id)
+            return core.remove_job(msg.job_id)
+        if isinstance(msg, Reschedule):
+            self._reschedule()
+            return "ok"
+        if isinstance(msg, LoadJobs):
+            return self._load_jobs(msg.rows)
+        if isinstance(msg, Jobs):
+            return core.jobs(self._node_name())
+        if isinstance(msg, JobsPage):
+            return core.jobs_page(msg.limit, msg.skip, self._node_name())
+        if isinstance(msg, GetJob):
+            job = self._job(msg.job_id)
+            if job is None:
+                raise JobNotFound(msg.job_id)
+            return core.job_json(job, self._node_name())
+        if isinstance(msg, JobSummary):
+            return None if self._job(msg.job_id) is None else core.job_summary(msg.job_id)
+        if isinstance(msg, JobAddress):
+            job = self._job(msg.job_id)
+            return None if job is None or isinstance(job.pid, Starting) else job.pid
+        if isinstance(msg, HealthThreshold):
+            return core.settings.health_threshold
+        if isinstance(msg, GetStats):
+            return dict(core.stats(), last_reschedule_ms=self.last_reschedule_ms)
+        if isinstance(msg, GetSettings):
+            return vars(core.settings).copy()
+        if isinstance(msg, ReplicatorChanged):
+            if not isinstance(msg.values, dict) or isinstance(msg.generation, bool) \
+                    or not isinstance(msg.generation, int):
+                raise InvalidArgument("ReplicatorChanged", msg, "values must be a dict, generation an int")
+            self.has_keeper = True  # also when a keeper restarted after ours hands us its values
+            if msg.generation > self.config_generation:
+                self._apply_settings(msg.values, msg.generation)
+            return "ok"
+        return super().handle_call(msg, None)
+
+    def _job(self, job_id: Any) -> Job | None:
+        """The row of ``job_id``; None for an id no job can have (not a str: it
+        may not even be hashable)."""
+        return self.core.table.get(job_id) if isinstance(job_id, str) else None
+
+    def _add_job(self, spec: JobSpec) -> Any:
+        existing = self.core.table.get(spec.id)
+        if spec.id in self.adopted and existing is not None and existing.pid is not None \
+                and existing.spec.to_dict() == dict(spec.to_dict(), start_time=existing.spec.start_time):
+            # Re-added after a scheduler restart: the job already runs here.
+            self.adopted.discard(spec.id)
+            self.core.table.update(existing, spec=spec)
+            return spec.id
+        self.adopted.discard(spec.id)
+        self.core.add_job(spec)
+        return spec.id
+
+    def _load_jobs(self, rows: list) -> int:
+        if not isinstance(rows, (list, tuple)):
+            raise InvalidArgument("rows", rows, "must be a list")
+        loaded = [self._load_row(i, row) for i, row in enumerate(rows)]  # all checked before any change
+        core = self.core
+        for job in list(core.table):
+            core.stop_job(job)
+            core.table.delete(job.id)
+        self.adopted.clear()
+        for spec, history, running in loaded:
+            job = core.table.put(Job(spec.id, spec, history))
+            if running:
+                core.start_job(job)
+                core.table.update(core.table.get(spec.id), history=history)
+        return len(core.table)
+
+    @staticmethod
+    def _load_row(index: int, row: Any) -> tuple[JobSpec, list, bool]:
+        """``(spec, history, running)`` of one LoadJobs row.
+
+        Raises:
+            InvalidJobSpec: a bad spec.
+            InvalidArgument: a row that is not ``{"spec", "history", "running"?}``,
+                or a history entry that is not ``(type, when, reason)`` with a
+                known type and a time the clock can show.
+        """
+        name = f"rows[{index}]"
+        if not isinstance(row, dict) or "spec" not in row or not isinstance(row.get("history"), (list, tuple)):
+            raise InvalidArgument(name, row, 'must be {"spec": dict, "history": list, "running": bool}')
+        spec = JobSpec.from_dict(row["spec"])
+        history = []
+        for entry in row["history"]:
+            try:
+                kind, when, reason = entry
+                event = Event(EventType(kind), when, reason)
+            except (TypeError, ValueError):
+                raise InvalidArgument(f"{name}.history", entry, "must be (type, when, reason)") from None
+            if isinstance(when, bool) or not isinstance(when, (int, float)) or not is_showable_time(when):
+                raise InvalidArgument(f"{name}.history", entry, "when must be epoch seconds the clock can show")
+            history.append(event)
+        return spec, history, bool(row.get("running"))
+
+    def _node_name(self) -> str:
+        return self.node_name or (str(self.node) if self.node is not None else "local")
+
+    # ----------------------------------------------------- casts / info
+    def handle_cast(self, msg: Any) -> None:
+        if isinstance(msg, JobProgress):
+            self._progress(msg)
+            return
+        super().handle_cast(msg)
+
+    def _progress(self, msg: JobProgress) -> None:
+        if not isinstance(msg.stats, dict) or not all(isinstance(key, str) for key in msg.stats):
+            log.warning("Job %r: progress ignored, stats must be a dict with str keys: %.200r", msg.job_id, msg.stats)
+            return
+        job = self._job(msg.job_id)
+        if job is None or (job.pid is not None and job.pid != msg.addr):
+            return  # a job gone, or an older instance's last words
+        changes: dict = {"stats": dict(job.stats, **msg.stats)}
+        if msg.has_checkpoint:
+            changes["checkpoint"] = msg.checkpoint
+        self.core.table.update(job, **changes)
+
+    def handle_info(self, msg: Any) -> None:
+        self._handle_info(msg)
+        self.core.runner.pump()
+
+    def _handle_info(self, msg: Any) -> None:
+        if isinstance(msg, _Tick):
+            if msg.generation == self._tick_generation:
+                self._reschedule()
+                self._arm_timer()
+            return
+        if isinstance(msg, Down):
+            job = self.core.table.by_monitor(msg.ref)
+            if job is not None:
+                self.adopted.discard(job.id)
+                self.core.job_exited(job, msg.reason)
+            return
+        super().handle_info(msg)
+
+    # ------------------------------------------------------- internals
+    def _reschedule(self) -> None:
+        t0 = time.perf_counter()
+        self.core.reschedule()
+        self.last_reschedule_ms = (time.perf_counter() - t0) * 1000
+
+    def _arm_timer(self) -> None:
+        self.cancel_timer(self._timer)
+        self._tick_generation += 1
+        self._timer = self.send_after(self.core.settings.interval / 1000.0, _Tick(self._tick_generation))
+
+    def job_start_answered(self, token: Starting, addr: Any, error: Exception | None) -> None:
+        """scheduler_sup answered a StartChild for ``token``'s job."""
+        self.core.runner.answered()
+        job = self.core.table.get(token.job_id)
+        wanted = job is not None and job.pid == token
+        if error is not None:
+            if wanted:
+                log.warning("Job %s: failed to start: %s", token.job_id, reason_text(error))
+                self.core.update_state_crashed(job, reason_text(error))
+            return
+        if not wanted:
+            self.call_async(self.sup, TerminateChild(addr), functools.partial(self.job_stop_answered, token.job_id),
+                            START_TIMEOUT)
+            return
+        ref = self.monitor(addr)
+        self.core.table.update(job, pid=addr, monitor=ref)
+        self.send(addr, Cast(RunJob(self.myAddress)))
+
+    def job_stop_answered(self, job_id: Any, _value: Any, error: Exception | None) -> None:
+        if error is not None:
+            log.debug("Job %s: terminate_child: %r", job_id, error)
+
+
+__all__ = [
+    "AddJob", "RemoveJob", "Reschedule", "Jobs", "GetJob", "JobSummary", "JobAddress", "HealthThreshold",
+    "GetStats", "GetSettings", "SetSetting", "LoadJobs", "Scheduler", "InvalidSetting",
+    "InvalidArgument",
+]

@@ -1,0 +1,236 @@
+"""Producing jobs for worker pools and reading their results, from any process.
+
+Every call is store transactions only: no node or worker host needs to be
+reachable, as with the rest of :mod:`actors.jobs`::
+
+    job_id = enqueue(db, "emails", {"to": "ann@example.com"})
+    value = result(db, "emails", job_id, timeout=30)     # blocks on a store watch
+
+``enqueue`` follows the queue's rules for an id that exists (a pending job
+is rescheduled, a finished one runs again with a fresh attempt count, a
+running one runs again once its attempt ends). Scheduled times are whole
+seconds, as couch_jobs' are: ``delay`` and ``at`` are rounded up, so a job
+never starts early.
+"""
+from __future__ import annotations
+
+import math
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from fdblayer.interface import Database, Transaction, transactional
+from fdblayer.jobs import work
+from fdblayer.jobs.codec import decode_data
+from fdblayer.jobs.exceptions import InvalidArgument, JobFailed, NotFound
+from fdblayer.jobs.job import JobState
+from fdblayer.jobs.keys import DEFAULT_LAYOUT
+from fdblayer.jobs.validate import INT_MAX, check_id, check_key_size, check_timeout, check_type
+
+from actors.workers.context import decode_result
+from actors.workers.schedule import check_cron
+
+__all__ = ["JobFailed", "JobStatus", "enqueue", "result", "status", "schedule", "unschedule", "MAX_ATTEMPTS"]
+
+#: The most attempts a job may be given.
+MAX_ATTEMPTS = 1000
+
+
+def _check_db(db: Any, what: str) -> Database:
+    if not isinstance(db, Database):
+        raise InvalidArgument(f"{what} takes a Database, not {type(db).__name__}")
+    return db
+
+
+def _seconds(value: Any, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        raise InvalidArgument(f"{name} must be a finite number of seconds >= 0, not {value!r:.80}")
+    return float(value)
+
+
+def _sched_time(delay: Any, at: Any, now: float) -> int:
+    if delay is not None and at is not None:
+        raise InvalidArgument("give delay or at, not both")
+    if delay is not None:
+        due = now + _seconds(delay, "delay")
+    elif at is not None:
+        due = _seconds(at, "at")
+    else:
+        return 0
+    if due > INT_MAX:
+        raise InvalidArgument(f"the job would be due at {due:.0f}, beyond any date the store holds")
+    return 0 if due <= now else math.ceil(due)
+
+
+def check_max_attempts(value: Any) -> Optional[int]:
+    """None, or an int from 1 to :data:`MAX_ATTEMPTS`."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_ATTEMPTS:
+        raise InvalidArgument(f"max_attempts must be an int from 1 to {MAX_ATTEMPTS}, not {value!r:.80}")
+    return value
+
+
+def enqueue(db: Any, type: Any, data: Optional[dict] = None, *, id: Optional[str] = None,
+            delay: Optional[float] = None, at: Optional[float] = None,
+            max_attempts: Optional[int] = None) -> str:
+    """Add a job for a worker pool; returns its id.
+
+    Args:
+        db: a Database, or a Transaction to join.
+        type: the job type (it must have a type timeout: ``set_type_timeout``,
+            or a worker host serving it, creates one).
+        data: the handler's ``ctx.data``, a dict of JSON values (None: ``{}``).
+        id: the job id; None makes a fresh one (32 hex digits).
+        delay: seconds from now before the job is due.
+        at: the time (seconds since the epoch) the job is due.
+        max_attempts: attempts before the job fails for good; None: the
+            host's default (3 unless ``--max-attempts``).
+
+    Raises:
+        InvalidArgument: a bad argument (nothing is written).
+        EncodingError: ``data`` is not JSON-compatible or too large.
+        NoTypeTimeout: ``type`` has no type timeout.
+    """
+    from fdblayer.jobs.api import _check_tx, _encode  # one encoder, one tx check for the whole API
+
+    _check_tx(db)
+    check_type(type)
+    job_id = uuid.uuid4().hex if id is None else check_id(id, type)
+    check_key_size(DEFAULT_LAYOUT, type, job_id)
+    sched_time = _sched_time(delay, at, time.time())
+    max_attempts = check_max_attempts(max_attempts)
+    encoded = _encode({} if data is None else data, type, job_id)
+    work.enqueue(db, DEFAULT_LAYOUT, type, job_id, encoded, sched_time, max_attempts)
+    return job_id
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    """A job as a worker pool sees it.
+
+    ``state`` is the queue's (pending, running, finished); ``outcome`` is
+    ``"succeeded"`` or ``"failed"`` once finished by a pool (None before, and
+    for jobs finished by a hand-written worker); ``error`` the last
+    attempt's error (``{"type", "message", "traceback"}``).
+    """
+
+    type: Any
+    id: str
+    state: JobState
+    data: dict
+    attempt: int
+    max_attempts: Optional[int]
+    outcome: Optional[str]
+    result: Any
+    error: Optional[dict]
+    progress: dict
+    worker: Optional[str]
+    started: Optional[float]
+    ended: Optional[float]
+
+
+def _status_of(job_type: Any, job_id: str, found: Optional[tuple]) -> JobStatus:
+    if found is None:
+        raise NotFound(f"job {job_id!r} of type {job_type!r} not found", job_type=job_type, job_id=job_id)
+    state, data, rec = found
+    return JobStatus(job_type, job_id, state, decode_data(data), rec.attempt, rec.max_attempts, rec.outcome,
+                     decode_result(rec.result), rec.error, rec.progress, rec.worker, rec.started, rec.ended)
+
+
+def status(db: Any, type: Any, id: str) -> JobStatus:
+    """Read a job with its work record (attempts, progress, outcome, error).
+
+    Raises:
+        NotFound: no such job.
+        InvalidArgument: a bad argument.
+    """
+    from fdblayer.jobs.api import _check_tx
+
+    _check_tx(db)
+    check_type(type)
+    check_id(id, type)
+    check_key_size(DEFAULT_LAYOUT, type, id)
+    return _status_of(type, id, work.read(db, DEFAULT_LAYOUT, type, id))
+
+
+@transactional
+def _read_or_watch(tr: Transaction, job_type: Any, job_id: str) -> tuple:
+    found = work.read(tr, DEFAULT_LAYOUT, job_type, job_id)
+    if found is None or found[0] is JobState.FINISHED:
+        return found, None
+    return found, tr.watch(DEFAULT_LAYOUT.data_key(job_type, job_id))
+
+
+def result(db: Any, type: Any, id: str, timeout: Optional[float] = None) -> Any:
+    """Wait until the job is finished and return its handler's return value.
+
+    Blocks on a store watch of the job (no node, no polling). A job finished
+    by a hand-written worker (``finish``) returns its final data.
+
+    Raises:
+        JobFailed: the job failed for good (``error_type``, ``error_message``,
+            ``traceback``, ``attempts``).
+        TimeoutError: ``timeout`` seconds passed first.
+        NotFound: no such job (or it was removed while waited on).
+        InvalidArgument: a bad argument.
+    """
+    _check_db(db, "result")
+    check_type(type)
+    check_id(id, type)
+    check_key_size(DEFAULT_LAYOUT, type, id)
+    timeout = check_timeout(timeout)
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        found, watch = _read_or_watch(db, type, id)
+        st = _status_of(type, id, found)
+        if watch is None:
+            return _finished_value(st)
+        try:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and (left <= 0 or not watch.wait(left)):
+                raise TimeoutError(f"job {id!r} of type {type!r} is still {st.state.value} after {timeout}s")
+        finally:
+            watch.cancel()
+
+
+def _finished_value(st: JobStatus) -> Any:
+    if st.outcome == work.FAILED:
+        err = st.error or {}
+        raise JobFailed(
+            f"job {st.id!r} of type {st.type!r} failed after {st.attempt} attempt(s): "
+            f"{err.get('type', 'Error')}: {err.get('message', '')}",
+            job_type=st.type, job_id=st.id, error_type=err.get("type", ""), error_message=err.get("message", ""),
+            traceback=err.get("traceback", ""), attempts=st.attempt)
+    if st.outcome == work.SUCCEEDED:
+        return st.result
+    return st.data
+
+
+def schedule(db: Any, type: Any, cron: str, data: Optional[dict] = None) -> None:
+    """Give a job type a periodic schedule: one job per tick, with ``data``,
+    enqueued exactly once by whichever worker host serving the type fires
+    first; ticks missed while no host ran are not replayed (only the latest).
+
+    Raises:
+        InvalidArgument: not a cron expression (see :mod:`actors.workers.schedule`), or a bad argument.
+        EncodingError: ``data`` is not JSON-compatible.
+        NoTypeTimeout: ``type`` has no type timeout.
+    """
+    from fdblayer.jobs.api import _encode
+
+    _check_db(db, "schedule")
+    check_type(type)
+    check_key_size(DEFAULT_LAYOUT, type, "tick-00000000000")
+    cron = check_cron(cron)
+    encoded = _encode({} if data is None else data, type, "tick")
+    work.set_schedule(db, DEFAULT_LAYOUT, type, cron, encoded, int(time.time()))
+
+
+def unschedule(db: Any, type: Any) -> None:
+    """Remove a job type's periodic schedule (its jobs stay)."""
+    _check_db(db, "unschedule")
+    check_type(type)
+    check_key_size(DEFAULT_LAYOUT, type)
+    work.clear_schedule(db, DEFAULT_LAYOUT, type)

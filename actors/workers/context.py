@@ -1,0 +1,118 @@
+"""What a handler gets: the job context, and how its outcome is encoded.
+
+Principle: a handler sees its job (``ctx.id``, ``ctx.type``, ``ctx.data``,
+``ctx.attempt``), reports progress without touching the job's input data
+(``ctx.progress(**fields)``), and learns that its work is no longer wanted
+(``ctx.stopping``); everything it returns or raises is bounded here, in
+the worker's process, before it reaches the store.
+"""
+from __future__ import annotations
+
+import threading
+import traceback as tb
+from typing import Any, Callable, Optional
+
+from fdblayer.jobs import work
+from fdblayer.jobs.codec import decode_data, encode_data
+from fdblayer.jobs.exceptions import EncodingError, Halt, InvalidArgument
+from fdblayer.jobs.keys import DEFAULT_LAYOUT
+
+__all__ = ["JobContext", "encode_result", "decode_result", "describe_error",
+           "RESULT_LIMIT", "PROGRESS_LIMIT", "TRACEBACK_LIMIT", "MESSAGE_LIMIT"]
+
+#: Bounds of what a job's work record keeps (it must fit one store value).
+RESULT_LIMIT = 64_000
+PROGRESS_LIMIT = 8_000
+TRACEBACK_LIMIT = 8_000
+MESSAGE_LIMIT = 2_000
+
+
+class JobContext:
+    """The one argument of a handler.
+
+    Attributes:
+        id: the job id.
+        type: the job type.
+        data: the job's input data (a dict; never replaced by the worker).
+        attempt: 1 on the first run, 2 on the first retry, ...
+        max_attempts: the attempts this job may take.
+    """
+
+    def __init__(self, job: Any, data: dict, attempt: int, max_attempts: int,
+                 db_factory: Callable[[], Any]) -> None:
+        self.id = job.id
+        self.type = job.type
+        self.data = data
+        self.attempt = attempt
+        self.max_attempts = max_attempts
+        self._job = job
+        self._db_factory = db_factory
+        self._stop = threading.Event()
+
+    @property
+    def stopping(self) -> bool:
+        """True once the job was removed or taken over by another worker, or
+        the host is shutting down: finish quickly; what is returned is discarded
+        unless the job is still this worker's."""
+        return self._stop.is_set()
+
+    def wait_stopping(self, timeout: Optional[float] = None) -> bool:
+        """Sleep until :attr:`stopping` or ``timeout``; True if stopping."""
+        return self._stop.wait(timeout)
+
+    def progress(self, **fields: Any) -> dict:
+        """Merge ``fields`` (JSON values) into the job's progress record and
+        return the whole record. One store transaction per call: report at
+        the pace a person watches, not per item.
+
+        Raises:
+            EncodingError: a value is not JSON-compatible, or the record
+                would pass :data:`PROGRESS_LIMIT` bytes (nothing is written).
+            Halt: the job is no longer this worker's (``stopping`` is then true).
+        """
+        encoded = encode_data(fields)
+        if len(encoded) > PROGRESS_LIMIT:
+            raise EncodingError(f"progress encodes to {len(encoded)} bytes; at most {PROGRESS_LIMIT}")
+        try:
+            merged = work.set_progress(self._db_factory(), DEFAULT_LAYOUT, self._job, fields)
+        except Halt:
+            self._stop.set()
+            raise
+        if len(encode_data(merged)) > PROGRESS_LIMIT:
+            raise EncodingError(f"the merged progress passes {PROGRESS_LIMIT} bytes")
+        return merged
+
+    def __repr__(self) -> str:
+        return f"JobContext(type={self.type!r}, id={self.id!r}, attempt={self.attempt})"
+
+
+def encode_result(value: Any) -> bytes:
+    """A handler's return value as stored (JSON values; at most RESULT_LIMIT bytes).
+
+    Raises:
+        EncodingError: not JSON-compatible, or too large.
+    """
+    try:
+        encoded = encode_data({"result": value})
+    except InvalidArgument as exc:
+        raise EncodingError(str(exc)) from None
+    if len(encoded) > RESULT_LIMIT:
+        raise EncodingError(f"the result encodes to {len(encoded)} bytes; at most {RESULT_LIMIT}")
+    return encoded
+
+
+def decode_result(encoded: Optional[bytes]) -> Any:
+    """The value :func:`encode_result` encoded (None for None)."""
+    return None if encoded is None else decode_data(encoded).get("result")
+
+
+def describe_error(exc: BaseException) -> dict:
+    """``{"type", "message", "traceback"}`` of an exception, each bounded."""
+    text = "".join(tb.format_exception(type(exc), exc, exc.__traceback__))
+    if len(text) > TRACEBACK_LIMIT:
+        text = "...\n" + text[-TRACEBACK_LIMIT:]
+    try:
+        message = str(exc)
+    except Exception:  # noqa: BLE001 - a __str__ that raises still gives an error
+        message = f"<unprintable {type(exc).__name__}>"
+    return {"type": type(exc).__name__, "message": message[:MESSAGE_LIMIT], "traceback": text}

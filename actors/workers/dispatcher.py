@@ -1,0 +1,488 @@
+"""A worker host's dispatcher: claims due jobs in batches and hands them to its pool.
+
+Principle: the store has one writer at a time (SQLite) or conflicts between
+hosts (FoundationDB), so a host never lets each worker poll. One actor, the
+dispatcher, ends every finished attempt and claims the next jobs for every
+idle worker in one transaction; renews the lease of every job it holds in
+one transaction per interval; and waits on the store (a pending watch per
+type, a timer at the next scheduled time), never on a polling loop.
+
+It monitors its workers: a worker that dies holding a job (SIGKILL, OOM,
+an exception escaping the runner) is restarted by the pool's supervisor,
+and its job is ended at once as a failed attempt (retried after a backoff
+or failed for good), not after the type's activity timeout. A job whose
+lock is lost (removed, or re-enqueued elsewhere) is told to stop, and its
+late outcome is discarded: nothing is finished twice.
+
+args: ``{"store", "host", "concurrency", "types": {type: {"handler",
+"max_attempts"}}, "max_attempts", "backoff": [base, cap], "pool"}``.
+"""
+from __future__ import annotations
+
+import collections
+import logging
+import math
+import os
+import random
+import time
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import fdblayer
+from fdblayer.interface import Transaction, transactional
+from fdblayer.jobs import activity, work
+from fdblayer.jobs.keys import DEFAULT_LAYOUT
+from supervision import NOREPLY, Down, GenServer, Request
+from supervision.messages import WhereIs
+from supervision.supervisor import StartChild, TerminateChild, WhichChildren
+from supervision.addrmap import AddrMap
+from supervision.waker import Waker
+
+from actors.workers.protocol import Drain, GetStatus, JobDone, RunJob, StopJob
+from actors.workers.schedule import next_tick, previous_tick
+
+__all__ = ["Dispatcher", "retry_delay"]
+
+log = logging.getLogger("otpjobs.workers")
+
+#: Seconds between reads of the types' periodic schedules.
+SCHEDULE_CHECK = 10.0
+#: Longest and shortest pause between two lease renewals.
+MAX_RENEW_INTERVAL = 5.0
+MIN_RENEW_INTERVAL = 0.05
+CALL_TIMEOUT = 10.0
+#: Seconds before a step that failed on a store error runs again.
+STEP_RETRY = 0.5
+
+
+def retry_delay(attempt: int, base: float, cap: float, rng: random.Random | None = None) -> float:
+    """Seconds before retry number ``attempt`` (1 after the first failure):
+    ``base * 2**(attempt-1)``, at most ``cap``, times a jitter in [0.5, 1)."""
+    exp = min(cap, base * (2 ** min(attempt - 1, 60)))
+    return exp * (0.5 + (rng or random).random() / 2)
+
+
+@dataclass
+class Running:
+    """A job handed to a worker (or waiting for one, ``worker`` None)."""
+
+    claimed: work.Claimed
+    token: int
+    worker: Any = None
+    started: float = 0.0
+    lost: bool = False
+
+
+@dataclass
+class TypeSlot:
+    """What the dispatcher knows of one served type."""
+
+    handler: str
+    max_attempts: int
+    timeout: float = 30.0
+    maybe_work: bool = True
+    watch: Any = None
+    due_at: Optional[float] = None
+    due_timer: Optional[int] = None
+    schedule: Optional[str] = None
+    tick_timer: Optional[int] = None
+    tick_at: Optional[float] = None
+    fired: bool = field(default=False)
+
+
+@transactional
+def _step(tr: Transaction, outcomes: list, claims: list, now: float, worker: str) -> tuple[list, list]:
+    """End ``outcomes`` and claim for ``claims`` = ``[(type, limit, default_max)]``,
+    one transaction. Returns ``(lost jobs, [ClaimResult per claim])``."""
+    lost = work.complete(tr, DEFAULT_LAYOUT, outcomes, now) if outcomes else []
+    results = [work.claim(tr, DEFAULT_LAYOUT, t, now, limit, worker, default_max)
+               for t, limit, default_max in claims]
+    return lost, results
+
+
+class Dispatcher(GenServer):
+    """The dispatcher of one worker host (see the module docstring)."""
+
+    def init(self, args: Any) -> Any:
+        self.store = args["store"]
+        self.db = fdblayer.open(self.store)
+        self.host = args.get("host") or f"{os.uname().nodename}:{os.getpid()}"
+        self.concurrency = int(args["concurrency"])
+        self.backoff = tuple(args.get("backoff") or (1.0, 3600.0))
+        self.pool_name = args["pool"]
+        default_max = int(args.get("max_attempts") or 3)
+        self.types: dict[Any, TypeSlot] = {}
+        for job_type, spec in args["types"].items():
+            timeout = activity.get_type_timeout(self.db, DEFAULT_LAYOUT, job_type) or 30.0
+            self.types[job_type] = TypeSlot(spec["handler"], int(spec.get("max_attempts") or default_max),
+                                            float(timeout))
+        self.order = list(self.types)
+        self.pool: Any = None
+        self.workers = AddrMap()  # worker address -> monitor ref (addresses do not hash)
+        self.idle: collections.deque = collections.deque()
+        self.busy = AddrMap()  # worker address -> its Running job
+        self.buffer: collections.deque = collections.deque()  # claimed, waiting for a worker
+        self.outcomes: list = []
+        self.tokens = 0
+        self.flush_queued = False
+        self.draining = False
+        self.drain_from: Any = None
+        self.drain_timer: Optional[int] = None
+        self.stats = collections.Counter()
+        self.waker = Waker(self, self._watch_fired)
+        self.renew_interval = max(MIN_RENEW_INTERVAL,
+                                  min([MAX_RENEW_INTERVAL] + [s.timeout / 4 for s in self.types.values()]))
+        self.run_task(self._start_pool(), self._pool_started)
+        return None
+
+    # ---------------------------------------------------------------- the pool
+    def _start_pool(self):
+        """Find the pool, clear what a previous dispatcher left there, start the workers."""
+        pool = yield Request(self.node, WhereIs(self.pool_name))
+        if pool is None:
+            raise RuntimeError(f"worker pool {self.pool_name!r} is not running")
+        self.pool = pool
+        for child in (yield Request(pool, WhichChildren(), CALL_TIMEOUT)):
+            if child.addr is not None:
+                yield Request(pool, TerminateChild(child.addr), CALL_TIMEOUT)
+        started = []
+        for _ in range(self.concurrency):
+            started.append((yield Request(pool, StartChild(None), CALL_TIMEOUT)))
+        return started
+
+    def _pool_started(self, addrs: list) -> None:
+        for addr in addrs:
+            self._adopt(addr)
+        log.info("workers_up host=%s concurrency=%d types=%s", self.host, self.concurrency,
+                 ",".join(map(str, self.order)))
+        self.start_timer(self.renew_interval, self._renew, real=True)
+        self._check_schedules()
+        self._kick()
+
+    def _running(self) -> list:
+        return [running for _, running in self.busy.items()]
+
+    def _adopt(self, addr: Any) -> None:
+        if addr is None or addr in self.workers:
+            return
+        self.workers[addr] = self.monitor(addr)
+        self.idle.append(addr)
+
+    def _find_replacements(self, tries: int) -> None:
+        """Adopt the workers the pool restarted (it does so within milliseconds)."""
+        def listed(children: Any, error: Exception | None) -> None:
+            if error is None:
+                for child in children:
+                    self._adopt(child.addr)
+            if len(self.workers) < self.concurrency and tries > 0:
+                self.start_timer(0.05, lambda: self._find_replacements(tries - 1), real=True)
+            self._hand_out()
+        self.call_async(self.pool, WhichChildren(), listed, CALL_TIMEOUT)
+
+    # ---------------------------------------------------------------- messages
+    def handle_info(self, msg: Any) -> None:
+        if isinstance(msg, JobDone):
+            self._job_done(msg)
+        elif isinstance(msg, Down):
+            self._worker_down(msg)
+        elif isinstance(msg, _Flush):
+            self.flush_queued = False
+            self._flush()
+        else:
+            super().handle_info(msg)
+
+    def handle_call(self, msg: Any, from_: Any) -> Any:
+        if isinstance(msg, GetStatus):
+            return self._status()
+        if isinstance(msg, Drain):
+            return self._drain(msg, from_)
+        return super().handle_call(msg, from_)
+
+    def _job_done(self, done: JobDone) -> None:
+        running = self.busy.get(done.worker)
+        if running is None or running.token != done.token:
+            return
+        self.busy.pop(done.worker)
+        self.idle.append(done.worker)
+        self._end_attempt(running, done.error, done.result)
+        self._hand_out()
+        self._kick()
+
+    def _worker_down(self, down: Down) -> None:
+        if self.workers.pop(down.addr, None) is None:
+            return
+        if down.addr in self.idle:
+            self.idle.remove(down.addr)
+        running = self.busy.pop(down.addr, None)
+        if running is not None:
+            log.warning("worker_died host=%s type=%s job=%s attempt=%d reason=%r", self.host,
+                        running.claimed.job.type, running.claimed.job.id, running.claimed.attempt, down.reason)
+            error = {"type": "WorkerDied", "message": f"the worker running the job exited: {down.reason!r}",
+                     "traceback": ""}
+            self._end_attempt(running, error, None, retry_now=True)
+            self._kick()
+        if not self.draining:
+            self._find_replacements(40)
+
+    def _end_attempt(self, running: Running, error: Optional[dict], result: Optional[bytes],
+                     retry_now: bool = False) -> None:
+        claimed = running.claimed
+        job = claimed.job
+        if running.lost:
+            log.info("job_outcome_discarded host=%s type=%s job=%s reason=lock_lost", self.host, job.type, job.id)
+            return
+        if error is None:
+            self.stats["succeeded"] += 1
+            self.outcomes.append(work.Outcome(job, "ok", result))
+            return
+        if claimed.attempt < claimed.max_attempts:
+            delay = 0.0 if retry_now else retry_delay(claimed.attempt, *self.backoff)
+            retry_at = math.ceil(time.time() + delay) if delay > 0 else 0
+            self.stats["retried"] += 1
+            log.warning("job_retry host=%s type=%s job=%s attempt=%d/%d in=%.1fs error=%s: %s", self.host,
+                        job.type, job.id, claimed.attempt, claimed.max_attempts, delay, error.get("type"),
+                        _short(error.get("message")))
+            self.outcomes.append(work.Outcome(job, "retry", None, error, retry_at))
+            return
+        self.stats["failed"] += 1
+        log.error("job_failed host=%s type=%s job=%s attempts=%d error=%s: %s", self.host, job.type, job.id,
+                  claimed.attempt, error.get("type"), _short(error.get("message")))
+        self.outcomes.append(work.Outcome(job, "fail", None, error))
+
+    # ---------------------------------------------------------------- the step
+    def _kick(self) -> None:
+        """Ask for one step, after the messages already queued (their outcomes join it)."""
+        if not self.flush_queued:
+            self.flush_queued = True
+            self.send(self.myAddress, _Flush())
+
+    def _want(self) -> int:
+        if self.draining or self.pool is None:
+            return 0
+        return len(self.idle) + self.concurrency - len(self.buffer)
+
+    def _flush(self) -> None:
+        want = self._want()
+        claims = []
+        if want > 0:
+            for job_type in self.order:
+                slot = self.types[job_type]
+                if slot.maybe_work:
+                    claims.append((job_type, want, slot.max_attempts))
+        if not claims and not self.outcomes:
+            return
+        outcomes, self.outcomes = self.outcomes, []
+        now = time.time()
+        try:
+            lost, results = _step(self.db, outcomes, claims, now, self.host)
+        except Exception as exc:  # noqa: BLE001 - a store error (disk full, busy) delays the step
+            self.outcomes = outcomes + self.outcomes  # nothing was written: try again shortly
+            log.warning("step_failed host=%s error=%r (retrying in %.1fs)", self.host, exc, STEP_RETRY)
+            self.start_timer(STEP_RETRY, self._kick, real=True)
+            return
+        for job in lost:
+            log.info("job_outcome_discarded host=%s type=%s job=%s reason=lock_lost", self.host, job.type, job.id)
+        for (job_type, limit, _), result in zip(claims, results):
+            self._claimed(job_type, limit, result, now)
+        self.order = self.order[1:] + self.order[:1]  # the next step asks another type first
+        self._hand_out()
+        if self.outcomes or (self._want() > 0 and any(s.maybe_work for s in self.types.values())):
+            self._kick()
+
+    def _claimed(self, job_type: Any, limit: int, result: work.ClaimResult, now: float) -> None:
+        slot = self.types[job_type]
+        for claimed in result.claimed:
+            self.tokens += 1
+            self.buffer.append(Running(claimed, self.tokens))
+        for job_id in result.exhausted:
+            self.stats["failed"] += 1
+            log.error("job_failed host=%s type=%s job=%s reason=attempts_used_up_by_dead_workers",
+                      self.host, job_type, job_id)
+        if result.watch is None:
+            slot.maybe_work = True
+            return
+        slot.maybe_work = False
+        self._arm_watch(job_type, slot, result.watch)
+        if result.next_due is not None:
+            self._arm_due(job_type, slot, result.next_due, now)
+
+    def _arm_watch(self, job_type: Any, slot: TypeSlot, watch: Any) -> None:
+        if slot.watch is not None:
+            slot.watch.cancel()
+        slot.watch = watch
+
+        def fired(_w: Any, job_type: Any = job_type) -> None:  # the store's watch thread
+            self.types[job_type].fired = True
+            self.waker.wake()
+        watch.on_ready(fired)
+
+    def _watch_fired(self) -> None:
+        for slot in self.types.values():
+            if slot.fired:
+                slot.fired = False
+                slot.maybe_work = True
+        self._kick()
+
+    def _arm_due(self, job_type: Any, slot: TypeSlot, due: int, now: float) -> None:
+        if slot.due_at is not None and slot.due_at <= due:
+            return
+        if slot.due_timer is not None:
+            self.cancel_timer(slot.due_timer)
+        slot.due_at = due
+
+        def on_due(slot: TypeSlot = slot) -> None:
+            slot.due_at = slot.due_timer = None
+            slot.maybe_work = True
+            self._kick()
+        slot.due_timer = self.start_timer(max(0.0, due - time.time()) + 0.001, on_due, real=True)
+
+    def _hand_out(self) -> None:
+        while self.idle and self.buffer:
+            worker = self.idle.popleft()
+            running = self.buffer.popleft()
+            running.worker, running.started = worker, time.time()
+            self.busy[worker] = running
+            c = running.claimed
+            self.send(worker, RunJob(running.token, c.job, c.data, c.attempt, c.max_attempts,
+                                     self.types[c.job.type].handler, self.store, self.myAddress))
+        if self.draining and not self.busy:
+            self._drained()
+
+    # ---------------------------------------------------------------- leases
+    def _renew(self) -> None:
+        held = self._running() + list(self.buffer)
+        held = [r for r in held if not r.lost]
+        if held:
+            lost = {(j.type, j.id, j.lock) for j in work.renew(self.db, DEFAULT_LAYOUT, [r.claimed.job for r in held])}
+            for running in held:
+                j = running.claimed.job
+                if (j.type, j.id, j.lock) in lost:
+                    running.lost = True
+                    log.info("job_lost host=%s type=%s job=%s (removed or re-enqueued)", self.host, j.type, j.id)
+                    if running.worker is not None:
+                        self.send(running.worker, StopJob(running.token))
+            self.buffer = collections.deque(r for r in self.buffer if not r.lost)
+        self.start_timer(self.renew_interval, self._renew, real=True)
+
+    # ---------------------------------------------------------------- periodic jobs
+    def _check_schedules(self) -> None:
+        try:
+            schedules = work.get_schedules(self.db, DEFAULT_LAYOUT)
+        except Exception as exc:  # noqa: BLE001 - a store hiccup delays ticks, never stops the host
+            log.warning("schedules_unreadable host=%s error=%r", self.host, exc)
+            schedules = {}
+        now = time.time()
+        for job_type, slot in self.types.items():
+            schedule = schedules.get(job_type)
+            cron = schedule.cron if schedule is not None else None
+            if cron != slot.schedule and slot.tick_timer is not None:
+                self.cancel_timer(slot.tick_timer)
+                slot.tick_timer = slot.tick_at = None
+            slot.schedule = cron
+            if cron is None:
+                continue
+            missed = previous_tick(cron, now)
+            if missed is not None and (schedule.last is None or schedule.last < missed):
+                self._fire(job_type, missed)
+            if slot.tick_timer is None:
+                self._arm_tick(job_type, slot, now)
+        self.start_timer(SCHEDULE_CHECK, self._check_schedules, real=True)
+
+    def _arm_tick(self, job_type: Any, slot: TypeSlot, now: float) -> None:
+        tick = next_tick(slot.schedule, now)
+        if tick is None:
+            return
+        slot.tick_at = tick
+
+        def on_tick(job_type: Any = job_type, slot: TypeSlot = slot, tick: int = tick) -> None:
+            slot.tick_timer = slot.tick_at = None
+            if slot.schedule is not None:
+                self._fire(job_type, tick)
+                self._arm_tick(job_type, slot, max(time.time(), tick))
+        slot.tick_timer = self.start_timer(max(0.0, tick - now) + 0.001, on_tick, real=True)
+
+    def _fire(self, job_type: Any, tick: int) -> None:
+        job_id = f"tick-{tick}"
+        try:
+            added = work.fire_tick(self.db, DEFAULT_LAYOUT, job_type, tick, job_id)
+        except Exception as exc:  # noqa: BLE001 - a store hiccup skips a tick, never stops the host
+            log.warning("tick_failed host=%s type=%s tick=%d error=%r", self.host, job_type, tick, exc)
+            return
+        if added:
+            log.info("tick_enqueued host=%s type=%s job=%s", self.host, job_type, job_id)
+
+    # ---------------------------------------------------------------- shutdown
+    def _drain(self, msg: Drain, from_: Any) -> Any:
+        self.draining = True
+        waiting = [r.claimed.job for r in self.buffer]
+        self.buffer.clear()
+        released = work.release(self.db, DEFAULT_LAYOUT, waiting) if waiting else 0
+        for running in self._running():
+            self.send(running.worker, StopJob(running.token))
+        log.info("workers_draining host=%s running=%d released=%d grace=%.1fs", self.host, len(self.busy),
+                 released, msg.grace)
+        self.stats["released"] += released
+        self.drain_from = from_
+        if not self.busy:
+            self._drained()
+            return NOREPLY
+        self.drain_timer = self.start_timer(max(0.0, msg.grace), self._grace_over, real=True)
+        return NOREPLY
+
+    def _grace_over(self) -> None:
+        self.drain_timer = None
+        late = [r for r in self._running() if not r.lost]
+        released = work.release(self.db, DEFAULT_LAYOUT, [r.claimed.job for r in late]) if late else 0
+        for running in late:
+            log.warning("job_released host=%s type=%s job=%s reason=grace_over", self.host,
+                        running.claimed.job.type, running.claimed.job.id)
+            running.lost = True
+        self.stats["released"] += released
+        self.busy = AddrMap()
+        self._drained()
+
+    def _drained(self) -> None:
+        if self.drain_from is None:
+            return
+        if self.outcomes:
+            outcomes, self.outcomes = self.outcomes, []
+            lost = work.complete(self.db, DEFAULT_LAYOUT, outcomes, time.time())
+            for job in lost:
+                log.info("job_outcome_discarded host=%s type=%s job=%s reason=lock_lost", self.host, job.type,
+                         job.id)
+        if self.drain_timer is not None:
+            self.cancel_timer(self.drain_timer)
+            self.drain_timer = None
+        self.reply(self.drain_from, {"finished": self.stats["succeeded"] + self.stats["failed"],
+                                     "released": self.stats["released"]})
+        self.drain_from = None
+
+    def terminate(self, reason: Any) -> None:
+        for slot in self.types.values():
+            if slot.watch is not None:
+                slot.watch.cancel()
+        self.waker.close()
+
+    # ---------------------------------------------------------------- status
+    def _status(self) -> dict:
+        now = time.time()
+        return {
+            "host": self.host, "pid": os.getpid(), "concurrency": self.concurrency,
+            "types": [str(t) for t in self.order], "workers": len(self.workers), "busy": len(self.busy),
+            "buffered": len(self.buffer), "draining": self.draining, "counts": dict(self.stats),
+            "running": [{"type": r.claimed.job.type, "id": r.claimed.job.id, "attempt": r.claimed.attempt,
+                         "for": round(now - r.started, 3)} for r in self._running()],
+        }
+
+    def format_status(self) -> dict:
+        return {"host": self.host, "busy": len(self.busy), "buffered": len(self.buffer)}
+
+
+@dataclass(frozen=True)
+class _Flush:
+    """The dispatcher's message to itself: run one step."""
+
+
+def _short(text: Any, limit: int = 200) -> str:
+    text = str(text).replace("\n", " ")
+    return text if len(text) <= limit else text[:limit] + "..."

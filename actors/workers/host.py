@@ -1,0 +1,153 @@
+"""Running a worker host in the foreground (``otpjobs worker``), or a node's pool.
+
+Principle: everything that can be wrong with a host's arguments (a handler
+that cannot be imported, a bad cron expression, a store that cannot be
+opened) is found before anything forks and reported in one line; then
+the host is a node like any other (its own actor system on a loopback
+port, a supervision tree, structured log lines) that stops cleanly on
+SIGTERM or Ctrl-C: it claims no new job, puts the claimed ones that have
+not started back in the queue at once, gives running handlers ``grace``
+seconds, then stops.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from typing import Any, Optional
+
+from supervision import Client
+from supervision.system import start_node, stop_node
+
+from actors import names
+from actors.workers.handlers import add_cwd_to_path, resolve
+from actors.workers.protocol import Drain
+from actors.workers.sup import workers_children
+
+__all__ = ["HostSpec", "spec_from_config", "prepare", "host_args", "run", "drain"]
+
+log = logging.getLogger("otpjobs.workers")
+
+#: The root flags of a worker host's node.
+HOST_FLAGS = {"strategy": "one_for_one", "intensity": 3, "period": 10}
+
+
+class HostSpec:
+    """What a host serves: ``types`` (type -> handler path), ``periodic`` (type
+    -> cron), concurrency, default max attempts, type timeout and grace."""
+
+    def __init__(self, store: str, types: dict, *, periodic: Optional[dict] = None, concurrency: int = 4,
+                 max_attempts: int = 3, type_timeout: float = 30.0, grace: float = 30.0,
+                 backoff: tuple = (1.0, 3600.0)) -> None:
+        self.store = store
+        self.types = dict(types)
+        self.periodic = dict(periodic or {})
+        self.concurrency = concurrency
+        self.max_attempts = max_attempts
+        self.type_timeout = type_timeout
+        self.grace = grace
+        self.backoff = backoff
+
+
+def spec_from_config(cfg: Any, assignments: list, crons: list, args: Any = None) -> HostSpec:
+    """The host a config file (``[workers]``, ``[periodic]``, ``[worker]``, ``[node] store``)
+    and a command line (``TYPE=handler`` items, ``--cron`` items, options) ask for;
+    the command line wins."""
+    from actors.workers.handlers import parse_assignments
+
+    types = dict(cfg.workers, **parse_assignments(assignments))
+    periodic = dict(cfg.periodic, **parse_assignments(crons))
+
+    def pick(name: str, key: str) -> Any:
+        value = getattr(args, name, None)
+        return cfg.get("worker", key) if value is None else value
+    return HostSpec(cfg.get("node", "store"), types, periodic=periodic, concurrency=pick("concurrency", "concurrency"),
+                    max_attempts=pick("max_attempts", "max_attempts"), type_timeout=pick("timeout", "type_timeout"),
+                    grace=pick("grace", "grace"))
+
+
+def prepare(spec: HostSpec) -> None:
+    """Check and set up everything before the host forks.
+
+    Imports every handler (with the current directory on ``sys.path``),
+    gives each type without an activity timeout ``spec.type_timeout``,
+    and stores the periodic schedules.
+
+    Raises:
+        HandlerError: a handler cannot be used.
+        InvalidArgument: a bad type, count or cron expression.
+        StoreError: the store cannot be opened.
+    """
+    import fdblayer
+    from fdblayer.jobs import api
+    from fdblayer.jobs.exceptions import InvalidArgument
+
+    from actors.workers.client import schedule
+
+    if not spec.types:
+        raise InvalidArgument("a worker host needs at least one TYPE=package.module:callable")
+    if spec.concurrency < 1 or spec.concurrency > 1024:
+        raise InvalidArgument(f"concurrency must be from 1 to 1024, not {spec.concurrency}")
+    if spec.max_attempts < 1 or spec.max_attempts > 1000:
+        raise InvalidArgument(f"max attempts must be from 1 to 1000, not {spec.max_attempts}")
+    unknown = set(spec.periodic) - set(spec.types)
+    if unknown:
+        raise InvalidArgument(f"periodic type(s) {sorted(unknown)} have no handler on this host")
+    add_cwd_to_path()
+    for path in spec.types.values():
+        resolve(path)
+    db = fdblayer.open(spec.store)
+    try:
+        for job_type in spec.types:
+            if api.get_type_timeout(db, job_type) is None:
+                api.set_type_timeout(db, job_type, spec.type_timeout)
+        for job_type, cron in spec.periodic.items():
+            schedule(db, job_type, cron)
+    finally:
+        close = getattr(db, "close", None)
+        if close is not None:
+            close()
+
+
+def host_args(spec: HostSpec) -> dict:
+    """The worker tree's args for :func:`~actors.workers.sup.workers_children`."""
+    return {"store": spec.store, "concurrency": spec.concurrency, "max_attempts": spec.max_attempts,
+            "backoff": list(spec.backoff),
+            "types": {t: {"handler": h} for t, h in spec.types.items()}}
+
+
+def free_port() -> int:
+    """A free loopback TCP port for the host's actor system."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def drain(client: Client, grace: float) -> Any:
+    """Ask a running host's dispatcher to drain (see :class:`Drain`)."""
+    return client.call(names.WORKER_DISPATCHER, Drain(grace), grace + 15.0)
+
+
+def run(spec: HostSpec, port: Optional[int] = None, level: int = logging.INFO) -> int:
+    """Run a worker host in the foreground until SIGTERM/SIGINT; returns the exit status."""
+    from actors.node.root import _wait_for_stop
+
+    prepare(spec)
+    port = port or free_port()
+    node = start_node(port, HOST_FLAGS, workers_children(host_args(spec)), level=level)
+    log.info("worker_host_up port=%s store=%s concurrency=%d types=%s pid=%s", port, spec.store,
+             spec.concurrency, ",".join(spec.types), os.getpid())
+    reason = _wait_for_stop(node)
+    if reason == "supervisor_exited":
+        log.error("worker_host_down reason=node_supervisor_exited port=%s", port)
+        stop_node(port)
+        return 1
+    log.info("worker_host_stopping reason=%s port=%s grace=%.1fs", reason, port, spec.grace)
+    try:
+        answer = drain(node.client(), spec.grace)
+        log.info("worker_host_drained port=%s %s", port, " ".join(f"{k}={v}" for k, v in answer.items()))
+    except Exception as exc:  # noqa: BLE001 - stop anyway: the store keeps every job
+        log.warning("worker_host_drain_failed port=%s error=%r", port, exc)
+    node.stop()
+    log.info("worker_host_stopped port=%s", port)
+    return 0

@@ -1,0 +1,64 @@
+"""Messages between a worker host's dispatcher, its workers and its clients.
+
+Plain frozen dataclasses, pickled across processes. The dispatcher sends a
+worker :class:`RunJob` and :class:`StopJob`; a worker answers each run
+with one :class:`JobDone`. Clients call the dispatcher with :class:`Drain`
+and :class:`GetStatus`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional
+
+__all__ = ["RunJob", "StopJob", "JobDone", "Drain", "GetStatus"]
+
+
+@dataclass(frozen=True)
+class RunJob:
+    """Info to a worker: run ``handler`` on the job; answer ``JobDone(token)`` to ``reply_to``."""
+
+    token: int
+    job: Any
+    data: bytes
+    attempt: int
+    max_attempts: int
+    handler: str
+    store: str
+    reply_to: Any
+
+
+@dataclass(frozen=True)
+class StopJob:
+    """Info to a worker: the job of ``token`` was removed, taken over, or the
+    host is shutting down (its handler sees ``ctx.stopping``)."""
+
+    token: int
+
+
+@dataclass(frozen=True)
+class JobDone:
+    """Info to the dispatcher: the run of ``token`` ended.
+
+    ``result`` is the encoded return value when ``error`` is None; ``error``
+    is ``{"type", "message", "traceback"}`` when the handler raised (or its
+    return value could not be encoded).
+    """
+
+    token: int
+    worker: Any
+    result: Optional[bytes] = None
+    error: Optional[dict] = None
+
+
+@dataclass(frozen=True)
+class Drain:
+    """Call: claim no more jobs, put claimed ones that have not started back
+    in the queue, give running handlers ``grace`` seconds, then put what
+    still runs back too. Answers ``{"finished": n, "released": n}``."""
+
+    grace: float
+
+
+@dataclass(frozen=True)
+class GetStatus:
+    """Call: the host's status (types, concurrency, busy workers and their jobs)."""

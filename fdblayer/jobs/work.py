@@ -1,0 +1,473 @@
+"""Work records: what worker pools keep beside each queue job, and their batch transitions.
+
+Principle: a job run by a worker pool keeps its couch_jobs rows as they are
+(the DATA row holds the caller's input data, which a worker never replaces)
+plus one row of its own, its work record, written in the same transaction
+as every transition of the job::
+
+    (P, WORK, type, job_id) = {"a": attempts started, "m": max attempts or None,
+                               "o": outcome ("succeeded" | "failed") or None,
+                               "r": encoded result or None, "e": last error or None,
+                               "p": progress fields, "w": worker, "s": started, "f": ended}
+    (P, SCHEDULES, type) = {"c": cron expression, "d": encoded data, "l": last tick}
+
+A pool's dispatcher moves many jobs per transaction, so the store's one
+writer is not the limit of a pool:
+
+=============  =========================================================
+:func:`claim`  due pending jobs -> running under new locks, attempt + 1
+               (a job whose attempts are used up -> finished, failed)
+:func:`complete`  running -> finished (succeeded or failed), or -> pending
+               at a retry time; a job whose lock was lost is left alone
+:func:`renew`  running -> running with a fresh activity stamp (the lease)
+:func:`release`  running -> pending now, attempt - 1 (claimed, never run)
+=============  =========================================================
+
+Attempts are counted when a job is claimed, so an attempt whose worker
+died (SIGKILL, OOM, the machine lost) still counts: a job that kills its
+worker every time ends failed instead of looping. A record that cannot be
+decoded (a bad value written behind the API's back) reads as a fresh one
+and is logged: a stored value never stops a dispatcher.
+
+Like :mod:`fdblayer.jobs.model`, nothing here validates arguments, sleeps or
+talks to anything but the transaction; it knows nothing of actors.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+from dataclasses import dataclass, field, replace
+from typing import Any, NamedTuple, Optional
+
+import fdb.tuple
+import msgpack
+
+from fdblayer.interface import Transaction, strinc, transactional
+from fdblayer.jobs import fasttuple, pending, rows
+from fdblayer.jobs.codec import JobValue, running_seq, unpack_job_value
+from fdblayer.jobs.exceptions import Halt, NoTypeTimeout
+from fdblayer.jobs.job import Job, JobState, job_state
+from fdblayer.jobs.keys import JobType, Layout
+from fdblayer.watches import Watch
+
+__all__ = [
+    "SUCCEEDED", "FAILED", "WorkRecord", "Claimed", "ClaimResult", "Outcome", "Schedule",
+    "enqueue", "claim", "complete", "renew", "release", "set_progress", "read", "read_many",
+    "set_schedule", "clear_schedule", "get_schedules", "fire_tick",
+]
+
+logger = logging.getLogger(__name__)
+
+SUCCEEDED = "succeeded"
+FAILED = "failed"
+
+#: What a worker that died mid-attempt leaves as the attempt's error.
+WORKER_LOST = "WorkerLost"
+
+
+@dataclass(frozen=True)
+class WorkRecord:
+    """A job's work record (see the module docstring for the stored form)."""
+
+    attempt: int = 0
+    max_attempts: Optional[int] = None
+    outcome: Optional[str] = None
+    result: Optional[bytes] = None
+    error: Optional[dict] = None
+    progress: dict = field(default_factory=dict)
+    worker: Optional[str] = None
+    started: Optional[float] = None
+    ended: Optional[float] = None
+
+    def pack(self) -> bytes:
+        return msgpack.packb({"a": self.attempt, "m": self.max_attempts, "o": self.outcome, "r": self.result,
+                              "e": self.error, "p": self.progress, "w": self.worker, "s": self.started,
+                              "f": self.ended}, use_bin_type=True)
+
+    @classmethod
+    def unpack(cls, raw: Optional[bytes], where: Any = None) -> "WorkRecord":
+        """Decode a stored record; None or an undecodable value is a fresh record."""
+        if raw is None:
+            return cls()
+        try:
+            d = msgpack.unpackb(raw, raw=False)
+            record = cls(int(d.get("a") or 0), _opt_int(d.get("m")), _opt_str(d.get("o")), _opt_bytes(d.get("r")),
+                         d.get("e") if isinstance(d.get("e"), dict) else None,
+                         d.get("p") if isinstance(d.get("p"), dict) else {},
+                         _opt_str(d.get("w")), _opt_float(d.get("s")), _opt_float(d.get("f")))
+        except Exception as exc:  # noqa: BLE001 - survive a bad stored value: log it, start afresh
+            logger.warning("work_record_unreadable job=%r error=%r", where, exc)
+            return cls()
+        return record
+
+
+def _opt_int(v: Any) -> Optional[int]:
+    return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else None
+
+
+def _opt_str(v: Any) -> Optional[str]:
+    return v if isinstance(v, str) else None
+
+
+def _opt_bytes(v: Any) -> Optional[bytes]:
+    return v if isinstance(v, bytes) else None
+
+
+def _opt_float(v: Any) -> Optional[float]:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+class Claimed(NamedTuple):
+    """A job a claim made running: its handle, encoded data and attempt number."""
+
+    job: Job
+    data: bytes
+    attempt: int
+    max_attempts: int
+
+
+class ClaimResult(NamedTuple):
+    """What :func:`claim` did.
+
+    ``claimed``: the jobs now running; ``exhausted``: ids finished as failed
+    because their attempts were used up; ``next_due``: the scheduled time of
+    the earliest pending job not yet due (None if none); ``watch``: fires at
+    the type's next enqueue (only when fewer jobs than asked were claimed).
+    """
+
+    claimed: list
+    exhausted: list
+    next_due: Optional[int]
+    watch: Optional[Watch]
+
+
+class Outcome(NamedTuple):
+    """The end of one attempt, for :func:`complete`.
+
+    ``kind``: ``"ok"`` (``result`` is the encoded result), ``"retry"`` (back to
+    pending at ``retry_at``) or ``"fail"`` (finished as failed); ``error`` a
+    dict ``{"type", "message", "traceback"}`` for the last two.
+    """
+
+    job: Job
+    kind: str
+    result: Optional[bytes] = None
+    error: Optional[dict] = None
+    retry_at: int = 0
+
+
+# ---------------------------------------------------------------- producing
+
+
+@transactional
+def enqueue(tr: Transaction, layout: Layout, job_type: JobType, job_id: str, data: bytes, sched_time: int,
+            max_attempts: Optional[int]) -> JobState:
+    """Add a job as ``model.add`` does and give it a fresh work record.
+
+    A job that is running keeps its record (it is flagged resubmitted and
+    starts afresh when its attempt ends, see :func:`complete`).
+
+    Returns:
+        The job's state after the add.
+
+    Raises:
+        NoTypeTimeout: ``job_type`` has no type timeout.
+    """
+    from fdblayer.jobs import model  # model imports nothing of this module
+
+    value = model.add(tr, layout, job_type, job_id, data, sched_time)
+    state = job_state(value.lock, value.seq)
+    if state is not JobState.RUNNING:
+        tr.set(layout.work_key(job_type, job_id), WorkRecord(max_attempts=max_attempts).pack())
+    return state
+
+
+# ---------------------------------------------------------------- claiming
+
+
+@transactional
+def claim(tr: Transaction, layout: Layout, job_type: JobType, now: float, limit: int, worker: str,
+          default_max: int, rng: Optional[random.Random] = None) -> ClaimResult:
+    """Make up to ``limit`` due pending jobs running, each under a new lock.
+
+    Due means scheduled at or before ``int(now)``. Where the store has
+    per-key conflicts, the jobs are picked at random among the first
+    :data:`pending.RANGE_LIMIT` due ones so that hosts claiming at once
+    seldom collide (as :func:`pending.dequeue` does).
+    """
+    prefix = layout.pending_prefix(job_type)
+    due_end = layout.pending_end(job_type, int(now))
+    spread = tr.db.key_conflicts
+    found = tr.snapshot.get_range(prefix, due_end, limit=max(limit, pending.RANGE_LIMIT) if spread else limit)
+    keys = [kv.key for kv in found]
+    if spread and len(keys) > limit:
+        keys = (rng or random).sample(keys, limit)
+    claimed: list[Claimed] = []
+    exhausted: list[str] = []
+    if keys:
+        ids = [fasttuple.unpack(key, len(prefix))[1] for key in keys]
+        data_keys = [layout.data_key(job_type, i) for i in ids]
+        work_keys = [layout.work_key(job_type, i) for i in ids]
+        raws = tr.get_many(data_keys + work_keys)
+        for n, (key, job_id) in enumerate(zip(keys, ids)):
+            tr.add_read_conflict_key(key)
+            tr.clear(key)
+            got = _claim_one(tr, layout, job_type, job_id, data_keys[n], raws[n], raws[len(ids) + n],
+                             now, worker, default_max)
+            (claimed if isinstance(got, Claimed) else exhausted).append(got)
+        exhausted = [e for e in exhausted if e is not None]
+        if exhausted:
+            rows.update_watch(tr, layout, job_type)
+    if len(keys) >= limit:
+        return ClaimResult(claimed, exhausted, None, None)
+    later = tr.snapshot.get_range(due_end, strinc(prefix), limit=1)
+    next_due = fasttuple.unpack(later[0].key, len(prefix))[0] if later else None
+    return ClaimResult(claimed, exhausted, next_due, pending.watch_pending(tr, layout, job_type))
+
+
+def _claim_one(tr: Transaction, layout: Layout, job_type: JobType, job_id: str, key: bytes,
+               raw: Optional[bytes], raw_work: Optional[bytes], now: float, worker: str,
+               default_max: int) -> Any:
+    """Claim one dequeued job: a Claimed, its id (exhausted), or None (inconsistent row)."""
+    current = None if raw is None else unpack_job_value(raw)
+    if current is None or current.lock is not None:
+        logger.critical("Job %s: pending job of type %r is %s", job_id, job_type,
+                        "missing" if current is None else "running")
+        return None
+    record = WorkRecord.unpack(raw_work, job_id)
+    attempt = record.attempt + 1
+    max_attempts = record.max_attempts or default_max
+    work_key = layout.work_key(job_type, job_id)
+    if attempt > max_attempts:
+        error = record.error or {"type": WORKER_LOST, "message": (
+            f"attempt {record.attempt} of {max_attempts} ended without an outcome (its worker died)"),
+            "traceback": ""}
+        rows.maybe_enqueue(tr, layout, job_type, job_id, current.sched_time, False, current.data, key)
+        tr.set(work_key, replace(record, outcome=FAILED, error=error, ended=now).pack())
+        return job_id
+    lock = os.urandom(16).hex()
+    uv = rows.next_user_version(tr)
+    rows.set_job_val(tr, key, JobValue(running_seq(uv), lock, current.sched_time, False, current.data))
+    rows.update_activity(tr, layout, job_type, job_id, None, current.data, uv)
+    tr.set(work_key, replace(record, attempt=attempt, outcome=None, worker=worker, started=now,
+                             ended=None, progress={}).pack())
+    return Claimed(Job(job_type, job_id, lock, current.sched_time, False), current.data, attempt, max_attempts)
+
+
+# ---------------------------------------------------------------- ending attempts
+
+
+def _held(tr: Transaction, layout: Layout, jobs: list) -> list:
+    """``(job, key, current value, record)`` of each job still held by its lock, else None."""
+    data_keys = [layout.data_key(j.type, j.id) for j in jobs]
+    raws = tr.get_many(data_keys + [layout.work_key(j.type, j.id) for j in jobs])
+    held = []
+    for n, job in enumerate(jobs):
+        current = None if raws[n] is None else unpack_job_value(raws[n])
+        if current is None or current.lock != job.lock:
+            held.append(None)
+        else:
+            held.append((job, data_keys[n], current, WorkRecord.unpack(raws[len(jobs) + n], job.id)))
+    return held
+
+
+@transactional
+def complete(tr: Transaction, layout: Layout, outcomes: list, now: float) -> list:
+    """End many attempts (:class:`Outcome`); returns the jobs whose lock was lost.
+
+    A lost job (removed, or re-enqueued and perhaps running elsewhere) is
+    not touched: its late outcome is discarded, so no job is finished twice.
+    A job resubmitted while it ran goes back to pending with a fresh record
+    whatever the outcome, as couch_jobs' ``finish`` does.
+    """
+    lost = []
+    stamped = set()
+    for outcome, held in zip(outcomes, _held(tr, layout, [o.job for o in outcomes])):
+        if held is None:
+            lost.append(outcome.job)
+            continue
+        job, key, current, record = held
+        work_key = layout.work_key(job.type, job.id)
+        rows.clear_activity(tr, layout, job.type, current.seq)
+        stamped.add(job.type)
+        if current.resubmit:
+            rows.maybe_enqueue(tr, layout, job.type, job.id, current.sched_time, True, current.data, key)
+            tr.set(work_key, WorkRecord(max_attempts=record.max_attempts).pack())
+        elif outcome.kind == "retry":
+            rows.maybe_enqueue(tr, layout, job.type, job.id, outcome.retry_at, True, current.data, key)
+            tr.set(work_key, replace(record, error=outcome.error, ended=now).pack())
+        else:
+            rows.maybe_enqueue(tr, layout, job.type, job.id, current.sched_time, False, current.data, key)
+            ok = outcome.kind == "ok"
+            tr.set(work_key, replace(record, outcome=SUCCEEDED if ok else FAILED, result=outcome.result if ok else None,
+                                     error=None if ok else outcome.error, ended=now).pack())
+    for job_type in stamped:
+        rows.update_watch(tr, layout, job_type)
+    return lost
+
+
+@transactional
+def renew(tr: Transaction, layout: Layout, jobs: list) -> list:
+    """Renew the lease of many running jobs (a fresh activity stamp, data
+    untouched); returns the jobs whose lock was lost."""
+    lost = []
+    for job, held in zip(jobs, _held(tr, layout, jobs)):
+        if held is None:
+            lost.append(job)
+            continue
+        _, key, current, _record = held
+        uv = rows.next_user_version(tr)
+        rows.set_job_val(tr, key, JobValue(running_seq(uv), current.lock, current.sched_time, current.resubmit,
+                                           current.data))
+        rows.update_activity(tr, layout, job.type, job.id, current.seq, current.data, uv)
+    return lost
+
+
+@transactional
+def release(tr: Transaction, layout: Layout, jobs: list) -> int:
+    """Put claimed jobs that never started back in the queue, due now, their
+    attempt not counted; returns how many were still held."""
+    released = 0
+    for held in _held(tr, layout, jobs):
+        if held is None:
+            continue
+        job, key, current, record = held
+        rows.clear_activity(tr, layout, job.type, current.seq)
+        rows.maybe_enqueue(tr, layout, job.type, job.id, current.sched_time, True, current.data, key)
+        tr.set(layout.work_key(job.type, job.id),
+               replace(record, attempt=max(0, record.attempt - 1), started=None, worker=None).pack())
+        rows.update_watch(tr, layout, job.type)
+        released += 1
+    return released
+
+
+@transactional
+def set_progress(tr: Transaction, layout: Layout, job: Job, fields: dict) -> dict:
+    """Merge ``fields`` into a running job's progress; returns the whole progress.
+
+    Raises:
+        Halt: the job is gone or another lock holds it.
+    """
+    (held,) = _held(tr, layout, [job])
+    if held is None:
+        raise Halt(f"job {job.id!r} of type {job.type!r} is no longer held by this lock",
+                   job_type=job.type, job_id=job.id)
+    record = held[3]
+    progress = {**record.progress, **fields}
+    tr.set(layout.work_key(job.type, job.id), replace(record, progress=progress).pack())
+    return progress
+
+
+# ---------------------------------------------------------------- reading
+
+
+@transactional
+def read(tr: Transaction, layout: Layout, job_type: JobType, job_id: str) -> Optional[tuple]:
+    """``(state, data bytes, record)`` of a job, or None if it does not exist."""
+    raw, raw_work = tr.get_many([layout.data_key(job_type, job_id), layout.work_key(job_type, job_id)])
+    if raw is None:
+        return None
+    value = unpack_job_value(raw)
+    return job_state(value.lock, value.seq), value.data, WorkRecord.unpack(raw_work, job_id)
+
+
+@transactional
+def read_many(tr: Transaction, layout: Layout, job_type: JobType, job_ids: list) -> list:
+    """:func:`read` of many jobs of one type, in order."""
+    keys = [layout.data_key(job_type, i) for i in job_ids]
+    raws = tr.get_many(keys + [layout.work_key(job_type, i) for i in job_ids])
+    out = []
+    for n, job_id in enumerate(job_ids):
+        if raws[n] is None:
+            out.append(None)
+            continue
+        value = unpack_job_value(raws[n])
+        out.append((job_state(value.lock, value.seq), value.data, WorkRecord.unpack(raws[len(job_ids) + n], job_id)))
+    return out
+
+
+# ---------------------------------------------------------------- periodic schedules
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """A type's periodic schedule: a cron expression, the data of each tick's
+    job, and the last tick enqueued (seconds since the epoch, or None)."""
+
+    cron: str
+    data: bytes
+    last: Optional[int] = None
+
+    def pack(self) -> bytes:
+        return msgpack.packb({"c": self.cron, "d": self.data, "l": self.last}, use_bin_type=True)
+
+    @classmethod
+    def unpack(cls, raw: bytes, where: Any = None) -> Optional["Schedule"]:
+        """Decode a stored schedule; an undecodable one is logged and read as None."""
+        try:
+            d = msgpack.unpackb(raw, raw=False)
+            last = d.get("l")
+            return cls(str(d["c"]), bytes(d["d"]), last if isinstance(last, int) and not isinstance(last, bool) else None)
+        except Exception as exc:  # noqa: BLE001 - a bad stored value is skipped, never fatal
+            logger.warning("schedule_unreadable type=%r error=%r", where, exc)
+            return None
+
+
+@transactional
+def set_schedule(tr: Transaction, layout: Layout, job_type: JobType, cron: str, data: bytes, now: int) -> None:
+    """Give ``job_type`` a periodic schedule; ticks up to ``now`` count as done
+    (a schedule that existed keeps its last tick).
+
+    Raises:
+        NoTypeTimeout: ``job_type`` has no type timeout.
+    """
+    if tr.get(layout.activity_timeout_key(job_type)) is None:
+        raise NoTypeTimeout(f"job type {job_type!r} has no type timeout; set one first", job_type=job_type)
+    key = layout.schedule_key(job_type)
+    raw = tr.get(key)
+    old = None if raw is None else Schedule.unpack(raw, job_type)
+    tr.set(key, Schedule(cron, data, old.last if old else now).pack())
+
+
+@transactional
+def clear_schedule(tr: Transaction, layout: Layout, job_type: JobType) -> None:
+    """Remove ``job_type``'s periodic schedule (its jobs stay)."""
+    tr.clear(layout.schedule_key(job_type))
+
+
+@transactional
+def get_schedules(tr: Transaction, layout: Layout) -> dict:
+    """Every readable schedule, by job type."""
+    from fdblayer.jobs.keys import SCHEDULES
+
+    prefix = layout.subspace(SCHEDULES)
+    out = {}
+    for key, raw in tr.get_range_startswith(prefix):
+        (job_type,) = fdb.tuple.unpack(key, len(prefix))
+        schedule = Schedule.unpack(raw, job_type)
+        if schedule is not None:
+            out[job_type] = schedule
+    return out
+
+
+@transactional
+def fire_tick(tr: Transaction, layout: Layout, job_type: JobType, tick: int, job_id: str) -> bool:
+    """Enqueue the job of one tick unless this tick (or a later one) was enqueued.
+
+    Serializable, so of several hosts firing the same tick exactly one adds
+    its job; returns True for that one.
+    """
+    key = layout.schedule_key(job_type)
+    raw = tr.get(key)
+    schedule = None if raw is None else Schedule.unpack(raw, job_type)
+    if schedule is None or (schedule.last is not None and schedule.last >= tick):
+        return False
+    tr.set(key, replace(schedule, last=tick).pack())
+    try:
+        enqueue(tr, layout, job_type, job_id, schedule.data, 0, None)
+    except NoTypeTimeout:
+        return False
+    return True
+

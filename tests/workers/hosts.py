@@ -1,0 +1,160 @@
+"""Worker hosts for the tests: real ``otpjobs worker`` processes, real handler modules.
+
+A host runs as a user runs it (``python -m actors worker ...`` with its
+handler module in the working directory), in its own session so that a
+test can SIGTERM it, SIGKILL it, or kill what is left of its group.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+from supervision.system import _read_runtime
+from tests.procs import free_port, group_pids, kill_groups, wait_until
+
+ROOT = Path(__file__).resolve().parents[2]
+
+#: Handlers the tests serve, written as ``handlers_mod.py`` in the host's directory.
+HANDLERS = '''
+import json, os, signal, time
+
+def _log(ctx, event):
+    path = os.environ.get("RUN_LOG")
+    if path:
+        with open(path, "a") as f:
+            f.write(json.dumps({"id": ctx.id, "event": event, "pid": os.getpid(), "t": time.time(),
+                                "attempt": ctx.attempt}) + "\\n")
+
+def add(ctx):
+    _log(ctx, "start")
+    ctx.progress(half=True)
+    _log(ctx, "end")
+    return ctx.data["a"] + ctx.data["b"]
+
+def fail_until(ctx):
+    _log(ctx, "start")
+    if ctx.attempt < ctx.data.get("ok_at", 10**9):
+        raise ValueError(f"failed attempt {ctx.attempt}")
+    return {"attempt": ctx.attempt}
+
+def die_first(ctx):
+    _log(ctx, "start")
+    if ctx.attempt == 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return ctx.attempt
+
+def sleepy(ctx):
+    _log(ctx, "start")
+    ctx.wait_stopping(ctx.data.get("s", 1.0))
+    _log(ctx, "end")
+    return "stopped" if ctx.stopping else "slept"
+
+def until_stopped(ctx):
+    _log(ctx, "start")
+    ctx.wait_stopping(60)
+    _log(ctx, "stopping" if ctx.stopping else "end")
+    return "late"
+
+def pid(ctx):
+    _log(ctx, "start")
+    with open(ctx.data["pidfile"], "w") as f:
+        f.write(str(os.getpid()))
+    time.sleep(ctx.data.get("s", 0))
+    _log(ctx, "end")
+    return os.getpid()
+
+def tick(ctx):
+    _log(ctx, "start")
+    return ctx.id
+
+def noop(ctx):
+    return None
+
+def bad_result(ctx):
+    return {"not json": object()}
+'''
+
+
+def write_handlers(directory: Path) -> None:
+    (directory / "handlers_mod.py").write_text(textwrap.dedent(HANDLERS))
+
+
+class Host:
+    """One ``otpjobs worker`` process on its own admin port."""
+
+    def __init__(self, workdir: Path, store: str, assignments: list[str], *, concurrency: int = 2,
+                 extra: list[str] | None = None, run_log: Path | None = None, name: str = "host") -> None:
+        self.workdir = workdir
+        self.port = free_port()
+        self.log_path = workdir / f"{name}.log"
+        env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1")
+        if run_log is not None:
+            env["RUN_LOG"] = str(run_log)
+        cmd = [sys.executable, "-m", "actors", "worker", "--store", store, "--concurrency", str(concurrency),
+               "--port", str(self.port), *(extra or []), *assignments]
+        self.log_file = open(self.log_path, "w")
+        self.proc = subprocess.Popen(cmd, cwd=workdir, env=env, stdout=self.log_file, stderr=subprocess.STDOUT,
+                                     start_new_session=True)
+        self.node_pgid: int | None = None
+
+    def log(self) -> str:
+        return self.log_path.read_text()
+
+    def wait_up(self, timeout: float = 30.0) -> "Host":
+        wait_until(lambda: "workers_up" in self.log() or self.proc.poll() is not None, timeout, "workers_up")
+        assert self.proc.poll() is None, f"host exited {self.proc.returncode}:\n{self.log()}"
+        info = _read_runtime(self.port)
+        self.node_pgid = info and info.get("pgid")
+        return self
+
+    def worker_pids(self) -> list[int]:
+        """PIDs of the pool's worker processes (titled ``Worker ActorAddr-...``)."""
+        out = []
+        for pid in group_pids(self.node_pgid) if self.node_pgid else ():
+            try:
+                if Path(f"/proc/{pid}/cmdline").read_bytes().startswith(b"Worker ActorAddr"):
+                    out.append(pid)
+            except OSError:
+                pass
+        return out
+
+    def terminate(self, timeout: float = 60.0) -> int:
+        """SIGTERM, then the exit status; nothing of the host is left after."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout)
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """Kill whatever is left: the host's session and its actor system's group."""
+        pids = [self.proc.pid] + ([self.node_pgid] if self.node_pgid else [])
+        if self.node_pgid:
+            try:
+                os.killpg(self.node_pgid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        kill_groups([self.proc], pids, "worker host")
+        self.log_file.close()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+        return True
+    except OSError:
+        return False
+
+
+def wait_for(predicate, timeout: float = 30.0, what: str = "condition"):  # noqa: ANN001
+    return wait_until(predicate, timeout, what, step=0.02)
+
+
+def now() -> float:
+    return time.time()

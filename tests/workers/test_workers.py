@@ -1,0 +1,277 @@
+"""Worker hosts run as users run them: real processes, real handler modules, real SIGKILLs."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+
+import pytest
+
+from actors import jobs
+from actors.workers.dispatcher import retry_delay
+from fdblayer.jobs.job import JobState
+from tests.workers.hosts import wait_for
+
+
+def runs(run_log):
+    """The handler runs recorded in the run log, as dicts."""
+    if not run_log.exists():
+        return []
+    return [json.loads(line) for line in run_log.read_text().splitlines() if line.strip()]
+
+
+def test_a_job_runs_and_its_result_and_progress_are_kept(hosts, db, workdir):
+    hosts(["sum=handlers_mod:add"])
+    job_id = jobs.enqueue(db, "sum", {"a": 2, "b": 40})
+    assert jobs.result(db, "sum", job_id, timeout=20) == 42
+    st = jobs.status(db, "sum", job_id)
+    assert st.state is JobState.FINISHED and st.outcome == "succeeded"
+    assert st.data == {"a": 2, "b": 40}, "the input data is never replaced"
+    assert st.progress == {"half": True} and st.attempt == 1
+
+
+def test_many_jobs_each_finish_once_with_their_result(hosts, db, workdir):
+    run_log = workdir / "runs.jsonl"
+    hosts(["sum=handlers_mod:add"], concurrency=4, run_log=run_log)
+    ids = [jobs.enqueue(db, "sum", {"a": n, "b": 1}) for n in range(300)]
+    assert [jobs.result(db, "sum", i, timeout=60) for i in ids] == [n + 1 for n in range(300)]
+    ends = [r["id"] for r in runs(run_log) if r["event"] == "end"]
+    assert sorted(ends) == sorted(ids)
+
+
+def test_a_failing_job_is_retried_then_fails_for_good(hosts, db):
+    hosts(["flaky=handlers_mod:fail_until"], extra=["--max-attempts", "2"])
+    started = time.time()
+    job_id = jobs.enqueue(db, "flaky", {})
+    with pytest.raises(jobs.JobFailed) as info:
+        jobs.result(db, "flaky", job_id, timeout=30)
+    failed = info.value
+    assert failed.attempts == 2 and failed.error_type == "ValueError"
+    assert "failed attempt 2" in failed.error_message and "fail_until" in failed.traceback
+    assert time.time() - started >= 1.0, "the retry waited its backoff (at least 1 s: whole seconds)"
+    assert jobs.status(db, "flaky", job_id).outcome == "failed"
+
+
+def test_a_retry_can_succeed_and_max_attempts_is_per_job(hosts, db):
+    hosts(["flaky=handlers_mod:fail_until"], extra=["--max-attempts", "1"])
+    job_id = jobs.enqueue(db, "flaky", {"ok_at": 2}, max_attempts=2)
+    assert jobs.result(db, "flaky", job_id, timeout=30) == {"attempt": 2}
+
+
+def test_backoff_grows_exponentially_with_jitter_and_a_cap():
+    import random
+
+    rng = random.Random(7)
+    delays = [retry_delay(n, 1.0, 10.0, rng) for n in range(1, 8)]
+    for n, d in enumerate(delays, start=1):
+        full = min(10.0, 2 ** (n - 1))
+        assert full / 2 <= d < full
+    assert max(delays) < 10.0
+
+
+def test_an_unencodable_result_fails_the_attempt(hosts, db):
+    hosts(["bad=handlers_mod:bad_result"], extra=["--max-attempts", "1"])
+    job_id = jobs.enqueue(db, "bad", {})
+    with pytest.raises(jobs.JobFailed) as info:
+        jobs.result(db, "bad", job_id, timeout=20)
+    assert info.value.error_type == "EncodingError"
+
+
+def test_a_delayed_job_never_starts_early(hosts, db, workdir):
+    run_log = workdir / "runs.jsonl"
+    hosts(["sum=handlers_mod:add"], run_log=run_log)
+    asked = time.time()
+    job_id = jobs.enqueue(db, "sum", {"a": 1, "b": 1}, delay=1.2)
+    assert jobs.get_job_state(db, "sum", job_id) is JobState.PENDING
+    assert jobs.result(db, "sum", job_id, timeout=20) == 2
+    (start,) = [r for r in runs(run_log) if r["event"] == "start"]
+    assert start["t"] >= asked + 1.2
+    assert start["t"] - jobs.get_job(db, "sum", job_id).scheduled_time < 1.0, "it started soon after it was due"
+
+
+def test_a_job_at_a_time_waits_for_it(hosts, db, workdir):
+    run_log = workdir / "runs.jsonl"
+    hosts(["sum=handlers_mod:add"], run_log=run_log)
+    due = time.time() + 1.5
+    job_id = jobs.enqueue(db, "sum", {"a": 1, "b": 1}, at=due)
+    assert jobs.result(db, "sum", job_id, timeout=20) == 2
+    assert runs(run_log)[0]["t"] >= due
+
+
+def test_a_worker_killed_mid_job_is_restarted_and_the_job_runs_again_at_once(hosts, db, workdir, store_url):
+    jobs.set_type_timeout(db, "dies", 60)  # far longer than the test may wait: no activity-monitor help
+    host = hosts(["dies=handlers_mod:die_first"])
+    before = set(host.worker_pids())
+    started = time.time()
+    job_id = jobs.enqueue(db, "dies", {})
+    assert jobs.result(db, "dies", job_id, timeout=20) == 2
+    assert time.time() - started < 10, "re-enqueued at once, not after the type timeout"
+    assert "worker_died" in host.log()
+    wait_for(lambda: len(host.worker_pids()) == 2 and set(host.worker_pids()) != before, 10, "a restarted worker")
+
+
+def test_sigkill_of_a_busy_worker_from_outside(hosts, db, workdir):
+    jobs.set_type_timeout(db, "pid", 60)
+    host = hosts(["pid=handlers_mod:pid"])
+    pidfile = workdir / "pid.txt"
+    job_id = jobs.enqueue(db, "pid", {"pidfile": str(pidfile), "s": 3})
+    wait_for(lambda: pidfile.exists() and pidfile.read_text(), 20, "the handler to start")
+    victim = int(pidfile.read_text())
+    assert victim in host.worker_pids()
+    pidfile.unlink()
+    os.kill(victim, signal.SIGKILL)
+    result = jobs.result(db, "pid", job_id, timeout=30)
+    assert result != victim and jobs.status(db, "pid", job_id).attempt == 2
+
+
+def test_every_job_finishes_exactly_once_across_worker_kills(hosts, db, workdir):
+    jobs.set_type_timeout(db, "sum", 60)
+    run_log = workdir / "runs.jsonl"
+    host = hosts(["sum=handlers_mod:add"], concurrency=4, run_log=run_log, extra=["--max-attempts", "10"])
+    ids = [jobs.enqueue(db, "sum", {"a": n, "b": 0}) for n in range(400)]
+    kills = 0
+    deadline = time.time() + 60
+    while time.time() < deadline and kills < 6:
+        pids = host.worker_pids()
+        if pids:
+            os.kill(pids[kills % len(pids)], signal.SIGKILL)
+            kills += 1
+        time.sleep(0.15)
+    assert [jobs.result(db, "sum", i, timeout=60) for i in ids] == list(range(400))
+    assert all(jobs.status(db, "sum", i).outcome == "succeeded" for i in ids)
+
+
+def test_a_job_removed_while_running_sees_stopping_and_its_outcome_is_discarded(hosts, db, workdir):
+    jobs.set_type_timeout(db, "long", 2)  # leases renew every 0.5 s
+    run_log = workdir / "runs.jsonl"
+    host = hosts(["long=handlers_mod:until_stopped"], run_log=run_log)
+    job_id = jobs.enqueue(db, "long", {})
+    wait_for(lambda: any(r["event"] == "start" for r in runs(run_log)), 20, "the handler to start")
+    jobs.remove(db, "long", job_id)
+    wait_for(lambda: any(r["event"] == "stopping" for r in runs(run_log)), 10, "ctx.stopping")
+    wait_for(lambda: "job_outcome_discarded" in host.log() or "job_lost" in host.log(), 10, "the discard")
+    with pytest.raises(jobs.NotFound):
+        jobs.get_job(db, "long", job_id)
+
+
+def test_a_long_handler_keeps_its_lease(hosts, db, workdir):
+    jobs.set_type_timeout(db, "sleepy", 1)  # the activity monitor would take it after 1 s of silence
+    run_log = workdir / "runs.jsonl"
+    hosts(["sleepy=handlers_mod:sleepy"], run_log=run_log)
+    job_id = jobs.enqueue(db, "sleepy", {"s": 3.0})
+    assert jobs.result(db, "sleepy", job_id, timeout=30) == "slept"
+    assert [r["event"] for r in runs(run_log)] == ["start", "end"], "it ran once"
+
+
+def test_sigterm_lets_running_handlers_finish_and_releases_claimed_jobs(hosts, db, workdir):
+    run_log = workdir / "runs.jsonl"
+    host = hosts(["sleepy=handlers_mod:sleepy"], concurrency=1, run_log=run_log, extra=["--grace", "10"])
+    first = jobs.enqueue(db, "sleepy", {"s": 1.5})
+    wait_for(lambda: runs(run_log), 20, "the first handler to start")
+    second = jobs.enqueue(db, "sleepy", {"s": 1.5})
+    wait_for(lambda: jobs.get_job_state(db, "sleepy", second) is JobState.RUNNING, 10, "the second to be claimed")
+    assert host.terminate() == 0
+    assert jobs.result(db, "sleepy", first, timeout=1) == "stopped", "it finished within the grace, told to stop"
+    st = jobs.status(db, "sleepy", second)
+    assert st.state is JobState.PENDING and st.attempt == 0, "claimed, never started: back in the queue, uncounted"
+    assert len(runs(run_log)) == 2
+
+
+def test_sigterm_past_the_grace_puts_the_job_back(hosts, db, workdir):
+    run_log = workdir / "runs.jsonl"
+    host = hosts(["forever=handlers_mod:pid"], concurrency=1, run_log=run_log, extra=["--grace", "0.5"])
+    job_id = jobs.enqueue(db, "forever", {"pidfile": str(workdir / "p"), "s": 30})
+    wait_for(lambda: runs(run_log), 20, "the handler to start")
+    started = time.time()
+    assert host.terminate() == 0
+    assert time.time() - started < 15
+    st = jobs.status(db, "forever", job_id)
+    assert st.state is JobState.PENDING and st.attempt == 0
+
+
+def test_two_hosts_share_a_queue_and_never_run_a_job_twice_at_once(hosts, db, workdir):
+    run_log = workdir / "runs.jsonl"
+    hosts(["sleepy=handlers_mod:sleepy"], concurrency=2, run_log=run_log, name="a")
+    hosts(["sleepy=handlers_mod:sleepy"], concurrency=2, run_log=run_log, name="b")
+    ids = [jobs.enqueue(db, "sleepy", {"s": 0.05}) for _ in range(60)]
+    assert all(jobs.result(db, "sleepy", i, timeout=60) == "slept" for i in ids)
+    starts = [r for r in runs(run_log) if r["event"] == "start"]
+    assert sorted(r["id"] for r in starts) == sorted(ids), "each job ran once"
+    pids = {r["pid"] for r in starts}
+    assert len(pids) >= 3, "both hosts' workers took jobs"
+
+
+def test_periodic_ticks_are_enqueued_once_with_two_hosts(hosts, db, workdir):
+    run_log = workdir / "runs.jsonl"
+    cron = ["--cron", "tick=* * * * * *"]
+    hosts(["tick=handlers_mod:tick"], run_log=run_log, extra=cron, name="a")
+    hosts(["tick=handlers_mod:tick"], run_log=run_log, extra=cron, name="b")
+    time.sleep(3.5)  # three or four one-second ticks: what is measured is how many jobs they made
+    ticks = [r["id"] for r in runs(run_log)]
+    assert len(ticks) >= 2
+    assert len(ticks) == len(set(ticks)), f"a tick ran twice: {ticks}"
+    assert all(t.startswith("tick-") for t in ticks)
+    stamps = sorted(int(t.split("-")[1]) for t in ticks)
+    assert stamps == list(range(stamps[0], stamps[0] + len(stamps))), "one job per tick, none skipped"
+
+
+def test_missed_ticks_are_not_replayed(db, hosts, workdir):
+    jobs.set_type_timeout(db, "tick", 30)
+    jobs.schedule(db, "tick", "* * * * * *")
+    time.sleep(3)  # three ticks with no host
+    run_log = workdir / "runs.jsonl"
+    hosts(["tick=handlers_mod:tick"], run_log=run_log)
+    wait_for(lambda: runs(run_log), 10, "a tick")
+    time.sleep(0.5)
+    assert len(runs(run_log)) <= 2, "only the latest missed tick (and perhaps one new) ran"
+
+
+def test_a_missing_handler_is_a_one_line_error(hosts, workdir):
+    host = hosts(["x=no_such_module:fn"], wait=False)
+    assert host.proc.wait(30) == 2
+    lines = host.log().strip().splitlines()
+    assert lines == ["otpjobs: error: handler 'no_such_module:fn': no module named 'no_such_module' "
+                     f"(on sys.path or in {workdir})"]
+
+
+@pytest.mark.parametrize("item, says", [
+    ("x=handlers_mod:nope", "has no attribute 'nope'"),
+    ("x=handlers_mod", "package.module:callable"),
+    ("x=handlers_mod:HANDLERS_NOT_CALLABLE", "has no attribute"),
+    ("noequals", "TYPE=package.module:callable"),
+])
+def test_a_broken_handler_is_a_clear_error(hosts, item, says):
+    host = hosts([item], wait=False)
+    assert host.proc.wait(30) == 2
+    assert says in host.log() and host.log().count("\n") == 1
+
+
+def test_a_node_runs_a_pool_from_its_config(workdir, store_url, db):
+    import subprocess
+    import sys
+
+    from tests.procs import free_port
+    from tests.workers.hosts import ROOT
+
+    port = free_port()
+    (workdir / "node.ini").write_text(f"[node]\nstore = {store_url}\nport = {port}\nhttp_port = 0\n"
+                                      "[workers]\nsum = handlers_mod:add\n[worker]\nconcurrency = 1\n")
+    log = open(workdir / "node.log", "w")
+    proc = subprocess.Popen([sys.executable, "-m", "actors", "node", "start", "--config", str(workdir / "node.ini")],
+                            cwd=workdir, env=dict(os.environ, PYTHONPATH=str(ROOT)), stdout=log,
+                            stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        job_id = jobs.enqueue(db, "sum", {"a": 3, "b": 4}) if jobs.get_type_timeout(db, "sum") else None
+        if job_id is None:
+            wait_for(lambda: jobs.get_type_timeout(db, "sum"), 30, "the node to declare the type")
+            job_id = jobs.enqueue(db, "sum", {"a": 3, "b": 4})
+        assert jobs.result(db, "sum", job_id, timeout=30) == 7
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0
+    finally:
+        from supervision.system import stop_node
+        if proc.poll() is None:
+            proc.kill()
+        stop_node(port)
+        log.close()
