@@ -20,6 +20,7 @@ args: ``{"store", "host", "concurrency", "types": {type: {"handler",
 from __future__ import annotations
 
 import collections
+import heapq
 import logging
 import math
 import os
@@ -38,7 +39,7 @@ from supervision.supervisor import StartChild, TerminateChild, WhichChildren
 from supervision.addrmap import AddrMap
 from supervision.waker import Waker
 
-from actors.workers.protocol import Drain, GetStatus, JobDone, RunJob, StopJob
+from actors.workers.protocol import Drain, GetStatus, JobsDone, Release, Released, RunJob, RunJobs, StopJob
 from actors.workers.schedule import next_tick, previous_tick
 
 __all__ = ["Dispatcher", "retry_delay"]
@@ -51,6 +52,12 @@ SCHEDULE_CHECK = 10.0
 MAX_RENEW_INTERVAL = 5.0
 MIN_RENEW_INTERVAL = 0.05
 CALL_TIMEOUT = 10.0
+#: Jobs a worker holds at most: one running, the rest next in its own queue, so that
+#: a job's end and the next start need no message. How many it holds follows the
+#: handlers' measured run time: enough for about PREFETCH_SECONDS of work, so quick
+#: jobs go in batches and a long job never holds others back (then it is 1).
+MAX_PREFETCH = 32
+PREFETCH_SECONDS = 0.02
 #: Seconds before a step that failed on a store error runs again.
 STEP_RETRY = 0.5
 
@@ -119,11 +126,12 @@ class Dispatcher(GenServer):
         self.order = list(self.types)
         self.pool: Any = None
         self.workers = AddrMap()  # worker address -> monitor ref (addresses do not hash)
-        self.idle: collections.deque = collections.deque()
-        self.busy = AddrMap()  # worker address -> its Running job
+        self.inflight = AddrMap()  # worker address -> its Running jobs, in the order it runs them
         self.buffer: collections.deque = collections.deque()  # claimed, waiting for a worker
         self.outcomes: list = []
         self.tokens = 0
+        self.run_seconds = 1.0  # a moving average of handler run times: until measured, assume slow
+        self.prefetch = 1
         self.flush_queued = False
         self.draining = False
         self.drain_from: Any = None
@@ -160,13 +168,13 @@ class Dispatcher(GenServer):
         self._kick()
 
     def _running(self) -> list:
-        return [running for _, running in self.busy.items()]
+        return [running for _, runs in self.inflight.items() for running in runs]
 
     def _adopt(self, addr: Any) -> None:
         if addr is None or addr in self.workers:
             return
         self.workers[addr] = self.monitor(addr)
-        self.idle.append(addr)
+        self.inflight[addr] = []
 
     def _find_replacements(self, tries: int) -> None:
         """Adopt the workers the pool restarted (it does so within milliseconds)."""
@@ -181,8 +189,10 @@ class Dispatcher(GenServer):
 
     # ---------------------------------------------------------------- messages
     def handle_info(self, msg: Any) -> None:
-        if isinstance(msg, JobDone):
-            self._job_done(msg)
+        if isinstance(msg, JobsDone):
+            self._jobs_done(msg)
+        elif isinstance(msg, Released):
+            self._released(msg)
         elif isinstance(msg, Down):
             self._worker_down(msg)
         elif isinstance(msg, _Flush):
@@ -198,22 +208,40 @@ class Dispatcher(GenServer):
             return self._drain(msg, from_)
         return super().handle_call(msg, from_)
 
-    def _job_done(self, done: JobDone) -> None:
-        running = self.busy.get(done.worker)
-        if running is None or running.token != done.token:
+    def _jobs_done(self, msg: JobsDone) -> None:
+        runs = self.inflight.get(msg.worker)
+        if runs is None:
             return
-        self.busy.pop(done.worker)
-        self.idle.append(done.worker)
-        self._end_attempt(running, done.error, done.result)
+        by_token = {r.token: r for r in runs}
+        for done in msg.done:
+            running = by_token.pop(done.token, None)
+            if running is not None:
+                self.run_seconds = 0.8 * self.run_seconds + 0.2 * max(0.0, done.seconds)
+                self._end_attempt(running, done.error, done.result)
+        self.prefetch = max(1, min(MAX_PREFETCH, int(PREFETCH_SECONDS / max(self.run_seconds, 1e-6))))
+        self.inflight[msg.worker] = [r for r in runs if r.token in by_token]
         self._hand_out()
         self._kick()
+        self._check_drained()
+
+    def _released(self, msg: Released) -> None:
+        """A worker gave back jobs it had not started (a drain): back to the queue, uncounted."""
+        runs = self.inflight.get(msg.worker) or []
+        dropped = set(msg.tokens)
+        back = [r for r in runs if r.token in dropped and not r.lost]
+        self.inflight[msg.worker] = [r for r in runs if r.token not in dropped]
+        if back:
+            self.stats["released"] += work.release(self.db, DEFAULT_LAYOUT, [r.claimed.job for r in back])
+        self._check_drained()
 
     def _worker_down(self, down: Down) -> None:
         if self.workers.pop(down.addr, None) is None:
             return
-        if down.addr in self.idle:
-            self.idle.remove(down.addr)
-        running = self.busy.pop(down.addr, None)
+        runs = self.inflight.pop(down.addr, None) or []
+        unstarted = [r for r in runs[1:] if not r.lost]
+        if unstarted:  # queued in the dead worker, never started: back in the queue, uncounted
+            self.stats["released"] += work.release(self.db, DEFAULT_LAYOUT, [r.claimed.job for r in unstarted])
+        running = runs[0] if runs else None
         if running is not None:
             log.warning("worker_died host=%s type=%s job=%s attempt=%d reason=%r", self.host,
                         running.claimed.job.type, running.claimed.job.id, running.claimed.attempt, down.reason)
@@ -223,6 +251,7 @@ class Dispatcher(GenServer):
             self._kick()
         if not self.draining:
             self._find_replacements(40)
+        self._check_drained()
 
     def _end_attempt(self, running: Running, error: Optional[dict], result: Optional[bytes],
                      retry_now: bool = False) -> None:
@@ -259,7 +288,8 @@ class Dispatcher(GenServer):
     def _want(self) -> int:
         if self.draining or self.pool is None:
             return 0
-        return len(self.idle) + self.concurrency - len(self.buffer)
+        room = sum(max(0, self.prefetch - len(runs)) for _, runs in self.inflight.items())
+        return room + self.concurrency - len(self.buffer)
 
     def _flush(self) -> None:
         want = self._want()
@@ -274,7 +304,10 @@ class Dispatcher(GenServer):
         outcomes, self.outcomes = self.outcomes, []
         now = time.time()
         try:
+            t0 = time.perf_counter()
             lost, results = _step(self.db, outcomes, claims, now, self.host)
+            self.stats["steps"] += 1
+            self.stats["step_ms"] += (time.perf_counter() - t0) * 1000
         except Exception as exc:  # noqa: BLE001 - a store error (disk full, busy) delays the step
             self.outcomes = outcomes + self.outcomes  # nothing was written: try again shortly
             log.warning("step_failed host=%s error=%r (retrying in %.1fs)", self.host, exc, STEP_RETRY)
@@ -337,16 +370,29 @@ class Dispatcher(GenServer):
         slot.due_timer = self.start_timer(max(0.0, due - time.time()) + 0.001, on_due, real=True)
 
     def _hand_out(self) -> None:
-        while self.idle and self.buffer:
-            worker = self.idle.popleft()
+        """Give buffered jobs to the least loaded workers, one message per worker."""
+        if not self.buffer or self.draining:
+            return
+        batches: dict = {}
+        loads = sorted(((len(runs), n, addr) for n, (addr, runs) in enumerate(self.inflight.items())),
+                       key=lambda x: (x[0], x[1]))
+        if not loads:
+            return
+        heap = list(loads)
+        heapq.heapify(heap)
+        now = time.time()
+        while self.buffer and heap and heap[0][0] < self.prefetch:
+            load, n, addr = heapq.heappop(heap)
             running = self.buffer.popleft()
-            running.worker, running.started = worker, time.time()
-            self.busy[worker] = running
+            running.worker, running.started = addr, now
+            self.inflight[addr].append(running)
             c = running.claimed
-            self.send(worker, RunJob(running.token, c.job, c.data, c.attempt, c.max_attempts,
-                                     self.types[c.job.type].handler, self.store, self.myAddress))
-        if self.draining and not self.busy:
-            self._drained()
+            batches.setdefault(n, (addr, []))[1].append(
+                RunJob(running.token, c.job, c.data, c.attempt, c.max_attempts, self.types[c.job.type].handler,
+                       self.store, self.myAddress))
+            heapq.heappush(heap, (load + 1, n, addr))
+        for addr, runs in batches.values():
+            self.send(addr, RunJobs(tuple(runs)))
 
     # ---------------------------------------------------------------- leases
     def _renew(self) -> None:
@@ -417,13 +463,14 @@ class Dispatcher(GenServer):
         waiting = [r.claimed.job for r in self.buffer]
         self.buffer.clear()
         released = work.release(self.db, DEFAULT_LAYOUT, waiting) if waiting else 0
-        for running in self._running():
-            self.send(running.worker, StopJob(running.token))
-        log.info("workers_draining host=%s running=%d released=%d grace=%.1fs", self.host, len(self.busy),
+        for addr, runs in self.inflight.items():
+            if runs:
+                self.send(addr, Release())
+        log.info("workers_draining host=%s held=%d released=%d grace=%.1fs", self.host, len(self._running()),
                  released, msg.grace)
         self.stats["released"] += released
         self.drain_from = from_
-        if not self.busy:
+        if not self._running():
             self._drained()
             return NOREPLY
         self.drain_timer = self.start_timer(max(0.0, msg.grace), self._grace_over, real=True)
@@ -438,8 +485,13 @@ class Dispatcher(GenServer):
                         running.claimed.job.type, running.claimed.job.id)
             running.lost = True
         self.stats["released"] += released
-        self.busy = AddrMap()
+        for addr, _ in self.inflight.items():
+            self.inflight[addr] = []
         self._drained()
+
+    def _check_drained(self) -> None:
+        if self.drain_from is not None and not self._running():
+            self._drained()
 
     def _drained(self) -> None:
         if self.drain_from is None:
@@ -468,14 +520,15 @@ class Dispatcher(GenServer):
         now = time.time()
         return {
             "host": self.host, "pid": os.getpid(), "concurrency": self.concurrency,
-            "types": [str(t) for t in self.order], "workers": len(self.workers), "busy": len(self.busy),
+            "types": [str(t) for t in self.order], "workers": len(self.workers),
+            "busy": sum(1 for _, runs in self.inflight.items() if runs),
             "buffered": len(self.buffer), "draining": self.draining, "counts": dict(self.stats),
             "running": [{"type": r.claimed.job.type, "id": r.claimed.job.id, "attempt": r.claimed.attempt,
-                         "for": round(now - r.started, 3)} for r in self._running()],
+                         "for": round(now - r.started, 3)} for _, runs in self.inflight.items() for r in runs[:1]],
         }
 
     def format_status(self) -> dict:
-        return {"host": self.host, "busy": len(self.busy), "buffered": len(self.buffer)}
+        return {"host": self.host, "held": len(self._running()), "buffered": len(self.buffer)}
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional
 
-__all__ = ["RunJob", "StopJob", "JobDone", "Drain", "GetStatus"]
+__all__ = ["RunJob", "RunJobs", "StopJob", "JobDone", "JobsDone", "Release", "Released", "Drain", "GetStatus"]
 
 
 @dataclass(frozen=True)
@@ -25,6 +25,28 @@ class RunJob:
     handler: str
     store: str
     reply_to: Any
+
+
+@dataclass(frozen=True)
+class RunJobs:
+    """Info to a worker: run these, in order, one at a time (a worker holds a
+    few so that a job's end and the next job's start need no message)."""
+
+    runs: tuple
+
+
+@dataclass(frozen=True)
+class Release:
+    """Info to a worker: drop the jobs not yet started and answer
+    :class:`Released`; tell the running handler to stop."""
+
+
+@dataclass(frozen=True)
+class Released:
+    """Info to the dispatcher: the tokens a worker dropped without starting them."""
+
+    worker: Any
+    tokens: tuple
 
 
 @dataclass(frozen=True)
@@ -48,6 +70,15 @@ class JobDone:
     worker: Any
     result: Optional[bytes] = None
     error: Optional[dict] = None
+    seconds: float = 0.0
+
+
+@dataclass(frozen=True)
+class JobsDone:
+    """Info to the dispatcher: the runs a worker ended since its last report."""
+
+    worker: Any
+    done: tuple
 
 
 @dataclass(frozen=True)

@@ -3,15 +3,21 @@
 Principle: the handler runs in a thread so the actor's message loop stays
 free: a :class:`~actors.workers.protocol.StopJob` reaches the handler at
 once (``ctx.stopping``) and a shutdown is answered while a handler still
-runs. Whatever the handler does, the worker answers each run with exactly
-one :class:`~actors.workers.protocol.JobDone`; if the whole process dies
-(SIGKILL, OOM, ``os._exit``) its supervisor restarts it and the dispatcher,
-which monitors it, re-enqueues the job at once.
+runs. The dispatcher hands a worker a few jobs at once (they run one
+after the other, with no message between them) and the worker reports
+the runs that ended since its last report in one message; every run
+handed to it is answered exactly once, as ended (:class:`JobsDone`) or,
+when the dispatcher asks for them back before they start, as released
+(:class:`Released`). If the whole process dies (SIGKILL, OOM,
+``os._exit``) its supervisor restarts it and the dispatcher, which
+monitors it, re-enqueues its jobs at once.
 """
 from __future__ import annotations
 
+import collections
 import logging
 import threading
+import time
 from typing import Any, Optional
 
 import fdblayer
@@ -21,74 +27,114 @@ from supervision.waker import Waker
 
 from actors.workers.context import JobContext, describe_error, encode_result
 from actors.workers.handlers import resolve
-from actors.workers.protocol import JobDone, RunJob, StopJob
+from actors.workers.protocol import JobDone, JobsDone, Release, Released, RunJobs, StopJob
 
 __all__ = ["Worker"]
 
 log = logging.getLogger(__name__)
 
+#: A worker with more jobs queued reports ended runs once this many ended, or
+#: the oldest unreported one ended this many seconds ago (an idle one at once).
+REPORT_BATCH = 16
+REPORT_DELAY = 0.01
+
 
 class Worker(GenServer):
-    """args: None (everything comes with each RunJob)."""
+    """args: None (everything comes with each run)."""
 
     def init(self, args: Any) -> None:
         self.waker: Optional[Waker] = None
         self.db: Any = None
         self.db_url: Optional[str] = None
-        self.lock = threading.Lock()
-        self.current: Optional[tuple[RunJob, JobContext]] = None
-        self.done: Optional[JobDone] = None
+        self.cv = threading.Condition()
+        self.queue: collections.deque = collections.deque()
+        self.ended: list = []
+        self.current: Optional[tuple] = None  # (run, ctx) of the running handler
+        self.reply_to: Any = None
+        self.thread: Optional[threading.Thread] = None
+        self.ended_since = 0.0
 
     def handle_info(self, msg: Any) -> None:
-        if isinstance(msg, RunJob):
-            self._start(msg)
+        if isinstance(msg, RunJobs):
+            self._take(msg.runs)
         elif isinstance(msg, StopJob):
-            current = self.current
+            with self.cv:
+                current = self.current
             if current is not None and current[0].token == msg.token:
                 current[1]._stop.set()  # noqa: SLF001 - the context belongs to this worker
+        elif isinstance(msg, Release):
+            self._release()
         else:
             super().handle_info(msg)
 
+    def _take(self, runs: tuple) -> None:
+        if self.waker is None:
+            self.waker = Waker(self, self._report)
+            self.thread = threading.Thread(target=self._loop, name="handler", daemon=True)
+            self.thread.start()
+        with self.cv:
+            for run in runs:
+                self.reply_to, self.db_url = run.reply_to, run.store
+                self.queue.append(run)
+            self.cv.notify()
+
+    def _release(self) -> None:
+        with self.cv:
+            dropped = tuple(run.token for run in self.queue)
+            self.queue.clear()
+            current = self.current
+        if current is not None:
+            current[1]._stop.set()  # noqa: SLF001
+        if self.reply_to is not None:
+            self.send(self.reply_to, Released(self.myAddress, dropped))
+
     def _store(self) -> Any:
         """This process's store handle, opened on first use (never before the fork)."""
-        with self.lock:
+        with self.cv:
             if self.db is None:
                 self.db = fdblayer.open(self.db_url)
             return self.db
 
-    def _start(self, run: RunJob) -> None:
-        if self.current is not None:  # the dispatcher never does this; answer rather than lose the job
-            self.send(run.reply_to, JobDone(run.token, self.myAddress, None, {
-                "type": "WorkerBusy", "message": "the worker was already running a job", "traceback": ""}))
-            return
-        if self.waker is None:
-            self.waker = Waker(self, self._finished)
-        self.db_url = run.store
-        ctx = JobContext(run.job, {}, run.attempt, run.max_attempts, self._store)
-        self.current = (run, ctx)
-        threading.Thread(target=self._call, args=(run, ctx), name=f"job-{run.job.id}", daemon=True).start()
+    def _loop(self) -> None:
+        """The handler thread: run queued jobs one at a time, hand each outcome to the actor."""
+        while True:
+            with self.cv:
+                while not self.queue:
+                    self.cv.wait()
+                run = self.queue.popleft()
+                ctx = JobContext(run.job, {}, run.attempt, run.max_attempts, self._store)
+                self.current = (run, ctx)
+            done = self._call(run, ctx)
+            with self.cv:
+                self.current = None
+                if not self.ended:
+                    self.ended_since = time.monotonic()
+                self.ended.append(done)
+                # Report at once when idle next; else let a few quick runs share one report.
+                report = not self.queue or len(self.ended) >= REPORT_BATCH or \
+                    time.monotonic() - self.ended_since >= REPORT_DELAY
+            if report:
+                self.waker.wake()
 
-    def _call(self, run: RunJob, ctx: JobContext) -> None:
-        """The handler thread: call, encode, hand the outcome to the actor."""
+    def _call(self, run: Any, ctx: JobContext) -> JobDone:
+        started = time.monotonic()
         try:
             ctx.data = decode_data(run.data)
             value = resolve(run.handler)(ctx)
-            done = JobDone(run.token, self.myAddress, encode_result(value), None)
+            return JobDone(run.token, self.myAddress, encode_result(value), None, time.monotonic() - started)
         except BaseException as exc:  # noqa: BLE001 - everything a handler raises fails its attempt
-            done = JobDone(run.token, self.myAddress, None, describe_error(exc))
-        self.done = done
-        self.waker.wake()
+            return JobDone(run.token, self.myAddress, None, describe_error(exc), time.monotonic() - started)
 
-    def _finished(self) -> None:
-        done, self.done = self.done, None
-        if done is None or self.current is None:
-            return
-        run = self.current[0]
-        self.current = None
-        self.send(run.reply_to, done)
+    def _report(self) -> None:
+        with self.cv:
+            ended, self.ended = self.ended, []
+        if ended and self.reply_to is not None:
+            self.send(self.reply_to, JobsDone(self.myAddress, tuple(ended)))
 
     def terminate(self, reason: Any) -> None:
-        if self.current is not None:
-            self.current[1]._stop.set()  # noqa: SLF001
+        with self.cv:
+            current = self.current
+        if current is not None:
+            current[1]._stop.set()  # noqa: SLF001
         if self.waker is not None:
             self.waker.close()
