@@ -80,6 +80,8 @@ COVERED = {
     "accept", "add", "add_many", "clear_type_timeout", "finish", "get_job", "get_job_data", "get_job_state", "get_jobs",
     "get_type_timeout", "get_types", "is_resubmitted", "remove", "resubmit", "set_type_timeout", "subscribe",
     "subscribe_task", "unsubscribe", "update", "wait",
+    # the worker pools' calls: tests/hostile/test_worker_api.py
+    "enqueue", "result", "schedule", "status", "unschedule",
 }
 
 

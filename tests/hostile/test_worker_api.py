@@ -1,0 +1,76 @@
+"""Hostile input to the worker pools' calls of actors.jobs: a clear error, nothing written."""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+import fdblayer
+from actors import jobs
+
+from .store import StoreFile, unchanged
+
+T = "hostile-workers"
+
+
+@pytest.fixture(scope="module")
+def w(tmp_path_factory):
+    store = StoreFile(tmp_path_factory.mktemp("hostile-workers") / "store.db")
+    db = fdblayer.open(store.url)
+    jobs.set_type_timeout(db, T, 30)
+    jobs.enqueue(db, T, {"x": 1}, id="there")
+    try:
+        yield store, db
+    finally:
+        db.close()
+        store.close()
+
+
+@pytest.mark.parametrize("kwargs", [
+    {"data": {"bad": object()}}, {"data": [1, 2]}, {"data": {"x": math.nan}}, {"data": {"big": "x" * 200_000}},
+    {"id": ""}, {"id": 7}, {"id": "x" * 20_000}, {"delay": -1}, {"delay": math.inf}, {"delay": "soon"},
+    {"delay": 1, "at": 2}, {"at": -5}, {"at": 10.0 ** 30}, {"max_attempts": 0}, {"max_attempts": 10 ** 6},
+    {"max_attempts": True}, {"max_attempts": 2.5},
+])
+def test_enqueue_refuses_bad_arguments_and_writes_nothing(w, kwargs):
+    store, db = w
+    data = kwargs.pop("data", {})
+    unchanged(store, lambda: jobs.enqueue(db, T, data, **kwargs), jobs.JobsError)
+
+
+@pytest.mark.parametrize("job_type", [None, 1.5, {"a": 1}, ("x", [1])])
+def test_enqueue_refuses_bad_types(w, job_type):
+    store, db = w
+    unchanged(store, lambda: jobs.enqueue(db, job_type, {}), jobs.JobsError)
+
+
+def test_enqueue_of_an_unknown_type_is_no_type_timeout(w):
+    store, db = w
+    unchanged(store, lambda: jobs.enqueue(db, "never-declared", {}), jobs.NoTypeTimeout)
+
+
+@pytest.mark.parametrize("call", [
+    lambda db: jobs.result(db, T, "there", timeout=-1),
+    lambda db: jobs.result(db, T, "there", timeout="long"),
+    lambda db: jobs.result("not a db", T, "there", timeout=0),
+    lambda db: jobs.result(db, T, "", timeout=0),
+    lambda db: jobs.status(db, T, 5),
+    lambda db: jobs.status(object(), T, "there"),
+    lambda db: jobs.schedule(db, T, "not cron"),
+    lambda db: jobs.schedule(db, T, 5),
+    lambda db: jobs.schedule(db, T, "* * * * *", {"bad": object()}),
+    lambda db: jobs.schedule(db, "never-declared", "* * * * *"),
+    lambda db: jobs.unschedule(db, None),
+    lambda db: jobs.unschedule("db", T),
+])
+def test_worker_calls_refuse_bad_arguments_and_write_nothing(w, call):
+    store, db = w
+    unchanged(store, lambda: call(db), jobs.JobsError)
+
+
+def test_result_of_a_missing_job_is_not_found_and_a_pending_one_times_out(w):
+    store, db = w
+    unchanged(store, lambda: jobs.result(db, T, "missing", timeout=0), jobs.NotFound)
+    with pytest.raises(TimeoutError):
+        jobs.result(db, T, "there", timeout=0.05)
+    assert jobs.status(db, T, "there").state == "pending"
