@@ -74,13 +74,10 @@ class JobContext:
         if len(encoded) > PROGRESS_LIMIT:
             raise EncodingError(f"progress encodes to {len(encoded)} bytes; at most {PROGRESS_LIMIT}")
         try:
-            merged = work.set_progress(self._db_factory(), DEFAULT_LAYOUT, self._job, fields)
+            return work.set_progress(self._db_factory(), DEFAULT_LAYOUT, self._job, fields, PROGRESS_LIMIT)
         except Halt:
             self._stop.set()
             raise
-        if len(encode_data(merged)) > PROGRESS_LIMIT:
-            raise EncodingError(f"the merged progress passes {PROGRESS_LIMIT} bytes")
-        return merged
 
     def __repr__(self) -> str:
         return f"JobContext(type={self.type!r}, id={self.id!r}, attempt={self.attempt})"

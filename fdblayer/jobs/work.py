@@ -47,7 +47,7 @@ import msgpack
 from fdblayer.interface import Transaction, strinc, transactional
 from fdblayer.jobs import fasttuple, pending, rows
 from fdblayer.jobs.codec import JobValue, running_seq, unpack_job_value
-from fdblayer.jobs.exceptions import Halt, NoTypeTimeout
+from fdblayer.jobs.exceptions import EncodingError, Halt, NoTypeTimeout
 from fdblayer.jobs.job import Job, JobState, job_state
 from fdblayer.jobs.keys import JobType, Layout
 from fdblayer.watches import Watch
@@ -338,17 +338,20 @@ def release(tr: Transaction, layout: Layout, jobs: list) -> int:
         rows.maybe_enqueue(tr, layout, job.type, job.id, current.sched_time, True, current.data, key)
         tr.set(layout.work_key(job.type, job.id),
                replace(record, attempt=max(0, record.attempt - 1), started=None, worker=None).pack())
-        rows.update_watch(tr, layout, job.type)
         released += 1
+    for job_type in {job.type for job in jobs}:
+        rows.update_watch(tr, layout, job_type)
     return released
 
 
 @transactional
-def set_progress(tr: Transaction, layout: Layout, job: Job, fields: dict) -> dict:
+def set_progress(tr: Transaction, layout: Layout, job: Job, fields: dict, limit: int) -> dict:
     """Merge ``fields`` into a running job's progress; returns the whole progress.
 
     Raises:
         Halt: the job is gone or another lock holds it.
+        EncodingError: the merged progress encodes to more than ``limit``
+            bytes (nothing is written).
     """
     (held,) = _held(tr, layout, [job])
     if held is None:
@@ -356,6 +359,10 @@ def set_progress(tr: Transaction, layout: Layout, job: Job, fields: dict) -> dic
                    job_type=job.type, job_id=job.id)
     record = held[3]
     progress = {**record.progress, **fields}
+    size = len(msgpack.packb(progress, use_bin_type=True))
+    if size > limit:
+        raise EncodingError(f"the merged progress encodes to {size} bytes; at most {limit}",
+                            job_type=job.type, job_id=job.id)
     tr.set(layout.work_key(job.type, job.id), replace(record, progress=progress).pack())
     return progress
 

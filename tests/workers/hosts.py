@@ -11,7 +11,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 from supervision.system import _read_runtime
@@ -74,6 +73,14 @@ def tick(ctx):
 
 def noop(ctx):
     return None
+
+def big_progress(ctx):
+    ctx.progress(a="x" * 5000)
+    try:
+        ctx.progress(b="y" * 5000)  # the merged record would pass its 8,000-byte bound
+    except Exception as exc:
+        return type(exc).__name__
+    return "written"
 
 def bad_result(ctx):
     return {"not json": object()}
@@ -144,17 +151,6 @@ class Host:
         self.log_file.close()
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-        return True
-    except OSError:
-        return False
-
-
 def wait_for(predicate, timeout: float = 30.0, what: str = "condition"):  # noqa: ANN001
     return wait_until(predicate, timeout, what, step=0.02)
 
-
-def now() -> float:
-    return time.time()

@@ -217,9 +217,13 @@ def test_periodic_ticks_are_enqueued_once_with_two_hosts(hosts, db, workdir):
 
 
 def test_missed_ticks_are_not_replayed(db, hosts, workdir):
+    from fdblayer.jobs import work
+    from fdblayer.jobs.codec import encode_data
+    from fdblayer.jobs.keys import DEFAULT_LAYOUT
+
     jobs.set_type_timeout(db, "tick", 30)
-    jobs.schedule(db, "tick", "* * * * * *")
-    time.sleep(3)  # three ticks with no host
+    # A schedule whose last tick is 5 s old: five ticks passed while no host ran.
+    work.set_schedule(db, DEFAULT_LAYOUT, "tick", "* * * * * *", encode_data({}), int(time.time()) - 5)
     run_log = workdir / "runs.jsonl"
     hosts(["tick=handlers_mod:tick"], run_log=run_log)
     wait_for(lambda: runs(run_log), 10, "a tick")
@@ -275,3 +279,10 @@ def test_a_node_runs_a_pool_from_its_config(workdir, store_url, db):
             proc.kill()
         stop_node(port)
         log.close()
+
+
+def test_progress_that_would_pass_its_bound_writes_nothing(hosts, db):
+    hosts(["big=handlers_mod:big_progress"], extra=["--max-attempts", "1"])
+    job_id = jobs.enqueue(db, "big", {})
+    assert jobs.result(db, "big", job_id, timeout=20) == "EncodingError"
+    assert jobs.status(db, "big", job_id).progress == {"a": "x" * 5000}
