@@ -212,6 +212,7 @@ class Dispatcher(GenServer):
         runs = self.inflight.get(msg.worker)
         if runs is None:
             return
+        self.stats["done_msgs"] += 1
         by_token = {r.token: r for r in runs}
         for done in msg.done:
             running = by_token.pop(done.token, None)
@@ -220,7 +221,7 @@ class Dispatcher(GenServer):
                 self._end_attempt(running, done.error, done.result)
         self.prefetch = max(1, min(MAX_PREFETCH, int(PREFETCH_SECONDS / max(self.run_seconds, 1e-6))))
         self.inflight[msg.worker] = [r for r in runs if r.token in by_token]
-        self._hand_out()
+        self._hand_out(idle_only=True)  # an idle worker need not wait for the step; others get it whole
         self._kick()
         self._check_drained()
 
@@ -288,7 +289,8 @@ class Dispatcher(GenServer):
     def _want(self) -> int:
         if self.draining or self.pool is None:
             return 0
-        room = sum(max(0, self.prefetch - len(runs)) for _, runs in self.inflight.items())
+        below = self._refill_below()
+        room = sum(self.prefetch - len(runs) for _, runs in self.inflight.items() if len(runs) <= below)
         return room + self.concurrency - len(self.buffer)
 
     def _flush(self) -> None:
@@ -369,17 +371,20 @@ class Dispatcher(GenServer):
             self._kick()
         slot.due_timer = self.start_timer(max(0.0, due - time.time()) + 0.001, on_due, real=True)
 
-    def _hand_out(self) -> None:
-        """Give buffered jobs to the least loaded workers, one message per worker."""
+    def _refill_below(self) -> int:
+        """A worker holding more than this many jobs gets none until it has
+        run some: refills come half a prefetch at a time, in one message."""
+        return self.prefetch // 2
+
+    def _hand_out(self, idle_only: bool = False) -> None:
+        """Give buffered jobs to the least loaded workers that are low (or,
+        with ``idle_only``, empty), one message per worker."""
         if not self.buffer or self.draining:
             return
-        batches: dict = {}
-        loads = sorted(((len(runs), n, addr) for n, (addr, runs) in enumerate(self.inflight.items())),
-                       key=lambda x: (x[0], x[1]))
-        if not loads:
-            return
-        heap = list(loads)
+        below = 0 if idle_only else self._refill_below()
+        heap = [(len(runs), n, addr) for n, (addr, runs) in enumerate(self.inflight.items()) if len(runs) <= below]
         heapq.heapify(heap)
+        batches: dict = {}
         now = time.time()
         while self.buffer and heap and heap[0][0] < self.prefetch:
             load, n, addr = heapq.heappop(heap)
@@ -388,11 +393,11 @@ class Dispatcher(GenServer):
             self.inflight[addr].append(running)
             c = running.claimed
             batches.setdefault(n, (addr, []))[1].append(
-                RunJob(running.token, c.job, c.data, c.attempt, c.max_attempts, self.types[c.job.type].handler,
-                       self.store, self.myAddress))
+                RunJob(running.token, c.job, c.data, c.attempt, c.max_attempts, self.types[c.job.type].handler))
             heapq.heappush(heap, (load + 1, n, addr))
         for addr, runs in batches.values():
-            self.send(addr, RunJobs(tuple(runs)))
+            self.stats["run_msgs"] += 1
+            self.send(addr, RunJobs(tuple(runs), self.store, self.myAddress))
 
     # ---------------------------------------------------------------- leases
     def _renew(self) -> None:
@@ -506,7 +511,7 @@ class Dispatcher(GenServer):
             self.cancel_timer(self.drain_timer)
             self.drain_timer = None
         self.reply(self.drain_from, {"finished": self.stats["succeeded"] + self.stats["failed"],
-                                     "released": self.stats["released"]})
+                                     **self.stats})
         self.drain_from = None
 
     def terminate(self, reason: Any) -> None:

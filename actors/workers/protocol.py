@@ -13,9 +13,9 @@ from typing import Any, Optional
 __all__ = ["RunJob", "RunJobs", "StopJob", "JobDone", "JobsDone", "Release", "Released", "Drain", "GetStatus"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class RunJob:
-    """Info to a worker: run ``handler`` on the job; answer ``JobDone(token)`` to ``reply_to``."""
+    """One run of a :class:`RunJobs` batch: run ``handler`` on the job."""
 
     token: int
     job: Any
@@ -23,16 +23,23 @@ class RunJob:
     attempt: int
     max_attempts: int
     handler: str
+
+    def __repr__(self) -> str:
+        return f"RunJob(token={self.token}, attempt={self.attempt})"
+
+
+@dataclass(frozen=True, repr=False)
+class RunJobs:
+    """Info to a worker: run these, in order, one at a time (a worker holds a
+    few so that a job's end and the next job's start need no message), with
+    the store at ``store``; answer :class:`JobsDone` to ``reply_to``."""
+
+    runs: tuple
     store: str
     reply_to: Any
 
-
-@dataclass(frozen=True)
-class RunJobs:
-    """Info to a worker: run these, in order, one at a time (a worker holds a
-    few so that a job's end and the next job's start need no message)."""
-
-    runs: tuple
+    def __repr__(self) -> str:  # Thespian formats every message it sends: keep that cheap
+        return f"RunJobs(n={len(self.runs)})"
 
 
 @dataclass(frozen=True)
@@ -57,7 +64,7 @@ class StopJob:
     token: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class JobDone:
     """Info to the dispatcher: the run of ``token`` ended.
 
@@ -67,18 +74,23 @@ class JobDone:
     """
 
     token: int
-    worker: Any
     result: Optional[bytes] = None
     error: Optional[dict] = None
     seconds: float = 0.0
 
+    def __repr__(self) -> str:
+        return f"JobDone(token={self.token}, ok={self.error is None})"
 
-@dataclass(frozen=True)
+
+@dataclass(frozen=True, repr=False)
 class JobsDone:
     """Info to the dispatcher: the runs a worker ended since its last report."""
 
     worker: Any
     done: tuple
+
+    def __repr__(self) -> str:
+        return f"JobsDone(n={len(self.done)})"
 
 
 @dataclass(frozen=True)

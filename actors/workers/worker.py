@@ -56,7 +56,7 @@ class Worker(GenServer):
 
     def handle_info(self, msg: Any) -> None:
         if isinstance(msg, RunJobs):
-            self._take(msg.runs)
+            self._take(msg)
         elif isinstance(msg, StopJob):
             with self.cv:
                 current = self.current
@@ -67,15 +67,14 @@ class Worker(GenServer):
         else:
             super().handle_info(msg)
 
-    def _take(self, runs: tuple) -> None:
+    def _take(self, batch: RunJobs) -> None:
         if self.waker is None:
             self.waker = Waker(self, self._report)
             self.thread = threading.Thread(target=self._loop, name="handler", daemon=True)
             self.thread.start()
         with self.cv:
-            for run in runs:
-                self.reply_to, self.db_url = run.reply_to, run.store
-                self.queue.append(run)
+            self.reply_to, self.db_url = batch.reply_to, batch.store
+            self.queue.extend(batch.runs)
             self.cv.notify()
 
     def _release(self) -> None:
@@ -121,9 +120,9 @@ class Worker(GenServer):
         try:
             ctx.data = decode_data(run.data)
             value = resolve(run.handler)(ctx)
-            return JobDone(run.token, self.myAddress, encode_result(value), None, time.monotonic() - started)
+            return JobDone(run.token, encode_result(value), None, time.monotonic() - started)
         except BaseException as exc:  # noqa: BLE001 - everything a handler raises fails its attempt
-            return JobDone(run.token, self.myAddress, None, describe_error(exc), time.monotonic() - started)
+            return JobDone(run.token, None, describe_error(exc), time.monotonic() - started)
 
     def _report(self) -> None:
         with self.cv:
