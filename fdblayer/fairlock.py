@@ -27,11 +27,14 @@ import time
 import weakref
 from typing import Optional
 
-__all__ = ["TicketLock", "ThreadLock"]
+__all__ = ["TicketLock", "ThreadLock", "describe_holder"]
 
 logger = logging.getLogger(__name__)
 
 _COUNTER_LOCK = 0
+#: Bytes [8, 12): the pid of the last process that took its turn (the holder
+#: while the lock is held), so a waiter that gives up can say who holds it.
+_HOLDER_OFFSET = 8
 SLOT_BASE = 4096
 SLOTS = 1 << 20
 _F_OFD_SETLK = getattr(fcntl, "F_OFD_SETLK", 37)
@@ -126,7 +129,26 @@ class TicketLock:
         except OSError:
             logger.exception("Lock %s: queue unusable; relying on SQLite's lock alone", self.path)
             self._release_slot()
+            return True
+        try:
+            os.pwrite(self._fd, self._pid_now().to_bytes(4, "little"), _HOLDER_OFFSET)
+        except OSError:
+            pass  # only the holder's name in a waiter's error is lost
         return True
+
+    @staticmethod
+    def _pid_now() -> int:
+        return os.getpid()
+
+    def holder(self) -> Optional[int]:
+        """The pid of the process that last took its turn (the holder, while
+        the lock is held), or None when unknown."""
+        try:
+            raw = os.pread(self._fd, 4, _HOLDER_OFFSET)
+        except OSError:
+            return None
+        pid = int.from_bytes(raw.ljust(4, b"\x00"), "little")
+        return pid or None
 
     def _release_slot(self) -> None:
         if self._slot is not None:
@@ -159,3 +181,22 @@ class ThreadLock(TicketLock):
     def acquire(self, deadline: float) -> bool:
         """Take the in-process lock, at most until ``deadline``."""
         return self._threads.acquire(timeout=max(0.0, deadline - time.monotonic()))
+
+    def holder(self) -> Optional[int]:
+        """Unknown: no queue file."""
+        return None
+
+
+def describe_holder(pid: Optional[int]) -> str:
+    """``"pid 123 (stopped)"``-like words on a lock holder, for error messages."""
+    if pid is None:
+        return "another process"
+    if pid == os.getpid():
+        return f"pid {pid} (this process)"
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            state = f.read().rsplit(b")", 1)[1].split()[0].decode()
+    except (OSError, IndexError):
+        return f"pid {pid} (no longer running)"
+    words = {"T": "stopped", "t": "stopped by a debugger", "D": "in uninterruptible sleep", "Z": "exited"}
+    return f"pid {pid} ({words.get(state, 'running')})"

@@ -264,10 +264,17 @@ class SqliteDatabase(Database):
         return conn
 
     def _initialize(self) -> None:
-        """Set WAL mode and create the schema, waiting out concurrent openers."""
+        """Set WAL mode and create the schema, waiting out concurrent openers.
+
+        Opening a store that is already set up only reads (WAL mode and the
+        schema are checked, not rewritten), so it never waits for the write
+        lock: a stalled writer elsewhere does not hold up new processes.
+        """
         conn = self.connect()
         try:
             deadline = time.monotonic() + self.lock_timeout
+            if self._retry_busy(lambda: self._is_set_up(conn), deadline):
+                return
             mode = self._retry_busy(
                 lambda: conn.execute("PRAGMA journal_mode = WAL").fetchone()[0], deadline
             )
@@ -277,6 +284,17 @@ class SqliteDatabase(Database):
                 self._retry_busy(lambda: self._create_schema(conn), deadline)
         finally:
             conn.close()
+
+    @staticmethod
+    def _is_set_up(conn: sqlite3.Connection) -> bool:
+        """True when the file is in WAL mode with the whole schema (a read only)."""
+        if str(conn.execute("PRAGMA journal_mode").fetchone()[0]).lower() != "wal":
+            return False
+        tables = {row[0] for row in conn.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name IN ('kv', 'meta')")}
+        if tables != {"kv", "meta"}:
+            return False
+        return conn.execute("SELECT 1 FROM meta WHERE name = 'commit_version'").fetchone() is not None
 
     @staticmethod
     def _create_schema(conn: sqlite3.Connection) -> None:

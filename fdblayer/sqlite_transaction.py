@@ -66,6 +66,7 @@ from fdblayer.sqlite_backend import (
     _is_busy,
     map_sqlite_error,
 )
+from fdblayer import fairlock
 from fdblayer.watches import Watch
 
 if TYPE_CHECKING:
@@ -240,7 +241,7 @@ class SqliteTransaction(Transaction):
     def _begin_write(self) -> None:
         deadline = self._lock_deadline()
         if not self._db.gate().acquire(deadline):
-            raise LockTimeout(f"store {self._db.path}: write queue wait timed out")
+            raise LockTimeout(self._lock_held_message())
         self._gate_held = True
         try:
             conn = self._checkout()
@@ -257,10 +258,15 @@ class SqliteTransaction(Transaction):
                     raise self._sqlite_failure(exc) from exc
             if time.monotonic() > deadline:
                 self._release(rollback=True)
-                raise LockTimeout(f"store {self._db.path}: write lock wait timed out")
+                raise LockTimeout(self._lock_held_message())
             time.sleep(random.uniform(delay / 2, delay))
             delay = min(delay * 2, _BUSY_BACKOFF_MAX)
         self._mode = "write"
+
+    def _lock_held_message(self) -> str:
+        holder = fairlock.describe_holder(self._db.gate().holder())
+        return (f"store {self._db.path}: the write lock is held by {holder} and was not released "
+                f"in time (reads go on; writes wait for it to commit or exit)")
 
     def _bump_version(self) -> None:
         assert self._conn is not None
