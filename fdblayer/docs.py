@@ -41,8 +41,8 @@ import msgpack
 
 from fdblayer.interface import MAX_KEY_SIZE, MAX_VALUE_SIZE, Database, Transaction, transactional
 from fdblayer.jobs import activity, api, model, pending
-from fdblayer.jobs.codec import encode_data
-from fdblayer.jobs.exceptions import EncodingError, InvalidArgument, JobsError, NotFound
+from fdblayer.jobs.codec import encode_data, report_bad_row
+from fdblayer.jobs.exceptions import CorruptValue, EncodingError, InvalidArgument, JobsError, NotFound
 from fdblayer.jobs.job import Job
 from fdblayer.jobs.keys import DEFAULT_LAYOUT
 from fdblayer.jobs.validate import MAX_SCHED_TIME, check_flag
@@ -237,9 +237,32 @@ def _key(db_name: str, doc_id: str) -> bytes:
 
 
 def _decode(db_name: str, doc_id: str, raw: bytes) -> Doc:
-    v = msgpack.unpackb(raw, raw=False)
-    return Doc(db_name, doc_id, v["rev"], v["body"], v["state"], v.get("error_count", 0), v.get("info"),
-               v.get("last_updated"), v.get("start_time"), v.get("node"), v.get("id"))
+    """A stored document row.
+
+    Raises:
+        CorruptValue: the row is not one this module writes.
+    """
+    try:
+        v = msgpack.unpackb(raw, raw=False)
+        doc = Doc(db_name, doc_id, v["rev"], v["body"], v["state"], v.get("error_count", 0), v.get("info"),
+                  v.get("last_updated"), v.get("start_time"), v.get("node"), v.get("id"))
+    except Exception as exc:  # noqa: BLE001 - any decoding failure is the same corrupt row
+        raise CorruptValue(f"document {doc_id!r} in {db_name!r} is unreadable ({type(exc).__name__})",
+                           job_type=DOCS_TYPE, job_id=doc_id) from None
+    if not (isinstance(doc.rev, str) and isinstance(doc.body, dict) and isinstance(doc.state, str)
+            and isinstance(doc.error_count, int)):
+        raise CorruptValue(f"document {doc_id!r} in {db_name!r} has the wrong shape",
+                           job_type=DOCS_TYPE, job_id=doc_id)
+    return doc
+
+
+def _decode_or_none(db_name: str, doc_id: str, key: bytes, raw: bytes) -> Optional[Doc]:
+    """:func:`_decode`, or None (logged once) for a corrupt row: readers skip it, a put replaces it."""
+    try:
+        return _decode(db_name, doc_id, raw)
+    except CorruptValue as exc:
+        report_bad_row("doc", key, exc.message)
+        return None
 
 
 def _encode(doc: Doc) -> bytes:
@@ -251,9 +274,14 @@ def _encode(doc: Doc) -> bytes:
     return raw
 
 
-def _read(tr: Transaction, db_name: str, doc_id: str) -> Optional[Doc]:
-    raw = tr.get(_key(db_name, doc_id))
-    return None if raw is None else _decode(db_name, doc_id, bytes(raw))
+def _read(tr: Transaction, db_name: str, doc_id: str, strict: bool = False) -> Optional[Doc]:
+    """The document, or None when missing (or corrupt, unless ``strict``:
+    then :class:`CorruptValue`)."""
+    key = _key(db_name, doc_id)
+    raw = tr.get(key)
+    if raw is None:
+        return None
+    return _decode(db_name, doc_id, bytes(raw)) if strict else _decode_or_none(db_name, doc_id, key, bytes(raw))
 
 
 def ensure_type(tr: Transaction, timeout: float = DEFAULT_OWNER_TIMEOUT) -> None:
@@ -361,7 +389,7 @@ def get(tx: Tx, db_name: str, doc_id: str) -> Doc:
 
 @transactional
 def _get(tr: Transaction, db_name: str, doc_id: str) -> Optional[Doc]:
-    return _read(tr, db_name, doc_id)
+    return _read(tr, db_name, doc_id, strict=True)
 
 
 def delete(tx: Tx, db_name: str, doc_id: str, *, rev: Optional[str] = None) -> str:
@@ -433,8 +461,14 @@ def _list(tr: Transaction, db_name: Optional[str], limit: Optional[int], skip: i
     end = None if limit is None else skip + limit
     for key, raw in tr.get_range_startswith(prefix):
         if wanted is not None or (skip <= total and (end is None or total < end)):
-            name, doc_id = fdb.tuple.unpack(key, len(PREFIX))
-            doc = _decode(name, doc_id, bytes(raw))
+            try:
+                name, doc_id = fdb.tuple.unpack(key, len(PREFIX))
+            except Exception as exc:  # noqa: BLE001 - a corrupt key is skipped
+                report_bad_row("doc_key", key, repr(exc)[:80])
+                continue
+            doc = _decode_or_none(name, doc_id, key, bytes(raw))
+            if doc is None:
+                continue
             if wanted is not None and doc.state not in wanted:
                 continue
             if skip <= total and (end is None or total < end):

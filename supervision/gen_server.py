@@ -63,6 +63,10 @@ DEFER_START = object()
 _PR_SET_PDEATHSIG = 1
 #: Seconds a dead child's own exit notice may take before it counts as lost.
 LOST_EXIT_GRACE = 0.5
+#: Longest single wait handed to Thespian (under 12 days); longer timers are
+#: armed in steps of this, so no delay overflows its date arithmetic or the
+#: poll timeout it becomes (epoll takes at most 2^31 - 1 ms).
+MAX_TIMER_STEP = 1e6
 
 
 @dataclass(frozen=True)
@@ -171,6 +175,7 @@ class GenServer(Actor):
         self._children = AddrMap()
         self._exit_reasons = AddrMap()
         self._timers: dict[int, tuple] = {}
+        self._timer_rest: dict[int, float] = {}  # token -> seconds left after the armed step
         self._timer_heap: list = []
         self._timer_ids = itertools.count(1)
         self._pending_calls: dict[str, m.Pending] = {}
@@ -572,8 +577,17 @@ class GenServer(Actor):
         if manual:
             heapq.heappush(self._timer_heap, (deadline, token))
         else:
-            self.wakeupAfter(timedelta(seconds=max(0.0, delay)), payload=m.TimerFired(token))
+            self._arm_real(token, delay)
         return token
+
+    def _arm_real(self, token: int, delay: float) -> None:
+        """Arm a real timer; one past :data:`MAX_TIMER_STEP` is armed in steps
+        (Thespian turns a delay into a date, which overflows past year 9999)."""
+        delay = max(0.0, delay) if delay == delay else 0.0  # NaN fires at once
+        step = min(delay, MAX_TIMER_STEP)
+        if delay > step:
+            self._timer_rest[token] = delay - step
+        self.wakeupAfter(timedelta(seconds=step), payload=m.TimerFired(token))
 
     def cancel_timer(self, token: int | None) -> bool:
         """Cancel a timer; True if it had not fired yet."""
@@ -581,6 +595,10 @@ class GenServer(Actor):
 
     def _on_wakeup(self, payload: Any) -> None:
         if isinstance(payload, m.TimerFired):
+            rest = self._timer_rest.pop(payload.token, None)
+            if rest is not None and payload.token in self._timers:
+                self._arm_real(payload.token, rest)
+                return
             entry = self._timers.pop(payload.token, None)
             if entry is not None:
                 entry[0]()

@@ -20,7 +20,8 @@ import fdb.tuple
 
 from fdblayer.interface import Transaction, transactional
 from fdblayer.jobs import rows
-from fdblayer.jobs.codec import decode_data, unpack_activity_value
+from fdblayer.jobs.codec import decode_data, report_bad_row, unpack_activity_value_or_none
+from fdblayer.jobs.validate import MAX_TYPE_TIMEOUT
 from fdblayer.jobs.keys import ACTIVITY_TIMEOUT, JobType, Layout
 from fdblayer.watches import Watch
 
@@ -71,19 +72,50 @@ def read_type_timeout(tr: Transaction, layout: Layout, job_type: JobType) -> Opt
 
 
 @functools.lru_cache(maxsize=1024)
-def _unpack_timeout(raw: bytes) -> float:
-    (timeout,) = fdb.tuple.unpack(raw)
-    return timeout
+def _unpack_timeout(raw: bytes) -> Optional[float]:
+    """A stored timeout as a reader can use it: bounded to
+    :data:`MAX_TYPE_TIMEOUT`; None (logged) when it is no positive number."""
+    try:
+        (timeout,) = fdb.tuple.unpack(raw)
+    except Exception as exc:  # noqa: BLE001 - a corrupt row reads as no timeout
+        report_bad_row("type_timeout", raw, repr(exc)[:80])
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+        report_bad_row("type_timeout", raw, f"not a positive number: {timeout!r}"[:80])
+        return None
+    if timeout > MAX_TYPE_TIMEOUT:
+        report_bad_row("type_timeout", raw, f"{timeout!r} read as {MAX_TYPE_TIMEOUT:g}"[:80])
+        return MAX_TYPE_TIMEOUT
+    return float(timeout) if isinstance(timeout, int) else timeout
 
 
 @transactional
 def get_types(tr: Transaction, layout: Layout) -> list[JobType]:
-    """Read every job type that has a timeout, in key order."""
+    """Read every job type that has a timeout, in key order (a key that does
+    not decode is skipped, logged once)."""
     prefix = layout.subspace(ACTIVITY_TIMEOUT)
-    return [
-        layout.unpack_activity_timeout_key(key)
-        for key, _ in tr.get_range_startswith(prefix)
-    ]
+    types = []
+    for key, _ in tr.get_range_startswith(prefix):
+        try:
+            types.append(layout.unpack_activity_timeout_key(key))
+        except Exception as exc:  # noqa: BLE001 - a corrupt key is skipped
+            report_bad_row("type_key", key, repr(exc)[:80])
+    return types
+
+
+def _unpack_vs(key: bytes, raw: Optional[bytes]) -> Optional[fdb.tuple.Versionstamp]:
+    """A stored activity versionstamp, or None (logged) when there is none or it is corrupt."""
+    if raw is None:
+        return None
+    try:
+        (vs,) = fdb.tuple.unpack(raw)
+    except Exception as exc:  # noqa: BLE001 - read as no activity yet
+        report_bad_row("activity_vs", key, repr(exc)[:80])
+        return None
+    if not isinstance(vs, fdb.tuple.Versionstamp) or not vs.is_complete():
+        report_bad_row("activity_vs", key, "not a versionstamp")
+        return None
+    return vs
 
 
 @transactional
@@ -91,8 +123,8 @@ def get_activity_vs(
     tr: Transaction, layout: Layout, job_type: JobType
 ) -> Optional[fdb.tuple.Versionstamp]:
     """Read the versionstamp of the type's last activity, or None if none yet."""
-    raw = tr.get(layout.watches_activity_key(job_type))
-    return None if raw is None else fdb.tuple.unpack(raw)[0]
+    key = layout.watches_activity_key(job_type)
+    return _unpack_vs(key, tr.get(key))
 
 
 @transactional
@@ -107,7 +139,7 @@ def get_activity_vs_and_watch(
     key = layout.watches_activity_key(job_type)
     raw = tr.get(key)
     watch = tr.watch(key)
-    return (None if raw is None else fdb.tuple.unpack(raw)[0]), watch
+    return _unpack_vs(key, raw), watch
 
 
 def _commit_stamp(vs: fdb.tuple.Versionstamp, user_version: int) -> fdb.tuple.Versionstamp:
@@ -133,9 +165,18 @@ def get_active_since(
     begin = layout.activity_key(job_type, _commit_stamp(vs, 0))
     end = layout.activity_prefix(job_type) + b"\xff"
     result: dict[str, object] = {}
-    for _, raw in tr.get_range(begin, end):
-        job_id, data = unpack_activity_value(raw)
-        result[job_id] = decode_data(data) if decode else data
+    for key, raw in tr.get_range(begin, end):
+        row = unpack_activity_value_or_none(key, raw)
+        if row is None:
+            continue
+        job_id, data = row
+        if decode:
+            try:
+                result[job_id] = decode_data(data)
+            except Exception as exc:  # noqa: BLE001 - a corrupt row is skipped
+                report_bad_row("activity_data", key, repr(exc)[:80])
+        else:
+            result[job_id] = data
     return result
 
 
@@ -146,7 +187,8 @@ def get_inactive_since(
     """Read the ids of running jobs not accepted or updated after ``vs``."""
     begin = layout.activity_prefix(job_type)
     end = layout.activity_key(job_type, _commit_stamp(vs, 0xFFFF)) + b"\x00"
-    return [unpack_activity_value(raw)[0] for _, raw in tr.get_range(begin, end)]
+    rows_ = (unpack_activity_value_or_none(key, raw) for key, raw in tr.get_range(begin, end))
+    return [row[0] for row in rows_ if row is not None]
 
 
 @transactional

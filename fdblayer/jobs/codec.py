@@ -33,7 +33,9 @@ data)``, tuple-packed, with ``data`` the msgpack bytes. A running job's
 
 from __future__ import annotations
 
+import collections
 import functools
+import logging
 import math
 from typing import Any, NamedTuple, Optional, Union
 
@@ -42,8 +44,10 @@ import msgpack
 
 from fdblayer.interface import MAX_KEY_SIZE, MAX_VALUE_SIZE
 from fdblayer.jobs import fasttuple
-from fdblayer.jobs.exceptions import EncodingError, InvalidArgument
+from fdblayer.jobs.exceptions import CorruptValue, EncodingError, InvalidArgument
 from fdblayer.jobs.keys import new_versionstamp
+
+logger = logging.getLogger(__name__)
 
 __all__ = [
     "MAX_DEPTH",
@@ -217,8 +221,15 @@ def encode_data(data: Any) -> bytes:
 
 
 def decode_data(encoded: bytes) -> dict:
-    """Decode job data written by :func:`encode_data`."""
-    return msgpack.unpackb(encoded, raw=False, use_list=True)
+    """Decode job data written by :func:`encode_data`.
+
+    Raises:
+        CorruptValue: ``encoded`` is not such data.
+    """
+    try:
+        return msgpack.unpackb(encoded, raw=False, use_list=True)
+    except Exception as exc:  # noqa: BLE001 - any decoding failure is the same corrupt data
+        raise CorruptValue(f"undecodable job data ({_reason(exc)})") from None
 
 
 def check_stored_size(job_id: str, encoded: bytes) -> None:
@@ -296,9 +307,53 @@ def _unlocked_head(seq: Optional[int], sched_time: int, resubmit: bool) -> bytes
 
 
 def unpack_job_value(raw: bytes) -> JobValue:
-    """Unpack a DATA row value."""
-    seq, lock, sched_time, resubmit, data = fasttuple.unpack(raw)
+    """Unpack a DATA row value.
+
+    Raises:
+        CorruptValue: ``raw`` is not a job value as this module writes them.
+    """
+    try:
+        seq, lock, sched_time, resubmit, data = fasttuple.unpack(raw)
+    except Exception as exc:  # noqa: BLE001 - any decoding failure is the same corrupt row
+        raise CorruptValue(f"undecodable job value ({_reason(exc)})") from None
+    if not (isinstance(seq, (fdb.tuple.Versionstamp, int, type(None))) and isinstance(lock, (str, type(None)))
+            and isinstance(sched_time, int) and isinstance(resubmit, bool) and isinstance(data, bytes)):
+        raise CorruptValue("job value of the wrong shape")
     return JobValue(seq, lock, sched_time, resubmit, data)
+
+
+def _reason(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {str(exc)[:80]}"
+
+
+_REPORTED: "collections.OrderedDict[tuple, None]" = collections.OrderedDict()
+
+
+def report_bad_row(what: str, key: bytes, error: Any) -> None:
+    """Log a stored row that a reader skips, once per (what, key) while the
+    process remembers it (the last 1,024), so a scan that meets it every
+    second does not flood the log."""
+    mark = (what, bytes(key[:200]))
+    if mark in _REPORTED:
+        _REPORTED.move_to_end(mark)
+        return
+    _REPORTED[mark] = None
+    if len(_REPORTED) > 1024:
+        _REPORTED.popitem(last=False)
+    logger.warning("stored_value_skipped what=%s key=%r error=%s", what, bytes(key[:80]), error)
+
+
+def unpack_activity_value_or_none(key: bytes, raw: bytes) -> Optional[tuple[str, bytes]]:
+    """:func:`unpack_activity_value`, or None (logged) for a corrupt row."""
+    try:
+        job_id, data = unpack_activity_value(raw)
+    except Exception as exc:  # noqa: BLE001 - a corrupt index row is skipped
+        report_bad_row("activity", key, _reason(exc))
+        return None
+    if not isinstance(job_id, str) or not isinstance(data, bytes):
+        report_bad_row("activity", key, "wrong shape")
+        return None
+    return job_id, data
 
 
 def running_seq(user_version: int = 0) -> fdb.tuple.Versionstamp:

@@ -30,6 +30,7 @@ __all__ = [
     "NoTypeTimeout",
     "EncodingError",
     "JobFailed",
+    "CorruptValue",
 ]
 
 
@@ -91,6 +92,14 @@ class NoTypeTimeout(InvalidArgument):
 
 class EncodingError(JobsError):
     """Job data is not a JSON-compatible value, or is too large to store."""
+
+
+class CorruptValue(JobsError):
+    """A stored row cannot be decoded (written by something else, or damaged).
+
+    Scans skip such rows (and log them once); a call that asks for exactly
+    that row gets this error instead of a crash.
+    """
 
 
 class JobFailed(JobsError):

@@ -49,9 +49,9 @@ from fdblayer.jobs.codec import (
     Seq,
     decode_data,
     running_seq,
-    unpack_job_value,
+    report_bad_row,
 )
-from fdblayer.jobs.exceptions import Halt, JobsError, NotFound, NoTypeTimeout
+from fdblayer.jobs.exceptions import CorruptValue, Halt, JobsError, NotFound, NoTypeTimeout
 from fdblayer.jobs.job import Job, JobInfo, JobState, job_state
 from fdblayer.jobs.keys import DATA, JobType, Layout
 
@@ -119,8 +119,8 @@ def add(
             job_type=job_type,
             job_id=job_id,
         )
-    if raw is not None:
-        current = unpack_job_value(raw)
+    current = None if raw is None else rows.job_val_or_none(key, raw)
+    if current is not None:
         return _resubmit(tr, layout, job_type, job_id, key, current, sched_time, data)
     return rows.maybe_enqueue(tr, layout, job_type, job_id, sched_time, True, data, key)
 
@@ -159,11 +159,11 @@ def add_many(
     keys = [layout.data_key(job_type, job_id) for job_id, _ in jobs]
     created = []
     for (job_id, data), key, raw in zip(jobs, keys, tr.get_many(keys)):
-        if raw is None:
+        current = None if raw is None else rows.job_val_or_none(key, raw)
+        if current is None:  # new, or a corrupt row that this write replaces
             rows.set_job_val(tr, key, JobValue(PENDING_SEQ, None, sched_time, False, data))
             created.append(job_id)
         else:
-            current = unpack_job_value(raw)
             _resubmit(tr, layout, job_type, job_id, key, current, sched_time, data)
     pending.enqueue_many(tr, layout, job_type, sched_time, created)
     return len(created)
@@ -215,10 +215,10 @@ def get_job_states(
     raws = tr.get_many([layout.data_key(job_type, job_id) for job_id in job_ids])
     states: dict[str, Optional[StateAndData]] = {}
     for job_id, raw in zip(job_ids, raws):
-        if raw is None:
+        value = None if raw is None else rows.job_val_or_none(layout.data_key(job_type, job_id), raw)
+        if value is None:
             states[job_id] = None
         else:
-            value = unpack_job_value(raw)
             states[job_id] = value.seq, job_state(value.lock, value.seq), value.data
     return states
 
@@ -244,12 +244,26 @@ def get_jobs(
     prefix = layout.data_prefix(job_type)
     result: dict[str, StateAndData] = {}
     for key, raw in tr.get_range_startswith(prefix):
-        (job_id,) = fdb.tuple.unpack(key, len(prefix))
-        if id_filter is not None and not id_filter(job_id):
+        job_id = _job_id_or_none(key, prefix)
+        if job_id is None or (id_filter is not None and not id_filter(job_id)):
             continue
-        value = unpack_job_value(raw)
-        result[job_id] = (value.seq, job_state(value.lock, value.seq), value.data)
+        value = rows.job_val_or_none(key, raw)
+        if value is not None:
+            result[job_id] = (value.seq, job_state(value.lock, value.seq), value.data)
     return result
+
+
+def _job_id_or_none(key: bytes, prefix: bytes) -> Optional[str]:
+    """The job id of a DATA key, or None (logged once) when the key does not decode."""
+    try:
+        (job_id,) = fdb.tuple.unpack(key, len(prefix))
+    except Exception as exc:  # noqa: BLE001 - a corrupt key is skipped
+        report_bad_row("job_key", key, repr(exc)[:80])
+        return None
+    if not isinstance(job_id, str):
+        report_bad_row("job_key", key, "job id is not a string")
+        return None
+    return job_id
 
 
 @transactional
@@ -272,8 +286,14 @@ def get_all_jobs(
     prefix = layout.subspace(DATA) if job_type is None else layout.data_prefix(job_type)
     infos = []
     for key, raw in tr.get_range_startswith(prefix):
-        job_type, job_id = layout.unpack_data_key(key)
-        infos.append(_job_info(job_type, job_id, unpack_job_value(raw)))
+        try:
+            job_type, job_id = layout.unpack_data_key(key)
+        except Exception as exc:  # noqa: BLE001 - a corrupt key is skipped
+            report_bad_row("job_key", key, repr(exc)[:80])
+            continue
+        value = rows.job_val_or_none(key, raw)
+        if value is not None:
+            infos.append(_job_info(job_type, job_id, value))
     return infos
 
 
@@ -434,11 +454,17 @@ def _missing(job_type: JobType, job_id: str) -> str:
 
 
 def _job_info(job_type: JobType, job_id: str, value: JobValue) -> JobInfo:
+    """A job's record; data that does not decode reads as None (logged once)."""
+    try:
+        data = decode_data(value.data)
+    except CorruptValue as exc:
+        report_bad_row("job_data", f"{job_type!r}/{job_id!r}".encode(), exc.message)
+        data = None
     return JobInfo(
         type=job_type,
         id=job_id,
         state=job_state(value.lock, value.seq),
-        data=decode_data(value.data),
+        data=data,
         scheduled_time=value.sched_time,
         resubmit=value.resubmit,
         seq=value.seq,

@@ -33,6 +33,7 @@ import fdb.tuple
 
 from fdblayer.interface import Transaction
 from fdblayer.jobs import fasttuple
+from fdblayer.jobs.codec import report_bad_row
 from fdblayer.jobs.keys import JobType, Layout
 from fdblayer.selectors import KeySelector
 from fdblayer.watches import Watch
@@ -132,9 +133,22 @@ def dequeue(
     return _unpack_job_id(layout, job_type, key)
 
 
-def _unpack_job_id(layout: Layout, job_type: JobType, key: bytes) -> str:
-    _sched_time, job_id = fasttuple.unpack(key, len(layout.pending_prefix(job_type)))
-    return job_id
+def _unpack_job_id(layout: Layout, job_type: JobType, key: bytes) -> Optional[str]:
+    return unpack_pending_key(key, len(layout.pending_prefix(job_type)))[1]
+
+
+def unpack_pending_key(key: bytes, prefix_len: int) -> tuple[Optional[int], Optional[str]]:
+    """``(sched_time, job_id)`` of a PENDING key, or ``(None, None)`` (logged
+    once) when the key does not decode: the caller clears such a key."""
+    try:
+        sched_time, job_id = fasttuple.unpack(key, prefix_len)
+    except Exception as exc:  # noqa: BLE001 - a corrupt index key is dropped
+        report_bad_row("pending", key, repr(exc)[:80])
+        return None, None
+    if not isinstance(sched_time, int) or not isinstance(job_id, str):
+        report_bad_row("pending", key, "wrong shape")
+        return None, None
+    return sched_time, job_id
 
 
 def _random_key_in_range(

@@ -14,7 +14,7 @@ from typing import Optional
 import fdb.tuple
 
 from fdblayer.interface import Transaction
-from fdblayer.jobs.exceptions import JobsError
+from fdblayer.jobs.exceptions import CorruptValue, JobsError
 from fdblayer.jobs import pending
 from fdblayer.jobs.codec import (
     PENDING_SEQ,
@@ -22,6 +22,7 @@ from fdblayer.jobs.codec import (
     Seq,
     pack_activity_value,
     pack_job_value,
+    report_bad_row,
     unpack_job_value,
 )
 from fdblayer.jobs.keys import JobType, Layout, new_versionstamp
@@ -41,9 +42,19 @@ _STAMPED_WATCH_VALUE = fdb.tuple.pack_with_versionstamp((new_versionstamp(),))
 
 
 def get_job_val(tr: Transaction, key: bytes) -> Optional[JobValue]:
-    """Read and decode a DATA row, or None when the job does not exist."""
+    """Read and decode a DATA row, or None when the job does not exist (or
+    its row is corrupt, logged once: a write then replaces it)."""
     raw = tr.get(key)
-    return None if raw is None else unpack_job_value(raw)
+    return None if raw is None else job_val_or_none(key, raw)
+
+
+def job_val_or_none(key: bytes, raw: bytes) -> Optional[JobValue]:
+    """:func:`unpack_job_value`, or None (logged once) for a corrupt row."""
+    try:
+        return unpack_job_value(raw)
+    except CorruptValue as exc:
+        report_bad_row("job", key, exc.message)
+        return None
 
 
 def set_job_val(tr: Transaction, key: bytes, value: JobValue) -> None:

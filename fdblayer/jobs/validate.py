@@ -161,6 +161,9 @@ def check_optional_sched_time(sched_time: Any, name: str = "scheduled_time") -> 
 #: timeout waits forever, as None does (no clock or lock can wait longer than
 #: ``threading.TIMEOUT_MAX``, about 292 years, anyway).
 LONGEST_WAIT = 10.0**8
+#: Longest type timeout (about three years): every reader can turn it into a
+#: timer and a date; a longer one is refused where written and read as this.
+MAX_TYPE_TIMEOUT = LONGEST_WAIT
 
 
 def check_timeout(timeout: Any, name: str = "timeout") -> float | None:
@@ -192,8 +195,9 @@ def check_type_timeout(seconds: Any) -> int | float:
         raise InvalidArgument(
             f"type timeout must be a number of seconds, not {_short(seconds)}"
         )
-    if not math.isfinite(seconds) or seconds <= 0 or seconds > INT_MAX:
-        raise InvalidArgument(f"type timeout must be finite and > 0, not {seconds!r}")
+    if not math.isfinite(seconds) or seconds <= 0 or seconds > MAX_TYPE_TIMEOUT:
+        raise InvalidArgument(
+            f"type timeout must be > 0 and at most {MAX_TYPE_TIMEOUT:g} s, not {seconds!r}")
     return seconds
 
 

@@ -46,7 +46,7 @@ import msgpack
 
 from fdblayer.interface import Transaction, strinc, transactional
 from fdblayer.jobs import fasttuple, pending, rows
-from fdblayer.jobs.codec import JobValue, running_seq, unpack_job_value
+from fdblayer.jobs.codec import JobValue, report_bad_row, running_seq, unpack_job_value
 from fdblayer.jobs.exceptions import EncodingError, Halt, NoTypeTimeout
 from fdblayer.jobs.job import Job, JobState, job_state
 from fdblayer.jobs.keys import JobType, Layout
@@ -206,8 +206,12 @@ def claim(tr: Transaction, layout: Layout, job_type: JobType, now: float, limit:
         keys = (rng or random).sample(keys, limit)
     claimed: list[Claimed] = []
     exhausted: list[str] = []
+    found = len(keys)
     if keys:
-        ids = [fasttuple.unpack(key, len(prefix))[1] for key in keys]
+        ids = [pending.unpack_pending_key(key, len(prefix))[1] for key in keys]
+        for key in [k for k, i in zip(keys, ids) if i is None]:
+            tr.clear(key)  # a corrupt index key names no job: dropped, never claimed
+        keys, ids = [k for k, i in zip(keys, ids) if i is not None], [i for i in ids if i is not None]
         data_keys = [layout.data_key(job_type, i) for i in ids]
         work_keys = [layout.work_key(job_type, i) for i in ids]
         raws = tr.get_many(data_keys + work_keys)
@@ -220,10 +224,10 @@ def claim(tr: Transaction, layout: Layout, job_type: JobType, now: float, limit:
         exhausted = [e for e in exhausted if e is not None]
         if exhausted:
             rows.update_watch(tr, layout, job_type)
-    if len(keys) >= limit:
+    if found >= limit:
         return ClaimResult(claimed, exhausted, None, None)
     later = tr.snapshot.get_range(due_end, strinc(prefix), limit=1)
-    next_due = fasttuple.unpack(later[0].key, len(prefix))[0] if later else None
+    next_due = pending.unpack_pending_key(later[0].key, len(prefix))[0] if later else None
     return ClaimResult(claimed, exhausted, next_due, pending.watch_pending(tr, layout, job_type))
 
 
@@ -231,10 +235,10 @@ def _claim_one(tr: Transaction, layout: Layout, job_type: JobType, job_id: str, 
                raw: Optional[bytes], raw_work: Optional[bytes], now: float, worker: str,
                default_max: int) -> Any:
     """Claim one dequeued job: a Claimed, its id (exhausted), or None (inconsistent row)."""
-    current = None if raw is None else unpack_job_value(raw)
+    current = None if raw is None else rows.job_val_or_none(key, raw)
     if current is None or current.lock is not None:
         logger.critical("Job %s: pending job of type %r is %s", job_id, job_type,
-                        "missing" if current is None else "running")
+                        "missing or unreadable" if current is None else "running")
         return None
     record = WorkRecord.unpack(raw_work, job_id)
     attempt = record.attempt + 1
@@ -265,7 +269,7 @@ def _held(tr: Transaction, layout: Layout, jobs: list) -> list:
     raws = tr.get_many(data_keys + [layout.work_key(j.type, j.id) for j in jobs])
     held = []
     for n, job in enumerate(jobs):
-        current = None if raws[n] is None else unpack_job_value(raws[n])
+        current = None if raws[n] is None else rows.job_val_or_none(data_keys[n], raws[n])
         if current is None or current.lock != job.lock:
             held.append(None)
         else:
@@ -452,7 +456,11 @@ def get_schedules(tr: Transaction, layout: Layout) -> dict:
     prefix = layout.subspace(SCHEDULES)
     out = {}
     for key, raw in tr.get_range_startswith(prefix):
-        (job_type,) = fdb.tuple.unpack(key, len(prefix))
+        try:
+            (job_type,) = fdb.tuple.unpack(key, len(prefix))
+        except Exception as exc:  # noqa: BLE001 - a corrupt key is skipped
+            report_bad_row("schedule_key", key, repr(exc)[:80])
+            continue
         schedule = Schedule.unpack(raw, job_type)
         if schedule is not None:
             out[job_type] = schedule

@@ -174,9 +174,10 @@ bad_timeout = st.one_of(
     st.booleans(), st.text(max_size=3), st.complex_numbers(), st.decimals(allow_nan=False), st.builds(Opaque),
     st.just(datetime.timedelta(seconds=1)),
 )
-#: Values that are not a type timeout (a finite number in (0, 2**63 - 1]).
+#: Values that are not a type timeout (a finite number in (0, 1e8]: MAX_TYPE_TIMEOUT).
 bad_type_timeout = st.one_of(
     st.floats(max_value=0.0), st.integers(max_value=0), st.integers(min_value=INT_MAX + 1),
+    st.floats(min_value=1e8, exclude_min=True), st.integers(min_value=10**8 + 1),  # past MAX_TYPE_TIMEOUT
     st.floats(min_value=9.3e18), st.sampled_from([math.nan, math.inf]), st.booleans(), st.none(),
     st.text(max_size=3), st.complex_numbers(), st.decimals(allow_nan=False), st.builds(Opaque),
 )

@@ -27,6 +27,7 @@ from fdblayer.exceptions import StoreError
 from fdblayer.interface import MAX_KEY_SIZE, MAX_VALUE_SIZE
 from fdblayer.jobs.codec import decode_data, encode_data
 from fdblayer.jobs.job import Job
+from fdblayer.jobs.validate import MAX_TYPE_TIMEOUT
 
 from . import strategies as S
 from .store import StoreFile, same_json, unchanged
@@ -448,8 +449,8 @@ def test_a_bad_type_timeout_is_an_invalid_argument(q, bad) -> None:
 
 
 @FEW
-@given(seconds=st.one_of(st.integers(1, S.INT_MAX), st.floats(min_value=5e-324, max_value=9.2e18),
-                         st.sampled_from([5e-324, 1e-9, 0.001, S.INT_MAX, S.Level.HIGH])))
+@given(seconds=st.one_of(st.integers(1, int(MAX_TYPE_TIMEOUT)), st.floats(min_value=5e-324, max_value=MAX_TYPE_TIMEOUT),
+                         st.sampled_from([5e-324, 1e-9, 0.001, MAX_TYPE_TIMEOUT, int(MAX_TYPE_TIMEOUT)])))
 def test_odd_valid_type_timeouts_round_trip(q, seconds) -> None:
     jobs.set_type_timeout(q.db, "t8", seconds)
     try:

@@ -184,6 +184,17 @@ def test_send_after_delivers_the_message(tree):
     assert wait_until(lambda: tree.c.call(kids["p"].addr, "events"), 5, "timer") == [("timer_fired", "t1")]
 
 
+def test_a_timer_past_any_date_keeps_the_actor_alive(tree):
+    """Thespian turns a delay into a date (year 9999 at most): a timer of
+    10^12 s is armed in steps, the actor lives on and its other timers fire."""
+    sup, kids = probe_and(tree)
+    pid = kids["p"].pid
+    tree.c.call(kids["p"].addr, ("timer", 1e12, "never"))
+    tree.c.call(kids["p"].addr, ("timer", 0.05, "soon"))
+    assert wait_until(lambda: tree.c.call(kids["p"].addr, "events"), 5, "timer") == [("timer_fired", "soon")]
+    assert tree.c.get_pid(kids["p"].addr) == pid, "the same process: it never crashed"
+
+
 def test_cancel_timer_prevents_delivery(tree):
     sup, kids = probe_and(tree)
     token = tree.c.call(kids["p"].addr, ("timer", 0.05, "cancelled"))
