@@ -24,6 +24,13 @@ writes the change into the node's config file, as CouchDB does, unless the
 request says ``X-Couch-Persist: false`` or the node has no config file;
 then the change lives in the running node only. In a tree without the
 keeper, ``[replicator]`` goes to the scheduler alone.
+
+Jobs (``POST /_replicate``) and ``_replicator`` documents name code and
+stores a node process will import and open: each is checked against the
+node's job policy (:class:`actors.node.policy.JobPolicy`, from ``[replicator]
+handlers`` and ``stores``) once it is well-formed (a malformed one is a 400
+first), and one naming what the policy does not allow is a 403
+``forbidden`` that adds no job and writes no document.
 """
 from __future__ import annotations
 
@@ -36,13 +43,15 @@ from typing import Any, Callable, Iterable
 from urllib.parse import parse_qs, parse_qsl, unquote
 
 from supervision.exceptions import CallFailed, CallTimeout, NoProc, NodeDown
+from supervision.reports import report
 
 from actors.http import monitoring
 
 from actors.http import status_page
 from actors.http.auth import COOKIE_NAME, Auth
 from actors.node.config import RUNTIME_KEYS, ConfigError, ConfigWriteError, format_value, parse_runtime_value
-from actors.scheduler.core import InvalidJobSpec, InvalidSetting, JobNotFound
+from actors.node.policy import Forbidden, JobPolicy
+from actors.scheduler.core import InvalidJobSpec, InvalidSetting, JobNotFound, JobSpec
 
 log = logging.getLogger(__name__)
 
@@ -178,16 +187,20 @@ class App:
             and ``[couch_jobs]`` read and written at run time through
             ``_config``; None (or a node running no keeper) leaves
             ``[replicator]`` to the scheduler and ``[couch_jobs]`` read-only.
+        policy: the handlers and stores jobs and documents may name; None:
+            the defaults (the built-in handler, stores in the directory of
+            ``store``).
     """
 
     def __init__(self, scheduler: Any, auth: Auth, config: dict | None = None, node: str = "local",
-                 store: str | None = None, settings: Any = None) -> None:
+                 store: str | None = None, settings: Any = None, policy: JobPolicy | None = None) -> None:
         self.scheduler = scheduler
         self.auth = auth
         self.settings = settings
         self.config = config or {}
         self.node = node
         self.store = store
+        self.policy = policy if policy is not None else JobPolicy.from_entries(node_store=store)
         self._db: Any = None
         self._store_lock = threading.Lock()
 
@@ -426,6 +439,8 @@ class App:
                     raise HttpError(400, "bad_request", "Document must be a JSON object")
                 if body.get("_id", doc_id) != doc_id:
                     raise HttpError(400, "bad_request", "Document id must match the URL")
+                docs.check_names(docs.REPLICATOR_DB, doc_id)
+                self._allowed(req, docs.check_body(body))  # well-formed, then allowed, then written
                 new_rev = docs.put(self._store(), docs.REPLICATOR_DB, doc_id, body,
                                    rev=body.get("_rev", rev), check_rev=True)
                 return 201, {"ok": True, "id": doc_id, "rev": new_rev}
@@ -458,10 +473,22 @@ class App:
                 "target": self._endpoint(body.get("target")), "continuous": body.get("continuous", False),
                 "handler": body.get("handler"), "options": body.get("options"), "user": req.user}
         try:
+            JobSpec.from_dict(spec)  # well-formed, then allowed, then added
+            self._allowed(req, spec)
             self.scheduler.add_job(spec)
         except InvalidJobSpec as exc:
             raise HttpError(400, "bad_request", str(exc)) from None
         return 202, {"ok": True, "_local_id": job_id}
+
+    def _allowed(self, req: Request, spec: dict) -> None:
+        """Raise 403 ``forbidden`` for a job or document naming a handler or
+        store the node's policy does not allow."""
+        try:
+            self.policy.check(spec)
+        except Forbidden as exc:
+            report("job_forbidden", logging.WARNING, method=req.method, path=req.path, user=req.user,
+                   field=exc.field, value=exc.value, why=exc.why)
+            raise HttpError(403, "forbidden", str(exc)) from None
 
     @staticmethod
     def _endpoint(value: Any) -> Any:

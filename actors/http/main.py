@@ -6,7 +6,8 @@ admins' hashes never show on a command line): ``bind_address``, ``admins``
 (name -> hash), ``secret`` (hex), ``session_timeout``, ``config``
 (the start-time ``[couch_jobs]``, shown when the node's settings keeper
 does not answer), ``node``, ``parent_pid``, ``store`` (the store URL
-holding the documents). The process dies with its
+holding the documents), ``policy`` (the handlers and stores jobs may
+name, :meth:`actors.node.policy.JobPolicy.to_dict`). The process dies with its
 parent (PR_SET_PDEATHSIG), binds, writes ``ready <port>`` (or ``error
 <why>``) as one line on stdout, then serves with waitress until killed.
 
@@ -119,6 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     from actors.http.auth import Auth
     from actors.node.config_server import ConfigClient
     from actors.http.api import App
+    from actors.node.policy import JobPolicy
     from actors.scheduler.client import SchedulerClient
     from actors.scheduler.sup import SCHEDULER_NAME
 
@@ -130,7 +132,8 @@ def main(argv: list[str] | None = None) -> int:
                     settings.get("session_timeout", 600))
         app = App(SchedulerClient(client, SCHEDULER_NAME), auth, settings.get("config") or {},
                   settings.get("node") or "local", store=settings.get("store"),
-                  settings=ConfigClient(client))
+                  settings=ConfigClient(client),
+                  policy=None if settings.get("policy") is None else JobPolicy.from_dict(settings["policy"]))
         server = waitress.create_server(
             app, host=settings.get("bind_address", "127.0.0.1"), port=args.port, threads=THREADS,
             max_request_body_size=SERVER_MAX_BODY, max_request_header_size=MAX_HEADER,

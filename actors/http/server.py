@@ -12,6 +12,9 @@ process's reason: a port in use, a refused bind address).
   (clear passwords hashed and the file rewritten, see :mod:`actors.http.auth`),
   and handed to the process on its stdin with the session secret.
 * With no admin configured, only a loopback ``bind_address`` is accepted.
+* The node's job policy (:class:`~actors.node.policy.JobPolicy`: the
+  handlers and stores a job may name) is built here from the config and
+  handed to the process the same way.
 * ``GetHttpInfo()`` answers ``{"port", "bind_address", "pid"}``.
 """
 from __future__ import annotations
@@ -32,6 +35,7 @@ from supervision import DEFER_START, ChildSpec, GenServer
 
 from actors.http.auth import SESSION_TIMEOUT, load_admins
 from actors.node.config import node_name
+from actors.node.policy import JobPolicy
 from actors import names
 
 log = logging.getLogger(__name__)
@@ -72,8 +76,9 @@ def check_bind(bind_address: str, admins: dict) -> None:
 
 class HttpServer(GenServer):
     """args: ``{"admin_port", "port", "bind_address", "config_path", "secret", "config",
-    "session_timeout", "store", "node_name"}`` (the node's name, as job and doc
-    entries show it, in ``_node/{name}`` paths and on the status page)."""
+    "session_timeout", "store", "node_name", "policy"}`` (the node's name, as job and doc
+    entries show it, in ``_node/{name}`` paths and on the status page; the
+    job policy as :meth:`~actors.node.policy.JobPolicy.to_dict` gives it)."""
 
     def init(self, args: dict) -> Any:
         self.args = args
@@ -87,7 +92,7 @@ class HttpServer(GenServer):
         settings = {"bind_address": args["bind_address"], "admins": admins, "secret": args["secret"],
                     "session_timeout": args.get("session_timeout", SESSION_TIMEOUT),
                     "config": args.get("config") or {}, "node": args.get("node_name") or str(self.node),
-                    "parent_pid": os.getpid(), "store": args.get("store")}
+                    "parent_pid": os.getpid(), "store": args.get("store"), "policy": args.get("policy")}
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(
             [_PACKAGE_ROOT] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
         self.proc = subprocess.Popen(
@@ -178,7 +183,8 @@ def http_children(config: Any, *, admin_port: int | None = None, config_path: st
         config: the node's :class:`~actors.node.config.Config` ([node] port,
             http_port, bind_address, store (documents are read and written
             there); [couch_jobs] (its start-time values, shown when the
-            node's settings keeper does not answer).
+            node's settings keeper does not answer); [replicator] handlers
+            and stores (the job policy, :class:`~actors.node.policy.JobPolicy`).
         admin_port: the node's admin port (default: ``[node] port``).
         config_path: the INI file holding ``[admins]`` (default: the
             config's ``path`` attribute, if it has one).
@@ -195,6 +201,7 @@ def http_children(config: Any, *, admin_port: int | None = None, config_path: st
         "session_timeout": SESSION_TIMEOUT,
         "store": config.get("node", "store"),
         "node_name": node_name(config),
+        "policy": JobPolicy.from_config(config).to_dict(),
     }
     return [ChildSpec("http_server", HttpServer, args, name=HTTP_SERVER_NAME, shutdown=STOP_TIMEOUT + 2)]
 

@@ -10,7 +10,14 @@ a :class:`ConfigError` naming section, key and value):
 * ``[replicator]`` ``max_jobs`` (500, at least 0), ``max_churn`` (20),
   ``interval`` (60000 ms, at most :data:`MAX_MSEC`), ``max_history`` (20),
   ``health_threshold`` (120 s), the last four at least 1 as the seed's
-  scheduler checks them; ``doc_owner_timeout`` (30 s).
+  scheduler checks them; ``doc_owner_timeout`` (30 s); ``handlers`` and
+  ``stores`` (comma-separated lists, empty by default, read at start only:
+  what a job may run and which stores it may touch, see
+  :mod:`actors.node.policy`). A ``handlers`` entry is ``package.module``
+  (every callable of that module) or ``package.module:callable``; a
+  ``stores`` entry with ``://`` is a URL prefix (not ``sqlite:``), any
+  other a directory (SQLite files inside it); empty ``stores`` means the
+  directory of the node's SQLite store.
 * ``[couch_jobs]`` ``activity_monitor_max_jitter_msec`` (10000),
   ``type_monitor_holdoff_msec`` (50), ``type_monitor_timeout_msec``
   (infinity), ``type_check_period_msec`` (15000),
@@ -45,7 +52,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     "node": {"port": 1900, "store": "sqlite:///otpjobs.db", "http_port": 5984,
              "bind_address": "127.0.0.1", "log_level": "info"},
     "replicator": {"max_jobs": 500, "max_churn": 20, "interval": 60000, "max_history": 20,
-                   "health_threshold": 120, "doc_owner_timeout": 30},
+                   "health_threshold": 120, "doc_owner_timeout": 30, "handlers": "", "stores": ""},
     "couch_jobs": {"activity_monitor_max_jitter_msec": 10000, "type_monitor_holdoff_msec": 50,
                    "type_monitor_timeout_msec": INFINITY, "type_check_period_msec": 15000,
                    "type_check_max_jitter_msec": 5000},
@@ -56,6 +63,8 @@ DEFAULTS: dict[str, dict[str, Any]] = {
 FREE_SECTIONS = ("workers", "periodic")
 
 _STRINGS = {("node", "store"), ("node", "bind_address"), ("node", "log_level")}
+#: Comma-separated lists (may be empty): each entry checked by :func:`_check_list`.
+_LISTS = {("replicator", "handlers"), ("replicator", "stores")}
 _MAY_BE_INFINITY = {("couch_jobs", "type_monitor_timeout_msec")}
 _LOG_LEVELS = ("debug", "info", "warning", "error")
 #: Largest millisecond value (Erlang's erlang:send_after limit, 2^32 - 1).
@@ -98,6 +107,10 @@ def parse_value(section: str, key: str, raw: Any) -> Any:
     """
     if not _known(section, key):
         raise ConfigError(section, key, raw, "unknown setting")
+    if (section, key) in _LISTS:
+        if not isinstance(raw, str):
+            raise ConfigError(section, key, raw, "must be a string (comma-separated entries)")
+        return ", ".join(_check_list(section, key, raw))
     if isinstance(raw, bool) or not isinstance(raw, (str, int)):  # a file and HTTP give str, code an int
         raise ConfigError(section, key, raw, "must be a string" if (section, key) in _STRINGS
                           else "must be an integer")
@@ -122,6 +135,49 @@ def parse_value(section: str, key: str, raw: Any) -> Any:
     if (section, key) in _TIMER_MSEC and value > MAX_MSEC:
         raise ConfigError(section, key, raw, f"must be <= {MAX_MSEC} ms")
     return value
+
+
+def split_list(raw: str) -> list[str]:
+    """The entries of a comma-separated value (stripped; empty ones dropped)."""
+    return [entry.strip() for entry in raw.split(",") if entry.strip()]
+
+
+_URL_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*")
+
+
+def _check_list(section: str, key: str, raw: str) -> list[str]:
+    """The entries of a :data:`_LISTS` value, each checked.
+
+    ``handlers``: ``package.module`` or ``package.module:callable`` (dotted
+    Python identifiers). ``stores``: a URL prefix (``scheme://...``, not
+    ``sqlite:``, whose files are given by their directory) or a directory.
+
+    Raises:
+        ConfigError: naming the first malformed entry.
+    """
+    entries = split_list(raw)
+    for entry in entries:
+        if key == "handlers":
+            module, sep, attr = entry.partition(":")
+            if not _dotted(module) or sep and not _dotted(attr):
+                raise ConfigError(section, key, raw, f"entry {entry!r} is not 'package.module' or "
+                                  "'package.module:callable'")
+        elif "://" in entry:
+            scheme = entry.partition("://")[0]
+            if not _URL_SCHEME.fullmatch(scheme):
+                raise ConfigError(section, key, raw, f"entry {entry!r} is not a URL prefix (scheme://...) "
+                                  "or a directory")
+            if scheme.lower() == "sqlite":
+                raise ConfigError(section, key, raw, f"entry {entry!r}: give the directory holding SQLite "
+                                  "stores, not a sqlite: URL")
+        elif "\0" in entry:
+            raise ConfigError(section, key, raw, f"entry {entry!r} is not a directory")
+    return entries
+
+
+def _dotted(text: str) -> bool:
+    """``a.b.c`` made of Python identifiers."""
+    return all(part.isidentifier() for part in text.split("."))
 
 
 def parse_runtime_value(section: str, key: str, raw: Any) -> Any:

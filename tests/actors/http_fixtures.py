@@ -34,6 +34,8 @@ class HttpNode:
         self.http_port = free_port()
         config.set("node", "port", self.port)
         config.set("node", "http_port", self.http_port)
+        if not config.get("replicator", "handlers"):  # the test handlers (the job policy allows none by default)
+            config.set("replicator", "handlers", FIX)
         if config.get("node", "store") == DEFAULTS["node"]["store"]:  # never a file in the working directory
             self.store_dir = tempfile.mkdtemp(prefix="httpnode-")
             config.set("node", "store", f"sqlite:///{self.store_dir}/store.db")

@@ -45,7 +45,8 @@ class CliNode:
         self.name = name
         cfg = tmp_path / f"{name}.ini"
         cfg.write_text("[couch_jobs]\n" + "".join(f"{k} = {v}\n" for k, v in FAST_COUCH_JOBS.items())
-                       + f"[replicator]\nmax_jobs = 5\ninterval = 1000\ndoc_owner_timeout = {OWNER_TIMEOUT}\n")
+                       + f"[replicator]\nmax_jobs = 5\ninterval = 1000\ndoc_owner_timeout = {OWNER_TIMEOUT}\n"
+                       "handlers = tests.actors.scheduler_fixtures\nstores = http://\n")
         env = dict(os.environ, PYTHONPATH=str(ROOT), OTPJOBS_RUNTIME_DIR=str(tmp_path),
                    THESPLOG_FILE=str(tmp_path / f"{name}-thespian.log"))
         self.log = tmp_path / f"{name}.log"

@@ -27,6 +27,7 @@ ISO = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$")
 def n():
     config = Config()
     config.set("replicator", "max_jobs", 10)
+    config.set("replicator", "stores", "http://, nowhere")  # the jobs' labels below (they run handlers)
     node = HttpNode(config)
     try:
         yield node

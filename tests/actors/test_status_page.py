@@ -51,6 +51,9 @@ class FullNode(HttpNode):
         for key, value in (("port", self.port), ("http_port", 0),  # 0: any free port, no race
                            ("store", f"sqlite:///{store_dir}/store.db")):
             config.set("node", key, value)
+        # The job policy: the test handlers, and the http:// labels the jobs carry.
+        config.set("replicator", "handlers", "tests.actors.scheduler_fixtures, tests.actors.test_status_page")
+        config.set("replicator", "stores", "http://")
         self.secret = None
         self.node = start_node(self.port, ROOT_FLAGS, root_children(config))
         self.client = self.node.client()

@@ -47,6 +47,7 @@ class HostileNode:
         config.set("node", "http_port", self.http_port)
         config.set("node", "store", self.store.url)
         config.set("replicator", "max_jobs", max(1, max_jobs))  # 0 is for run time only
+        config.set("replicator", "handlers", IDLE.partition(":")[0])  # the job policy allows no handler by default
         # The node's own tree but the doc processor, and the listener with this node's admins and secret.
         specs = [spec for spec in root_children(config) if spec.id not in ("doc_processor", "http_server")]
         specs += http_children(config, config_path=config_path, secret=secret)

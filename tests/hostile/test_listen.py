@@ -93,9 +93,11 @@ def node(tmp_path):
     port = free_port()
     env = dict(os.environ, OTPJOBS_RUNTIME_DIR=str(tmp_path / "run"), THESPLOG_FILE=str(tmp_path / "thespian.log"))
     log = tmp_path / "node.log"
+    ini = tmp_path / "node.ini"  # the job policy allows the test handler (none by default)
+    ini.write_text(f"[replicator]\nhandlers = {IDLE.partition(':')[0]}\n")
     with open(log, "ab") as out:
         proc = subprocess.Popen([sys.executable, "-m", "actors", "node", "start", "--port", str(port), "--store",
-                                 f"sqlite:///{tmp_path / 'store.db'}", "--http-port", "0"],
+                                 f"sqlite:///{tmp_path / 'store.db'}", "--http-port", "0", "--config", str(ini)],
                                 cwd=ROOT, env=env, stdout=out, stderr=out, stdin=subprocess.DEVNULL)
     runtime = tmp_path / "run" / f"node-{port}.json"
     pgid = None
