@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import collections
 import os
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any, Iterable
@@ -65,9 +66,8 @@ from fdblayer.jobs.validate import LONGEST_WAIT, check_timeout
 from supervision import Client, NoProc, Request, connect
 from supervision.messages import WhereIs
 
-from actors.queue.protocol import GetNotifierServer
 from actors.names import JOBS_SERVER
-from actors.queue.protocol import JobEvent, Subscribe, Unsubscribe
+from actors.queue.protocol import EventsRead, GetNotifierServer, JobEvent, Subscribe, Unsubscribe
 
 __all__ = [
     "EncodingError", "Halt", "InvalidArgument", "Job", "JobInfo", "JobState", "JobsError", "NoTypeTimeout",
@@ -93,8 +93,11 @@ class Subscription:
 class _Inbox:
     """One private endpoint per process and node receiving job events.
 
-    Events of subscriptions nobody is waiting on are kept, in order, until
-    a wait asks for them or their subscription ends.
+    A daemon thread reads the endpoint all the time and tells each notifier
+    what it read (:class:`EventsRead`), so this process never holds up a
+    notifier, even while nobody waits. Events of subscriptions nobody is
+    waiting on are kept, in order, until a wait asks for them or their
+    subscription ends.
     """
 
     def __init__(self, client: Client) -> None:
@@ -104,36 +107,68 @@ class _Inbox:
         self.ctx = ExternalContext(client.system._systemBase.external_clone())  # noqa: SLF001
         self.address = self.ctx._systemBase.transport.myAddress  # noqa: SLF001
         self.kept: collections.deque = collections.deque()
+        self.cv = threading.Condition()
+        self.thread = threading.Thread(target=self._read, name="otpjobs-inbox", daemon=True)
+        self.thread.start()
+
+    def _read(self) -> None:
+        """The reader thread: keep every event, confirm them to their notifiers in batches."""
+        while True:
+            try:
+                event = self.ctx.listen(3600.0)
+                read: dict[str, list] = {}
+                for _ in range(READ_BATCH):
+                    if event is None:
+                        break
+                    self._keep(event, read)
+                    event = self.ctx.listen(0.0)
+                else:
+                    self._keep(event, read)
+                for notifier, count in read.values():
+                    self.ctx.tell(notifier, EventsRead(self.address, count))
+            except Exception:  # noqa: BLE001 - the endpoint is gone (the process is exiting)
+                return
+
+    def _keep(self, event: Any, read: dict) -> None:
+        if not isinstance(event, JobEvent):
+            return
+        with self.cv:
+            self.kept.append(event)
+            self.cv.notify_all()
+        if event.notifier is not None:
+            read.setdefault(str(event.notifier), [event.notifier, 0])[1] += 1
 
     def next_event(self, refs: set[str], state: str | None, timeout: float | None) -> JobEvent | None:
-        for event in list(self.kept):
-            if event.ref in refs:
-                self.kept.remove(event)
-                if state is None or event.state == state:
-                    return event
         deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            left = None if deadline is None else deadline - time.monotonic()
-            if left is not None and left <= 0:
-                return None
-            event = self.ctx.listen(3600.0 if left is None else min(left, 3600.0))
-            if not isinstance(event, JobEvent):
-                continue
-            if event.ref not in refs:
-                self.kept.append(event)
-            elif state is None or event.state == state:
-                return event
+        with self.cv:
+            while True:
+                for event in list(self.kept):
+                    if event.ref in refs:
+                        self.kept.remove(event)
+                        if state is None or event.state == state:
+                            return event
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return None
+                self.cv.wait(3600.0 if left is None else min(left, 3600.0))
 
     def flush(self, ref: str) -> None:
-        """Drop the undelivered events of ``ref`` (those already here)."""
-        self.kept = collections.deque(e for e in self.kept if e.ref != ref)
-        while True:
-            event = self.ctx.listen(0.01)
-            if event is None:
-                return
-            if isinstance(event, JobEvent) and event.ref != ref:
-                self.kept.append(event)
+        """Drop the undelivered events of ``ref`` (those already here, and
+        those arriving in the next few milliseconds)."""
+        deadline = time.monotonic() + FLUSH_WAIT
+        with self.cv:
+            while True:
+                self.kept = collections.deque(e for e in self.kept if e.ref != ref)
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return
+                self.cv.wait(left)
 
+
+#: Events the inbox reads before it confirms them (and keeps reading).
+READ_BATCH = 64
+#: Seconds ``unsubscribe`` keeps dropping its subscription's late events.
+FLUSH_WAIT = 0.01
 
 _clients: dict[tuple[int, int], Client] = {}
 _inboxes: dict[tuple[int, int], _Inbox] = {}
@@ -192,7 +227,8 @@ def subscribe(db: Any, type: Any, job_id: str, *, node: Any = None,
     client = _client(node)
     notifier = client.call(JOBS_SERVER, GetNotifierServer(type), timeout)
     inbox = _inbox(client)
-    ref = client.call(notifier, Subscribe(job_id, info.state.value, info.seq, inbox.address), timeout)
+    ref = client.call(notifier, Subscribe(job_id, info.state.value, info.seq, inbox.address, confirms=True),
+                      timeout)
     return Subscription(ref, type, job_id, notifier, client.port), info.state, info.data
 
 

@@ -10,6 +10,14 @@ state. Running jobs are reported again on every update, even though the
 state stays ``running``. A finished or removed job's subscriptions end with
 that event. A subscriber that is gone is unsubscribed (its undelivered event
 comes back to the node as a dead letter, which tells the notifier).
+
+Flow control: a subscriber that confirms what it reads (the client
+library's inbox does, :class:`EventsRead`) has at most :data:`WINDOW`
+events in flight; later ones wait here, the latest per subscription. A
+subscriber stopped or frozen (SIGSTOP, a debugger) therefore holds a few of
+Thespian's 20 in-flight sends, never all of them, so the other subscribers
+keep getting their events at once; after :data:`STALLED_AFTER` seconds
+with a full window its subscriptions are dropped (``subscriber_dropped``).
 A :class:`~actors.node.config.CouchJobsChanged` call is passed on to the type
 monitor (holdoff and timeout) and answered once it applied it;
 :class:`~actors.node.config.GetCouchJobsInUse` answers what the type monitor
@@ -18,25 +26,44 @@ runs with.
 from __future__ import annotations
 
 import logging
+import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import fdblayer
 from fdblayer.jobs import activity, model
 from fdblayer.jobs.codec import decode_data
+from fdblayer.jobs.exceptions import CorruptValue
 from fdblayer.jobs.job import JobState
 from fdblayer.jobs.keys import DEFAULT_LAYOUT
 from supervision import NOREPLY, ChildSpec, GenServer, Request, Supervisor
 
 from actors.node.config import CouchJobsChanged, GetCouchJobsInUse
-from actors.queue.protocol import JobEvent, SubscriberGone, Subscribe, Unsubscribe
+from actors.queue.protocol import EventsRead, JobEvent, SubscriberGone, Subscribe, Unsubscribe
 from actors.queue.type_monitor import TypeMonitor, TypeUpdated, type_monitor_settings
 
 log = logging.getLogger(__name__)
 
 GET_JOBS_RANGE_RATIO = 0.5
 NOT_FOUND = "not_found"
+#: Events a confirming subscriber may have unread before the next ones wait.
+WINDOW = 4
+#: Seconds a subscriber may leave its window full before its subscriptions are dropped.
+STALLED_AFTER = 30.0
+#: Seconds between checks for stalled subscribers (while one has a full window).
+STALL_CHECK = 5.0
+
+
+@dataclass
+class Outbox:
+    """What a confirming subscriber has unread, and what waits for it."""
+
+    addr: Any
+    unread: int = 0
+    held: dict = field(default_factory=dict)  # ref -> the latest JobEvent not sent yet
+    refs: set = field(default_factory=set)
+    full_since: float | None = None
 
 
 class Notifier(GenServer):
@@ -47,6 +74,8 @@ class Notifier(GenServer):
         self.db = fdblayer.open(args["store"])
         self.subs: dict[str, dict[str, list]] = {}  # job id -> ref -> [subscriber, state, seq]
         self.refs: dict[str, str] = {}  # ref -> job id
+        self.outboxes: dict[str, Outbox] = {}  # str(subscriber address) -> its outbox, for confirming ones
+        self.stall_timer: Any = None
         vs = activity.get_activity_vs(self.db, DEFAULT_LAYOUT, self.type)
         self.type_monitor = self.spawn_link(TypeMonitor, {
             "type": self.type, "vs": vs, "store": args["store"], "generation": args.get("generation", 0),
@@ -73,6 +102,8 @@ class Notifier(GenServer):
             self._notify_subscribers(msg.vs)
         elif isinstance(msg, SubscriberGone):
             self._unsubscribe(msg.ref)
+        elif isinstance(msg, EventsRead):
+            self._events_read(msg)
         else:
             super().handle_info(msg)
 
@@ -80,7 +111,8 @@ class Notifier(GenServer):
         self.db.close()
 
     def format_status(self) -> dict:
-        return {"type": self.type, "subscriptions": len(self.refs)}
+        return {"type": self.type, "subscriptions": len(self.refs),
+                "held_events": sum(len(box.held) for box in self.outboxes.values())}
 
     # ------------------------------------------------------ subscriptions
     def _subscribe(self, msg: Subscribe) -> str:
@@ -92,16 +124,77 @@ class Notifier(GenServer):
         ref = uuid.uuid4().hex
         refs[ref] = [msg.subscriber, msg.state, msg.seq]
         self.refs[ref] = msg.job_id
+        if msg.confirms:
+            key = str(msg.subscriber)
+            self.outboxes.setdefault(key, Outbox(msg.subscriber)).refs.add(ref)
         return ref
 
-    def _unsubscribe(self, ref: str) -> None:
+    def _unsubscribe(self, ref: str, drop_held: bool = True) -> None:
         job_id = self.refs.pop(ref, None)
         if job_id is None:
             return
         refs = self.subs.get(job_id, {})
-        refs.pop(ref, None)
+        sub = refs.pop(ref, None)
         if not refs:
             self.subs.pop(job_id, None)
+        box = self.outboxes.get(str(sub[0])) if sub is not None else None
+        if box is not None:
+            box.refs.discard(ref)
+            if drop_held:
+                box.held.pop(ref, None)
+            if not box.refs and not box.held:
+                del self.outboxes[str(box.addr)]
+
+    # ------------------------------------------------------ flow control
+    def _deliver(self, subscriber: Any, event: JobEvent) -> None:
+        """Send ``event`` now, or hold it (the latest per subscription) while
+        its confirming subscriber has a full window."""
+        box = self.outboxes.get(str(subscriber))
+        if box is None:
+            self.send(subscriber, event)
+        elif box.unread < WINDOW and not box.held:
+            self._send_counted(box, event)
+        else:
+            box.held.pop(event.ref, None)
+            box.held[event.ref] = event  # moved to the end: events leave in the order of their latest change
+            self._arm_stall_check()
+
+    def _send_counted(self, box: Outbox, event: JobEvent) -> None:
+        box.unread += 1
+        if box.unread >= WINDOW and box.full_since is None:
+            box.full_since = time.monotonic()
+            self._arm_stall_check()
+        self.send(box.addr, event)
+
+    def _events_read(self, msg: EventsRead) -> None:
+        box = self.outboxes.get(str(msg.subscriber))
+        if box is None:
+            return
+        box.unread = max(0, box.unread - max(0, int(msg.count)))
+        if box.unread < WINDOW:
+            box.full_since = None
+        while box.held and box.unread < WINDOW:
+            ref = next(iter(box.held))
+            self._send_counted(box, box.held.pop(ref))
+        if not box.refs and not box.held:
+            del self.outboxes[str(box.addr)]
+
+    def _arm_stall_check(self) -> None:
+        if self.stall_timer is None:
+            self.stall_timer = self.start_timer(STALL_CHECK, self._check_stalled)
+
+    def _check_stalled(self) -> None:
+        self.stall_timer = None
+        now = time.monotonic()
+        for key, box in list(self.outboxes.items()):
+            if box.full_since is not None and now - box.full_since >= STALLED_AFTER:
+                log.warning("subscriber_dropped type=%r subscriber=%s subscriptions=%d held=%d "
+                            "reason=stopped_reading", self.type, box.addr, len(box.refs), len(box.held))
+                for ref in list(box.refs):
+                    self._unsubscribe(ref)
+                self.outboxes.pop(key, None)
+        if any(box.full_since is not None or box.held for box in self.outboxes.values()):
+            self._arm_stall_check()
 
     # -------------------------------------------------------- notifying
     def _notify_subscribers(self, active_vs: Any) -> None:
@@ -132,7 +225,7 @@ class Notifier(GenServer):
         for job_id in job_ids:
             if job_id in found:
                 seq, state, data = found[job_id]
-                result[job_id] = (seq, JobState(state).value, decode_data(data))
+                result[job_id] = (seq, JobState(state).value, _decoded(data))
             else:
                 result[job_id] = (None, NOT_FOUND, NOT_FOUND)
         return result
@@ -146,11 +239,19 @@ class Notifier(GenServer):
                         continue
                 elif old_state == state:
                     continue
-                self.send(subscriber, JobEvent(ref, self.type, job_id, state, data, self.myAddress))
+                self._deliver(subscriber, JobEvent(ref, self.type, job_id, state, data, self.myAddress))
                 if ends:
-                    self._unsubscribe(ref)
+                    self._unsubscribe(ref, drop_held=False)  # a held last event still goes out
                 else:
                     self.subs[job_id][ref] = [subscriber, state, vs]
+
+
+def _decoded(data: bytes) -> Any:
+    """A job's data for an event; corrupt data reads as None (logged by the store layer's readers)."""
+    try:
+        return decode_data(data)
+    except CorruptValue:
+        return None
 
 
 def _newer(vs: Any, old: Any) -> bool:

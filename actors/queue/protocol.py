@@ -11,7 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["ForceCheckTypes", "GetNotifierServer", "JobEvent", "SubscriberGone", "Subscribe", "Unsubscribe"]
+__all__ = ["EventsRead", "ForceCheckTypes", "GetNotifierServer", "JobEvent", "SubscriberGone", "Subscribe",
+           "Unsubscribe"]
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,10 @@ class Subscribe:
     state: str
     seq: Any
     subscriber: Any
+    #: The subscriber confirms what it read (:class:`EventsRead`): the
+    #: notifier then keeps only a few of its events in flight, so that a
+    #: subscriber that stops reading cannot hold up anyone else.
+    confirms: bool = False
 
 
 @dataclass(frozen=True)
@@ -41,6 +46,14 @@ class Unsubscribe:
     """Call: end the subscription ``ref``."""
 
     ref: str
+
+
+@dataclass(frozen=True)
+class EventsRead:
+    """Info to a notifier: ``subscriber`` has read ``count`` more of its events."""
+
+    subscriber: Any
+    count: int
 
 
 @dataclass(frozen=True)
