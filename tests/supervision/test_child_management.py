@@ -1,6 +1,8 @@
 """terminate/restart/delete_child, which/count_children, shutdown timeouts, bad input."""
 from __future__ import annotations
 
+import os
+import signal
 import time
 
 import pytest
@@ -102,6 +104,28 @@ def test_worker_slower_than_its_shutdown_is_killed(tree):
     tree.c.terminate_child(sup, "s")
     assert 0.3 <= time.monotonic() - t < 5
     assert not alive(s.pid) and tree.lines()[-1] == "start s"
+
+
+def test_a_stopped_child_is_killed_after_its_shutdown_and_its_siblings_go_on(tree):
+    """A child frozen by SIGSTOP (a debugger, a swapped-out process) reads no
+    message: its supervisor waits its shutdown, then kills it, and meanwhile
+    answers calls and restarts others."""
+    sup = tree.sup(ONE, [tree.w("s", shutdown=0.5), tree.w("b")])
+    kids = tree.kids(sup)
+    os.kill(kids["s"].pid, signal.SIGSTOP)
+    try:
+        t = time.monotonic()
+        assert tree.c.count_children(sup)["active"] == 2
+        tree.c.terminate_child(sup, "s")
+        assert 0.5 <= time.monotonic() - t < 5
+        wait_until(lambda: not alive(kids["s"].pid), 5, "the stopped child killed")
+        tree.c.restart_child(sup, "s")
+        assert alive(tree.kids(sup)["s"].pid) and alive(kids["b"].pid)
+    finally:
+        try:
+            os.kill(kids["s"].pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
 
 
 def test_brutal_kill_kills_without_running_terminate(tree):
