@@ -18,6 +18,13 @@ method, a body over :data:`SERVER_MAX_BODY`, a header block over
 here (:class:`CouchChannel`) answers those as CouchDB does, JSON
 ``{"error", "reason"}`` (:data:`WAITRESS_ERRORS`), and refuses at once a
 chunk that announces more than the cap (waitress would wait for it).
+
+Idle and slow clients cannot keep the others out (:mod:`actors.http.slow_clients`):
+``poll()`` rather than ``select()``, up to
+:data:`~actors.http.slow_clients.CONNECTION_LIMIT` connections (the soft
+``RLIMIT_NOFILE`` raised for them), a request head must be in within
+:data:`~actors.http.slow_clients.HEAD_TIMEOUT` seconds, and at the limit
+newcomers take the places of the connections that waited longest for one.
 """
 from __future__ import annotations
 
@@ -27,13 +34,13 @@ import logging
 import os
 import sys
 
-from waitress.channel import HTTPChannel
 from waitress.parser import HTTPRequestParser
 from waitress.receiver import ChunkedReceiver
 from waitress.server import BaseWSGIServer
 from waitress.task import ErrorTask
 from waitress.utilities import RequestEntityTooLarge
 
+from actors.http.slow_clients import SlowClientChannel, accept_in_batches, server_adjustments
 from supervision.gen_server import die_with_parent
 
 #: waitress's own cap (the app answers CouchDB's 413 below it).
@@ -84,8 +91,8 @@ class CouchRequestParser(HTTPRequestParser):
         return consumed
 
 
-class CouchChannel(HTTPChannel):
-    """waitress's connection, with CouchDB-shaped refusals."""
+class CouchChannel(SlowClientChannel):
+    """waitress's connection, with CouchDB-shaped refusals and a deadline for each request head."""
 
     error_task_class = CouchErrorTask
     parser_class = CouchRequestParser
@@ -93,12 +100,14 @@ class CouchChannel(HTTPChannel):
 
 def use_couch_channels(server: object) -> None:
     """Make every listening socket of a ``waitress.create_server`` result open
-    :class:`CouchChannel` connections (one socket, or several under a
-    ``MultiSocketServer`` when the host resolves to more than one address)."""
+    :class:`CouchChannel` connections, several at a turn of the loop (one socket,
+    or several under a ``MultiSocketServer`` when the host resolves to more than
+    one address)."""
     servers = [server] if isinstance(server, BaseWSGIServer) else list(server.map.values())
     for each in servers:
         if isinstance(each, BaseWSGIServer):
             each.channel_class = CouchChannel
+            accept_in_batches(each)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -137,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
         server = waitress.create_server(
             app, host=settings.get("bind_address", "127.0.0.1"), port=args.port, threads=THREADS,
             max_request_body_size=SERVER_MAX_BODY, max_request_header_size=MAX_HEADER,
-            clear_untrusted_proxy_headers=True, ident="CouchDB (otpjobs)")
+            clear_untrusted_proxy_headers=True, ident="CouchDB (otpjobs)", **server_adjustments())
         use_couch_channels(server)
     except Exception as exc:  # noqa: BLE001 - tell the actor why, in one line
         out.write(f"error {type(exc).__name__}: {exc}\n".replace("\n", " ").rstrip() + "\n")
