@@ -45,7 +45,7 @@ from urllib.parse import parse_qs, parse_qsl, unquote
 from supervision.exceptions import CallFailed, CallTimeout, NoProc, NodeDown
 from supervision.reports import report
 
-from actors.http import monitoring
+from actors.http import monitoring, queue_routes
 
 from actors.http import status_page
 from actors.http.auth import COOKIE_NAME, Auth
@@ -262,6 +262,10 @@ class App:
             return self.replicator_route(req, seg[1:])
         if head == "_node" and len(seg) >= 2 and seg[1] in ("_local", self.node):
             return self.node_route(req, seg[2:])
+        if head == "_jobs":
+            if req.method not in ("GET", "HEAD"):
+                raise not_allowed("GET,HEAD")
+            return queue_routes.jobs_route(req, seg[1:], self._store, HttpError)
         raise HttpError(404, "not_found", "missing")
 
     @staticmethod

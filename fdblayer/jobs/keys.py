@@ -58,6 +58,7 @@ ACTIVITY_TIMEOUT = 5
 ACTIVITY = 6
 WORK = 7
 SCHEDULES = 8
+COUNTS = 9
 
 JobType = Union[str, int, tuple]
 
@@ -237,6 +238,16 @@ class Layout:
     def schedule_key(self, job_type: JobType) -> bytes:
         """Return the key of ``job_type``'s periodic schedule."""
         return self._type_prefix(SCHEDULES, job_type)
+
+    # COUNTS (per type, kept by every transition: see ``counts``)
+
+    def count_key(self, job_type: JobType, name: str) -> bytes:
+        """Return the key of one of ``job_type``'s counters."""
+        return self._type_prefix(COUNTS, job_type) + pack_element(name)
+
+    def counts_prefix(self, job_type: JobType) -> bytes:
+        """Return the prefix of every counter of ``job_type``."""
+        return self._type_prefix(COUNTS, job_type)
 
 
 DEFAULT_LAYOUT = Layout()

@@ -37,12 +37,13 @@ from __future__ import annotations
 import logging
 import os
 import random
+import dataclasses
 from typing import Callable, Iterable, Optional
 
 import fdb.tuple
 
 from fdblayer.interface import Transaction, transactional
-from fdblayer.jobs import activity, pending, rows
+from fdblayer.jobs import activity, counts, pending, rows
 from fdblayer.jobs.codec import (
     PENDING_SEQ,
     JobValue,
@@ -122,6 +123,7 @@ def add(
     current = None if raw is None else rows.job_val_or_none(key, raw)
     if current is not None:
         return _resubmit(tr, layout, job_type, job_id, key, current, sched_time, data)
+    counts.bump(tr, layout, job_type, "jobs")
     return rows.maybe_enqueue(tr, layout, job_type, job_id, sched_time, True, data, key)
 
 
@@ -166,6 +168,7 @@ def add_many(
         else:
             _resubmit(tr, layout, job_type, job_id, key, current, sched_time, data)
     pending.enqueue_many(tr, layout, job_type, sched_time, created)
+    counts.bump(tr, layout, job_type, "jobs", len(created))
     return len(created)
 
 
@@ -184,10 +187,16 @@ def remove(tr: Transaction, layout: Layout, job_type: JobType, job_id: str) -> N
     current = rows.get_job_val(tr, key)
     if current is None:
         raise NotFound(_missing(job_type, job_id), job_type=job_type, job_id=job_id)
-    pending.remove(tr, layout, job_type, job_id, current.sched_time)
+    state = job_state(current.lock, current.seq)
+    if state is JobState.PENDING:
+        pending.remove(tr, layout, job_type, job_id, current.sched_time)
     rows.clear_activity(tr, layout, job_type, current.seq)
     tr.clear(key)
-    tr.clear(layout.work_key(job_type, job_id))  # the worker pools' record goes with the job
+    counts.bump(tr, layout, job_type, "jobs", -1)
+    work_key = layout.work_key(job_type, job_id)
+    if state is JobState.FINISHED and _failed(tr.get(work_key)):
+        counts.bump(tr, layout, job_type, "failed", -1)
+    tr.clear(work_key)  # the worker pools' record goes with the job
     rows.update_watch(tr, layout, job_type)
 
 
@@ -244,7 +253,7 @@ def get_jobs(
     prefix = layout.data_prefix(job_type)
     result: dict[str, StateAndData] = {}
     for key, raw in tr.get_range_startswith(prefix):
-        job_id = _job_id_or_none(key, prefix)
+        job_id = job_id_from_key(key, prefix)
         if job_id is None or (id_filter is not None and not id_filter(job_id)):
             continue
         value = rows.job_val_or_none(key, raw)
@@ -253,7 +262,7 @@ def get_jobs(
     return result
 
 
-def _job_id_or_none(key: bytes, prefix: bytes) -> Optional[str]:
+def job_id_from_key(key: bytes, prefix: bytes) -> Optional[str]:
     """The job id of a DATA key, or None (logged once) when the key does not decode."""
     try:
         (job_id,) = fdb.tuple.unpack(key, len(prefix))
@@ -453,6 +462,13 @@ def _missing(job_type: JobType, job_id: str) -> str:
     return f"job {job_id!r} of type {job_type!r} not found"
 
 
+def _failed(raw_work: Optional[bytes]) -> bool:
+    """True when a work record says the job failed for good."""
+    from fdblayer.jobs import work  # it imports this module
+
+    return raw_work is not None and work.WorkRecord.unpack(raw_work).outcome == work.FAILED
+
+
 def _job_info(job_type: JobType, job_id: str, value: JobValue) -> JobInfo:
     """A job's record; data that does not decode reads as None (logged once)."""
     try:
@@ -504,6 +520,12 @@ def _resubmit(
     new_data = current.data if data is None else data
     state = job_state(current.lock, current.seq)
     if state is JobState.FINISHED:
+        work_key = layout.work_key(job_type, job_id)
+        if _failed(tr.get(work_key)):  # no longer a failed (finished) job: its record says so too
+            from fdblayer.jobs import work  # it imports this module
+
+            counts.bump(tr, layout, job_type, "failed", -1)
+            tr.set(work_key, dataclasses.replace(work.WorkRecord.unpack(tr.get(work_key)), outcome=None).pack())
         return rows.maybe_enqueue(tr, layout, job_type, job_id, new_time, True, new_data, key)
     if state is JobState.PENDING:
         value = JobValue(PENDING_SEQ, None, new_time, False, new_data)

@@ -32,7 +32,7 @@ from typing import Optional
 import fdb.tuple
 
 from fdblayer.interface import Transaction
-from fdblayer.jobs import fasttuple
+from fdblayer.jobs import counts, fasttuple
 from fdblayer.jobs.codec import report_bad_row
 from fdblayer.jobs.keys import JobType, Layout
 from fdblayer.selectors import KeySelector
@@ -75,6 +75,7 @@ def enqueue(
     """
     tr.set(layout.pending_key(job_type, sched_time, job_id), b"")
     tr.add(layout.watches_pending_key(job_type), _ONE)
+    counts.bump(tr, layout, job_type, "pending")
 
 
 def enqueue_many(
@@ -86,13 +87,15 @@ def enqueue_many(
     for job_id in job_ids:
         tr.set(layout.pending_key(job_type, sched_time, job_id), b"")
     tr.add(layout.watches_pending_key(job_type), struct.pack("<q", len(job_ids)))
+    counts.bump(tr, layout, job_type, "pending", len(job_ids))
 
 
 def remove(
     tr: Transaction, layout: Layout, job_type: JobType, job_id: str, sched_time: int
 ) -> None:
-    """Take a job out of the pending queue (a no-op when it is not there)."""
+    """Take a pending job out of the pending queue (call it for a pending job only: its count drops)."""
     tr.clear(layout.pending_key(job_type, sched_time, job_id))
+    counts.bump(tr, layout, job_type, "pending", -1)
 
 
 def dequeue(
@@ -130,7 +133,10 @@ def dequeue(
         return None
     tr.add_read_conflict_key(key)
     tr.clear(key)
-    return _unpack_job_id(layout, job_type, key)
+    job_id = _unpack_job_id(layout, job_type, key)
+    if job_id is not None:  # a corrupt key was never counted
+        counts.bump(tr, layout, job_type, "pending", -1)
+    return job_id
 
 
 def _unpack_job_id(layout: Layout, job_type: JobType, key: bytes) -> Optional[str]:

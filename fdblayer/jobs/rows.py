@@ -15,7 +15,7 @@ import fdb.tuple
 
 from fdblayer.interface import Transaction
 from fdblayer.jobs.exceptions import CorruptValue, JobsError
-from fdblayer.jobs import pending
+from fdblayer.jobs import counts, pending
 from fdblayer.jobs.codec import (
     PENDING_SEQ,
     JobValue,
@@ -118,6 +118,7 @@ def update_activity(
     """Move the job's ACTIVITY row to this commit's versionstamp (with the
     same ``user_version`` as the job's seq)."""
     clear_activity(tr, layout, job_type, old_seq)
+    counts.bump(tr, layout, job_type, "running")
     tr.set_versionstamped_key(
         layout.activity_key_stamped(job_type, user_version), pack_activity_value(job_id, data)
     )
@@ -128,6 +129,7 @@ def clear_activity(tr: Transaction, layout: Layout, job_type: JobType, seq: Seq)
     """Clear a running job's ACTIVITY row (nothing for other states)."""
     if isinstance(seq, fdb.tuple.Versionstamp):
         tr.clear(layout.activity_key(job_type, seq))
+        counts.bump(tr, layout, job_type, "running", -1)
 
 
 def update_watch(tr: Transaction, layout: Layout, job_type: JobType) -> None:

@@ -45,7 +45,7 @@ import fdb.tuple
 import msgpack
 
 from fdblayer.interface import Transaction, strinc, transactional
-from fdblayer.jobs import fasttuple, pending, rows
+from fdblayer.jobs import counts, fasttuple, pending, rows
 from fdblayer.jobs.codec import JobValue, report_bad_row, running_seq, unpack_job_value
 from fdblayer.jobs.exceptions import EncodingError, Halt, NoTypeTimeout
 from fdblayer.jobs.job import Job, JobState, job_state
@@ -215,6 +215,7 @@ def claim(tr: Transaction, layout: Layout, job_type: JobType, now: float, limit:
         data_keys = [layout.data_key(job_type, i) for i in ids]
         work_keys = [layout.work_key(job_type, i) for i in ids]
         raws = tr.get_many(data_keys + work_keys)
+        counts.bump(tr, layout, job_type, "pending", -len(ids))
         for n, (key, job_id) in enumerate(zip(keys, ids)):
             tr.add_read_conflict_key(key)
             tr.clear(key)
@@ -223,6 +224,7 @@ def claim(tr: Transaction, layout: Layout, job_type: JobType, now: float, limit:
             (claimed if isinstance(got, Claimed) else exhausted).append(got)
         exhausted = [e for e in exhausted if e is not None]
         if exhausted:
+            counts.bump(tr, layout, job_type, "failed", len(exhausted))
             rows.update_watch(tr, layout, job_type)
     if found >= limit:
         return ClaimResult(claimed, exhausted, None, None)
@@ -305,6 +307,8 @@ def complete(tr: Transaction, layout: Layout, outcomes: list, now: float) -> lis
         else:
             rows.maybe_enqueue(tr, layout, job.type, job.id, current.sched_time, False, current.data, key)
             ok = outcome.kind == "ok"
+            if not ok:
+                counts.bump(tr, layout, job.type, "failed")
             tr.set(work_key, replace(record, outcome=SUCCEEDED if ok else FAILED, result=outcome.result if ok else None,
                                      error=None if ok else outcome.error, ended=now).pack())
     for job_type in stamped:
@@ -396,6 +400,22 @@ def read_many(tr: Transaction, layout: Layout, job_type: JobType, job_ids: list)
             continue
         value = unpack_job_value(raws[n])
         out.append((job_state(value.lock, value.seq), value.data, WorkRecord.unpack(raws[len(job_ids) + n], job_id)))
+    return out
+
+
+def read_many_tolerant(tr: Transaction, layout: Layout, job_type: JobType, job_ids: list) -> list:
+    """``(state, data bytes, record, scheduled time)`` of each job, None for
+    one that is missing or whose row is corrupt (logged once), in order."""
+    keys = [layout.data_key(job_type, i) for i in job_ids]
+    raws = tr.snapshot.get_many(keys + [layout.work_key(job_type, i) for i in job_ids])
+    out = []
+    for n, job_id in enumerate(job_ids):
+        value = None if raws[n] is None else rows.job_val_or_none(keys[n], raws[n])
+        if value is None:
+            out.append(None)
+            continue
+        record = WorkRecord.unpack(raws[len(job_ids) + n], job_id)
+        out.append((job_state(value.lock, value.seq), value.data, record, value.sched_time))
     return out
 
 

@@ -1,0 +1,81 @@
+"""``/_jobs``: the queue over HTTP (read-only views; the node's auth rules apply).
+
+* ``GET /_jobs``: ``{"types": [{"type", "timeout", "jobs", "pending",
+  "scheduled", "scheduled_capped", "running", "finished", "failed"}, ...]}``,
+  from the per-type counters (a few keys per type, whatever the queue's size).
+* ``GET /_jobs/{type}?state=&limit=&skip=``: ``{"total_rows", "offset",
+  "jobs": [...]}``; each job with ``id, state, scheduled_time, attempt,
+  max_attempts, outcome, progress, error, last_error, worker, started,
+  ended`` and its data cut to a preview (see ``fdblayer.jobs.overview``).
+* ``GET /_jobs/{type}/{id}``: one job whole, with its result.
+
+Errors are CouchDB-shaped: 400 ``bad_request`` for a bad parameter, 404
+``not_found`` for a type with no timeout or a job that does not exist.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, Mapping
+
+from fdblayer.jobs import activity, overview
+from fdblayer.jobs.keys import DEFAULT_LAYOUT
+
+__all__ = ["MAX_LIMIT", "DEFAULT_LIMIT", "jobs_route"]
+
+#: Jobs a page shows at most, and by default.
+MAX_LIMIT = 1000
+DEFAULT_LIMIT = 100
+
+
+def jobs_route(req: Any, seg: list[str], store: Callable[[], Any], error: Callable[..., Exception]) -> tuple[int, Any]:
+    """Answer a GET or HEAD under ``/_jobs`` (``seg``: the path after it).
+
+    ``store()`` opens the node's store; ``error(status, name, reason)`` makes
+    the HTTP error to raise.
+    """
+    db = store()
+    now = time.time()
+    if not seg:
+        return 200, {"types": [_jsonable_type(t) for t in overview.types_overview(db, DEFAULT_LAYOUT, now)]}
+    job_type = seg[0]
+    if not job_type or activity.get_type_timeout(db, DEFAULT_LAYOUT, job_type) is None:
+        raise error(404, "not_found", f"no job type {job_type!r} (a type has an activity timeout)")
+    if len(seg) == 1:
+        state, limit, skip = _page_params(req.query, error)
+        total, page = overview.list_jobs(db, DEFAULT_LAYOUT, job_type, state, limit, skip, now)
+        return 200, {"total_rows": total, "offset": skip, "jobs": page}
+    if len(seg) == 2:
+        view = overview.job_view(db, DEFAULT_LAYOUT, job_type, seg[1])
+        if view is None:
+            raise error(404, "not_found", f"no job {seg[1]!r} of type {job_type!r}")
+        return 200, view
+    raise error(404, "not_found", "missing")
+
+
+def _page_params(query: Mapping[str, list[str]], error: Callable[..., Exception]) -> tuple[Any, int, int]:
+    state = query.get("state", [None])[-1]
+    if state is not None and state not in overview.STATES:
+        raise error(400, "bad_request", f"state must be one of {', '.join(overview.STATES)}, not {state[:40]!r}")
+    limit = _int(query, "limit", DEFAULT_LIMIT, MAX_LIMIT, error)
+    skip = _int(query, "skip", 0, 10**9, error)
+    return state, limit, skip
+
+
+def _int(query: Mapping[str, list[str]], name: str, default: int, top: int, error: Callable[..., Exception]) -> int:
+    values = query.get(name)
+    if not values:
+        return default
+    raw = values[-1]
+    try:
+        value = int(raw)
+    except ValueError:
+        raise error(400, "bad_request", f"{name} must be an integer, not {raw[:40]!r}") from None
+    if not 0 <= value <= top:
+        raise error(400, "bad_request", f"{name} must be between 0 and {top}, not {value}")
+    return value
+
+
+def _jsonable_type(entry: dict) -> dict:
+    """A type (a str, or a tuple from the Python API) as JSON shows it."""
+    job_type = entry["type"]
+    return dict(entry, type=job_type if isinstance(job_type, (str, int)) else list(job_type))

@@ -1,0 +1,96 @@
+"""Per-type job counts, kept by every transition so that reading them costs
+a few keys whatever the queue's size.
+
+Data model (beside the couch_jobs rows)::
+
+    (JOBS, COUNTS, type, "jobs")     = int64 LE   jobs of the type (any state)
+    (JOBS, COUNTS, type, "pending")  = int64 LE   rows in its PENDING index
+    (JOBS, COUNTS, type, "running")  = int64 LE   rows in its ACTIVITY index
+    (JOBS, COUNTS, type, "failed")   = int64 LE   finished jobs whose worker-pool
+                                                  outcome is ``failed``
+    (JOBS, COUNTS, type, "counted")  = b"1"       the counters above are exact
+
+Principle: the rows that change a state bump its counter with an atomic
+add in the same transaction (FoundationDB: a conflict-free mutation;
+SQLite: coalesced per transaction), so a counter is exact whenever the
+``counted`` mark is there. A store written before the counters existed
+(or repaired by hand) has no mark: the first :func:`read` counts the rows
+once, in its own transaction, and sets the mark. ``finished`` is ``jobs -
+pending - running``; ``scheduled`` (pending, not yet due) is counted from
+the pending index, which is ordered by time, up to :data:`SCHEDULED_CAP`.
+"""
+from __future__ import annotations
+
+import struct
+from typing import Optional
+
+from fdblayer.interface import Transaction, strinc, transactional
+from fdblayer.jobs.job import JobState
+from fdblayer.jobs.keys import JobType, Layout
+
+__all__ = ["FIELDS", "SCHEDULED_CAP", "bump", "read", "recount", "tally"]
+
+#: The counters a type keeps.
+FIELDS = ("jobs", "pending", "running", "failed")
+#: At most this many not-yet-due jobs are counted (``scheduled_capped`` says when there are more).
+SCHEDULED_CAP = 10_000
+_MARK = "counted"
+_PACK = struct.Struct("<q")
+
+
+def bump(tr: Transaction, layout: Layout, job_type: JobType, name: str, n: int = 1) -> None:
+    """Add ``n`` (may be negative) to one of the type's counters."""
+    if n:
+        tr.add(layout.count_key(job_type, name), _PACK.pack(n))
+
+
+@transactional
+def read(tr: Transaction, layout: Layout, job_type: JobType, now: float) -> dict:
+    """The type's counts: ``jobs, pending, scheduled, running, finished,
+    failed`` and ``scheduled_capped`` (True when more than
+    :data:`SCHEDULED_CAP` jobs are not yet due).
+
+    Counts the rows once first when the type was never counted.
+    """
+    if tr.snapshot.get(layout.count_key(job_type, _MARK)) is None:
+        values = recount(tr, layout, job_type)
+    else:
+        raws = tr.snapshot.get_many([layout.count_key(job_type, name) for name in FIELDS])
+        values = {name: _unpack(raw) for name, raw in zip(FIELDS, raws)}
+    prefix = layout.pending_prefix(job_type)
+    future = tr.snapshot.get_range(layout.pending_end(job_type, int(now)), strinc(prefix),
+                                   limit=SCHEDULED_CAP + 1)
+    return {"jobs": values["jobs"], "pending": values["pending"],
+            "scheduled": min(len(future), SCHEDULED_CAP), "scheduled_capped": len(future) > SCHEDULED_CAP,
+            "running": values["running"],
+            "finished": max(0, values["jobs"] - values["pending"] - values["running"]),
+            "failed": values["failed"]}
+
+
+def recount(tr: Transaction, layout: Layout, job_type: JobType) -> dict:
+    """Count the type's rows and set its counters (and mark) to the result."""
+    values = tally(tr, layout, job_type)
+    for name, value in values.items():
+        tr.set(layout.count_key(job_type, name), _PACK.pack(value))
+    tr.set(layout.count_key(job_type, _MARK), b"1")
+    return values
+
+
+def tally(tr: Transaction, layout: Layout, job_type: JobType) -> dict:
+    """What the counters should say, from the rows themselves (reads every job)."""
+    from fdblayer.jobs import model, work  # they import this module
+
+    jobs = model.get_jobs(tr, layout, job_type)
+    pending = sum(1 for _, state, _ in jobs.values() if state is JobState.PENDING)
+    running = sum(1 for _, state, _ in jobs.values() if state is JobState.RUNNING)
+    finished = [job_id for job_id, (_, state, _) in jobs.items() if state is JobState.FINISHED]
+    failed = sum(1 for entry in work.read_many(tr, layout, job_type, finished)
+                 if entry is not None and entry[2].outcome == work.FAILED)
+    return {"jobs": len(jobs), "pending": pending, "running": running, "failed": failed}
+
+
+def _unpack(raw: Optional[bytes]) -> int:
+    """A stored counter; a missing or malformed one reads as 0."""
+    if raw is None or len(raw) != 8:
+        return 0
+    return max(0, _PACK.unpack(raw)[0])

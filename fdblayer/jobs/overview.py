@@ -1,0 +1,127 @@
+"""What the monitoring views read of the queue: per-type counts, pages of
+jobs by state, one job whole. Read-only, snapshot reads.
+
+Principle: a page costs the rows it shows, not the queue's size, where an
+index allows it: the counts come from ``counts``; pending jobs are read in
+due order from the PENDING index, running ones from the ACTIVITY index
+(least recently active first), all jobs in id order from the DATA rows.
+Finished and failed jobs have no index of their own: their pages scan the
+DATA rows in id order, at most :data:`MAX_SCAN` of them per page.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any, Optional
+
+from fdblayer.interface import Transaction, strinc, transactional
+from fdblayer.jobs import activity, counts, model, pending, rows, work
+from fdblayer.jobs.codec import decode_data, unpack_activity_value_or_none
+from fdblayer.jobs.exceptions import CorruptValue
+from fdblayer.jobs.job import JobState, job_state
+from fdblayer.jobs.keys import JobType, Layout
+
+__all__ = ["STATES", "MAX_SCAN", "DATA_PREVIEW", "types_overview", "list_jobs", "job_view"]
+
+#: The states a page may be asked for (``failed``: finished with a failed outcome).
+STATES = ("pending", "running", "finished", "failed")
+#: Rows a page of finished or failed jobs reads at most.
+MAX_SCAN = 20_000
+#: Characters of a job's data (as JSON) shown in a page; ``job_view`` shows it whole.
+DATA_PREVIEW = 200
+
+
+@transactional
+def types_overview(tr: Transaction, layout: Layout, now: float) -> list[dict]:
+    """Every type with its activity timeout and counts, in key order."""
+    out = []
+    for job_type in activity.get_types(tr, layout):
+        entry = {"type": job_type, "timeout": activity.read_type_timeout(tr, layout, job_type)}
+        entry.update(counts.read(tr, layout, job_type, now))
+        out.append(entry)
+    return out
+
+
+@transactional
+def list_jobs(tr: Transaction, layout: Layout, job_type: JobType, state: Optional[str], limit: int, skip: int,
+              now: float) -> tuple[int, list[dict]]:
+    """``(total, page)``: the type's jobs in ``state`` (None: all), ``skip`` then ``limit``.
+
+    Pending jobs come in due order, running ones least recently active
+    first, the others in id order.
+    """
+    tally = counts.read(tr, layout, job_type, now)
+    if state == "pending":
+        prefix = layout.pending_prefix(job_type)
+        keys = tr.snapshot.get_range(prefix, strinc(prefix), limit=skip + limit)[skip:]
+        ids = [i for i in (_pending_id(kv.key, len(prefix)) for kv in keys) if i is not None]
+        return tally["pending"], _views(tr, layout, job_type, ids)
+    if state == "running":
+        prefix = layout.activity_prefix(job_type)
+        found = tr.snapshot.get_range(prefix, strinc(prefix), limit=skip + limit)[skip:]
+        ids = [row[0] for row in (unpack_activity_value_or_none(kv.key, kv.value) for kv in found) if row]
+        return tally["running"], _views(tr, layout, job_type, ids)
+    if state is None:
+        prefix = layout.data_prefix(job_type)
+        found = tr.snapshot.get_range(prefix, strinc(prefix), limit=skip + limit)[skip:]
+        ids = [i for i in (_data_id(kv.key, len(prefix)) for kv in found) if i is not None]
+        return tally["jobs"], _views(tr, layout, job_type, ids)
+    wanted = tally["failed"] if state == "failed" else tally["finished"]
+    return wanted, _scan_finished(tr, layout, job_type, state == "failed", limit, skip)
+
+
+def _scan_finished(tr: Transaction, layout: Layout, job_type: JobType, failed_only: bool, limit: int,
+                   skip: int) -> list[dict]:
+    prefix = layout.data_prefix(job_type)
+    ids = []
+    for kv in tr.snapshot.get_range(prefix, strinc(prefix), limit=MAX_SCAN):
+        value = rows.job_val_or_none(kv.key, kv.value)
+        job_id = _data_id(kv.key, len(prefix))
+        if value is not None and job_id is not None and job_state(value.lock, value.seq) is JobState.FINISHED:
+            ids.append(job_id)
+    views = [v for v in _views(tr, layout, job_type, ids) if not failed_only or v["outcome"] == work.FAILED]
+    return views[skip:skip + limit]
+
+
+@transactional
+def job_view(tr: Transaction, layout: Layout, job_type: JobType, job_id: str) -> Optional[dict]:
+    """One job whole (its data and result too), or None when it does not exist."""
+    views = _views(tr, layout, job_type, [job_id], preview=False)
+    return views[0] if views else None
+
+
+def _views(tr: Transaction, layout: Layout, job_type: JobType, ids: list[str], preview: bool = True) -> list[dict]:
+    """The views of the jobs that exist among ``ids``, in order."""
+    out = []
+    for job_id, entry in zip(ids, work.read_many_tolerant(tr, layout, job_type, ids)):
+        if entry is None:
+            continue
+        state, raw_data, record, sched_time = entry
+        view = {"id": job_id, "state": state.value, "scheduled_time": sched_time,
+                "attempt": record.attempt, "max_attempts": record.max_attempts, "outcome": record.outcome,
+                "progress": record.progress, "error": record.error if record.outcome == work.FAILED else None,
+                "last_error": record.error, "worker": record.worker, "started": record.started,
+                "ended": record.ended, "data": _data(raw_data, preview)}
+        if not preview:
+            view["result"] = _data(record.result, False) if record.result is not None else None
+        out.append(view)
+    return out
+
+
+def _data(raw: bytes, preview: bool) -> Any:
+    """Decoded data; in a page, cut to :data:`DATA_PREVIEW` characters of JSON (then a string)."""
+    try:
+        value = decode_data(raw)
+    except CorruptValue:
+        return None
+    if not preview:
+        return value
+    text = json.dumps(value, separators=(",", ":"), default=str)
+    return value if len(text) <= DATA_PREVIEW else text[:DATA_PREVIEW] + "..."
+
+
+def _pending_id(key: bytes, prefix_len: int) -> Optional[str]:
+    return pending.unpack_pending_key(key, prefix_len)[1]
+
+
+def _data_id(key: bytes, prefix_len: int) -> Optional[str]:
+    return model.job_id_from_key(key, key[:prefix_len])

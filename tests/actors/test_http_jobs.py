@@ -1,0 +1,125 @@
+"""``/_jobs`` on a real node: per-type counts, pages by state, one job whole,
+and clear errors for bad parameters, unknown types and jobs."""
+from __future__ import annotations
+
+import time
+import urllib.parse
+
+import pytest
+
+import fdblayer
+from actors import jobs
+from actors.node.config import Config
+from fdblayer.jobs import work
+from fdblayer.jobs.keys import DEFAULT_LAYOUT as L
+
+from .http_fixtures import HttpNode
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture(scope="module")
+def n(tmp_path_factory):
+    config = Config()
+    config.set("node", "store", f"sqlite:///{tmp_path_factory.mktemp('httpjobs')}/store.db")
+    node = HttpNode(config)
+    try:
+        db = fdblayer.open(config.get("node", "store"))
+        try:
+            yield node, db
+        finally:
+            db.close()
+    finally:
+        node.stop()
+
+
+@pytest.fixture(scope="module")
+def filled(n):
+    """Type ``mail``: 3 due, 2 delayed, 1 running, 1 succeeded, 1 failed (through the pools'
+    transitions); type ``empty`` with no job."""
+    node, db = n
+    jobs.set_type_timeout(db, "mail", 30)
+    jobs.set_type_timeout(db, "empty", 5)
+    for i in range(3):
+        jobs.enqueue(db, "mail", {"to": f"due{i}", "body": "x" * 500}, id=f"due{i}")
+    for i in range(2):
+        jobs.enqueue(db, "mail", {"to": f"later{i}"}, id=f"later{i}", delay=3600)
+    for i, kind in enumerate(["ok", "fail", None]):
+        jobs.enqueue(db, "mail", {"to": f"w{i}"}, id=f"w{i}", max_attempts=1)
+    claimed = {c.job.id: c for c in work.claim(db, L, "mail", time.time(), 10, "host-a", 3).claimed}
+    ends = [work.Outcome(claimed[i].job, "ok", b"\xa2ok") for i in claimed if i.startswith("due")]
+    ends += [work.Outcome(claimed["w0"].job, "ok", b"\x01"),
+             work.Outcome(claimed["w1"].job, "fail", None, {"type": "ValueError", "message": "bad", "traceback": ""})]
+    work.complete(db, L, ends, time.time())
+    return node, db
+
+
+def get(node, path: str, status: int = 200):
+    reply = node.request("GET", path)
+    assert reply.status == status, (reply.status, reply.json())
+    return reply.json()
+
+
+def test_the_types_with_their_counts(filled):
+    node, _ = filled
+    types = {t["type"]: t for t in get(node, "/_jobs")["types"]}
+    mail = types["mail"]
+    assert (mail["jobs"], mail["pending"], mail["scheduled"], mail["running"], mail["finished"], mail["failed"]) \
+        == (8, 2, 2, 1, 5, 1)
+    assert mail["timeout"] == 30 and types["empty"]["jobs"] == 0
+
+
+def test_pages_by_state(filled):
+    node, _ = filled
+    running = get(node, "/_jobs/mail?state=running")
+    assert running["total_rows"] == 1 and [j["id"] for j in running["jobs"]] == ["w2"]
+    assert running["jobs"][0]["worker"] == "host-a" and running["jobs"][0]["attempt"] == 1
+    failed = get(node, "/_jobs/mail?state=failed")
+    assert [j["id"] for j in failed["jobs"]] == ["w1"] and failed["jobs"][0]["error"]["message"] == "bad"
+    pending = get(node, "/_jobs/mail?state=pending")
+    assert [j["id"] for j in pending["jobs"]] == ["later0", "later1"]  # in due order
+    page = get(node, "/_jobs/mail?limit=3&skip=2")
+    assert page["total_rows"] == 8 and page["offset"] == 2 and len(page["jobs"]) == 3
+    finished = get(node, "/_jobs/mail?state=finished&limit=10")
+    assert {j["id"] for j in finished["jobs"]} == {"due0", "due1", "due2", "w0", "w1"}
+    assert all(isinstance(j["data"], str) and j["data"].endswith("...") for j in finished["jobs"]
+               if j["id"].startswith("due")), "long data is cut in a page"
+
+
+def test_one_job_whole(filled):
+    node, _ = filled
+    job = get(node, "/_jobs/mail/due1")
+    assert job["data"] == {"to": "due1", "body": "x" * 500} and job["outcome"] == "succeeded"
+    assert job["result"] == "ok"
+
+
+@pytest.mark.parametrize("path,status,words", [
+    ("/_jobs/nosuchtype", 404, "no job type"),
+    ("/_jobs/mail/nosuchjob", 404, "no job"),
+    ("/_jobs/mail?state=sleeping", 400, "state must be one of"),
+    ("/_jobs/mail?limit=-1", 400, "limit must be between"),
+    ("/_jobs/mail?limit=5000", 400, "limit must be between"),
+    ("/_jobs/mail?skip=x", 400, "skip must be an integer"),
+    ("/_jobs/mail/due0/extra", 404, "missing"),
+])
+def test_bad_requests_say_what_is_wrong(filled, path, status, words):
+    node, _ = filled
+    body = get(node, path, status)
+    assert words in body["reason"] and body["error"] in ("not_found", "bad_request")
+
+
+def test_only_reads(filled):
+    node, _ = filled
+    before = get(node, "/_jobs/mail?limit=1000")
+    for method in ("POST", "PUT", "DELETE"):
+        reply = node.request(method, "/_jobs/mail", {"x": 1})
+        assert reply.status == 405 and reply.json()["error"] == "method_not_allowed"
+    assert get(node, "/_jobs/mail?limit=1000") == before
+
+
+def test_a_type_name_is_a_path_segment(filled):
+    node, db = filled
+    jobs.set_type_timeout(db, "a/b c", 10)
+    jobs.enqueue(db, "a/b c", {}, id="one")
+    quoted = urllib.parse.quote("a/b c", safe="")
+    assert [j["id"] for j in get(node, f"/_jobs/{quoted}")["jobs"]] == ["one"]

@@ -1,0 +1,111 @@
+"""Per-type counts stay exact through every transition: after each of a
+long random run of operations (the couch_jobs API, the worker pools' batch
+transitions, re-enqueues of silent jobs) the counters read what counting
+the rows says. A real SQLite store; the clock is the store's, no sleep."""
+from __future__ import annotations
+
+import random
+import time
+
+import pytest
+
+import fdblayer
+from fdblayer.jobs import activity, api, counts, work
+from fdblayer.jobs.codec import encode_data
+from fdblayer.jobs.exceptions import Halt, NotFound
+from fdblayer.jobs.keys import DEFAULT_LAYOUT as L
+
+T = "counted"
+
+
+@pytest.fixture
+def db(tmp_path):
+    database = fdblayer.open(f"sqlite:///{tmp_path / 'store.db'}?synchronous=NORMAL")
+    api.set_type_timeout(database, T, 30)
+    yield database
+    database.close()
+
+
+def _check(db) -> None:
+    tr = db.create_transaction()
+    expected = counts.tally(tr, L, T)
+    tr.cancel()
+    got = counts.read(db, L, T, time.time())
+    assert {k: got[k] for k in expected} == expected
+    assert got["finished"] == expected["jobs"] - expected["pending"] - expected["running"]
+
+
+def _ids(rng: random.Random) -> str:
+    return f"j{rng.randrange(12)}"
+
+
+@pytest.mark.parametrize("seed", [1234, 7, 99])
+def test_counts_match_the_rows_after_every_operation(db, seed):
+    rng = random.Random(seed)
+    held: list = []  # jobs accepted through the couch_jobs API
+    claimed: list = []  # jobs claimed by the worker pools' batch transition
+    _check(db)  # the first read counts and marks
+    for _ in range(600):
+        op = rng.choice(["add", "add_later", "add_many", "remove", "accept", "finish", "update", "resubmit",
+                         "enqueue", "claim", "complete", "release", "reenqueue"])
+        try:
+            if op == "add":
+                api.add(db, T, _ids(rng), {"n": 1})
+            elif op == "add_later":
+                api.add(db, T, _ids(rng), {}, scheduled_time=int(time.time()) + 3600)
+            elif op == "add_many":
+                api.add_many(db, T, [(f"m{n}", {}) for n in rng.sample(range(6), 3)])
+            elif op == "remove":
+                api.remove(db, T, _ids(rng))
+            elif op == "accept":
+                held.append(api.accept(db, T, timeout=0)[0])
+            elif op == "finish" and held:
+                api.finish(db, held.pop(rng.randrange(len(held))))
+            elif op == "update" and held:
+                i = rng.randrange(len(held))
+                held[i] = api.update(db, held[i], {"u": 1})
+            elif op == "resubmit" and held:
+                i = rng.randrange(len(held))
+                held[i] = api.resubmit(db, held[i])
+            elif op == "enqueue":
+                work.enqueue(db, L, T, f"w{rng.randrange(6)}", encode_data({}), 0, 2)
+            elif op == "claim":
+                claimed += work.claim(db, L, T, time.time(), rng.randrange(1, 4), "host", 2).claimed
+            elif op == "complete" and claimed:
+                done = [claimed.pop(rng.randrange(len(claimed))) for _ in range(min(len(claimed), 2))]
+                kinds = [rng.choice(["ok", "retry", "fail"]) for _ in done]
+                work.complete(db, L, [work.Outcome(c.job, k, b"\x01" if k == "ok" else None,
+                                                   None if k == "ok" else {"type": "E"}, 0)
+                                      for c, k in zip(done, kinds)], time.time())
+            elif op == "release" and claimed:
+                work.release(db, L, [claimed.pop().job])
+            elif op == "reenqueue":
+                running = activity.get_inactive_since(db, L, T, activity.get_activity_vs(db, L, T)) \
+                    if activity.get_activity_vs(db, L, T) is not None else []
+                activity.re_enqueue_inactive(db, L, T, running[:2])
+        except (NotFound, Halt):
+            pass  # a removed or taken-over job: the op changes nothing
+        _check(db)
+
+
+def test_a_store_without_counters_is_counted_once_on_first_read(db):
+    for n in range(5):
+        api.add(db, T, f"old{n}", {})
+    api.accept(db, T, timeout=0)
+    tr = db.create_transaction()
+    tr.clear_range_startswith(L.counts_prefix(T))  # as a store written before the counters
+    tr.commit()
+    got = counts.read(db, L, T, time.time())
+    assert (got["jobs"], got["pending"], got["running"], got["finished"]) == (5, 4, 1, 0)
+    api.add(db, T, "new", {})
+    assert counts.read(db, L, T, time.time())["pending"] == 5
+
+
+def test_scheduled_counts_the_jobs_not_yet_due(db):
+    now = int(time.time())
+    api.add(db, T, "due", {})
+    for n in range(3):
+        api.add(db, T, f"later{n}", {}, scheduled_time=now + 100 + n)
+    got = counts.read(db, L, T, now)
+    assert (got["pending"], got["scheduled"], got["scheduled_capped"]) == (4, 3, False)
+    assert counts.read(db, L, T, now + 101)["scheduled"] == 1
