@@ -57,9 +57,22 @@ CALL_TIMEOUT = 10.0
 #: handlers' measured run time: enough for about PREFETCH_SECONDS of work, so quick
 #: jobs go in batches and a long job never holds others back (then it is 1).
 MAX_PREFETCH = 32
-PREFETCH_SECONDS = 0.02
+PREFETCH_SECONDS = 0.1
+#: Handlers that run this long (seconds, moving mean) get one job per worker at a time.
+LONG_RUN = 0.5
 #: Seconds before a step that failed on a store error runs again.
 STEP_RETRY = 0.5
+
+
+def prefetch_for(run_seconds: float) -> int:
+    """Jobs a worker holds, for handlers that take ``run_seconds`` (a moving
+    mean): about :data:`PREFETCH_SECONDS` of work, at least two (one runs,
+    the next waits in the worker, so the worker never waits for a message)
+    unless jobs are long (:data:`LONG_RUN`), then one (a long job never
+    waits behind another in one worker while others could take it)."""
+    if run_seconds >= LONG_RUN:
+        return 1
+    return max(2, min(MAX_PREFETCH, int(PREFETCH_SECONDS / max(run_seconds, 1e-6))))
 
 
 def retry_delay(attempt: int, base: float, cap: float, rng: random.Random | None = None) -> float:
@@ -219,7 +232,7 @@ class Dispatcher(GenServer):
             if running is not None:
                 self.run_seconds = 0.8 * self.run_seconds + 0.2 * max(0.0, done.seconds)
                 self._end_attempt(running, done.error, done.result)
-        self.prefetch = max(1, min(MAX_PREFETCH, int(PREFETCH_SECONDS / max(self.run_seconds, 1e-6))))
+        self.prefetch = prefetch_for(self.run_seconds)
         self.inflight[msg.worker] = [r for r in runs if r.token in by_token]
         self._hand_out(idle_only=True)  # an idle worker need not wait for the step; others get it whole
         self._kick()
@@ -515,6 +528,8 @@ class Dispatcher(GenServer):
         self.drain_from = None
 
     def terminate(self, reason: Any) -> None:
+        for _, ref in self.workers.items():  # the pool need not tell a gone dispatcher of its workers' ends
+            self.demonitor(ref)
         for slot in self.types.values():
             if slot.watch is not None:
                 slot.watch.cancel()

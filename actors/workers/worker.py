@@ -36,7 +36,10 @@ log = logging.getLogger(__name__)
 #: A worker with more jobs queued reports ended runs once this many ended, or
 #: the oldest unreported one ended this many seconds ago (an idle one at once).
 REPORT_BATCH = 16
-REPORT_DELAY = 0.01
+REPORT_DELAY = 0.05
+#: Report at once when this few jobs are left queued: the refill is on its
+#: way while the last one runs, so a worker seldom waits for work.
+REPORT_LOW = 1
 
 
 class Worker(GenServer):
@@ -109,8 +112,8 @@ class Worker(GenServer):
                 if not self.ended:
                     self.ended_since = time.monotonic()
                 self.ended.append(done)
-                # Report at once when idle next; else let a few quick runs share one report.
-                report = not self.queue or len(self.ended) >= REPORT_BATCH or \
+                # Report at once when about to run dry; else let a few quick runs share one report.
+                report = len(self.queue) <= REPORT_LOW or len(self.ended) >= REPORT_BATCH or \
                     time.monotonic() - self.ended_since >= REPORT_DELAY
             if report:
                 self.waker.wake()

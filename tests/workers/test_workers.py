@@ -61,6 +61,14 @@ def test_a_retry_can_succeed_and_max_attempts_is_per_job(hosts, db):
     assert jobs.result(db, "flaky", job_id, timeout=30) == {"attempt": 2}
 
 
+def test_prefetch_follows_the_run_time():
+    from actors.workers.dispatcher import MAX_PREFETCH, prefetch_for
+    assert prefetch_for(0.00001) == MAX_PREFETCH, "quick jobs go in batches"
+    assert prefetch_for(0.01) == 10, "about 0.1 s of work"
+    assert prefetch_for(0.2) == 2, "one runs, the next waits in the worker"
+    assert prefetch_for(0.5) == prefetch_for(3600) == 1, "a long job never waits behind another"
+
+
 def test_backoff_grows_exponentially_with_jitter_and_a_cap():
     import random
 
