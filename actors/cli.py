@@ -70,6 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
     rm.add_argument("type")
     rm.add_argument("job_id")
     _store_arg(rm)
+    _store_arg(jobs.add_parser("stats", help="per type: timeout and counts of each state (as GET /_jobs)"))
     watch = jobs.add_parser("watch", help="print a job's state changes until it finishes")
     watch.add_argument("type")
     watch.add_argument("job_id")
@@ -247,9 +248,12 @@ def cmd_jobs_remove(args: argparse.Namespace) -> int:
 def cmd_jobs_watch(args: argparse.Namespace) -> int:
     from fdblayer import jobs
 
+    from fdblayer.jobs.validate import check_timeout
+
+    timeout = check_timeout(args.timeout, "--timeout")  # nan, negative: refused; a timeout of years: forever
     db = _db(args)
     job_type = _job_type(args.type)
-    deadline = None if args.timeout is None else time.monotonic() + args.timeout
+    deadline = None if timeout is None else time.monotonic() + timeout
     last = None
     while True:
         state = jobs.get_job_state(db, job_type, args.job_id)
@@ -289,6 +293,16 @@ def cmd_types_clear_timeout(args: argparse.Namespace) -> int:
 
     jobs.clear_type_timeout(_db(args), _job_type(args.type))
     print(f"type {args.type}: timeout cleared")
+    return 0
+
+
+def cmd_jobs_stats(args: argparse.Namespace) -> int:
+    """One JSON line per type: its timeout and counts (what ``GET /_jobs`` shows)."""
+    from fdblayer.jobs import overview
+    from fdblayer.jobs.keys import DEFAULT_LAYOUT
+
+    for entry in overview.types_overview(_db(args), DEFAULT_LAYOUT, time.time()):
+        print(json.dumps(entry, default=list))
     return 0
 
 
@@ -345,7 +359,7 @@ COMMANDS: dict[tuple[str, str], Callable[[argparse.Namespace], int]] = {
     ("worker", "run"): cmd_worker,
     ("node", "start"): cmd_node_start, ("node", "stop"): cmd_node_stop, ("node", "status"): cmd_node_status,
     ("jobs", "add"): cmd_jobs_add, ("jobs", "list"): cmd_jobs_list, ("jobs", "remove"): cmd_jobs_remove,
-    ("jobs", "watch"): cmd_jobs_watch,
+    ("jobs", "watch"): cmd_jobs_watch, ("jobs", "stats"): cmd_jobs_stats,
     ("types", "set-timeout"): cmd_types_set_timeout, ("types", "clear-timeout"): cmd_types_clear_timeout,
     ("types", "list"): cmd_types_list,
     ("docs", "add"): cmd_docs_add, ("docs", "get"): cmd_docs_get, ("docs", "remove"): cmd_docs_remove,

@@ -369,6 +369,8 @@ def accept(
         InvalidArgument: A bad argument, or ``no_schedule`` with a
             ``max_sched_time``.
         NotFound: No job came before the timeout.
+        NoTypeTimeout: ``type`` has no type timeout (no job can be added,
+            so none is waited for).
     """
     return accept_job(
         db,
@@ -438,6 +440,8 @@ def _try_accept(
     found = model.accept(tr, layout, job_type, max_sched_time, no_schedule, rng)
     if found is not None:
         return found, None
+    if activity.read_type_timeout(tr, layout, job_type) is None:  # nothing can ever be added: do not wait
+        raise NoTypeTimeout(f"job type {job_type!r} has no type timeout; set one first", job_type=job_type)
     return None, pending.watch_pending(tr, layout, job_type)
 
 

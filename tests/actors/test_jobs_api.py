@@ -183,7 +183,7 @@ def test_unknown_type_and_job(q, store):
     unchanged(db, lambda: jobs.subscribe(db, T, "missing", node=q.port), jobs.NotFound)
     unchanged(db, lambda: jobs.remove(db, T, "missing"), jobs.NotFound)
     unchanged(db, lambda: jobs.get_job_state(db, T, "missing"), jobs.NotFound)
-    unchanged(db, lambda: jobs.accept(db, "nope", timeout=0), jobs.NotFound)
+    unchanged(db, lambda: jobs.accept(db, "nope", timeout=0), jobs.NoTypeTimeout)  # as add: at once, never a wait
     assert jobs.get_type_timeout(db, "nope") is None
 
 

@@ -1,0 +1,82 @@
+"""The ``otpjobs jobs`` commands a new user hits first (no node needed:
+they read and write the store): ``stats`` and the bounds of ``watch
+--timeout``; and ``accept`` on an undeclared type fails at once."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import fdblayer
+from actors import jobs
+from fdblayer.jobs.exceptions import NoTypeTimeout
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def store(tmp_path):
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    db = fdblayer.open(url)
+    yield url, db
+    db.close()
+
+
+def cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "actors", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=timeout, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+
+
+def test_jobs_stats_prints_the_counts_of_each_type(store):
+    url, db = store
+    jobs.set_type_timeout(db, "mail", 30)
+    for i in range(3):
+        jobs.enqueue(db, "mail", {}, id=f"m{i}")
+    jobs.enqueue(db, "mail", {}, id="later", delay=3600)
+    jobs.accept(db, "mail", timeout=0)
+    out = cli("jobs", "stats", "--store", url)
+    assert out.returncode == 0, out.stderr
+    [line] = [json.loads(x) for x in out.stdout.splitlines()]
+    assert line["type"] == "mail" and (line["pending"], line["scheduled"], line["running"]) == (3, 1, 1)
+
+
+@pytest.mark.parametrize("bad", ["nan", "-1", "inf"])
+def test_watch_refuses_a_timeout_it_cannot_wait(store, bad):
+    url, db = store
+    jobs.set_type_timeout(db, "t", 30)
+    jobs.add(db, "t", "j", {})
+    started = time.monotonic()
+    out = cli("jobs", "watch", "t", "j", "--timeout", bad, "--store", url, timeout=30)
+    assert out.returncode == 2 and "--timeout must be finite and >= 0" in out.stderr, out.stderr
+    assert "Traceback" not in out.stderr and time.monotonic() - started < 30
+
+
+def test_watch_with_a_timeout_of_years_waits_and_prints(store):
+    url, db = store
+    jobs.set_type_timeout(db, "t", 30)
+    jobs.add(db, "t", "j", {})
+    proc = subprocess.Popen([sys.executable, "-m", "actors", "jobs", "watch", "t", "j", "--timeout", "1e12",
+                             "--store", url], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert json.loads(proc.stdout.readline())["state"] == "pending"
+        job, _ = jobs.accept(db, "t", timeout=0)
+        jobs.finish(db, job)
+        assert proc.wait(30) == 0, proc.stderr.read()
+    finally:
+        proc.kill()
+        proc.wait(10)
+        proc.stdout.close()
+        proc.stderr.close()
+
+
+def test_accept_on_a_type_with_no_timeout_fails_at_once(store):
+    _, db = store
+    started = time.monotonic()
+    with pytest.raises(NoTypeTimeout, match="has no type timeout"):
+        jobs.accept(db, "undeclared", timeout=30)
+    assert time.monotonic() - started < 5
