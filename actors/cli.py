@@ -143,18 +143,29 @@ def _config(args: argparse.Namespace) -> config_mod.Config:
     return config_mod.load(args.config, overrides)
 
 
-def _db(args: argparse.Namespace) -> Any:
+def _db(args: argparse.Namespace, existing: bool = False) -> Any:
+    """The store of the command's config; with ``existing`` (commands that
+    only read or remove), a SQLite file that does not exist is an error
+    naming its absolute path instead of a new empty store."""
     import fdblayer
+    from fdblayer.urls import parse_store_url
 
-    return fdblayer.open(_config(args).get("node", "store"))
+    url = _config(args).get("node", "store")
+    if existing:
+        parsed = parse_store_url(url)
+        if parsed.scheme == "sqlite" and not os.path.exists(parsed.path):
+            raise FileNotFoundError(f"no store at {os.path.abspath(parsed.path)} (from {url}); "
+                                    "only node start, worker and commands that write create one")
+    return fdblayer.open(url)
 
 
-def _job_type(text: str) -> Any:
-    """A CLI job type: an integer if it looks like one, else the string."""
-    try:
-        return int(text)
-    except ValueError:
-        return text
+def _job_type(text: str) -> str:
+    """A CLI job type: the string as typed (``123`` stays a string), never empty."""
+    from fdblayer.jobs.exceptions import InvalidArgument
+
+    if not text:
+        raise InvalidArgument("a job type must be a non-empty string")
+    return text
 
 
 # ----------------------------------------------------------------- node
@@ -225,7 +236,7 @@ def cmd_jobs_list(args: argparse.Namespace) -> int:
     from fdblayer import jobs
 
     job_type = _job_type(args.type) if args.type is not None else None
-    for info in jobs.get_jobs(_db(args), job_type):
+    for info in jobs.get_jobs(_db(args, existing=True), job_type):
         print(json.dumps(_info_dict(info), default=str))
     return 0
 
@@ -240,7 +251,7 @@ def _info_dict(info: Any) -> dict:
 def cmd_jobs_remove(args: argparse.Namespace) -> int:
     from fdblayer import jobs
 
-    jobs.remove(_db(args), _job_type(args.type), args.job_id)
+    jobs.remove(_db(args, existing=True), _job_type(args.type), args.job_id)
     print(f"removed {args.type}/{args.job_id}")
     return 0
 
@@ -251,7 +262,7 @@ def cmd_jobs_watch(args: argparse.Namespace) -> int:
     from fdblayer.jobs.validate import check_timeout
 
     timeout = check_timeout(args.timeout, "--timeout")  # nan, negative: refused; a timeout of years: forever
-    db = _db(args)
+    db = _db(args, existing=True)
     job_type = _job_type(args.type)
     deadline = None if timeout is None else time.monotonic() + timeout
     last = None
@@ -291,7 +302,15 @@ def cmd_types_set_timeout(args: argparse.Namespace) -> int:
 def cmd_types_clear_timeout(args: argparse.Namespace) -> int:
     from fdblayer import jobs
 
-    jobs.clear_type_timeout(_db(args), _job_type(args.type))
+    from fdblayer.docs import DOCS_TYPE
+
+    job_type = _job_type(args.type)
+    if job_type == DOCS_TYPE:
+        return _fail(f"type {job_type!r} is reserved (the nodes' ownership of documents); it keeps its timeout", 2)
+    db = _db(args, existing=True)
+    if jobs.get_type_timeout(db, job_type) is None:
+        return _fail(f"no job type {job_type!r} (it has no timeout to clear)", 1)
+    jobs.clear_type_timeout(db, job_type)
     print(f"type {args.type}: timeout cleared")
     return 0
 
@@ -301,7 +320,7 @@ def cmd_jobs_stats(args: argparse.Namespace) -> int:
     from fdblayer.jobs import overview
     from fdblayer.jobs.keys import DEFAULT_LAYOUT
 
-    for entry in overview.types_overview(_db(args), DEFAULT_LAYOUT, time.time()):
+    for entry in overview.types_overview(_db(args, existing=True), DEFAULT_LAYOUT, time.time()):
         print(json.dumps(entry, default=list))
     return 0
 
@@ -309,7 +328,7 @@ def cmd_jobs_stats(args: argparse.Namespace) -> int:
 def cmd_types_list(args: argparse.Namespace) -> int:
     from fdblayer import jobs
 
-    db = _db(args)
+    db = _db(args, existing=True)
     for job_type in jobs.get_types(db):
         print(json.dumps({"type": job_type, "timeout": jobs.get_type_timeout(db, job_type)}))
     return 0
@@ -331,7 +350,7 @@ def cmd_docs_add(args: argparse.Namespace) -> int:
 def cmd_docs_get(args: argparse.Namespace) -> int:
     from actors import docs
 
-    doc = docs.get(_db(args), args.db, args.doc_id)
+    doc = docs.get(_db(args, existing=True), args.db, args.doc_id)
     print(json.dumps(dict(docs.view(doc), rev=doc.rev, body=doc.body)))
     return 0
 
@@ -339,7 +358,7 @@ def cmd_docs_get(args: argparse.Namespace) -> int:
 def cmd_docs_remove(args: argparse.Namespace) -> int:
     from actors import docs
 
-    rev = docs.delete(_db(args), args.db, args.doc_id)
+    rev = docs.delete(_db(args, existing=True), args.db, args.doc_id)
     print(json.dumps({"ok": True, "id": args.doc_id, "rev": rev}))
     return 0
 
@@ -348,7 +367,7 @@ def cmd_docs_list(args: argparse.Namespace) -> int:
     from actors import docs
 
     states = None if args.states is None else [s.strip() for s in args.states.split(",") if s.strip()]
-    total, page = docs.list_docs(_db(args), args.db, limit=args.limit, skip=args.skip, states=states)
+    total, page = docs.list_docs(_db(args, existing=True), args.db, limit=args.limit, skip=args.skip, states=states)
     for doc in page:
         print(json.dumps(docs.view(doc)))
     print(json.dumps({"total_rows": total, "offset": args.skip}), file=sys.stderr)

@@ -80,3 +80,30 @@ def test_accept_on_a_type_with_no_timeout_fails_at_once(store):
     with pytest.raises(NoTypeTimeout, match="has no type timeout"):
         jobs.accept(db, "undeclared", timeout=30)
     assert time.monotonic() - started < 5
+
+
+@pytest.mark.parametrize("command", [["jobs", "list"], ["jobs", "stats"], ["types", "list"], ["docs", "list"],
+                                     ["jobs", "watch", "t", "j", "--timeout", "1"]])
+def test_reading_a_store_that_does_not_exist_is_an_error_and_creates_nothing(tmp_path, command):
+    missing = tmp_path / "typo" / "stroe.db"
+    out = cli(*command, "--store", f"sqlite:///{missing}")
+    assert out.returncode == 2 and f"no store at {missing}" in out.stderr, out.stderr
+    assert not missing.exists() and not missing.parent.exists()
+
+
+def test_types_from_the_command_line_are_strings_and_never_empty(store):
+    url, db = store
+    assert cli("types", "set-timeout", "123", "5", "--store", url).returncode == 0
+    assert jobs.get_type_timeout(db, "123") == 5 and jobs.get_type_timeout(db, 123) is None
+    out = cli("types", "set-timeout", "", "5", "--store", url)
+    assert out.returncode == 2 and "non-empty" in out.stderr
+
+
+def test_clearing_an_unknown_or_reserved_type_says_so(store):
+    url, db = store
+    out = cli("types", "clear-timeout", "ghost", "--store", url)
+    assert out.returncode == 1 and "no job type 'ghost'" in out.stderr and "cleared" not in out.stdout
+    jobs.set_type_timeout(db, "_replicator_docs", 30)
+    out = cli("types", "clear-timeout", "_replicator_docs", "--store", url)
+    assert out.returncode == 2 and "reserved" in out.stderr
+    assert jobs.get_type_timeout(db, "_replicator_docs") == 30
