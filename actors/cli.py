@@ -400,7 +400,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         return COMMANDS[(args.group, args.cmd)](args)
-    except (config_mod.ConfigError, FileNotFoundError) as exc:
+    except (config_mod.ConfigError, config_mod.ConfigFileError, FileNotFoundError) as exc:
         return _fail(str(exc), 2)
     except JobsError as exc:
         return _fail(str(exc), 2 if type(exc).__name__ in ("InvalidArgument", "EncodingError", "NoTypeTimeout",

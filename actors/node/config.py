@@ -239,16 +239,14 @@ def load(path: str | Path | None = None, overrides: dict[tuple[str, str], Any] |
     config = Config(path=None if path is None else str(path))
     if path is not None:
         parser = configparser.ConfigParser(interpolation=None)
-        with open(path) as f:
-            parser.read_file(f)
+        _read_file(parser, path)
         for section in DEFAULTS:
             if parser.has_section(section):
                 for key, raw in parser.items(section):
                     config.set(section, key, raw)
         exact = configparser.ConfigParser(interpolation=None)
         exact.optionxform = str  # job types keep their case
-        with open(path) as f:
-            exact.read_file(f)
+        _read_file(exact, path)
         for section in FREE_SECTIONS:
             if exact.has_section(section):
                 getattr(config, section).update((k.strip(), v.strip()) for k, v in exact.items(section))
@@ -256,6 +254,39 @@ def load(path: str | Path | None = None, overrides: dict[tuple[str, str], Any] |
         if raw is not None:
             config.set(section, key, raw)
     return config
+
+
+class ConfigFileError(ValueError):
+    """The config file does not parse; the message names the file and the line."""
+
+
+def _read_file(parser: configparser.ConfigParser, path: str | Path) -> None:
+    """Read an INI file into ``parser``, turning configparser's errors into one line."""
+    try:
+        with open(path) as f:
+            parser.read_file(f)
+    except configparser.MissingSectionHeaderError as exc:
+        raise ConfigFileError(f"config file {path}, line {exc.lineno}: a setting before any [section] header: "
+                              f"{exc.line.strip()!r}") from None
+    except configparser.DuplicateOptionError as exc:
+        raise ConfigFileError(f"config file {path}, line {exc.lineno}: [{exc.section}] {exc.option} is set twice") \
+            from None
+    except configparser.DuplicateSectionError as exc:
+        raise ConfigFileError(f"config file {path}, line {exc.lineno}: section [{exc.section}] appears twice") \
+            from None
+    except configparser.ParsingError as exc:
+        lineno = exc.errors[0][0] if exc.errors else 0
+        raise ConfigFileError(f"config file {path}, line {lineno}: not a 'key = value' setting: "
+                              f"{_line(path, lineno)!r}") from None
+    except configparser.Error as exc:
+        raise ConfigFileError(f"config file {path}: {str(exc).splitlines()[0]}") from None
+
+
+def _line(path: str | Path, lineno: int) -> str:
+    """Line ``lineno`` (from 1) of a file, stripped ("" if there is none)."""
+    with open(path) as f:
+        lines = f.read().splitlines()
+    return lines[lineno - 1].strip() if 0 < lineno <= len(lines) else ""
 
 
 # ------------------------------------------------------ writing the file
