@@ -45,7 +45,7 @@ from urllib.parse import parse_qs, parse_qsl, unquote
 from supervision.exceptions import CallFailed, CallTimeout, NoProc, NodeDown
 from supervision.reports import report
 
-from actors.http import monitoring, queue_routes
+from actors.http import metrics, monitoring, queue_routes
 
 from actors.http import status_page
 from actors.http.auth import COOKIE_NAME, Auth
@@ -391,6 +391,10 @@ class App:
                 return "/".join(seg[: i + 1]), seg[i + 1:]
         return seg[0], seg[1:]
 
+    def _queue_stats(self) -> list | None:
+        """Every queue type's counts and events (None: this node has no store)."""
+        return None if self.store is None else metrics.queue_stats(self._store())
+
     def _store(self) -> Any:
         if self.store is None:
             raise HttpError(503, "service_unavailable", "this node has no document store")
@@ -511,7 +515,7 @@ class App:
         if what == "_stats":
             if req.method not in ("GET", "HEAD"):
                 raise not_allowed("GET,HEAD")
-            tree: Any = monitoring.stats_tree(self.scheduler.stats())
+            tree: Any = monitoring.stats_tree(self.scheduler.stats(), self._queue_stats())
             for name in seg[1:]:
                 if not isinstance(tree, dict) or name not in tree:
                     raise HttpError(404, "not_found", "missing")
@@ -520,7 +524,7 @@ class App:
         if what == "_prometheus" and len(seg) == 1:
             if req.method not in ("GET", "HEAD"):
                 raise not_allowed("GET,HEAD")
-            return 200, Text(monitoring.prometheus_text(self.scheduler.stats()))
+            return 200, Text(metrics.prometheus_text(self.scheduler.stats(), self._queue_stats() or []))
         if what == "_config":
             return self.config_route(req, seg[1:])
         raise HttpError(404, "not_found", "missing")

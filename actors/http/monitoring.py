@@ -11,6 +11,8 @@ from __future__ import annotations
 import re
 from typing import Any, Mapping
 
+from actors.http.metrics import SCHEDULER_METRICS
+
 DEFAULT_LIMIT = 100
 #: The fields of a ``_scheduler/jobs`` entry, in CouchDB's order.
 JOB_FIELDS = ("id", "pid", "source", "target", "database", "user", "doc_id", "info", "history", "node",
@@ -126,35 +128,27 @@ def docs_page(docs: list[Mapping[str, Any]], limit: int, skip: int) -> dict:
 # ------------------------------------------------------------------ stats
 
 #: (scheduler stat key, CouchDB metric name, type, description)
-_METRICS = (
-    ("adds", "adds", "counter", "number of jobs added to replicator scheduler"),
-    ("removes", "removes", "counter", "number of jobs removed from replicator scheduler"),
-    ("starts", "starts", "counter", "number of jobs started by replicator scheduler"),
-    ("stops", "stops", "counter", "number of jobs stopped by replicator scheduler"),
-    ("crashes", "crashes", "counter", "number of job crashed noticed by replicator scheduler"),
-    ("total", "total", "gauge", "total number of replication jobs"),
-    ("running", "running", "gauge", "replicator scheduler running jobs"),
-    ("pending", "pending", "gauge", "replicator scheduler pending jobs"),
-    ("crashed", "crashed", "gauge", "replicator scheduler crashed jobs"),
-)
-
-
-def stats_tree(stats: Mapping[str, Any]) -> dict:
-    """The scheduler's stats as ``_node/_local/_stats`` answers them."""
+def stats_tree(stats: Mapping[str, Any], queue: list | None = None) -> dict:
+    """The scheduler's stats as ``_node/_local/_stats`` answers them, and
+    (``couch_jobs``) each queue type's counts and event counters."""
     jobs = {name: {"value": stats.get(key, 0), "type": kind, "desc": desc}
-            for key, name, kind, desc in _METRICS}
-    return {"couch_replicator": {"jobs": jobs, "scheduler": {
+            for key, name, kind, desc in SCHEDULER_METRICS}
+    tree = {"couch_replicator": {"jobs": jobs, "scheduler": {
         "last_reschedule_ms": {"value": stats.get("last_reschedule_ms", 0.0), "type": "gauge",
                                "desc": "duration of the last reschedule in milliseconds"}}}}
+    if queue is not None:
+        tree["couch_jobs"] = {str(entry["type"]): _queue_entry(entry) for entry in queue}
+    return tree
 
 
-def prometheus_text(stats: Mapping[str, Any]) -> str:
-    """The same metrics in Prometheus text exposition format 0.0.4."""
-    lines = []
-    for key, name, kind, desc in _METRICS:
-        metric = f"couchdb_couch_replicator_jobs_{name}" + ("_total" if kind == "counter" else "")
-        lines += [f"# HELP {metric} {desc}", f"# TYPE {metric} {kind}", f"{metric} {stats.get(key, 0)}"]
-    metric = "couchdb_couch_replicator_scheduler_last_reschedule_ms"
-    lines += [f"# HELP {metric} duration of the last reschedule in milliseconds", f"# TYPE {metric} gauge",
-              f"{metric} {float(stats.get('last_reschedule_ms', 0.0))}"]
-    return "\n".join(lines) + "\n"
+def _queue_entry(entry: Mapping[str, Any]) -> dict:
+    """One type's ``_stats`` leaf: gauges of each state, counters of each event."""
+    out = {state: {"value": entry[state], "type": "gauge"} for state in
+           ("pending", "scheduled", "running", "finished", "failed")}
+    out.update({event: {"value": value, "type": "counter"} for event, value in entry["events"].items()
+                if event != "run"})
+    run = entry["events"]["run"]
+    out["run_seconds"] = {"value": {"count": run["count"], "sum": run["sum"]}, "type": "histogram"}
+    return out
+
+

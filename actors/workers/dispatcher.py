@@ -231,7 +231,7 @@ class Dispatcher(GenServer):
             running = by_token.pop(done.token, None)
             if running is not None:
                 self.run_seconds = 0.8 * self.run_seconds + 0.2 * max(0.0, done.seconds)
-                self._end_attempt(running, done.error, done.result)
+                self._end_attempt(running, done.error, done.result, seconds=done.seconds)
         self.prefetch = prefetch_for(self.run_seconds)
         self.inflight[msg.worker] = [r for r in runs if r.token in by_token]
         self._hand_out(idle_only=True)  # an idle worker need not wait for the step; others get it whole
@@ -268,7 +268,7 @@ class Dispatcher(GenServer):
         self._check_drained()
 
     def _end_attempt(self, running: Running, error: Optional[dict], result: Optional[bytes],
-                     retry_now: bool = False) -> None:
+                     retry_now: bool = False, seconds: float = -1.0) -> None:
         claimed = running.claimed
         job = claimed.job
         if running.lost:
@@ -276,7 +276,7 @@ class Dispatcher(GenServer):
             return
         if error is None:
             self.stats["succeeded"] += 1
-            self.outcomes.append(work.Outcome(job, "ok", result))
+            self.outcomes.append(work.Outcome(job, "ok", result, seconds=seconds))
             return
         if claimed.attempt < claimed.max_attempts:
             delay = 0.0 if retry_now else retry_delay(claimed.attempt, *self.backoff)
@@ -285,12 +285,12 @@ class Dispatcher(GenServer):
             log.warning("job_retry host=%s type=%s job=%s attempt=%d/%d in=%.1fs error=%s: %s", self.host,
                         job.type, job.id, claimed.attempt, claimed.max_attempts, delay, error.get("type"),
                         _short(error.get("message")))
-            self.outcomes.append(work.Outcome(job, "retry", None, error, retry_at))
+            self.outcomes.append(work.Outcome(job, "retry", None, error, retry_at, seconds))
             return
         self.stats["failed"] += 1
         log.error("job_failed host=%s type=%s job=%s attempts=%d error=%s: %s", self.host, job.type, job.id,
                   claimed.attempt, error.get("type"), _short(error.get("message")))
-        self.outcomes.append(work.Outcome(job, "fail", None, error))
+        self.outcomes.append(work.Outcome(job, "fail", None, error, seconds=seconds))
 
     # ---------------------------------------------------------------- the step
     def _kick(self) -> None:

@@ -19,7 +19,7 @@ from typing import Iterable, Optional
 import fdb.tuple
 
 from fdblayer.interface import Transaction, transactional
-from fdblayer.jobs import rows
+from fdblayer.jobs import counts, rows
 from fdblayer.jobs.codec import decode_data, report_bad_row, unpack_activity_value_or_none
 from fdblayer.jobs.validate import MAX_TYPE_TIMEOUT
 from fdblayer.jobs.keys import ACTIVITY_TIMEOUT, JobType, Layout
@@ -216,6 +216,7 @@ def re_enqueue_inactive(
         done.append(job_id)
     if done:
         rows.update_watch(tr, layout, job_type)
+        counts.bump(tr, layout, job_type, "reenqueued", len(done))
     return done
 
 

@@ -28,10 +28,18 @@ from fdblayer.interface import Transaction, strinc, transactional
 from fdblayer.jobs.job import JobState
 from fdblayer.jobs.keys import JobType, Layout
 
-__all__ = ["FIELDS", "SCHEDULED_CAP", "bump", "read", "recount", "tally"]
+__all__ = ["FIELDS", "EVENTS", "RUN_BUCKETS", "SCHEDULED_CAP", "bump", "read", "recount", "tally", "observe_run",
+           "read_events"]
 
 #: The counters a type keeps.
 FIELDS = ("jobs", "pending", "running", "failed")
+#: Counters of events since the type's first (never decremented): jobs added
+#: (new, or finished and added again), attempts started (accept or a pool's
+#: claim), and the pools' outcomes: succeeded, failed for good, retried; and
+#: jobs re-enqueued by the activity monitor.
+EVENTS = ("added", "started", "succeeded", "failed_final", "retried", "reenqueued")
+#: Upper bounds (seconds) of the run-time histogram of the pools' handler calls.
+RUN_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 3600.0)
 #: At most this many not-yet-due jobs are counted (``scheduled_capped`` says when there are more).
 SCHEDULED_CAP = 10_000
 _MARK = "counted"
@@ -87,6 +95,34 @@ def tally(tr: Transaction, layout: Layout, job_type: JobType) -> dict:
     failed = sum(1 for entry in work.read_many(tr, layout, job_type, finished)
                  if entry is not None and entry[2].outcome == work.FAILED)
     return {"jobs": len(jobs), "pending": pending, "running": running, "failed": failed}
+
+
+def observe_run(tr: Transaction, layout: Layout, job_type: JobType, seconds: float) -> None:
+    """Count one handler call of ``seconds`` in the type's run-time histogram
+    (buckets as :data:`RUN_BUCKETS`, a count and a sum in microseconds)."""
+    if not seconds >= 0:  # unknown (or NaN): not observed
+        return
+    bucket = next((i for i, bound in enumerate(RUN_BUCKETS) if seconds <= bound), len(RUN_BUCKETS))
+    bump(tr, layout, job_type, f"run_le_{bucket}")
+    bump(tr, layout, job_type, "run_count")
+    bump(tr, layout, job_type, "run_sum_us", int(min(seconds, 1e9) * 1e6))
+
+
+@transactional
+def read_events(tr: Transaction, layout: Layout, job_type: JobType) -> dict:
+    """The type's event counters and run-time histogram: ``{event: n, ...,
+    "run": {"buckets": [(bound, cumulative count), ..., (inf, count)],
+    "count": n, "sum": seconds}}``."""
+    names = list(EVENTS) + [f"run_le_{i}" for i in range(len(RUN_BUCKETS) + 1)] + ["run_count", "run_sum_us"]
+    raws = tr.snapshot.get_many([layout.count_key(job_type, name) for name in names])
+    values = {name: _unpack(raw) for name, raw in zip(names, raws)}
+    cumulative, buckets = 0, []
+    for i, bound in enumerate(RUN_BUCKETS + (float("inf"),)):
+        cumulative += values[f"run_le_{i}"]
+        buckets.append((bound, cumulative))
+    out = {event: values[event] for event in EVENTS}
+    out["run"] = {"buckets": buckets, "count": values["run_count"], "sum": values["run_sum_us"] / 1e6}
+    return out
 
 
 def _unpack(raw: Optional[bytes]) -> int:

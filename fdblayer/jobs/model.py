@@ -124,6 +124,7 @@ def add(
     if current is not None:
         return _resubmit(tr, layout, job_type, job_id, key, current, sched_time, data)
     counts.bump(tr, layout, job_type, "jobs")
+    counts.bump(tr, layout, job_type, "added")
     return rows.maybe_enqueue(tr, layout, job_type, job_id, sched_time, True, data, key)
 
 
@@ -169,6 +170,7 @@ def add_many(
             _resubmit(tr, layout, job_type, job_id, key, current, sched_time, data)
     pending.enqueue_many(tr, layout, job_type, sched_time, created)
     counts.bump(tr, layout, job_type, "jobs", len(created))
+    counts.bump(tr, layout, job_type, "added", len(created))
     return len(created)
 
 
@@ -352,6 +354,7 @@ def accept(
         tr, key, JobValue(running_seq(uv), lock, current.sched_time, False, current.data)
     )
     rows.update_activity(tr, layout, job_type, job_id, None, current.data, uv)
+    counts.bump(tr, layout, job_type, "started")
     job = Job(job_type, job_id, lock, current.sched_time, False)
     return job, current.data
 
@@ -520,6 +523,7 @@ def _resubmit(
     new_data = current.data if data is None else data
     state = job_state(current.lock, current.seq)
     if state is JobState.FINISHED:
+        counts.bump(tr, layout, job_type, "added")  # a finished job added again
         work_key = layout.work_key(job_type, job_id)
         if _failed(tr.get(work_key)):  # no longer a failed (finished) job: its record says so too
             from fdblayer.jobs import work  # it imports this module

@@ -156,6 +156,7 @@ class Outcome(NamedTuple):
     result: Optional[bytes] = None
     error: Optional[dict] = None
     retry_at: int = 0
+    seconds: float = -1.0  #: how long the handler ran (-1: unknown)
 
 
 # ---------------------------------------------------------------- producing
@@ -216,6 +217,7 @@ def claim(tr: Transaction, layout: Layout, job_type: JobType, now: float, limit:
         work_keys = [layout.work_key(job_type, i) for i in ids]
         raws = tr.get_many(data_keys + work_keys)
         counts.bump(tr, layout, job_type, "pending", -len(ids))
+        counts.bump(tr, layout, job_type, "started", len(ids))
         for n, (key, job_id) in enumerate(zip(keys, ids)):
             tr.add_read_conflict_key(key)
             tr.clear(key)
@@ -225,6 +227,8 @@ def claim(tr: Transaction, layout: Layout, job_type: JobType, now: float, limit:
         exhausted = [e for e in exhausted if e is not None]
         if exhausted:
             counts.bump(tr, layout, job_type, "failed", len(exhausted))
+            counts.bump(tr, layout, job_type, "failed_final", len(exhausted))
+            counts.bump(tr, layout, job_type, "started", -len(exhausted))  # never started: their attempts were used up
             rows.update_watch(tr, layout, job_type)
     if found >= limit:
         return ClaimResult(claimed, exhausted, None, None)
@@ -296,6 +300,8 @@ def complete(tr: Transaction, layout: Layout, outcomes: list, now: float) -> lis
             continue
         job, key, current, record = held
         work_key = layout.work_key(job.type, job.id)
+        counts.observe_run(tr, layout, job.type, outcome.seconds)
+        counts.bump(tr, layout, job.type, {"ok": "succeeded", "retry": "retried"}.get(outcome.kind, "failed_final"))
         rows.clear_activity(tr, layout, job.type, current.seq)
         stamped.add(job.type)
         if current.resubmit:

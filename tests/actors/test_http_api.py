@@ -173,7 +173,7 @@ def test_stats_and_prometheus(n, jobs) -> None:
     assert r.status == 200 and r.headers["Content-Type"].startswith("text/plain; version=0.0.4")
     text = r.body.decode()
     assert "# TYPE couchdb_couch_replicator_jobs_adds_total counter" in text
-    assert re.search(r"^couchdb_couch_replicator_jobs_adds_total [1-9]\d*$", text, re.M)
+    assert re.search(r"^couchdb_couch_replicator_jobs_adds_total [1-9]\d*(\.0)?$", text, re.M)
 
 
 def test_config_change_takes_effect_in_the_scheduler(n, jobs) -> None:

@@ -123,3 +123,20 @@ def test_a_type_name_is_a_path_segment(filled):
     jobs.enqueue(db, "a/b c", {}, id="one")
     quoted = urllib.parse.quote("a/b c", safe="")
     assert [j["id"] for j in get(node, f"/_jobs/{quoted}")["jobs"]] == ["one"]
+
+
+def test_the_queue_in_prometheus_and_stats(filled):
+    node, _ = filled
+    reply = node.request("GET", "/_node/_local/_prometheus")
+    text = reply.body.decode()
+    assert reply.status == 200 and reply.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+    for line in ('otpjobs_jobs{state="running",type="mail"} 1.0', 'otpjobs_jobs{state="scheduled",type="mail"} 2.0',
+                 'otpjobs_jobs{state="failed",type="mail"} 1.0',
+                 'otpjobs_job_events_total{event="added",type="mail"} 8.0',
+                 'otpjobs_job_events_total{event="started",type="mail"} 6.0',
+                 'otpjobs_job_events_total{event="succeeded",type="mail"} 4.0',
+                 'otpjobs_job_events_total{event="failed_final",type="mail"} 1.0',
+                 "# TYPE couchdb_couch_replicator_jobs_avg_pending gauge"):
+        assert line in text, line
+    mail = node.request("GET", "/_node/_local/_stats/couch_jobs/mail").json()
+    assert mail["running"] == {"value": 1, "type": "gauge"} and mail["added"]["value"] == 8

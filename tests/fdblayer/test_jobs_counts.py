@@ -109,3 +109,21 @@ def test_scheduled_counts_the_jobs_not_yet_due(db):
     got = counts.read(db, L, T, now)
     assert (got["pending"], got["scheduled"], got["scheduled_capped"]) == (4, 3, False)
     assert counts.read(db, L, T, now + 101)["scheduled"] == 1
+
+
+def test_events_and_the_run_time_histogram(db):
+    api.add(db, T, "a", {})
+    api.add(db, T, "b", {})
+    job, _ = api.accept(db, T, timeout=0)
+    api.finish(db, job)
+    api.add(db, T, job.id, {})  # a finished job added again
+    claimed = work.claim(db, L, T, time.time(), 5, "host", 1).claimed
+    outcomes = [work.Outcome(claimed[0].job, "ok", b"\x01", seconds=0.003),
+                work.Outcome(claimed[1].job, "fail", None, {"type": "E"}, seconds=2.0)]
+    work.complete(db, L, outcomes, time.time())
+    events = counts.read_events(db, L, T)
+    assert {k: events[k] for k in counts.EVENTS} == {"added": 3, "started": 3, "succeeded": 1, "failed_final": 1,
+                                                      "retried": 0, "reenqueued": 0}
+    run = events["run"]
+    assert run["count"] == 2 and abs(run["sum"] - 2.003) < 1e-6
+    assert dict(run["buckets"])[0.005] == 1 and dict(run["buckets"])[2.5] == 2 and run["buckets"][-1][1] == 2
