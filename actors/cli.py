@@ -56,6 +56,9 @@ def build_parser() -> argparse.ArgumentParser:
     _port_arg(node.add_parser("status", help="show whether a node runs and its children"))
 
     _worker_parser(groups)
+    workers = groups.add_parser("workers", help="worker hosts serving the store").add_subparsers(dest="cmd",
+                                                                                                required=True)
+    _store_arg(workers.add_parser("list", help="each host's last heartbeat: types, busy workers, running jobs"))
     jobs = groups.add_parser("jobs", help="add, list and remove jobs").add_subparsers(dest="cmd", required=True)
     add = jobs.add_parser("add", help="add (or resubmit) a job")
     add.add_argument("type")
@@ -257,8 +260,6 @@ def cmd_jobs_remove(args: argparse.Namespace) -> int:
 
 
 def cmd_jobs_watch(args: argparse.Namespace) -> int:
-    from fdblayer import jobs
-
     from fdblayer.jobs.validate import check_timeout
 
     timeout = check_timeout(args.timeout, "--timeout")  # nan, negative: refused; a timeout of years: forever
@@ -267,27 +268,33 @@ def cmd_jobs_watch(args: argparse.Namespace) -> int:
     deadline = None if timeout is None else time.monotonic() + timeout
     last = None
     while True:
-        state = jobs.get_job_state(db, job_type, args.job_id)
+        state, watch = _state_and_watch(db, job_type, args.job_id)
         if state != last:
             print(json.dumps({"type": args.type, "id": args.job_id, "state": str(getattr(state, "value", state))}))
             sys.stdout.flush()
             last = state
         if str(getattr(state, "value", state)) == "finished":
+            watch.cancel()
             return 0
         left = None if deadline is None else deadline - time.monotonic()
         if left is not None and left <= 0:
+            watch.cancel()
             return 1
-        _wait_change(db, job_type, args.job_id, left)
+        watch.wait(left)
+        watch.cancel()
 
 
-def _wait_change(db: Any, job_type: Any, job_id: str, timeout: float | None) -> None:
-    """Block on a watch of the job's data key until it changes (or ``timeout``)."""
-    from fdblayer.jobs.keys import Layout
+def _state_and_watch(db: Any, job_type: Any, job_id: str) -> tuple[Any, Any]:
+    """The job's state and a watch of its row, from one transaction: a change
+    between the read and the watch cannot be missed."""
+    from fdblayer.jobs import api
+    from fdblayer.jobs.keys import DEFAULT_LAYOUT
 
     tr = db.create_transaction()
-    watch = tr.watch(Layout().data_key(job_type, job_id))
+    state = api.get_job_state(tr, job_type, job_id)
+    watch = tr.watch(DEFAULT_LAYOUT.data_key(job_type, job_id))
     tr.commit()
-    watch.wait(timeout)
+    return state, watch
 
 
 # ---------------------------------------------------------------- types
@@ -322,6 +329,16 @@ def cmd_jobs_stats(args: argparse.Namespace) -> int:
 
     for entry in overview.types_overview(_db(args, existing=True), DEFAULT_LAYOUT, time.time()):
         print(json.dumps(entry, default=list))
+    return 0
+
+
+def cmd_workers_list(args: argparse.Namespace) -> int:
+    """One JSON line per worker host: its last heartbeat (what ``GET /_workers`` shows)."""
+    from fdblayer.jobs import hosts
+    from fdblayer.jobs.keys import DEFAULT_LAYOUT
+
+    for entry in hosts.list_hosts(_db(args, existing=True), DEFAULT_LAYOUT, time.time()):
+        print(json.dumps(entry, default=str))
     return 0
 
 
@@ -378,7 +395,7 @@ COMMANDS: dict[tuple[str, str], Callable[[argparse.Namespace], int]] = {
     ("worker", "run"): cmd_worker,
     ("node", "start"): cmd_node_start, ("node", "stop"): cmd_node_stop, ("node", "status"): cmd_node_status,
     ("jobs", "add"): cmd_jobs_add, ("jobs", "list"): cmd_jobs_list, ("jobs", "remove"): cmd_jobs_remove,
-    ("jobs", "watch"): cmd_jobs_watch, ("jobs", "stats"): cmd_jobs_stats,
+    ("jobs", "watch"): cmd_jobs_watch, ("jobs", "stats"): cmd_jobs_stats, ("workers", "list"): cmd_workers_list,
     ("types", "set-timeout"): cmd_types_set_timeout, ("types", "clear-timeout"): cmd_types_clear_timeout,
     ("types", "list"): cmd_types_list,
     ("docs", "add"): cmd_docs_add, ("docs", "get"): cmd_docs_get, ("docs", "remove"): cmd_docs_remove,

@@ -266,6 +266,10 @@ class App:
             if req.method not in ("GET", "HEAD"):
                 raise not_allowed("GET,HEAD")
             return queue_routes.jobs_route(req, seg[1:], self._store, HttpError)
+        if head == "_workers":
+            if req.method not in ("GET", "HEAD"):
+                raise not_allowed("GET,HEAD")
+            return queue_routes.workers_route(req, seg[1:], self._store, HttpError)
         raise HttpError(404, "not_found", "missing")
 
     @staticmethod

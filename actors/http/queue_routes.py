@@ -8,6 +8,9 @@
   max_attempts, outcome, progress, error, last_error, worker, started,
   ended`` and its data cut to a preview (see ``fdblayer.jobs.overview``).
 * ``GET /_jobs/{type}/{id}``: one job whole, with its result.
+* ``GET /_workers``: ``{"hosts": [...]}``, each worker host's last heartbeat
+  (``host, pid, concurrency, types, workers, busy, running: [{type, id,
+  attempt, for}], counts, last_beat, age, alive``).
 
 Errors are CouchDB-shaped: 400 ``bad_request`` for a bad parameter, 404
 ``not_found`` for a type with no timeout or a job that does not exist.
@@ -17,10 +20,10 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, Mapping
 
-from fdblayer.jobs import activity, overview
+from fdblayer.jobs import activity, hosts, overview
 from fdblayer.jobs.keys import DEFAULT_LAYOUT
 
-__all__ = ["MAX_LIMIT", "DEFAULT_LIMIT", "jobs_route"]
+__all__ = ["MAX_LIMIT", "DEFAULT_LIMIT", "jobs_route", "workers_route"]
 
 #: Jobs a page shows at most, and by default.
 MAX_LIMIT = 1000
@@ -50,6 +53,13 @@ def jobs_route(req: Any, seg: list[str], store: Callable[[], Any], error: Callab
             raise error(404, "not_found", f"no job {seg[1]!r} of type {job_type!r}")
         return 200, view
     raise error(404, "not_found", "missing")
+
+
+def workers_route(req: Any, seg: list[str], store: Callable[[], Any], error: Callable[..., Exception]) -> tuple[int, Any]:
+    """Answer a GET or HEAD of ``/_workers``."""
+    if seg:
+        raise error(404, "not_found", "missing")
+    return 200, {"hosts": hosts.list_hosts(store(), DEFAULT_LAYOUT, time.time())}
 
 
 def _page_params(query: Mapping[str, list[str]], error: Callable[..., Exception]) -> tuple[Any, int, int]:

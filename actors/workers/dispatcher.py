@@ -31,7 +31,7 @@ from typing import Any, Optional
 
 import fdblayer
 from fdblayer.interface import Transaction, transactional
-from fdblayer.jobs import activity, work
+from fdblayer.jobs import activity, hosts, work
 from fdblayer.jobs.keys import DEFAULT_LAYOUT
 from supervision import NOREPLY, Down, GenServer, Request
 from supervision.messages import WhereIs
@@ -178,6 +178,7 @@ class Dispatcher(GenServer):
                  ",".join(map(str, self.order)))
         self.start_timer(self.renew_interval, self._renew, real=True)
         self._check_schedules()
+        self._beat()
         self._kick()
 
     def _running(self) -> list:
@@ -428,6 +429,16 @@ class Dispatcher(GenServer):
             self.buffer = collections.deque(r for r in self.buffer if not r.lost)
         self.start_timer(self.renew_interval, self._renew, real=True)
 
+    # ---------------------------------------------------------------- heartbeat
+    def _beat(self) -> None:
+        """Publish this host's status in the store (``GET /_workers``)."""
+        if not self.draining:
+            try:
+                hosts.beat(self.db, DEFAULT_LAYOUT, self.host, self._status(), time.time())
+            except Exception as exc:  # noqa: BLE001 - a store hiccup skips a beat, never stops the host
+                log.warning("beat_failed host=%s error=%r", self.host, exc)
+            self.start_timer(hosts.BEAT, self._beat, real=True)
+
     # ---------------------------------------------------------------- periodic jobs
     def _check_schedules(self) -> None:
         try:
@@ -528,6 +539,10 @@ class Dispatcher(GenServer):
         self.drain_from = None
 
     def terminate(self, reason: Any) -> None:
+        try:
+            hosts.forget(self.db, DEFAULT_LAYOUT, self.host)  # a clean stop: no stale beat left behind
+        except Exception as exc:  # noqa: BLE001 - readers age it out anyway
+            log.warning("forget_failed host=%s error=%r", self.host, exc)
         for _, ref in self.workers.items():  # the pool need not tell a gone dispatcher of its workers' ends
             self.demonitor(ref)
         for slot in self.types.values():

@@ -59,6 +59,7 @@ ACTIVITY = 6
 WORK = 7
 SCHEDULES = 8
 COUNTS = 9
+HOSTS = 10
 
 JobType = Union[str, int, tuple]
 

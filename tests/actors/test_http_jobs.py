@@ -140,3 +140,20 @@ def test_the_queue_in_prometheus_and_stats(filled):
         assert line in text, line
     mail = node.request("GET", "/_node/_local/_stats/couch_jobs/mail").json()
     assert mail["running"] == {"value": 1, "type": "gauge"} and mail["added"]["value"] == 8
+
+
+def test_workers_shows_each_hosts_last_beat(filled):
+    from fdblayer.jobs import hosts
+
+    node, db = filled
+    now = time.time()
+    hosts.beat(db, L, "host-a", {"host": "host-a", "concurrency": 4, "busy": 1,
+                                 "running": [{"type": "mail", "id": "w2", "attempt": 1, "for": 0.5}]}, now)
+    hosts.beat(db, L, "host-dead", {"host": "host-dead", "concurrency": 1}, now - 60)
+    seen = {h["host"]: h for h in get(node, "/_workers")["hosts"]}
+    assert seen["host-a"]["alive"] and seen["host-a"]["running"][0]["id"] == "w2"
+    assert not seen["host-dead"]["alive"] and seen["host-dead"]["age"] >= 60
+    assert node.request("POST", "/_workers", {}).status == 405
+    assert get(node, "/_workers/x", 404)["error"] == "not_found"
+    hosts.forget(db, L, "host-a")
+    hosts.forget(db, L, "host-dead")

@@ -296,3 +296,21 @@ def test_progress_that_would_pass_its_bound_writes_nothing(hosts, db):
     job_id = jobs.enqueue(db, "big", {})
     assert jobs.result(db, "big", job_id, timeout=20) == "EncodingError"
     assert jobs.status(db, "big", job_id).progress == {"a": "x" * 5000}
+
+
+def test_a_running_host_is_visible_with_the_job_it_runs_and_gone_after_a_clean_stop(hosts, db, workdir):
+    from fdblayer.jobs import hosts as beats
+    from fdblayer.jobs.keys import DEFAULT_LAYOUT
+
+    run_log = workdir / "runs.jsonl"
+    host = hosts(["sleepy=handlers_mod:sleepy"], concurrency=2, run_log=run_log)
+    job_id = jobs.enqueue(db, "sleepy", {"s": 30})
+    wait_for(lambda: runs(run_log), 20, "the handler to start")
+
+    def running() -> list:
+        return [r for h in beats.list_hosts(db, DEFAULT_LAYOUT, time.time()) for r in h.get("running", [])]
+    wait_for(lambda: any(r["id"] == job_id for r in running()), 20, "the heartbeat to show the job")
+    [entry] = beats.list_hosts(db, DEFAULT_LAYOUT, time.time())
+    assert entry["alive"] and entry["concurrency"] == 2 and entry["types"] == ["sleepy"] and entry["busy"] == 1
+    assert host.terminate() == 0
+    assert beats.list_hosts(db, DEFAULT_LAYOUT, time.time()) == [], "a clean stop clears its beat"
