@@ -263,8 +263,10 @@ class App:
         if head == "_node" and len(seg) >= 2 and seg[1] in ("_local", self.node):
             return self.node_route(req, seg[2:])
         if head == "_jobs":
+            if req.method in ("POST", "DELETE") and len(seg) > 1:
+                return queue_routes.jobs_write_route(req, seg[1:], self._store, HttpError)
             if req.method not in ("GET", "HEAD"):
-                raise not_allowed("GET,HEAD")
+                raise not_allowed("GET,HEAD,POST,DELETE" if len(seg) > 1 else "GET,HEAD")
             return queue_routes.jobs_route(req, seg[1:], self._store, HttpError)
         if head == "_workers":
             if req.method not in ("GET", "HEAD"):

@@ -8,6 +8,12 @@
   max_attempts, outcome, progress, error, last_error, worker, started,
   ended`` and its data cut to a preview (see ``fdblayer.jobs.overview``).
 * ``GET /_jobs/{type}/{id}``: one job whole, with its result.
+* ``POST /_jobs/{type}`` ``{"data", "id"?, "delay"?, "at"?, "max_attempts"?}``
+  adds a job for the worker pools (201 ``{"ok": true, "id"}``; an id that
+  exists follows the queue's resubmit rules); ``DELETE /_jobs/{type}/{id}``
+  removes one; ``POST /_jobs/{type}/{id}/_retry`` puts a finished (or
+  failed) job back with a fresh attempt count (409 for a job not finished).
+  Validated as the Python API is: a bad field is a 400 that writes nothing.
 * ``GET /_workers``: ``{"hosts": [...]}``, each worker host's last heartbeat
   (``host, pid, concurrency, types, workers, busy, running: [{type, id,
   attempt, for}], counts, last_beat, age, alive``).
@@ -52,6 +58,43 @@ def jobs_route(req: Any, seg: list[str], store: Callable[[], Any], error: Callab
         if view is None:
             raise error(404, "not_found", f"no job {seg[1]!r} of type {job_type!r}")
         return 200, view
+    raise error(404, "not_found", "missing")
+
+
+def jobs_write_route(req: Any, seg: list[str], store: Callable[[], Any],
+                     error: Callable[..., Exception]) -> tuple[int, Any]:
+    """Answer a POST or DELETE under ``/_jobs`` (see the module docstring)."""
+    from actors.workers import client  # the workers' producer API: one validation for every caller
+    from fdblayer.jobs import api
+    from fdblayer.jobs.exceptions import EncodingError, InvalidArgument, NotFound, NoTypeTimeout
+
+    db = store()
+    job_type = seg[0] if seg else ""
+    try:
+        if req.method == "POST" and len(seg) == 1:
+            body = req.json()
+            if not isinstance(body, dict) or set(body) - {"data", "id", "delay", "at", "max_attempts"}:
+                raise InvalidArgument("the body must be a JSON object of data, id, delay, at and max_attempts")
+            job_id = client.enqueue(db, job_type, body.get("data"), id=body.get("id"), delay=body.get("delay"),
+                                    at=body.get("at"), max_attempts=body.get("max_attempts"))
+            return 201, {"ok": True, "id": job_id}
+        if req.method == "DELETE" and len(seg) == 2:
+            api.remove(db, job_type, seg[1])
+            return 200, {"ok": True}
+        if req.method == "POST" and len(seg) == 3 and seg[2] == "_retry":
+            view = overview.job_view(db, DEFAULT_LAYOUT, job_type, seg[1])
+            if view is None:
+                raise NotFound(f"no job {seg[1]!r} of type {job_type!r}")
+            if view["state"] != "finished":
+                raise error(409, "conflict", f"job {seg[1]!r} is {view['state']}: only a finished job is retried")
+            client.enqueue(db, job_type, view["data"], id=seg[1], max_attempts=view["max_attempts"])
+            return 201, {"ok": True, "id": seg[1]}
+    except NoTypeTimeout:
+        raise error(404, "not_found", f"no job type {job_type!r} (a type has an activity timeout)") from None
+    except NotFound as exc:
+        raise error(404, "not_found", exc.message) from None
+    except (InvalidArgument, EncodingError) as exc:
+        raise error(400, "bad_request", exc.message) from None
     raise error(404, "not_found", "missing")
 
 

@@ -108,13 +108,44 @@ def test_bad_requests_say_what_is_wrong(filled, path, status, words):
     assert words in body["reason"] and body["error"] in ("not_found", "bad_request")
 
 
-def test_only_reads(filled):
+def test_bad_writes_change_nothing(filled):
     node, _ = filled
     before = get(node, "/_jobs/mail?limit=1000")
-    for method in ("POST", "PUT", "DELETE"):
-        reply = node.request(method, "/_jobs/mail", {"x": 1})
-        assert reply.status == 405 and reply.json()["error"] == "method_not_allowed"
+    for method, path, body, status in [
+            ("PUT", "/_jobs/mail", {}, 405), ("POST", "/_jobs", {}, 405),
+            ("POST", "/_jobs/mail", {"x": 1}, 400), ("POST", "/_jobs/mail", [1], 400),
+            ("POST", "/_jobs/mail", {"data": [1, 2]}, 400), ("POST", "/_jobs/mail", {"data": {}, "delay": -5}, 400),
+            ("POST", "/_jobs/mail", {"data": {}, "max_attempts": 0}, 400),
+            ("POST", "/_jobs/nosuch", {"data": {}}, 404), ("DELETE", "/_jobs/mail/nosuch", None, 404),
+            ("POST", "/_jobs/mail/w2/_retry", None, 409), ("POST", "/_jobs/mail/nosuch/_retry", None, 404)]:
+        reply = node.request(method, path, body)
+        assert reply.status == status, (method, path, body, reply.status, reply.json())
+        assert reply.json()["error"] and reply.json().get("reason") is not None
     assert get(node, "/_jobs/mail?limit=1000") == before
+
+
+def test_add_remove_and_retry_over_http(filled):
+    node, db = filled
+    jobs.set_type_timeout(db, "httpjobs", 30)
+    reply = node.request("POST", "/_jobs/httpjobs", {"data": {"to": "http"}, "id": "viahttp", "delay": 3600})
+    assert reply.status == 201 and reply.json() == {"ok": True, "id": "viahttp"}
+    job = get(node, "/_jobs/httpjobs/viahttp")
+    assert job["state"] == "pending" and job["data"] == {"to": "http"} and job["scheduled_time"] > time.time()
+    assert node.request("DELETE", "/_jobs/httpjobs/viahttp").status == 200
+    assert get(node, "/_jobs/httpjobs/viahttp", 404)["error"] == "not_found"
+    fresh = node.request("POST", "/_jobs/httpjobs", {"data": {"n": 1}, "max_attempts": 1}).json()["id"]
+    assert len(fresh) == 32
+    [claimed] = work.claim(db, L, "httpjobs", time.time(), 5, "host-b", 3).claimed
+    work.complete(db, L, [work.Outcome(claimed.job, "fail", None, {"type": "E", "message": "m", "traceback": ""})],
+                  time.time())
+
+    def counts() -> dict:
+        return {t["type"]: t for t in get(node, "/_jobs")["types"]}["httpjobs"]
+    assert counts()["failed"] == 1
+    assert node.request("POST", f"/_jobs/httpjobs/{fresh}/_retry").status == 201
+    retried = get(node, f"/_jobs/httpjobs/{fresh}")
+    assert retried["state"] == "pending" and retried["attempt"] == 0 and retried["data"] == {"n": 1}
+    assert counts()["failed"] == 0 and counts()["pending"] == 1
 
 
 def test_a_type_name_is_a_path_segment(filled):
