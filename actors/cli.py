@@ -63,8 +63,9 @@ def build_parser() -> argparse.ArgumentParser:
     add = jobs.add_parser("add", help="add (or resubmit) a job")
     add.add_argument("type")
     add.add_argument("job_id")
-    add.add_argument("data", nargs="?", default="{}", help="job data as a JSON object")
-    add.add_argument("--scheduled-time", type=int, default=0)
+    add.add_argument("data", nargs="?", default="{}", help="job data: JSON, @file, or - for standard input")
+    add.add_argument("--scheduled-time", type=int, default=0, help="due time, whole seconds since the epoch")
+    add.add_argument("--delay", type=float, default=None, help="due in this many seconds")
     _store_arg(add)
     lst = jobs.add_parser("list", help="list jobs (of one type)")
     lst.add_argument("type", nargs="?")
@@ -73,6 +74,15 @@ def build_parser() -> argparse.ArgumentParser:
     rm.add_argument("type")
     rm.add_argument("job_id")
     _store_arg(rm)
+    res = jobs.add_parser("result", help="wait for a pool job's result (exit 1 if it failed for good)")
+    res.add_argument("type")
+    res.add_argument("job_id")
+    res.add_argument("--timeout", type=float, default=None)
+    _store_arg(res)
+    rt = jobs.add_parser("retry", help="put a finished or failed job back in the queue")
+    rt.add_argument("type")
+    rt.add_argument("job_id")
+    _store_arg(rt)
     _store_arg(jobs.add_parser("stats", help="per type: timeout and counts of each state (as GET /_jobs)"))
     watch = jobs.add_parser("watch", help="print a job's state changes until it finishes")
     watch.add_argument("type")
@@ -226,12 +236,64 @@ def cmd_node_status(args: argparse.Namespace) -> int:
 def cmd_jobs_add(args: argparse.Namespace) -> int:
     from fdblayer import jobs
 
+    text = _data_text(args.data)
     try:
-        data = json.loads(args.data)
+        data = json.loads(text)
     except ValueError as exc:
         raise SystemExit(_fail(f"job data is not JSON: {exc}", 2))
-    jobs.add(_db(args), _job_type(args.type), args.job_id, data, args.scheduled_time)
+    scheduled = args.scheduled_time
+    if args.delay is not None:
+        from fdblayer.jobs.validate import check_timeout
+
+        delay = check_timeout(args.delay, "--delay")
+        if delay is None:
+            raise SystemExit(_fail("--delay must be under 10^8 seconds", 2))
+        scheduled = int(time.time() + delay + 0.999999)
+    jobs.add(_db(args), _job_type(args.type), args.job_id, data, scheduled)
     print(f"added {args.type}/{args.job_id}")
+    return 0
+
+
+def _data_text(spec: str) -> str:
+    """Job data given as JSON text, ``@file`` (its contents) or ``-`` (standard input)."""
+    if spec == "-":
+        return sys.stdin.read()
+    if spec.startswith("@"):
+        with open(spec[1:]) as f:
+            return f.read()
+    return spec
+
+
+def cmd_jobs_result(args: argparse.Namespace) -> int:
+    """Wait for a pool job's outcome: print its result (exit 0) or its error (exit 1)."""
+    from actors.workers import client
+
+    try:
+        value = client.result(_db(args, existing=True), _job_type(args.type), args.job_id, timeout=args.timeout)
+    except client.JobFailed as exc:
+        print(json.dumps({"error": exc.error_type, "message": exc.error_message, "attempts": exc.attempts}))
+        return 1
+    except TimeoutError as exc:
+        return _fail(str(exc), 1)
+    print(json.dumps(value))
+    return 0
+
+
+def cmd_jobs_retry(args: argparse.Namespace) -> int:
+    """Put a finished (or failed) job back in the queue with a fresh attempt count."""
+    from actors.workers import client
+    from fdblayer.jobs import overview
+    from fdblayer.jobs.keys import DEFAULT_LAYOUT
+
+    db = _db(args, existing=True)
+    job_type = _job_type(args.type)
+    view = overview.job_view(db, DEFAULT_LAYOUT, job_type, args.job_id)
+    if view is None:
+        return _fail(f"no job {args.job_id!r} of type {job_type!r}", 1)
+    if view["state"] != "finished":
+        return _fail(f"job {args.job_id!r} is {view['state']}: only a finished job is retried", 1)
+    client.enqueue(db, job_type, view["data"], id=args.job_id, max_attempts=view["max_attempts"])
+    print(f"retried {args.type}/{args.job_id}")
     return 0
 
 
@@ -395,7 +457,8 @@ COMMANDS: dict[tuple[str, str], Callable[[argparse.Namespace], int]] = {
     ("worker", "run"): cmd_worker,
     ("node", "start"): cmd_node_start, ("node", "stop"): cmd_node_stop, ("node", "status"): cmd_node_status,
     ("jobs", "add"): cmd_jobs_add, ("jobs", "list"): cmd_jobs_list, ("jobs", "remove"): cmd_jobs_remove,
-    ("jobs", "watch"): cmd_jobs_watch, ("jobs", "stats"): cmd_jobs_stats, ("workers", "list"): cmd_workers_list,
+    ("jobs", "watch"): cmd_jobs_watch, ("jobs", "stats"): cmd_jobs_stats,
+    ("jobs", "result"): cmd_jobs_result, ("jobs", "retry"): cmd_jobs_retry, ("workers", "list"): cmd_workers_list,
     ("types", "set-timeout"): cmd_types_set_timeout, ("types", "clear-timeout"): cmd_types_clear_timeout,
     ("types", "list"): cmd_types_list,
     ("docs", "add"): cmd_docs_add, ("docs", "get"): cmd_docs_get, ("docs", "remove"): cmd_docs_remove,

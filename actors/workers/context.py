@@ -14,7 +14,7 @@ from typing import Any, Callable, Optional
 
 from fdblayer.jobs import work
 from fdblayer.jobs.codec import decode_data, encode_data
-from fdblayer.jobs.exceptions import EncodingError, Halt, InvalidArgument
+from fdblayer.jobs.exceptions import CorruptValue, EncodingError, Halt, InvalidArgument
 from fdblayer.jobs.keys import DEFAULT_LAYOUT
 
 __all__ = ["JobContext", "encode_result", "decode_result", "describe_error",
@@ -99,8 +99,17 @@ def encode_result(value: Any) -> bytes:
 
 
 def decode_result(encoded: Optional[bytes]) -> Any:
-    """The value :func:`encode_result` encoded (None for None)."""
-    return None if encoded is None else decode_data(encoded).get("result")
+    """The value :func:`encode_result` encoded (None for None).
+
+    Raises:
+        CorruptValue: the stored result is not one this module wrote.
+    """
+    if encoded is None:
+        return None
+    value = decode_data(encoded)
+    if not isinstance(value, dict):
+        raise CorruptValue("the stored result is unreadable (not a result record)")
+    return value.get("result")
 
 
 def describe_error(exc: BaseException) -> dict:

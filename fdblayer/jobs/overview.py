@@ -102,7 +102,8 @@ def _views(tr: Transaction, layout: Layout, job_type: JobType, ids: list[str], p
                 "last_error": record.error, "worker": record.worker, "started": record.started,
                 "ended": record.ended, "data": _data(raw_data, preview)}
         if not preview:
-            view["result"] = _data(record.result, False) if record.result is not None else None
+            stored = _data(record.result, False) if record.result is not None else None
+            view["result"] = stored.get("result") if isinstance(stored, dict) else None
         out.append(view)
     return out
 

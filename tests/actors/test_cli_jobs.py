@@ -121,3 +121,40 @@ def test_a_malformed_config_file_is_one_line_naming_file_and_line(tmp_path, text
     for command in (["jobs", "list"], ["node", "start"], ["worker", "t=m:f"]):
         out = cli(*command, "--config", str(ini))
         assert out.returncode == 2 and out.stderr.strip() == f"otpjobs: error: config file {ini}, {says}", out.stderr
+
+
+def test_add_takes_data_from_a_file_or_stdin_and_a_delay(store, tmp_path):
+    url, db = store
+    jobs.set_type_timeout(db, "t", 30)
+    (tmp_path / "data.json").write_text('{"from": "file"}')
+    assert cli("jobs", "add", "t", "f", f"@{tmp_path / 'data.json'}", "--store", url).returncode == 0
+    out = subprocess.run([sys.executable, "-m", "actors", "jobs", "add", "t", "s", "-", "--delay", "60", "--store", url],
+                         cwd=ROOT, input='{"from": "stdin"}', capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert jobs.get_job_data(db, "t", "f") == {"from": "file"} and jobs.get_job_data(db, "t", "s") == {"from": "stdin"}
+    assert jobs.get_job(db, "t", "s").scheduled_time >= time.time() + 59
+    bad = cli("jobs", "add", "t", "x", "@/nonexistent/data.json", "--store", url)
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
+
+
+def test_result_and_retry_of_a_pool_job(store):
+    from actors.workers.context import encode_result
+    from fdblayer.jobs import work
+    from fdblayer.jobs.keys import DEFAULT_LAYOUT as L
+
+    url, db = store
+    jobs.set_type_timeout(db, "p", 30)
+    jobs.enqueue(db, "p", {"n": 1}, id="ok", max_attempts=1)
+    jobs.enqueue(db, "p", {"n": 2}, id="bad", max_attempts=1)
+    claimed = {c.job.id: c for c in work.claim(db, L, "p", time.time(), 5, "h", 3).claimed}
+    work.complete(db, L, [work.Outcome(claimed["ok"].job, "ok", encode_result(7)),
+                          work.Outcome(claimed["bad"].job, "fail", None,
+                                       {"type": "ValueError", "message": "nope", "traceback": ""})], time.time())
+    ok = cli("jobs", "result", "p", "ok", "--timeout", "5", "--store", url)
+    assert ok.returncode == 0 and json.loads(ok.stdout) == 7
+    bad = cli("jobs", "result", "p", "bad", "--timeout", "5", "--store", url)
+    assert bad.returncode == 1 and json.loads(bad.stdout)["error"] == "ValueError"
+    assert cli("jobs", "retry", "p", "bad", "--store", url).returncode == 0
+    assert jobs.get_job_state(db, "p", "bad").value == "pending" and jobs.status(db, "p", "bad").attempt == 0
+    again = cli("jobs", "retry", "p", "bad", "--store", url)
+    assert again.returncode == 1 and "only a finished job" in again.stderr

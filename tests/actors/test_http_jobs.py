@@ -10,6 +10,7 @@ import pytest
 import fdblayer
 from actors import jobs
 from actors.node.config import Config
+from actors.workers.context import encode_result
 from fdblayer.jobs import work
 from fdblayer.jobs.keys import DEFAULT_LAYOUT as L
 
@@ -47,7 +48,7 @@ def filled(n):
     for i, kind in enumerate(["ok", "fail", None]):
         jobs.enqueue(db, "mail", {"to": f"w{i}"}, id=f"w{i}", max_attempts=1)
     claimed = {c.job.id: c for c in work.claim(db, L, "mail", time.time(), 10, "host-a", 3).claimed}
-    ends = [work.Outcome(claimed[i].job, "ok", b"\xa2ok") for i in claimed if i.startswith("due")]
+    ends = [work.Outcome(claimed[i].job, "ok", encode_result("ok")) for i in claimed if i.startswith("due")]
     ends += [work.Outcome(claimed["w0"].job, "ok", b"\x01"),
              work.Outcome(claimed["w1"].job, "fail", None, {"type": "ValueError", "message": "bad", "traceback": ""})]
     work.complete(db, L, ends, time.time())
