@@ -459,6 +459,11 @@ class App:
                                    rev=body.get("_rev", rev), check_rev=True)
                 return 201, {"ok": True, "id": doc_id, "rev": new_rev}
             if req.method == "DELETE":
+                rev = rev or (req.header("If-Match") or "").strip('"') or None
+                current = docs.get(self._store(), docs.REPLICATOR_DB, doc_id)  # 404 first, as CouchDB
+                if rev is None:  # CouchDB deletes only a named revision
+                    raise HttpError(409, "conflict", f"Document update conflict: give the revision to delete "
+                                                     f"(?rev={current.rev} or If-Match)")
                 new_rev = docs.delete(self._store(), docs.REPLICATOR_DB, doc_id, rev=rev)
                 return 200, {"ok": True, "id": doc_id, "rev": new_rev}
         except docs.NotFound:

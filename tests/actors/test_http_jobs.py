@@ -189,3 +189,16 @@ def test_workers_shows_each_hosts_last_beat(filled):
     assert get(node, "/_workers/x", 404)["error"] == "not_found"
     hosts.forget(db, L, "host-a")
     hosts.forget(db, L, "host-dead")
+
+
+def test_deleting_a_replicator_document_needs_its_revision(n):
+    from fdblayer import docs
+
+    node, db = n
+    rev = docs.put(db, docs.REPLICATOR_DB, "needsrev", {"handler": "tests.actors.scheduler_fixtures:idle"})
+    reply = node.request("DELETE", "/_replicator/needsrev")
+    assert reply.status == 409 and f"?rev={rev}" in reply.json()["reason"]
+    assert docs.get(db, docs.REPLICATOR_DB, "needsrev").rev == rev, "nothing deleted"
+    assert node.request("DELETE", "/_replicator/nosuchdoc").status == 404
+    reply = node.request("DELETE", "/_replicator/needsrev", headers={"If-Match": f'"{rev}"'})
+    assert reply.status == 200 and reply.json()["ok"] is True
