@@ -18,6 +18,11 @@ DEFAULT_LIMIT = 100
 JOB_FIELDS = ("id", "pid", "source", "target", "database", "user", "doc_id", "info", "history", "node",
               "start_time")
 
+#: Top-level fields of an entry in the seed's client document (``Scheduler.list_jobs``), from ``info``.
+SEQ_FIELDS = ("checkpointed_source_seq", "source_seq")
+COUNT_FIELDS = ("revisions_checked", "missing_revisions_found", "docs_read", "docs_written", "doc_write_failures",
+                "bulk_get_docs", "bulk_get_attempts")
+
 _USERINFO = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://)([^/@:]*):([^/@]*)@")
 
 
@@ -39,6 +44,13 @@ def job_view(job: Mapping[str, Any]) -> dict:
     out["target"] = mask_url(out["target"])
     out["info"] = dict(out["info"] or {})
     out["history"] = list(out["history"] or [])
+    # The top-level fields of the seed's client document, from the job's reported stats.
+    out["continuous"] = bool(job.get("continuous"))
+    for name in SEQ_FIELDS:
+        out[name] = str(out["info"].get(name, 0))
+    for name in COUNT_FIELDS:
+        value = out["info"].get(name, 0)
+        out[name] = value if isinstance(value, int) and not isinstance(value, bool) else 0
     return out
 
 

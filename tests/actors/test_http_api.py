@@ -72,7 +72,9 @@ def test_jobs_listing_is_couchdb_shaped_sorted_and_paged(n, jobs) -> None:
     assert [j["id"] for j in body["jobs"]] == ["a", "b", "c"]
     job = body["jobs"][0]
     assert list(job) == ["id", "pid", "source", "target", "database", "user", "doc_id", "info", "history",
-                         "node", "start_time"]
+                         "node", "start_time", "continuous", "checkpointed_source_seq", "source_seq",
+                         "revisions_checked", "missing_revisions_found", "docs_read", "docs_written",
+                         "doc_write_failures", "bulk_get_docs", "bulk_get_attempts"]
     assert job["source"] == "http://adm:*****@example.com/db" and "secret" not in n.request(
         "GET", "/_scheduler/jobs").body.decode()
     assert job["target"] == "http://example.com/t"

@@ -168,6 +168,12 @@ def test_cloudant_scheduler_client_unmodified(n, cloudant) -> None:
             first = scheduler.list_jobs(limit=3, skip=1)
             assert first["total_rows"] == 7 and first["offset"] == 1
             assert [j["id"] for j in first["jobs"]] == ids[1:4]
+            entry = first["jobs"][0]  # the fields the client's document shows, typed as it says
+            assert isinstance(entry["continuous"], bool) and isinstance(entry["checkpointed_source_seq"], str)
+            assert isinstance(entry["source_seq"], str)
+            assert all(isinstance(entry[k], int) for k in ("revisions_checked", "missing_revisions_found",
+                                                           "docs_read", "docs_written", "doc_write_failures",
+                                                           "bulk_get_docs", "bulk_get_attempts"))
 
             seen, skip, limit = [], 0, 3  # the pagination loop of the client's docs
             while True:

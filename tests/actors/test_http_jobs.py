@@ -202,3 +202,14 @@ def test_deleting_a_replicator_document_needs_its_revision(n):
     assert node.request("DELETE", "/_replicator/nosuchdoc").status == 404
     reply = node.request("DELETE", "/_replicator/needsrev", headers={"If-Match": f'"{rev}"'})
     assert reply.status == 200 and reply.json()["ok"] is True
+
+
+def test_a_scheduler_job_entry_carries_the_seed_documents_top_level_fields():
+    from actors.http.monitoring import job_view
+
+    entry = job_view({"id": "r1", "continuous": True, "info": {"docs_read": 10, "docs_written": 9,
+                                                                "checkpointed_source_seq": 42, "source_seq": "50"}})
+    assert (entry["continuous"], entry["docs_read"], entry["docs_written"], entry["doc_write_failures"]) == \
+        (True, 10, 9, 0)
+    assert (entry["checkpointed_source_seq"], entry["source_seq"]) == ("42", "50")
+    assert entry["info"]["docs_read"] == 10, "info keeps every reported stat"
