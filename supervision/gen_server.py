@@ -22,16 +22,12 @@ What a caller can rely on:
 """
 from __future__ import annotations
 
-import ctypes
-import itertools
-import heapq
 import logging
 import multiprocessing
 import os
 import signal
 import uuid
 from dataclasses import dataclass, replace
-from datetime import timedelta
 from typing import Any, Callable
 
 from thespian.actors import (
@@ -50,8 +46,9 @@ from .addrmap import AddrMap, AddrSet
 from .clock import Clock, make_clock
 from .exceptions import BadCall, BadCast, BadInfo, CallFailed, CallTimeout, NoProc
 from .reasons import KILLED, NOPROC, NORMAL, SHUTDOWN, is_normal, portable
-from .procs import pid_alive
+from .procs import die_with_parent, pid_alive  # noqa: F401 - die_with_parent re-exported
 from .reports import report
+from .timers import MAX_TIMER_STEP, Timers  # noqa: F401 - MAX_TIMER_STEP re-exported
 
 log = logging.getLogger(__name__)
 
@@ -60,13 +57,8 @@ NOREPLY = object()
 #: Returned by ``init`` of an actor that finishes starting later by calling
 #: :meth:`GenServer.start_complete` or :meth:`GenServer.start_failed`.
 DEFER_START = object()
-_PR_SET_PDEATHSIG = 1
 #: Seconds a dead child's own exit notice may take before it counts as lost.
 LOST_EXIT_GRACE = 0.5
-#: Longest single wait handed to Thespian (under 12 days); longer timers are
-#: armed in steps of this, so no delay overflows its date arithmetic or the
-#: poll timeout it becomes (epoll takes at most 2^31 - 1 ms).
-MAX_TIMER_STEP = 1e6
 
 
 @dataclass(frozen=True)
@@ -75,25 +67,6 @@ class From:
 
     ref: str
     reply_to: Any
-
-
-def die_with_parent(parent_pid: int | None = None) -> None:
-    """Ask the kernel to SIGKILL this process when its parent process dies.
-
-    ``parent_pid`` is the process this one was forked from: if it is not
-    the parent any more (it died before the request took hold and this
-    process was reparented), this process dies at once. Without it, a
-    parent of pid 1 means the same.
-    """
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    except (OSError, AttributeError):
-        log.warning("PR_SET_PDEATHSIG unavailable: orphans may outlive a killed parent")
-        return
-    ppid = os.getppid()
-    if ppid == 1 or (parent_pid is not None and ppid != parent_pid):
-        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def adopt_actor_logging() -> None:
@@ -123,7 +96,7 @@ class Request:
     timeout: float = 5.0
 
 
-class GenServer(Actor):
+class GenServer(Timers, Actor):
     """A supervised actor with gen_server callbacks. See the module docstring."""
 
     #: Trap exit signals from linked actors (receive them as ``Exit`` messages).
@@ -174,10 +147,7 @@ class GenServer(Actor):
         self._my_monitors: dict[str, Any] = {}
         self._children = AddrMap()
         self._exit_reasons = AddrMap()
-        self._timers: dict[int, tuple] = {}
-        self._timer_rest: dict[int, float] = {}  # token -> seconds left after the armed step
-        self._timer_heap: list = []
-        self._timer_ids = itertools.count(1)
+        self._init_timers()
         self._pending_calls: dict[str, m.Pending] = {}
         self._stop_reason: Any = None
         self._starter: Any = None
@@ -561,59 +531,6 @@ class GenServer(Actor):
         except ProcessLookupError:
             pass
         return True
-
-    # -------------------------------------------------------------- timers
-    def send_after(self, delay: float, msg: Any) -> int:
-        """Deliver ``msg`` to ``handle_info`` after ``delay`` seconds of this
-        actor's clock. Returns a token for :meth:`cancel_timer`."""
-        return self.start_timer(delay, lambda: self.handle_info(msg))
-
-    def start_timer(self, delay: float, callback: Callable[[], None], real: bool = False) -> int:
-        """Run ``callback`` after ``delay`` seconds (``real`` ignores a manual clock)."""
-        token = next(self._timer_ids)
-        manual = self.clock.manual and not real
-        deadline = (self.clock.monotonic() if manual else 0.0) + max(0.0, delay)
-        self._timers[token] = (callback, manual)
-        if manual:
-            heapq.heappush(self._timer_heap, (deadline, token))
-        else:
-            self._arm_real(token, delay)
-        return token
-
-    def _arm_real(self, token: int, delay: float) -> None:
-        """Arm a real timer; one past :data:`MAX_TIMER_STEP` is armed in steps
-        (Thespian turns a delay into a date, which overflows past year 9999)."""
-        delay = max(0.0, delay) if delay == delay else 0.0  # NaN fires at once
-        step = min(delay, MAX_TIMER_STEP)
-        if delay > step:
-            self._timer_rest[token] = delay - step
-        self.wakeupAfter(timedelta(seconds=step), payload=m.TimerFired(token))
-
-    def cancel_timer(self, token: int | None) -> bool:
-        """Cancel a timer; True if it had not fired yet."""
-        return token is not None and self._timers.pop(token, None) is not None
-
-    def _on_wakeup(self, payload: Any) -> None:
-        if isinstance(payload, m.TimerFired):
-            rest = self._timer_rest.pop(payload.token, None)
-            if rest is not None and payload.token in self._timers:
-                self._arm_real(payload.token, rest)
-                return
-            entry = self._timers.pop(payload.token, None)
-            if entry is not None:
-                entry[0]()
-
-    def _on_advance_clock(self, adv: m.AdvanceClock) -> None:
-        if self.clock.manual:
-            self.clock.advance(adv.seconds)  # type: ignore[attr-defined]
-            now = self.clock.monotonic()
-            while self._timer_heap and self._timer_heap[0][0] <= now:
-                _, token = heapq.heappop(self._timer_heap)
-                entry = self._timers.pop(token, None)
-                if entry is not None:
-                    entry[0]()
-        if adv.reply_to is not None:
-            self.send(adv.reply_to, m.ClockAdvanced(self.clock.monotonic()))
 
     # ---------------------------------------------------------------- exit
     def stop(self, reason: Any = NORMAL) -> None:
