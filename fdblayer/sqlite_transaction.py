@@ -25,14 +25,11 @@ from __future__ import annotations
 
 import functools
 import logging
-import random
 import sqlite3
-import time
-from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence
+from typing import TYPE_CHECKING, Dict, List, Optional, Sequence
 
 from fdblayer.exceptions import (
     InvalidTransactionState,
-    LockTimeout,
     NoCommitVersion,
     StoreError,
     TransactionTooLarge,
@@ -53,8 +50,6 @@ from fdblayer.interface import (
 )
 from fdblayer.selectors import END_OF_KEYSPACE, KeyOrSelector, KeySelector, KeyValue, to_selector
 from fdblayer.sqlite_backend import (
-    _BUSY_BACKOFF_MAX,
-    _BUSY_BACKOFF_MIN,
     SQL_ADD,
     SQL_BUMP_VERSION,
     SQL_CLEAR,
@@ -63,10 +58,9 @@ from fdblayer.sqlite_backend import (
     SQL_PIN_SNAPSHOT,
     SQL_SET,
     ForkEpoch,
-    _is_busy,
     map_sqlite_error,
 )
-from fdblayer import fairlock
+from fdblayer.sqlite_locking import SqliteLocking
 from fdblayer.watches import Watch
 
 if TYPE_CHECKING:
@@ -122,7 +116,7 @@ class _SnapshotView(ReadView):
         return self._tr.get_range(begin, end, limit=limit, reverse=reverse)
 
 
-class SqliteTransaction(Transaction):
+class SqliteTransaction(SqliteLocking, Transaction):
     """A transaction on an ``SqliteDatabase`` (see the module docstring).
 
     Args:
@@ -202,71 +196,6 @@ class SqliteTransaction(Transaction):
             self._gate_held = False
             self._db.gate().release()
         self._mode = None
-
-    def _lock_deadline(self) -> float:
-        if self.deadline is not None:
-            return self.deadline
-        return time.monotonic() + self._db.lock_timeout
-
-    def _checkout(self) -> sqlite3.Connection:
-        conn = self._conn = self._db.checkout()
-        self._epoch = ForkEpoch.value
-        return conn
-
-    def _begin_read(self) -> None:
-        conn = self._conn = self._db.checkout()
-        self._epoch = ForkEpoch.value
-
-        def begin() -> None:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            conn.execute("BEGIN")  # the snapshot starts at the first read
-
-        try:
-            begin()
-        except sqlite3.Error as exc:
-            self._begin_failed(exc, begin)
-        self._mode = "read"
-
-    def _begin_failed(self, exc: sqlite3.Error, begin: Callable[[], None]) -> None:
-        """A BEGIN failed: wait out a transient SQLITE_BUSY (WAL restart), else fail."""
-        if not _is_busy(exc):
-            raise self._sqlite_failure(exc) from exc
-        try:  # no snapshot yet: nothing to lose by trying again
-            self._db._retry_busy(begin, self._lock_deadline())
-        except StoreError as error:
-            self._fail(error)
-            raise
-
-    def _begin_write(self) -> None:
-        deadline = self._lock_deadline()
-        if not self._db.gate().acquire(deadline):
-            raise LockTimeout(self._lock_held_message())
-        self._gate_held = True
-        try:
-            conn = self._checkout()
-        except StoreError as error:
-            self._fail(error)
-            raise
-        delay = _BUSY_BACKOFF_MIN
-        while True:
-            try:
-                conn.execute("BEGIN IMMEDIATE")
-                break
-            except sqlite3.Error as exc:
-                if not _is_busy(exc):
-                    raise self._sqlite_failure(exc) from exc
-            if time.monotonic() > deadline:
-                self._release(rollback=True)
-                raise LockTimeout(self._lock_held_message())
-            time.sleep(random.uniform(delay / 2, delay))
-            delay = min(delay * 2, _BUSY_BACKOFF_MAX)
-        self._mode = "write"
-
-    def _lock_held_message(self) -> str:
-        holder = fairlock.describe_holder(self._db.gate().holder())
-        return (f"store {self._db.path}: the write lock is held by {holder} and was not released "
-                f"in time (reads go on; writes wait for it to commit or exit)")
 
     def _bump_version(self) -> None:
         assert self._conn is not None
