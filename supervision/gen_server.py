@@ -232,7 +232,7 @@ class GenServer(Timers, Actor):
         if isinstance(result, str) and result == IGNORE:
             self._exiting = True
             self.send(init.starter, m.Ignored(self.myAddress))
-            self.send(self.myAddress, ActorExitRequest())
+            self._end_process()
             return
         self.start_complete()
 
@@ -250,7 +250,7 @@ class GenServer(Timers, Actor):
         reason = portable(reason)
         report("start_error", logging.ERROR, actor=type(self).__name__, name=self.name, reason=reason)
         self.send(self._starter, m.StartFailed(self.myAddress, reason))
-        self.send(self.myAddress, ActorExitRequest())
+        self._end_process()
 
     def _fail_start(self, init: m.Init, exc: Exception) -> None:
         self.start_failed(exc)
@@ -568,7 +568,24 @@ class GenServer(Timers, Actor):
             report("crash", logging.ERROR, actor=type(self).__name__, name=self.name, reason=reason)
         self._announce_exit(reason)
         if not thespian_exiting:
-            self.send(self.myAddress, ActorExitRequest())
+            self._end_process()
+
+    def _end_process(self) -> None:
+        """Ask Thespian to end this actor's process.
+
+        Thespian keeps its own list of children, pruned only by the exit
+        notices it receives, and it loses some (see
+        ``_check_silent_children``). A recursive exit request makes it send
+        an exit request to each child on that list and wait for their
+        notices; for children already dead it waits forever (its error
+        callback closes over the loop variable, so only the last one is ever
+        struck off). So the request is recursive only while a child of ours
+        is still alive: a supervisor that has stopped its children in order
+        ends at once. A child left alive without it still dies with this
+        process (``die_with_parent``).
+        """
+        live = any(pid_alive(child.get("pid")) for _, child in self._children.items())
+        self.send(self.myAddress, ActorExitRequest(recursive=live))
 
     def _announce_exit(self, reason: Any) -> None:
         if not self._started:

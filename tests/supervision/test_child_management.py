@@ -9,7 +9,7 @@ import pytest
 
 from supervision import AlreadyStarted, BadChildSpec, ChildSpec, NoProc, StartError, SupervisionError, SupFlags
 from tests.supervision.conftest import alive, wait_until
-from tests.supervision.fixtures import Worker
+from tests.supervision.fixtures import KillingSup, Worker
 
 ONE = {"strategy": "one_for_one", "intensity": 10, "period": 10}
 
@@ -135,6 +135,24 @@ def test_brutal_kill_kills_without_running_terminate(tree):
     tree.c.terminate_child(sup, "s")
     assert time.monotonic() - t < 2
     assert not alive(s.pid) and tree.lines()[-1] == "start s"
+
+
+def test_a_supervisor_ends_although_thespian_lost_its_children_exits(tree):
+    """Thespian loses the exit notices of children that die while it handles
+    another child's (KillingSup forces it). The supervisor restarts them and
+    later stops in order; its process must then end at once, not wait in
+    Thespian for notices of long-dead children (it waited forever)."""
+    spec = ChildSpec(f"racy-{os.getpid()}", KillingSup,
+                     {"id": "racy", "log": str(tree.log), "flags": ONE,
+                      "specs": [tree.w(f"k{i}", shutdown="brutal_kill") for i in range(4)]},
+                     restart="temporary", type="supervisor")
+    sup = tree.c.start_child(tree.root, spec)
+    pid, kids = tree.c.get_pid(sup), tree.kids(sup)
+    os.kill(kids["k0"].pid, signal.SIGKILL)
+    wait_until(lambda: all(alive(r.pid) and r.pid != kids[i].pid for i, r in tree.kids(sup).items()), 5,
+               "every child restarted")
+    tree.c.terminate_child(tree.root, spec.id)
+    wait_until(lambda: not alive(pid), 3, "the supervisor's process to end")
 
 
 def test_worker_within_its_shutdown_runs_terminate(tree):
