@@ -492,7 +492,7 @@ class App:
                 "target": self._endpoint(body.get("target")), "continuous": body.get("continuous", False),
                 "handler": body.get("handler"), "options": body.get("options"), "user": req.user}
         try:
-            JobSpec.from_dict(spec)  # well-formed, then allowed, then added
+            JobSpec.from_dict(spec)  # well-formed, then allowed, then runnable (the scheduler checks it) and added
             self._allowed(req, spec)
             self.scheduler.add_job(spec)
         except InvalidJobSpec as exc:

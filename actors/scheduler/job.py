@@ -29,6 +29,7 @@ What a handler gets (:class:`JobContext`): ``job_id``, ``options``,
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import logging
 import os
 import queue
@@ -40,6 +41,8 @@ from supervision import GenServer
 from supervision.messages import Cast
 
 from actors.scheduler.core import JobSpec
+from actors.scheduler.model import InvalidJobSpec
+from actors.scheduler.replicate import missing_source
 
 log = logging.getLogger(__name__)
 
@@ -152,6 +155,27 @@ def resolve_handler(path: str) -> Callable[[JobContext], Any]:
     if not callable(obj):
         raise TypeError(f"handler {path!r} is not callable")
     return obj
+
+
+def check_runnable(spec: JobSpec) -> None:
+    """Raise :class:`InvalidJobSpec` for a well-formed job that could never run.
+
+    Checked without running any of the handler's code: its module must be
+    found on the node's path, and a replication's SQLite source must exist.
+    A handler's attribute is only looked up when the job runs.
+    """
+    if spec.handler and spec.handler != REPLICATE_HANDLER:
+        module_name = spec.handler.partition(":")[0]
+        try:
+            found = importlib.util.find_spec(module_name) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            raise InvalidJobSpec("handler", spec.handler, f"no module named {module_name!r} on the node's path")
+    elif spec.source is not None:
+        why = missing_source(spec.source)
+        if why:
+            raise InvalidJobSpec("source", spec.source, why)
 
 
 class HandlerExit(Exception):

@@ -25,6 +25,7 @@ batch. Options: ``jobs`` (true: the jobs layer's data only), ``prefix``
 from __future__ import annotations
 
 import logging
+import os
 import uuid
 from typing import Any
 
@@ -32,8 +33,9 @@ import fdb.tuple
 import msgpack
 
 import fdblayer
-from fdblayer.exceptions import KeyOutsideLegalRange, KeyTooLarge, StoreTypeError, ValueTooLarge
+from fdblayer.exceptions import InvalidStoreURL, KeyOutsideLegalRange, KeyTooLarge, StoreTypeError, ValueTooLarge
 from fdblayer.interface import strinc
+from fdblayer.urls import parse_store_url
 
 log = logging.getLogger(__name__)
 
@@ -136,6 +138,21 @@ def _record_session(cp: dict, session: str, read: int, written: int, failures: i
     entry["doc_write_failures"] += failures
 
 
+def missing_source(url: Any) -> str | None:
+    """Why the store ``url`` cannot be a replication's source, or None.
+
+    Only what can be told without opening it: a SQLite file that does not
+    exist (opening it would create an empty store and copy nothing).
+    """
+    try:
+        parsed = parse_store_url(url)
+    except InvalidStoreURL:
+        return None  # JobSpec's own checks say what is wrong with it
+    if parsed.scheme == "sqlite" and parsed.path and not os.path.exists(parsed.path):
+        return f"no such store: {parsed.path} does not exist"
+    return None
+
+
 def replicate(ctx: Any) -> None:
     """The handler of jobs with ``source`` and ``target`` (see the module docstring)."""
     options = ctx.options
@@ -144,6 +161,9 @@ def replicate(ctx: Any) -> None:
     batch_delay = float(options.get("batch_delay", 0))
     poll_interval = float(options.get("poll_interval", 5))
     session = uuid.uuid4().hex
+    why = missing_source(ctx.source)
+    if why:  # opening it would create an empty store, and copy nothing from it
+        raise FileNotFoundError(f"source {ctx.source}: {why}")
     source = fdblayer.open(ctx.source)
     target = fdblayer.open(ctx.target)
     stats = {"docs_read": 0, "docs_written": 0, "doc_write_failures": 0}

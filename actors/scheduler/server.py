@@ -7,8 +7,10 @@ ever blocking: job actors are started through ``scheduler_sup`` with
 asynchronous calls, and a job counts as running from the moment its start
 is requested.
 
-* ``AddJob(spec)`` / ``RemoveJob(id)`` / ``Reschedule()`` (also on a timer
-  every ``interval`` ms of the actor's clock);
+* ``AddJob(spec)`` (``InvalidJobSpec`` for a job that could never run, see
+  :func:`~actors.scheduler.job.check_runnable`) / ``RemoveJob(id)`` /
+  ``Reschedule()`` (also on a timer every ``interval`` ms of the actor's
+  clock);
 * views: ``Jobs()``, ``GetJob(id)``, ``JobSummary(id)``, ``HealthThreshold()``,
   ``GetStats()``, ``GetSettings()``, ``JobAddress(id)``;
 * settings (max_jobs, max_churn, interval, max_history, health_threshold):
@@ -73,7 +75,7 @@ from actors.scheduler.core import (
     is_showable_time,
     reason_text,
 )
-from actors.scheduler.job import GetDetails, JobProgress, RunJob
+from actors.scheduler.job import GetDetails, JobProgress, RunJob, check_runnable
 from actors.scheduler.protocol import (
     AddJob,
     RemoveJob,
@@ -322,7 +324,9 @@ class Scheduler(GenServer):
     def _answer(self, msg: Any) -> Any:
         core = self.core
         if isinstance(msg, AddJob):
-            return self._add_job(JobSpec.from_dict(msg.spec, now=self.clock.time()))
+            spec = JobSpec.from_dict(msg.spec, now=self.clock.time())
+            check_runnable(spec)  # here, where the jobs' processes fork from: their path, their files
+            return self._add_job(spec)
         if isinstance(msg, RemoveJob):
             if self._job(msg.job_id) is None:
                 return False

@@ -29,6 +29,7 @@ from typing import Any
 
 import pytest
 
+import fdblayer
 from actors.node.config import Config, load
 from actors.node.root import ROOT_FLAGS, root_children
 from supervision import start_node
@@ -41,6 +42,8 @@ pytestmark = pytest.mark.timeout(300)
 ROOT = Path(__file__).resolve().parents[2]
 #: Handler modules (written by the ``modules`` fixture); none is in any config but the configured node's.
 EVIL, ALLOWED, EXACT = "policy_evil_mod", "policy_allowed_mod", "policy_exact_mod"
+#: Allowed by the configured node, but no such module exists.
+MISSING = "policy_missing_mod"
 MODULE = textwrap.dedent("""\
     import os
     from pathlib import Path
@@ -76,6 +79,7 @@ class PolicyNode:
         config.set("node", "http_port", self.http_port)
         config.set("node", "store", f"sqlite:///{self.data}/store.db?synchronous=NORMAL")
         config.set("replicator", "doc_owner_timeout", 5)
+        fdblayer.open(f"sqlite:///{self.data}/src.db").close()  # the replications' source exists
         self.node = start_node(self.port, ROOT_FLAGS, root_children(config), level=logging.WARNING)
         self.pgid = self.node.pgid
 
@@ -126,7 +130,7 @@ def plain(modules, tmp_path_factory):
 def configured(modules, tmp_path_factory):
     node = PolicyNode(tmp_path_factory.mktemp("policy-configured"), textwrap.dedent(f"""\
         [replicator]
-        handlers = {ALLOWED}, {EXACT}:run
+        handlers = {ALLOWED}, {EXACT}:run, {MISSING}
         stores = {{data}}, {{directory}}/extra, postgresql://db.example.invalid/
         """))
     try:
@@ -347,6 +351,29 @@ def test_a_configured_handler_document_is_written_and_runs(configured, modules) 
               "handler", f"{EXACT}:other")
     assert configured.request("GET", "/_replicator/refused").status == 404
     configured.request("DELETE", f"/_replicator/allowed?rev={reply.json()['rev']}")
+
+
+def bad_request(reply: Any, start: str) -> None:
+    """A CouchDB-shaped 400 whose reason starts with ``start``."""
+    assert reply.status == 400 and is_couch_error(reply), describe(reply)
+    assert reply.json()["reason"].startswith(start), reply.json()
+
+
+def test_an_allowed_handler_whose_module_is_missing_is_a_bad_request(configured) -> None:
+    """Accepted with a 202 it would crash once and vanish: said up front instead."""
+    for body in ({"replication_id": "missing", "handler": f"{MISSING}:run"},
+                 {"replication_id": "missing", "handler": f"{MISSING}:run", "continuous": True}):
+        bad_request(configured.request("POST", "/_replicate", body),
+                    f"job spec handler = '{MISSING}:run': no module named '{MISSING}' on the node's path")
+    assert configured.jobs() == []
+
+
+def test_a_replication_from_a_missing_sqlite_store_is_a_bad_request_and_creates_nothing(plain) -> None:
+    missing, target = plain.data / "missing.db", plain.data / "from-missing.db"
+    reply = plain.request("POST", "/_replicate", {"replication_id": "from-missing", "source": sqlite(missing),
+                                                  "target": sqlite(target)})
+    bad_request(reply, f"job spec source = {sqlite(missing)!r}: no such store: {missing} does not exist")
+    assert plain.jobs() == [] and not missing.exists() and not target.exists()
 
 
 def test_a_malformed_body_is_still_a_bad_request_first(plain) -> None:
