@@ -12,6 +12,7 @@ import logging
 import os
 import select
 import signal
+import socket
 from typing import Any
 
 import supervision
@@ -62,10 +63,36 @@ def check_store(url: str) -> None:
         close()
 
 
+class PortUnavailable(ValueError):
+    """A port the node listens on is taken (or cannot be bound)."""
+
+
+def check_http_port(config: Config) -> None:
+    """Fail before anything is created (the store, a process) when the HTTP
+    port is taken, naming it and the setting that chooses it. (The admin
+    port is ``start_node``'s: it replaces what a killed node left there.)
+
+    Raises:
+        PortUnavailable: the HTTP port cannot be bound.
+    """
+    http_port, address = config.get("node", "http_port"), config.get("node", "bind_address")
+    if not http_port:
+        return  # 0: the system picks a free one
+    with socket.socket(socket.AF_INET6 if ":" in address else socket.AF_INET) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the server binds it
+        try:
+            probe.bind((address, http_port))
+        except OSError as exc:
+            raise PortUnavailable(f"HTTP port {address}:{http_port} is not available ({exc.strerror}); "
+                                  "another node may be using it: choose another with --http-port "
+                                  "or [node] http_port") from None
+
+
 def run(config: Config) -> int:
     """Run a node in the foreground until told to stop; returns the exit status."""
     port = config.get("node", "port")
     store = config.get("node", "store")
+    check_http_port(config)
     check_store(store)
     if config.workers:
         from actors.workers.host import prepare, spec_from_config

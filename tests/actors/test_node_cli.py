@@ -149,3 +149,19 @@ def test_http_port_zero_serves_on_a_port_the_system_picked(node):
     with urllib.request.urlopen(f"http://127.0.0.1:{info['port']}/_up", timeout=10) as resp:
         assert resp.status == 200
     assert f"127.0.0.1:{info['port']}" in listening_addresses(group_pids(node.runtime()["pgid"]))
+
+
+def test_a_busy_http_port_fails_the_start_naming_it_before_the_store_is_created(node, tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        http_port = taken.getsockname()[1]
+        store = tmp_path / "never.db"
+        result = node.cli("node", "start", "--port", str(node.port), "--store", f"sqlite:///{store}",
+                          "--http-port", str(http_port))
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines() == [
+        f"otpjobs: error: HTTP port 127.0.0.1:{http_port} is not available (Address already in use); another "
+        "node may be using it: choose another with --http-port or [node] http_port"]
+    assert not any(p.name.startswith("never.db") for p in tmp_path.iterdir()), "no store created"
+    assert not (Path(node.env["OTPJOBS_RUNTIME_DIR"]) / f"node-{node.port}.json").exists(), "no node started"
