@@ -133,8 +133,10 @@ def parse_queue_job_id(job_id: str) -> tuple[str, str]:
 
 
 def _check_str(value: Any, what: str) -> str:
-    if not isinstance(value, str) or not value:
-        raise InvalidArgument(f"{what} must be a non-empty str, not {type(value).__name__}: {value!r:.80}")
+    if not isinstance(value, str):
+        raise InvalidArgument(f"{what} must be a str, not {type(value).__name__}: {value!r:.80}")
+    if not value:
+        raise InvalidArgument(f"{what} must not be empty")
     try:
         value.encode("utf-8")
     except UnicodeEncodeError:
@@ -159,8 +161,8 @@ def check_names(db_name: Any, doc_id: Any) -> None:
         raise InvalidArgument("Only reserved document ids may start with underscore.", job_id=doc_id)
     size = len(_key(db_name, doc_id)) + len(queue_job_id(db_name, doc_id).encode()) + 64
     if size > MAX_KEY_SIZE:
-        raise InvalidArgument(f"database name and doc id make a key of about {size} bytes; the store's "
-                              f"limit is {MAX_KEY_SIZE}", job_id=doc_id)
+        raise InvalidArgument(f"database name and doc id are too long: their longest key would be about "
+                              f"{size:,} bytes, over the store's limit of {MAX_KEY_SIZE:,}", job_id=doc_id)
 
 
 def _endpoint(value: Any, what: str) -> Optional[str]:

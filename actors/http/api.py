@@ -137,14 +137,20 @@ class Request:
         """The body as JSON (``null`` when empty).
 
         Raises:
-            HttpError: 400 ``bad_request`` for a body that is not UTF-8 JSON
+            HttpError: 400 ``bad_request`` for a body that is not UTF-8, or not JSON
+                (the reason says where)
                 or that nests deeper than :data:`MAX_JSON_DEPTH`.
         """
         too_deep = HttpError(400, "bad_request", f"JSON nested deeper than {MAX_JSON_DEPTH} levels")
         try:
-            value = json.loads(self.body() or b"null")
-        except (ValueError, UnicodeDecodeError):
-            raise HttpError(400, "bad_request", "invalid UTF-8 JSON") from None
+            value = json.loads((self.body() or b"null").decode("utf-8"))
+        except UnicodeDecodeError as exc:
+            raise HttpError(400, "bad_request", f"the body is not UTF-8: {exc.reason} at byte {exc.start}") from None
+        except json.JSONDecodeError as exc:
+            raise HttpError(400, "bad_request",
+                            f"the body is not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+        except ValueError:  # what json rejects beyond its grammar (e.g. a number of too many digits)
+            raise HttpError(400, "bad_request", "the body is not JSON the server can read") from None
         except RecursionError:  # deeper than the parser goes
             raise too_deep from None
         if json_depth(value) > MAX_JSON_DEPTH:

@@ -102,11 +102,14 @@ def check_id(job_id: Any, job_type: Any = None) -> str:
     """
     if type(job_id) is str and job_id and job_id.isascii():
         return job_id
-    if not isinstance(job_id, str) or not job_id or not _utf8_ok(job_id):
-        raise InvalidArgument(
-            f"job id must be a non-empty str, not {_short(job_id)}",
-            job_type=job_type,
-        )
+    if not isinstance(job_id, str):
+        raise InvalidArgument(f"job id must be a str, not {type(job_id).__name__}: {_short(job_id)}",
+                              job_type=job_type)
+    if not job_id:
+        raise InvalidArgument("job id must not be empty", job_type=job_type)
+    if not _utf8_ok(job_id):
+        raise InvalidArgument(f"job id is not valid UTF-8 (a lone surrogate?): {_short(job_id)}",
+                              job_type=job_type)
     return job_id
 
 
@@ -123,10 +126,10 @@ def check_key_size(layout: Layout, job_type: Any, job_id: str | None = None) -> 
         else:
             size += len(fdb.tuple.pack((job_id,)))
     if size > KEY_SIZE_LIMIT:
-        what = "job type" if job_id is None else "job type and id"
+        what = "job type is" if job_id is None else "job type and id are"
         raise InvalidArgument(
-            f"{what} make a key of {size} bytes; the store's limit is "
-            f"{KEY_SIZE_LIMIT} bytes",
+            f"{what} too long: the job's longest key would be {size:,} bytes, over the "
+            f"store's limit of {KEY_SIZE_LIMIT:,}",
             job_type=job_type,
             job_id=job_id,
         )

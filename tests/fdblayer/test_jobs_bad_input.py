@@ -313,3 +313,15 @@ def test_error_names_the_bad_value():
         encode_data({"a": [1, {2}]})
     with pytest.raises(EncodingError, match="keys must be str"):
         encode_data({"a": {3: 1}})
+
+
+def test_bad_ids_and_long_keys_say_what_is_wrong(store):
+    db, _ = store
+    for bad, message in [("", "job id must not be empty"), (5, "job id must be a str, not int: 5"),
+                         ("\ud800", "job id is not valid UTF-8 (a lone surrogate?): '\\ud800'")]:
+        assert str(assert_unchanged(db, lambda: api.add(db, T, bad, {}), InvalidArgument)) == message
+    err = assert_unchanged(db, lambda: api.add(db, T, "j" * 10_001, {}), InvalidArgument)
+    assert str(err).startswith("job type and id are too long: the job's longest key would be 10,")
+    assert str(err).endswith(" bytes, over the store's limit of 10,000")
+    err = assert_unchanged(db, lambda: api.set_type_timeout(db, ("t", "x" * 10_001), 5), InvalidArgument)
+    assert str(err).startswith("job type is too long: the job's longest key would be ")

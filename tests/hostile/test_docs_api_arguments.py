@@ -85,3 +85,14 @@ def test_check_rev_must_be_a_bool(d, flag) -> None:
     """put: check_rev is a bool, as every flag of the jobs API (check_flag)."""
     store, db = d
     unchanged(store, lambda: docs.put(db, DB, "flag", BODY, check_rev=flag), jobs.InvalidArgument)
+
+
+@pytest.mark.parametrize("doc_id, message", [
+    ("", "doc id must not be empty"),
+    (7, "doc id must be a str, not int: 7"),
+    ("x" * 10_000, "database name and doc id are too long: their longest key would be about "),
+])
+def test_a_bad_doc_id_says_what_is_wrong(d, doc_id, message) -> None:
+    store, db = d
+    err = unchanged(store, lambda: docs.put(db, DB, doc_id, BODY), docs.InvalidArgument)
+    assert str(err).startswith(message), str(err)

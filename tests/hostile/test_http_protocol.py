@@ -148,3 +148,18 @@ def test_a_chunk_larger_than_the_server_takes_is_refused_at_once(n) -> None:
 def test_a_lower_case_method_gets_a_couchdb_error(n, method) -> None:
     reply = exchange(n.http_port, request_bytes(method.decode(), "/_up"), half_close=True)
     assert reply.status == 400 and is_couch_error(reply) and reply.json()["error"] == "bad_request", describe(reply)
+
+
+@pytest.mark.parametrize("body, reason", [
+    (b'{"handler": ', "the body is not JSON: Expecting value at line 1 column 13"),
+    (b'{"a": 1} x', "the body is not JSON: Extra data at line 1 column 10"),
+    (b'{"a": "\xc3("}', "the body is not UTF-8: invalid continuation byte at byte 7"),
+    (b'\xff\xfe{\x00}\x00', "the body is not UTF-8: invalid start byte at byte 0"),
+])
+def test_a_body_that_is_not_utf8_json_says_what_is_wrong_and_where(n, body, reason) -> None:
+    for method, path in JSON_ENDPOINTS:
+        before = n.store.snapshot()
+        reply = request(n.http_port, method, path, body)
+        assert reply.status == 400 and is_couch_error(reply), f"{method} {path}: {describe(reply)}"
+        assert reply.json() == {"error": "bad_request", "reason": reason}, f"{method} {path}"
+        assert n.store.snapshot() == before
