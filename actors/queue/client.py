@@ -284,6 +284,9 @@ def wait(subs: Subscription | Iterable[Subscription], state: JobState | str | No
         ``(type, job_id, state, data)``, or None on timeout. ``state`` is a
         JobState, or the string ``"not_found"`` for a removed job.
     """
+    if subs is None:
+        raise InvalidArgument("wait got None for a subscription: subscribe returns None for a job that "
+                              "had already finished (its state and data are final, nothing more will come)")
     subs = [subs] if isinstance(subs, Subscription) else subs
     if not isinstance(subs, (list, tuple)) or not subs or not all(isinstance(s, Subscription) for s in subs):
         raise InvalidArgument(f"wait needs a subscription or a list of them, got {subs!r}")

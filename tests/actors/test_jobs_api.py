@@ -239,3 +239,14 @@ def test_wait_rejects_none(q, store):
 def test_subscribe_rejects_a_bad_timeout(q, store, bad):
     db, _, _ = store
     unchanged(db, lambda: jobs.subscribe(db, T, "p", node=q.port, timeout=bad), jobs.InvalidArgument)
+
+
+def test_waiting_on_the_none_subscribe_returns_for_a_finished_job_says_why(q):
+    jobs.set_type_timeout(q.db, "done-sub", 5)
+    jobs.add(q.db, "done-sub", "j", {"a": 1})
+    job, _ = jobs.accept(q.db, "done-sub", timeout=0)
+    jobs.finish(q.db, job, {"b": 2})
+    sub, state, data = jobs.subscribe(q.db, "done-sub", "j", node=q.port)
+    assert (sub, state, data) == (None, jobs.JobState.FINISHED, {"b": 2})
+    with pytest.raises(jobs.InvalidArgument, match="subscribe returns None for a job that had already finished"):
+        jobs.wait(sub, "finished", timeout=1)
