@@ -38,6 +38,7 @@ import hashlib
 import json
 import logging
 import threading
+import time
 from http import HTTPStatus
 from typing import Any, Callable, Iterable
 from urllib.parse import parse_qs, parse_qsl, unquote
@@ -636,7 +637,12 @@ class App:
             docs_total, docs = self._docs_list(None, limit, skip, None)
         except HttpError as exc:  # no store on this node
             docs_total, docs, docs_error = 0, [], exc.reason
+        queue, queue_error, now = None, None, time.time()
+        try:
+            queue = queue_routes.queue_status(self._store(), now)
+        except HttpError as exc:  # no store on this node
+            queue_error = exc.reason
         return 200, Html(status_page.render(
             node=self.node, version=VERSION, jobs_total=jobs_total, jobs=[monitoring.job_view(j) for j in page],
             docs_total=docs_total, docs=[monitoring.doc_view(d) for d in docs], skip=skip, limit=limit,
-            docs_error=docs_error))
+            docs_error=docs_error, now=now, queue=queue, queue_error=queue_error))

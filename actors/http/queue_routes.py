@@ -29,7 +29,7 @@ from typing import Any, Callable, Mapping
 from fdblayer.jobs import activity, hosts, overview
 from fdblayer.jobs.keys import DEFAULT_LAYOUT
 
-__all__ = ["MAX_LIMIT", "DEFAULT_LIMIT", "jobs_route", "workers_route"]
+__all__ = ["MAX_LIMIT", "DEFAULT_LIMIT", "jobs_route", "workers_route", "queue_status"]
 
 #: Jobs a page shows at most, and by default.
 MAX_LIMIT = 1000
@@ -96,6 +96,11 @@ def jobs_write_route(req: Any, seg: list[str], store: Callable[[], Any],
     except (InvalidArgument, EncodingError) as exc:
         raise error(400, "bad_request", exc.message) from None
     raise error(404, "not_found", "missing")
+
+
+def queue_status(db: Any, now: float) -> dict:
+    """The queue as the status page shows it (``overview.queue_status``)."""
+    return overview.queue_status(db, DEFAULT_LAYOUT, now)
 
 
 def workers_route(req: Any, seg: list[str], store: Callable[[], Any], error: Callable[..., Exception]) -> tuple[int, Any]:

@@ -1,9 +1,10 @@
 """The node's read-only status page (``GET /_utils/``): server-rendered HTML.
 
 Principle: one pure function from the data the API already serves (the
-``_scheduler/jobs`` entries and the ``_scheduler/docs`` entries, as
-:mod:`actors.http.monitoring` shapes them, URLs' passwords masked) to a page
-that needs no JavaScript. Job ids, reasons, URLs and document ids are user
+queue's types, running jobs, latest failures and next delayed jobs, as
+``fdblayer.jobs.overview.queue_status`` reads them; the ``_scheduler/jobs``
+and ``_scheduler/docs`` entries, as :mod:`actors.http.monitoring` shapes
+them, URLs' passwords masked) to a page that needs no JavaScript. Job ids, reasons, URLs and document ids are user
 data: every value goes through :func:`esc` (``html.escape`` with quotes)
 and nothing else reaches the markup. The page carries a
 Content-Security-Policy that allows no script at all and only its own
@@ -26,7 +27,7 @@ TITLE = "otpjobs status"
 
 STYLE = (
     "body{font:14px/1.4 system-ui,sans-serif;margin:1.5em;color:#222}"
-    "h1{font-size:1.4em;margin:0}h2{font-size:1.15em;margin:1.5em 0 .4em}"
+    "h1{font-size:1.4em;margin:0}h2{font-size:1.15em;margin:1.5em 0 .4em}h3{font-size:1em;margin:1em 0 .3em}"
     "table{border-collapse:collapse;width:100%}"
     "th,td{border-bottom:1px solid #ddd;padding:.3em .5em;text-align:left;vertical-align:top}"
     "th{background:#f4f4f4}code{font-size:.95em;word-break:break-all}"
@@ -131,6 +132,84 @@ def docs_table(docs: list[Mapping[str, Any]]) -> str:
             f"<th>info</th></tr></thead><tbody>{''.join(rows)}</tbody></table>")
 
 
+#: The columns of the queue's types table: (heading, key of a ``GET /_jobs`` entry).
+TYPE_COLUMNS = (("type", "type"), ("timeout (s)", "timeout"), ("pending", "pending"), ("delayed", "scheduled"),
+                ("running", "running"), ("finished", "finished"), ("failed", "failed"))
+
+
+def _when(seconds: Any, now: float) -> str:
+    """An epoch time as ISO 8601 UTC with how far it is from ``now`` (HTML)."""
+    if not isinstance(seconds, (int, float)) or isinstance(seconds, bool) or not 0 < seconds < 1e11:
+        return esc(None)
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seconds))
+    delta = seconds - now
+    rel = f"in {_span(delta)}" if delta > 0 else f"{_span(-delta)} ago"
+    return f'<time title="{esc(stamp)}">{esc(rel)}</time>'
+
+
+def _span(seconds: float) -> str:
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.0f} {unit}"
+    return f"{seconds:.1f} s" if seconds < 10 else f"{seconds:.0f} s"
+
+
+def _error(error: Any) -> str:
+    if not isinstance(error, Mapping):
+        return esc(error)
+    return f"<code>{esc(error.get('type'))}</code>: {esc(error.get('message'))}"
+
+
+def _attempt(job: Mapping[str, Any]) -> str:
+    """``attempt/max_attempts``, or the attempt alone when the job has no limit of its own."""
+    most = job.get("max_attempts")
+    return esc(job.get("attempt")) + (f"/{esc(most)}" if most is not None else "")
+
+
+def _job_row(job: Mapping[str, Any], cells: str) -> str:
+    return (f'<tr class="queue-job"><td>{esc(job.get("type"))}</td>'
+            f'<td class="id"><code>{esc(job.get("id"))}</code></td>{cells}</tr>')
+
+
+def _jobs_list(section: str, title: str, jobs: list[Mapping[str, Any]], head: str, cells: Any, empty: str) -> str:
+    body = (f'<p class="empty">{esc(empty)}</p>' if not jobs else
+            f'<table id="{section}-table"><thead><tr><th>type</th><th>id</th>{head}</tr></thead>'
+            f"<tbody>{''.join(_job_row(j, cells(j)) for j in jobs)}</tbody></table>")
+    return f'<h3 id="{section}">{esc(title)}</h3>{body}'
+
+
+def queue_section(queue: Mapping[str, Any] | None, now: float, error: str | None = None) -> str:
+    """The queue's part of the page (see :func:`fdblayer.jobs.overview.queue_status`)."""
+    if queue is None:
+        return f'<section id="queues"><h2>Queues</h2><p class="empty">{esc(error or "No store.")}</p></section>'
+    types = queue.get("types") or []
+    if not types:
+        table = '<p class="empty">No job types.</p>'
+    else:
+        head = "".join(f"<th>{esc(h)}</th>" for h, _ in TYPE_COLUMNS)
+        rows = "".join('<tr class="queue-type">' + "".join(f"<td>{esc(t.get(k))}</td>" for _, k in TYPE_COLUMNS)
+                       + "</tr>" for t in types)
+        table = f'<table id="types-table"><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>'
+    cut = queue.get("types_cut") or 0
+    more = f'<p class="meta">{esc(cut)} more types: see <a href="/_jobs">_jobs</a>.</p>' if cut else ""
+    running = _jobs_list("running", "Running", queue.get("running") or [],
+                         "<th>attempt</th><th>worker</th><th>progress</th><th>started</th>",
+                         lambda j: (f"<td>{_attempt(j)}</td>"
+                                    f"<td><code>{esc(j.get('worker'))}</code></td>"
+                                    f"<td><code>{esc(j.get('progress'))}</code></td>"
+                                    f"<td>{_when(j.get('started'), now)}</td>"), "No job is running.")
+    failures = _jobs_list("failures", "Latest failures", queue.get("failures") or [],
+                          "<th>attempts</th><th>failed</th><th>error</th>",
+                          lambda j: (f"<td>{_attempt(j)}</td><td>{_when(j.get('ended'), now)}</td>"
+                                     f"<td>{_error(j.get('error'))}</td>"), "No failed job.")
+    delayed = _jobs_list("delayed", "Next delayed", queue.get("delayed") or [],
+                         "<th>due</th><th>attempt</th><th>data</th>",
+                         lambda j: (f"<td>{_when(j.get('scheduled_time'), now)}</td>"
+                                    f"<td>{esc(j.get('attempt'))}</td><td><code>{esc(j.get('data'))}</code></td>"),
+                         "No delayed job.")
+    return f'<section id="queues"><h2>Queues</h2>{table}{more}{running}{failures}{delayed}</section>'
+
+
 def _pager(skip: int, limit: int, more: bool) -> str:
     links = []
     if skip > 0:
@@ -144,7 +223,8 @@ def _pager(skip: int, limit: int, more: bool) -> str:
 
 def render(*, node: str, version: str, jobs_total: int, jobs: list[Mapping[str, Any]], docs_total: int,
            docs: list[Mapping[str, Any]], skip: int, limit: int, docs_error: str | None = None,
-           now: float | None = None) -> str:
+           now: float | None = None, queue: Mapping[str, Any] | None = None,
+           queue_error: str | None = None) -> str:
     """The whole page.
 
     Args:
@@ -155,8 +235,11 @@ def render(*, node: str, version: str, jobs_total: int, jobs: list[Mapping[str, 
         skip, limit: the page (both lists are cut the same way).
         docs_error: why the documents could not be read (None: they were).
         now: wall-clock seconds shown as the page's time.
+        queue, queue_error: the queue's status (``overview.queue_status``),
+            or why it could not be read.
     """
-    stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() if now is None else now))
+    now = time.time() if now is None else now
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now))
     docs_part = (f'<p class="empty">{esc(docs_error)}</p>' if docs_error is not None else docs_table(docs))
     more = skip + limit < max(jobs_total, docs_total)
     return (
@@ -166,13 +249,14 @@ def render(*, node: str, version: str, jobs_total: int, jobs: list[Mapping[str, 
         "<body><header><h1>otpjobs</h1>"
         f'<p class="meta">node <code id="node">{esc(node)}</code> · CouchDB API {esc(version)} · '
         f'as of <time id="generated">{esc(stamp)}</time> · <a href="/_utils/">reload</a></p></header>'
-        f'<section id="jobs"><h2>Jobs <span class="meta">({esc(len(jobs))} shown of '
+        f"{queue_section(queue, now, queue_error)}"
+        f'<section id="jobs"><h2>Scheduler jobs <span class="meta">({esc(len(jobs))} shown of '
         f'<span id="jobs-total">{esc(jobs_total)}</span>, from {esc(skip)})</span></h2>{jobs_table(jobs)}</section>'
         f'<section id="docs"><h2>Documents <span class="meta">({esc(len(docs))} shown of '
         f'<span id="docs-total">{esc(docs_total)}</span>, from {esc(skip)})</span></h2>{docs_part}</section>'
         f"{_pager(skip, limit, more)}"
-        '<p class="meta">The same data as JSON: <a href="/_scheduler/jobs">_scheduler/jobs</a>, '
-        '<a href="/_scheduler/docs">_scheduler/docs</a>.</p>'
+        '<p class="meta">The same data as JSON: <a href="/_jobs">_jobs</a>, <a href="/_workers">_workers</a>, '
+        '<a href="/_scheduler/jobs">_scheduler/jobs</a>, <a href="/_scheduler/docs">_scheduler/docs</a>.</p>'
         "</body></html>\n")
 
 

@@ -20,7 +20,7 @@ from fdblayer.jobs.exceptions import CorruptValue
 from fdblayer.jobs.job import JobState, job_state
 from fdblayer.jobs.keys import JobType, Layout
 
-__all__ = ["STATES", "MAX_SCAN", "DATA_PREVIEW", "types_overview", "list_jobs", "job_view"]
+__all__ = ["STATES", "MAX_SCAN", "DATA_PREVIEW", "types_overview", "list_jobs", "job_view", "queue_status"]
 
 #: The states a page may be asked for (``failed``: finished with a failed outcome).
 STATES = ("pending", "running", "finished", "failed")
@@ -87,6 +87,46 @@ def job_view(tr: Transaction, layout: Layout, job_type: JobType, job_id: str) ->
     """One job whole (its data and result too), or None when it does not exist."""
     views = _views(tr, layout, job_type, [job_id], preview=False)
     return views[0] if views else None
+
+
+@transactional
+def queue_status(tr: Transaction, layout: Layout, now: float, per_list: int = 10, max_types: int = 100) -> dict:
+    """What a status page shows of the queue, bounded whatever its size.
+
+    Returns ``{"types", "running", "failures", "delayed", "types_cut"}``:
+    the first ``max_types`` types with their counts (``types_cut``: how many
+    more there are), then at most ``per_list`` job views (each with its
+    ``type``) of each list: running jobs, least recently active first; the
+    latest failures (by end time; types with no failure are not scanned,
+    the others up to :data:`MAX_SCAN` rows each); the next delayed jobs
+    (pending, not yet due), soonest first.
+    """
+    all_types = types_overview(tr, layout, now)
+    shown = all_types[:max_types]
+    running, failures, delayed = [], [], []
+    for entry in shown:
+        job_type = entry["type"]
+        if entry.get("running") and len(running) < per_list:
+            _, page = list_jobs(tr, layout, job_type, "running", per_list - len(running), 0, now)
+            running.extend(dict(v, type=job_type) for v in page)
+        if entry.get("failed"):
+            page = _scan_finished(tr, layout, job_type, True, MAX_SCAN, 0)
+            failures.extend(dict(v, type=job_type) for v in page)
+        if entry.get("scheduled"):
+            delayed.extend(dict(v, type=job_type) for v in _next_delayed(tr, layout, job_type, now, per_list))
+    failures.sort(key=lambda v: v.get("ended") or 0, reverse=True)
+    delayed.sort(key=lambda v: v.get("scheduled_time") or 0)
+    return {"types": shown, "types_cut": len(all_types) - len(shown), "running": running,
+            "failures": failures[:per_list], "delayed": delayed[:per_list]}
+
+
+def _next_delayed(tr: Transaction, layout: Layout, job_type: JobType, now: float, limit: int) -> list[dict]:
+    """The first ``limit`` pending jobs of ``job_type`` not due yet, soonest first."""
+    prefix = layout.pending_prefix(job_type)
+    start = layout.pending_end(job_type, int(now))  # past every job due by now
+    keys = tr.snapshot.get_range(start, strinc(prefix), limit=limit)
+    ids = [i for i in (_pending_id(kv.key, len(prefix)) for kv in keys) if i is not None]
+    return _views(tr, layout, job_type, ids)
 
 
 def _views(tr: Transaction, layout: Layout, job_type: JobType, ids: list[str], preview: bool = True) -> list[dict]:

@@ -15,11 +15,14 @@ import re
 import shutil
 import signal
 import subprocess
+import time
 from urllib.parse import quote
 
 import pytest
 import requests
 
+import fdblayer
+from actors import jobs
 from actors.node.config import Config
 from actors.node.root import ROOT_FLAGS, root_children
 from actors.scheduler.client import SchedulerClient
@@ -35,6 +38,18 @@ INJECTED_TEXT = "&lt;script&gt;document.title=&quot;pwned&quot;&lt;/script&gt;"
 CRASH_REASON = '<img src=x onerror="document.title=\'pwned\'">'
 DOC_ID = "doc<b>bold</b>&co"
 TITLE = "<title>otpjobs status</title>"
+#: The queue type a pool of the node serves with :func:`queue_handler`.
+QTYPE = "mail"
+
+
+def queue_handler(ctx) -> None:
+    """A pool's handler: fails with markup in its error, or holds its job with markup in its progress."""
+    if ctx.data.get("mode") == "fail":
+        raise ValueError(CRASH_REASON)
+    ctx.progress(step=INJECTED)
+    deadline = time.monotonic() + 120
+    while not ctx.stopping and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 def crash_with_markup(ctx) -> None:
@@ -54,6 +69,8 @@ class FullNode(HttpNode):
         # The job policy: the test handlers, and the http:// labels the jobs carry.
         config.set("replicator", "handlers", "tests.actors.scheduler_fixtures, tests.actors.test_status_page")
         config.set("replicator", "stores", "http://")
+        config.workers[QTYPE] = f"{__name__}:queue_handler"
+        self.store_url = f"sqlite:///{store_dir}/store.db"
         self.secret = None
         self.node = start_node(self.port, ROOT_FLAGS, root_children(config))
         self.client = self.node.client()
@@ -79,6 +96,16 @@ def n(tmp_path_factory):
             body.pop("id", None)
             r = node.request("PUT", f"/_replicator/{quote(doc_id, safe='')}", body)
             assert r.status == 201, r.body
+        db = fdblayer.open(node.store_url)
+        jobs.set_type_timeout(db, QTYPE, 30)
+        jobs.enqueue(db, QTYPE, {"mode": "hold"}, id=INJECTED)
+        jobs.enqueue(db, QTYPE, {"mode": "fail"}, id="failing", max_attempts=1)
+        jobs.enqueue(db, QTYPE, {"note": INJECTED}, id="later", delay=3600)
+        wait_until(lambda: [(t["running"], t["failed"]) for t in node.request("GET", "/_jobs").json()["types"]
+                            if t["type"] == QTYPE] == [(1, 1)], 60, "a queue job running and one failed")
+        wait_until(lambda: node.request("GET", f"/_jobs/{QTYPE}?state=running").json()["jobs"][0]["progress"],
+                   30, "the running job's progress")
+        db.close()
         wait_until(lambda: sum(j["pid"] not in (None, "<starting>") for j in node.s.jobs()) >= 3
                    and [d["state"] for d in node.request("GET", "/_scheduler/docs").json()["docs"]]
                    == ["running", "crashing"], 60, "three jobs running and one document crashing")
@@ -107,6 +134,22 @@ def test_page_lists_jobs_and_docs_with_states_and_history(n) -> None:
     assert rows["doc&lt;b&gt;bold&lt;/b&gt;&amp;co"] == "crashing"  # the document (backoff: it stays so)
     assert "<time>" in text and " added</li>" in text and " started</li>" in text and " crashed: " in text
     assert '<span id="jobs-total">4</span>' in text and '<span id="docs-total">2</span>' in text
+
+
+def test_page_shows_the_queue_types_running_jobs_failures_and_delayed_jobs(n) -> None:
+    text = page(n).text
+    section = re.search(r'<section id="queues">.*?</section>', text).group(0)
+    rows = [re.findall(r"<td>(.*?)</td>", row) for row in re.findall(r'<tr class="queue-type">(.*?)</tr>', section)]
+    assert [QTYPE, "30.0", "1", "1", "1", "1", "1"] in rows
+    running = re.search(r'<table id="running-table">.*?</table>', section).group(0)
+    assert f"<code>{INJECTED_TEXT}</code>" in running and "<td>1</td>" in running
+    assert INJECTED_TEXT.replace("&quot;", "\\&quot;") in running  # the progress record, escaped as JSON text
+    failures = re.search(r'<table id="failures-table">.*?</table>', section).group(0)
+    assert "<code>failing</code>" in failures and "<code>ValueError</code>: " in failures
+    assert "&lt;img src=x onerror=" in failures and " ago</time>" in failures
+    delayed = re.search(r'<table id="delayed-table">.*?</table>', section).group(0)
+    assert "<code>later</code>" in delayed and ">in 60 min</time>" in delayed
+    assert section.index("running-table") < section.index("failures-table") < section.index("delayed-table")
 
 
 def test_every_value_is_escaped(n) -> None:
@@ -198,3 +241,6 @@ def test_headless_chromium_renders_the_page_and_runs_no_injected_script(n, tmp_p
         assert f"<code>{shown}</code>" in dom
     for state in ("running", "crashing"):
         assert f">{state}</td>" in dom
+    for table in ("types-table", "running-table", "failures-table", "delayed-table"):
+        assert f'<table id="{table}">' in dom
+    assert "<code>failing</code>" in dom and "<code>later</code>" in dom
