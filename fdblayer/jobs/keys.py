@@ -13,6 +13,9 @@ tuple ``(51,)``, the seed's ``?JOBS``)::
     (P, ACTIVITY, type, versionstamp) = (job_id, data)
     (P, WORK, type, job_id) = work record (msgpack map; see jobs.work)
     (P, SCHEDULES, type) = periodic schedule (msgpack map; see jobs.work)
+    (P, COUNTS, type, name) = counter, 8 bytes little-endian (see jobs.counts)
+    (P, HOSTS, host) = a worker host's heartbeat (see jobs.hosts)
+    (P, FAILURES, type, ended_ms, job_id) = b"" (recent failures, see jobs.failures)
 
 In the DATA row, ``seq`` is ``0`` while the job is pending, ``None`` once
 it is finished and the versionstamp of its last accept/update while it is
@@ -42,6 +45,9 @@ __all__ = [
     "ACTIVITY",
     "WORK",
     "SCHEDULES",
+    "COUNTS",
+    "HOSTS",
+    "FAILURES",
     "JobType",
     "Layout",
     "DEFAULT_LAYOUT",
@@ -60,6 +66,7 @@ WORK = 7
 SCHEDULES = 8
 COUNTS = 9
 HOSTS = 10
+FAILURES = 11
 
 JobType = Union[str, int, tuple]
 
@@ -249,6 +256,20 @@ class Layout:
     def counts_prefix(self, job_type: JobType) -> bytes:
         """Return the prefix of every counter of ``job_type``."""
         return self._type_prefix(COUNTS, job_type)
+
+    # FAILURES (per type, by end time: see ``failures``)
+
+    def failure_key(self, job_type: JobType, ended_ms: int, job_id: str) -> bytes:
+        """Return the key recording that ``job_id`` failed for good at ``ended_ms``."""
+        return self._type_prefix(FAILURES, job_type) + pack_element(ended_ms) + pack_element(job_id)
+
+    def failures_before(self, job_type: JobType, ended_ms: int) -> bytes:
+        """Return the first failure key of ``job_type`` at or after ``ended_ms``."""
+        return self._type_prefix(FAILURES, job_type) + pack_element(ended_ms)
+
+    def failures_prefix(self, job_type: JobType) -> bytes:
+        """Return the prefix of every failure key of ``job_type``."""
+        return self._type_prefix(FAILURES, job_type)
 
 
 DEFAULT_LAYOUT = Layout()

@@ -15,6 +15,7 @@ from typing import Any, Optional
 
 from fdblayer.interface import Transaction, strinc, transactional
 from fdblayer.jobs import activity, counts, model, pending, rows, work
+from fdblayer.jobs import failures as failures_index
 from fdblayer.jobs.codec import decode_data, unpack_activity_value_or_none
 from fdblayer.jobs.exceptions import CorruptValue
 from fdblayer.jobs.job import JobState, job_state
@@ -97,27 +98,28 @@ def queue_status(tr: Transaction, layout: Layout, now: float, per_list: int = 10
     the first ``max_types`` types with their counts (``types_cut``: how many
     more there are), then at most ``per_list`` job views (each with its
     ``type``) of each list: running jobs, least recently active first; the
-    latest failures (by end time; types with no failure are not scanned,
-    the others up to :data:`MAX_SCAN` rows each); the next delayed jobs
+    latest failures (by end time, from the index of recent failures:
+    see :mod:`fdblayer.jobs.failures`); the next delayed jobs
     (pending, not yet due), soonest first.
     """
     all_types = types_overview(tr, layout, now)
     shown = all_types[:max_types]
-    running, failures, delayed = [], [], []
+    running, failed, delayed = [], [], []
     for entry in shown:
         job_type = entry["type"]
         if entry.get("running") and len(running) < per_list:
             _, page = list_jobs(tr, layout, job_type, "running", per_list - len(running), 0, now)
             running.extend(dict(v, type=job_type) for v in page)
         if entry.get("failed"):
-            page = _scan_finished(tr, layout, job_type, True, MAX_SCAN, 0)
-            failures.extend(dict(v, type=job_type) for v in page)
+            ids = failures_index.latest_ids(tr, layout, job_type, per_list)
+            failed.extend(dict(v, type=job_type) for v in _views(tr, layout, job_type, ids)
+                          if v["outcome"] == work.FAILED)
         if entry.get("scheduled"):
             delayed.extend(dict(v, type=job_type) for v in _next_delayed(tr, layout, job_type, now, per_list))
-    failures.sort(key=lambda v: v.get("ended") or 0, reverse=True)
+    failed.sort(key=lambda v: v.get("ended") or 0, reverse=True)
     delayed.sort(key=lambda v: v.get("scheduled_time") or 0)
     return {"types": shown, "types_cut": len(all_types) - len(shown), "running": running,
-            "failures": failures[:per_list], "delayed": delayed[:per_list]}
+            "failures": failed[:per_list], "delayed": delayed[:per_list]}
 
 
 def _next_delayed(tr: Transaction, layout: Layout, job_type: JobType, now: float, limit: int) -> list[dict]:

@@ -45,7 +45,7 @@ import fdb.tuple
 import msgpack
 
 from fdblayer.interface import Transaction, strinc, transactional
-from fdblayer.jobs import counts, fasttuple, pending, rows
+from fdblayer.jobs import counts, failures, fasttuple, pending, rows
 from fdblayer.jobs.codec import JobValue, report_bad_row, running_seq, unpack_job_value
 from fdblayer.jobs.exceptions import EncodingError, Halt, NoTypeTimeout
 from fdblayer.jobs.job import Job, JobState, job_state
@@ -256,6 +256,7 @@ def _claim_one(tr: Transaction, layout: Layout, job_type: JobType, job_id: str, 
             "traceback": ""}
         rows.maybe_enqueue(tr, layout, job_type, job_id, current.sched_time, False, current.data, key)
         tr.set(work_key, replace(record, outcome=FAILED, error=error, ended=now).pack())
+        failures.record(tr, layout, job_type, job_id, now)
         return job_id
     lock = os.urandom(16).hex()
     uv = rows.next_user_version(tr)
@@ -315,6 +316,7 @@ def complete(tr: Transaction, layout: Layout, outcomes: list, now: float) -> lis
             ok = outcome.kind == "ok"
             if not ok:
                 counts.bump(tr, layout, job.type, "failed")
+                failures.record(tr, layout, job.type, job.id, now)
             tr.set(work_key, replace(record, outcome=SUCCEEDED if ok else FAILED, result=outcome.result if ok else None,
                                      error=None if ok else outcome.error, ended=now).pack())
     for job_type in stamped:
