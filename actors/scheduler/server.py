@@ -365,7 +365,10 @@ class Scheduler(GenServer):
             if msg.generation > self.config_generation:
                 self._apply_settings(msg.values, msg.generation)
             return "ok"
-        return super().handle_call(msg, None)
+        # The seed ignores a call it does not know (its caller times out); this
+        # one answers the caller an error at once, and never exits for it.
+        log.warning("scheduler_unknown_call message=%.200r", msg)
+        raise InvalidArgument("call", type(msg).__name__, "not a scheduler call")
 
     def _job(self, job_id: Any) -> Job | None:
         """The row of ``job_id``; None for an id no job can have (not a str: it
@@ -434,7 +437,7 @@ class Scheduler(GenServer):
         if isinstance(msg, JobProgress):
             self._progress(msg)
             return
-        super().handle_cast(msg)
+        log.warning("scheduler_unknown_cast message=%.200r", msg)  # ignored, as in the seed
 
     def _progress(self, msg: JobProgress) -> None:
         if not isinstance(msg.stats, dict) or not all(isinstance(key, str) for key in msg.stats):
@@ -464,7 +467,7 @@ class Scheduler(GenServer):
                 self.adopted.discard(job.id)
                 self.core.job_exited(job, msg.reason)
             return
-        super().handle_info(msg)
+        log.warning("scheduler_unknown_info message=%.200r", msg)  # ignored, as in the seed
 
     # ------------------------------------------------------- internals
     def _reschedule(self) -> None:

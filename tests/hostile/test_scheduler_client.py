@@ -195,3 +195,16 @@ def test_huge_counts_are_taken_or_refused_never_a_crash(n, value) -> None:
 
 def test_nan_setting_is_not_an_integer(n, unchanged) -> None:
     refused(n, lambda: n.s.set_setting("max_jobs", math.nan), InvalidSetting)
+
+
+@pytest.mark.parametrize("message", [("bogus",), {"add_job": 1}, "reschedule!", 42, None])
+def test_unknown_calls_casts_and_infos_are_ignored_as_in_the_seed(n, unchanged, message) -> None:
+    """The seed's scheduler ignores messages it does not know; ours answers an
+    unknown call with an error (rather than leaving its caller to time out)."""
+    from actors.names import SCHEDULER
+
+    err = refused(n, lambda: n.client.call(SCHEDULER, message, 5.0), SchedulerError)
+    assert "not a scheduler call" in str(err)
+    n.client.cast(SCHEDULER, message)
+    n.client.send(SCHEDULER, message)
+    assert n.s.settings() and n.scheduler_pid() == n.scheduler  # answered after both: still the same process
