@@ -559,15 +559,42 @@ class TestConflicts:
             other.close()
 
     def test_blind_writes_do_not_conflict(self, db, store_url):
+        """A set and an atomic add of keys the transaction never read commit
+        although another handle wrote those keys after the transaction was
+        created; the add applies to the other's value. (A writer on SQLite
+        holds the write lock from its first write, so the other commit comes
+        before the blind writes begin; the read case is the next test.)"""
         other = fdblayer.open(store_url)
         try:
             tr = db.create_transaction()
-            tr.add(b"n", b"\x01")
+            other.set(b"blind", b"theirs")
+            other.set(b"n", (5).to_bytes(8, "little"))
+            tr.set(b"blind", b"mine")
+            tr.add(b"n", (1).to_bytes(8, "little"))
             tr.commit()
-            other.set(b"n2", b"1")
         finally:
             other.close()
-        assert db.get(b"n") == b"\x01"
+        assert db.get(b"blind") == b"mine"
+        assert int.from_bytes(db.get(b"n"), "little") == 6
+
+    def test_a_read_elsewhere_makes_blind_writes_conflict_only_without_key_conflicts(self, db, store_url):
+        """With key conflicts (FoundationDB) a read of another key adds no
+        conflict to blind writes; the SQLite backend's conflicts are
+        store-wide (``key_conflicts`` False): any commit since its snapshot."""
+        other = fdblayer.open(store_url)
+        try:
+            tr = db.create_transaction()
+            assert tr.get(b"unrelated") is None  # the transaction's snapshot is taken
+            tr.set(b"blind", b"mine")
+            other.set(b"blind", b"theirs")  # committed after that snapshot
+            if db.key_conflicts:
+                tr.commit()
+            else:
+                with pytest.raises(ConflictError):
+                    tr.commit()
+        finally:
+            other.close()
+        assert db.get(b"blind") == (b"mine" if db.key_conflicts else b"theirs")
 
 
 # ------------------------------------------------------------------ open()
