@@ -100,7 +100,7 @@ def n(tmp_path_factory):
         jobs.set_type_timeout(db, QTYPE, 30)
         jobs.enqueue(db, QTYPE, {"mode": "hold"}, id=INJECTED)
         jobs.enqueue(db, QTYPE, {"mode": "fail"}, id="failing", max_attempts=1)
-        jobs.enqueue(db, QTYPE, {"note": INJECTED}, id="later", delay=3600)
+        jobs.enqueue(db, QTYPE, {"note": INJECTED}, id="later", delay=1800)  # shown "in 30 min"
         wait_until(lambda: [(t["running"], t["failed"]) for t in node.request("GET", "/_jobs").json()["types"]
                             if t["type"] == QTYPE] == [(1, 1)], 60, "a queue job running and one failed")
         wait_until(lambda: node.request("GET", f"/_jobs/{QTYPE}?state=running").json()["jobs"][0]["progress"],
@@ -148,7 +148,7 @@ def test_page_shows_the_queue_types_running_jobs_failures_and_delayed_jobs(n) ->
     assert "<code>failing</code>" in failures and "<code>ValueError</code>: " in failures
     assert "&lt;img src=x onerror=" in failures and " ago</time>" in failures
     delayed = re.search(r'<table id="delayed-table">.*?</table>', section).group(0)
-    assert "<code>later</code>" in delayed and ">in 60 min</time>" in delayed
+    assert "<code>later</code>" in delayed and ">in 30 min</time>" in delayed
     assert section.index("running-table") < section.index("failures-table") < section.index("delayed-table")
 
 
