@@ -29,7 +29,7 @@ from supervision import connect
 
 from .jobs_fixtures import FAST_COUCH_JOBS, ROOT, dump, free_port, group_pids, wait_until
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
 OWNER_TIMEOUT = 2  # seconds; 1 s leases were lost to scheduling delays on a loaded 2-CPU box
 N_DOCS = 20  # the issue: two nodes share 20 permanent jobs with max_jobs 5 each

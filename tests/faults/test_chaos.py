@@ -12,7 +12,7 @@ import pytest
 from .chaos import LONG, NODE_FAULTS, run_chaos, settings_from_env
 
 SETTINGS = settings_from_env()
-pytestmark = pytest.mark.timeout(1800 if SETTINGS is LONG else 240)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800 if SETTINGS is LONG else 240)]
 
 
 def test_no_job_lost_or_finished_twice_and_the_tree_recovers_under_random_sigkills(tmp_path):

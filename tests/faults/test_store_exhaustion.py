@@ -36,7 +36,7 @@ from .chaos import HANDLER
 from .nodes import ROOT, CliNode
 from tests.procs import free_port, group_pids, pid_alive, wait_until
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
 T = "exhaust"
 CONFIG = ("[couch_jobs]\ntype_check_period_msec = 500\ntype_check_max_jitter_msec = 100\n"

@@ -9,7 +9,7 @@ import pytest
 from .torture import LONG, run_torture, settings_from_env
 
 SETTINGS = settings_from_env()
-pytestmark = pytest.mark.timeout(900 if SETTINGS is LONG else 180)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900 if SETTINGS is LONG else 180)]
 
 
 def test_sigkilled_processes_lose_nothing_committed_and_take_nothing_twice(tmp_path):

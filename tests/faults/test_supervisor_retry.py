@@ -23,7 +23,7 @@ from tests.procs import free_port, group_pids, pid_alive, proc_stat, wait_until
 
 from .siblings import NeedsSibling, Sibling
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
 
 @pytest.fixture

@@ -48,7 +48,7 @@ try:
 except ImportError:  # before the fix: hold the server to the bounds the fix proposes
     CONNECTION_LIMIT, HEAD_TIMEOUT = 1000, 10.0
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
 #: Slow connections held while the legitimate client asks.
 SLOW = 500
