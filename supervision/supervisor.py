@@ -42,7 +42,6 @@ from .childspec import (
     SupFlags,
     check_specs,
 )
-from .clock import Clock
 from .exceptions import AlreadyStarted, BadChildSpec, NoProc, StartError, SupervisionError
 from .gen_server import DEFER_START, IGNORE, NOREPLY, From, GenServer
 from .reasons import KILLED, SHUTDOWN, is_normal, portable
@@ -51,7 +50,6 @@ from .reports import report
 
 log = logging.getLogger(__name__)
 
-_REAL_CLOCK = Clock()
 
 #: Seconds between checks that a killed child's process is gone.
 REAP_CHECK = 0.1
@@ -138,6 +136,20 @@ class _Op:
     timers: list = field(default_factory=list)
 
 
+def add_restart(restarts: tuple[float, ...], now: float, intensity: int,
+                period: float) -> tuple[bool, tuple[float, ...]]:
+    """The restart intensity rule of OTP's supervisor, pure.
+
+    ``restarts`` are the times of the restarts still in the window, oldest
+    first. Returns ``(allowed, restarts)``: the window with a restart at
+    ``now`` added and those ``period`` or more seconds old dropped, and
+    whether it holds at most ``intensity`` restarts (else the supervisor
+    gives up: ``max_intensity``).
+    """
+    kept = tuple(t for t in restarts if now - t < period) + (now,)
+    return len(kept) <= intensity, kept
+
+
 class Supervisor(GenServer):
     """A supervisor actor. See the module docstring."""
 
@@ -159,7 +171,7 @@ class Supervisor(GenServer):
             self._template = specs[0]
         else:
             self._kids = [_Kid(s) for s in specs]
-        self._restarts: collections.deque = collections.deque()
+        self._restarts: tuple[float, ...] = ()
         self._op: _Op | None = None
         self._ops: collections.deque = collections.deque()
         self._backlog: collections.deque = collections.deque()
@@ -347,12 +359,10 @@ class Supervisor(GenServer):
         self._run(self._restart(kid))
 
     def _add_restart(self) -> bool:
-        """Record a restart; False if that goes over the intensity."""
-        now = _REAL_CLOCK.monotonic()
-        self._restarts.append(now)
-        while self._restarts and self._restarts[0] <= now - self.flags.period:
-            self._restarts.popleft()
-        return len(self._restarts) <= self.flags.intensity
+        """Record a restart (on this actor's clock); False if that goes over the intensity."""
+        allowed, self._restarts = add_restart(self._restarts, self.clock.monotonic(), self.flags.intensity,
+                                              self.flags.period)
+        return allowed
 
     def _restart(self, kid: _Kid) -> Generator:
         if not self._add_restart():
