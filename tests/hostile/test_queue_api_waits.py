@@ -42,21 +42,31 @@ def db(tmp_path_factory):
 
 
 def _accept_in_thread(db, **kwargs) -> dict:
+    """Call ``accept`` in a thread while no job is pending, add one, and
+    check that accept was called before the job existed and returned after
+    (so it waited, whatever the scheduling of the threads)."""
     out: dict = {}
+    entered = threading.Event()
 
     def run() -> None:
         try:
+            out["entered"] = time.monotonic()
+            entered.set()
             out["job"] = jobs.accept(db, T, **kwargs)
         except BaseException as exc:  # noqa: BLE001 - reported below
             out["error"] = exc
+        out["returned"] = time.monotonic()
 
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
-    time.sleep(0.3)
-    if "error" not in out:
-        jobs.add(db, T, "late", {"n": 1})
+    assert entered.wait(10), "the accepting thread did not start"
+    time.sleep(0.05)  # let it reach its wait (if it has not, it finds the job at once: still correct)
+    assert "returned" not in out, f"accept returned with no job pending: {out}"
+    added = time.monotonic()
+    jobs.add(db, T, "late", {"n": 1})
     thread.join(10)
     assert not thread.is_alive(), "accept did not take the job added while it waited"
+    assert out["entered"] < added <= out["returned"], out
     return out
 
 
@@ -109,16 +119,21 @@ def node(tmp_path_factory):
 def test_subscribe_and_wait_take_a_huge_finite_timeout(node, timeout) -> None:
     sub, state, _ = jobs.subscribe(node.db, "w", "j", node=node.port, timeout=timeout)
     try:
+        finished = []
+
         def finish_later() -> None:
             time.sleep(0.3)
             job, _ = jobs.accept(node.db, "w", timeout=5)
             jobs.finish(node.db, job)
+            finished.append(time.monotonic())
 
         thread = threading.Thread(target=finish_later, daemon=True)
         thread.start()
         event = jobs.wait(sub, "finished", timeout=timeout)
+        returned = time.monotonic()
         thread.join(10)
         assert event is not None and event[:3] == ("w", "j", "finished")
+        assert finished and finished[0] <= returned, "wait returned before the job finished"
     finally:
         if sub is not None:
             jobs.unsubscribe(sub)
