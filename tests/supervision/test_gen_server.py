@@ -171,6 +171,10 @@ def test_sigkilled_nested_supervisor_takes_its_children_and_is_restarted_fresh(t
 def test_monitor_of_a_grandchild_fires_when_its_supervisor_is_sigkilled(tree):
     sup, kids, grand = nested_tree(tree)
     ref = tree.c.call(kids["p"].addr, ("monitor_sync", grand["n1"].addr))
+    # n1 tells n of its watcher, n tells sup: a round trip through each lets
+    # that news arrive before the SIGKILL (a SIGKILL sooner loses the Down).
+    tree.kids(kids["n"].addr)
+    tree.kids(sup)
     os.kill(kids["n"].pid, signal.SIGKILL)
     restarted(tree, sup, "n", kids["n"].pid)
     [down] = downs(tree, kids["p"].addr)
