@@ -370,7 +370,10 @@ class Dispatcher(GenServer):
             if slot.fired:
                 slot.fired = False
                 slot.maybe_work = True
-        self._kick()
+        if self.flush_queued or self.outcomes:
+            self._kick()  # a step is on its way, or outcomes wait for the messages queued behind them
+        else:
+            self._flush()  # new work on an idle host: claim it now, not one message later
 
     def _arm_due(self, job_type: Any, slot: TypeSlot, due: int, now: float) -> None:
         if slot.due_at is not None and slot.due_at <= due:
