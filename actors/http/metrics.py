@@ -29,20 +29,20 @@ from fdblayer.jobs.keys import DEFAULT_LAYOUT
 
 __all__ = ["prometheus_text", "queue_stats"]
 
-#: The seed's metrics: (stats key, name, kind, help).
+#: The seed's metrics: (stats key, also the metric's name suffix; kind; help).
 SCHEDULER_METRICS = (
-    ("adds", "adds", "counter", "number of jobs added to replicator scheduler"),
-    ("removes", "removes", "counter", "number of jobs removed from replicator scheduler"),
-    ("starts", "starts", "counter", "number of jobs started by replicator scheduler"),
-    ("stops", "stops", "counter", "number of jobs stopped by replicator scheduler"),
-    ("crashes", "crashes", "counter", "number of job crashed noticed by replicator scheduler"),
-    ("total", "total", "gauge", "total number of replication jobs"),
-    ("running", "running", "gauge", "replicator scheduler running jobs"),
-    ("pending", "pending", "gauge", "replicator scheduler pending jobs"),
-    ("crashed", "crashed", "gauge", "replicator scheduler crashed jobs"),
-    ("avg_pending", "avg_pending", "gauge", "average age in seconds of pending jobs"),
-    ("avg_running", "avg_running", "gauge", "average age in seconds of running jobs"),
-    ("avg_crashed", "avg_crashed", "gauge", "average age in seconds of crashed jobs"),
+    ("adds", "counter", "number of jobs added to replicator scheduler"),
+    ("removes", "counter", "number of jobs removed from replicator scheduler"),
+    ("starts", "counter", "number of jobs started by replicator scheduler"),
+    ("stops", "counter", "number of jobs stopped by replicator scheduler"),
+    ("crashes", "counter", "number of job crashed noticed by replicator scheduler"),
+    ("total", "gauge", "total number of replication jobs"),
+    ("running", "gauge", "replicator scheduler running jobs"),
+    ("pending", "gauge", "replicator scheduler pending jobs"),
+    ("crashed", "gauge", "replicator scheduler crashed jobs"),
+    ("avg_pending", "gauge", "average age in seconds of pending jobs"),
+    ("avg_running", "gauge", "average age in seconds of running jobs"),
+    ("avg_crashed", "gauge", "average age in seconds of crashed jobs"),
 )
 STATES = ("pending", "scheduled", "running", "finished", "failed")
 
@@ -54,9 +54,9 @@ class _Collector:
         self.stats, self.queue = stats, queue
 
     def collect(self) -> Iterable[Any]:
-        for key, name, kind, desc in SCHEDULER_METRICS:
+        for key, kind, desc in SCHEDULER_METRICS:
             family = CounterMetricFamily if kind == "counter" else GaugeMetricFamily
-            yield family(f"couchdb_couch_replicator_jobs_{name}", desc, value=float(self.stats.get(key, 0) or 0))
+            yield family(f"couchdb_couch_replicator_jobs_{key}", desc, value=float(self.stats.get(key, 0) or 0))
         yield GaugeMetricFamily("couchdb_couch_replicator_scheduler_last_reschedule_ms",
                                 "duration of the last reschedule in milliseconds",
                                 value=float(self.stats.get("last_reschedule_ms", 0.0) or 0.0))

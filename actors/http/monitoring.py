@@ -143,8 +143,8 @@ def docs_page(docs: list[Mapping[str, Any]], limit: int, skip: int) -> dict:
 def stats_tree(stats: Mapping[str, Any], queue: list | None = None) -> dict:
     """The scheduler's stats as ``_node/_local/_stats`` answers them, and
     (``couch_jobs``) each queue type's counts and event counters."""
-    jobs = {name: {"value": stats.get(key, 0), "type": kind, "desc": desc}
-            for key, name, kind, desc in SCHEDULER_METRICS}
+    jobs = {key: {"value": stats.get(key, 0), "type": kind, "desc": desc}
+            for key, kind, desc in SCHEDULER_METRICS}
     tree = {"couch_replicator": {"jobs": jobs, "scheduler": {
         "last_reschedule_ms": {"value": stats.get("last_reschedule_ms", 0.0), "type": "gauge",
                                "desc": "duration of the last reschedule in milliseconds"}}}}

@@ -160,9 +160,10 @@ def resolve_handler(path: str) -> Callable[[JobContext], Any]:
 def check_runnable(spec: JobSpec) -> None:
     """Raise :class:`InvalidJobSpec` for a well-formed job that could never run.
 
-    Checked without running any of the handler's code: its module must be
-    found on the node's path, and a replication's SQLite source must exist.
-    A handler's attribute is only looked up when the job runs.
+    Its module must be found on the node's path (found, not imported: only
+    the packages above it are, as finding it needs), and a replication's
+    SQLite source must exist. A handler's attribute is only looked up when
+    the job runs.
     """
     if spec.handler and spec.handler != REPLICATE_HANDLER:
         module_name = spec.handler.partition(":")[0]

@@ -57,10 +57,7 @@ def list_jobs(tr: Transaction, layout: Layout, job_type: JobType, state: Optiona
         ids = [i for i in (_pending_id(kv.key, len(prefix)) for kv in keys) if i is not None]
         return tally["pending"], _views(tr, layout, job_type, ids)
     if state == "running":
-        prefix = layout.activity_prefix(job_type)
-        found = tr.snapshot.get_range(prefix, strinc(prefix), limit=skip + limit)[skip:]
-        ids = [row[0] for row in (unpack_activity_value_or_none(kv.key, kv.value) for kv in found) if row]
-        return tally["running"], _views(tr, layout, job_type, ids)
+        return tally["running"], _views(tr, layout, job_type, _running_ids(tr, layout, job_type, limit, skip))
     if state is None:
         prefix = layout.data_prefix(job_type)
         found = tr.snapshot.get_range(prefix, strinc(prefix), limit=skip + limit)[skip:]
@@ -108,8 +105,8 @@ def queue_status(tr: Transaction, layout: Layout, now: float, per_list: int = 10
     for entry in shown:
         job_type = entry["type"]
         if entry.get("running") and len(running) < per_list:
-            _, page = list_jobs(tr, layout, job_type, "running", per_list - len(running), 0, now)
-            running.extend(dict(v, type=job_type) for v in page)
+            ids = _running_ids(tr, layout, job_type, per_list - len(running), 0)
+            running.extend(dict(v, type=job_type) for v in _views(tr, layout, job_type, ids))
         if entry.get("failed"):
             ids = failures_index.latest_ids(tr, layout, job_type, per_list)
             failed.extend(dict(v, type=job_type) for v in _views(tr, layout, job_type, ids)
@@ -120,6 +117,13 @@ def queue_status(tr: Transaction, layout: Layout, now: float, per_list: int = 10
     delayed.sort(key=lambda v: v.get("scheduled_time") or 0)
     return {"types": shown, "types_cut": len(all_types) - len(shown), "running": running,
             "failures": failed[:per_list], "delayed": delayed[:per_list]}
+
+
+def _running_ids(tr: Transaction, layout: Layout, job_type: JobType, limit: int, skip: int) -> list[str]:
+    """Ids of the type's running jobs, least recently active first, ``skip`` then ``limit``."""
+    prefix = layout.activity_prefix(job_type)
+    found = tr.snapshot.get_range(prefix, strinc(prefix), limit=skip + limit)[skip:]
+    return [row[0] for row in (unpack_activity_value_or_none(kv.key, kv.value) for kv in found) if row]
 
 
 def _next_delayed(tr: Transaction, layout: Layout, job_type: JobType, now: float, limit: int) -> list[dict]:

@@ -1,4 +1,4 @@
-"""The index of recent failures (``fdblayer.jobs.failures``) on a real SQLite store.
+"""The index of recent failures (``fdblayer.jobs.failures``) on a real store of each backend.
 
 The attempt that fails a job for good writes its entry in the same
 transaction; the status page reads the latest ones with one range read;
@@ -11,7 +11,6 @@ import time
 
 import pytest
 
-import fdblayer
 from fdblayer.jobs import api, failures, overview, work
 from fdblayer.jobs.codec import encode_data
 from fdblayer.jobs.keys import DEFAULT_LAYOUT as L
@@ -20,12 +19,10 @@ T = "mail"
 ERROR = {"type": "ValueError", "message": "bad address", "traceback": ""}
 
 
-@pytest.fixture
-def db(tmp_path):
-    database = fdblayer.open(f"sqlite:///{tmp_path / 'store.db'}?synchronous=NORMAL")
-    api.set_type_timeout(database, T, 30)
-    yield database
-    database.close()
+@pytest.fixture(autouse=True)
+def typed(db):
+    """Each backend's fresh store (conftest's ``db``) with the type declared."""
+    api.set_type_timeout(db, T, 30)
 
 
 def fail(db, job_id: str, now: float, kind: str = "fail") -> None:

@@ -123,10 +123,14 @@ class KillingSup(Sup):
         if not self.killed_others:
             self.killed_others = True
             import signal
-            for other, child in self._children.items():
-                if other != addr and child.get("pid"):
-                    os.kill(child["pid"], signal.SIGKILL)
-            time.sleep(0.2)
+
+            from supervision.procs import pid_alive
+            killed = [child["pid"] for other, child in self._children.items() if other != addr and child.get("pid")]
+            for pid in killed:
+                os.kill(pid, signal.SIGKILL)
+            deadline = time.monotonic() + 5
+            while any(pid_alive(pid) for pid in killed) and time.monotonic() < deadline:
+                time.sleep(0.005)  # dead before this handler returns to Thespian's bookkeeping
         super().child_exited(addr, reason)
 
 
