@@ -94,6 +94,7 @@ def open(url: Optional[str] = None) -> Database:  # noqa: A001  (mirrors fdb.ope
 
     Args:
         url: ``sqlite:///path/file.db[?synchronous=FULL|NORMAL]``,
+            ``postgresql://user:password@host:port/dbname[?prefix=NAME]``,
             ``fdb://`` or ``fdb:///path/to/fdb.cluster[?prefix=NAME]``; None
             means ``otpjobs.db`` in the working directory.
 
@@ -114,6 +115,11 @@ def open(url: Optional[str] = None) -> Database:  # noqa: A001  (mirrors fdb.ope
             parsed.params["synchronous"],
             read_only=parsed.params["mode"] == "ro",
         )
+    if parsed.scheme == "postgresql":
+        from fdblayer.postgres_backend import PostgresDatabase
+
+        assert parsed.path is not None
+        return PostgresDatabase(parsed.path, parsed.params["prefix"])
     from fdblayer.fdb_backend import FdbDatabase
 
     return FdbDatabase.open(parsed.path, parsed.params["prefix"])

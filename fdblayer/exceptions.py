@@ -28,6 +28,9 @@ __all__ = [
     "DiskFull",
     "ReadOnlyStore",
     "StoreTypeError",
+    "ServerGone",
+    "CommitUnknownResult",
+    "TransactionTooOld",
     "is_retryable",
     "RETRYABLE_FDB_CODES",
 ]
@@ -41,6 +44,8 @@ class StoreError(Exception):
     """
 
     code: Optional[int] = None
+    #: True or False overrides the code's verdict in ``is_retryable``.
+    retryable: Optional[bool] = None
 
     def __init__(self, message: str = "", *, code: Optional[int] = None) -> None:
         super().__init__(message or self.__class__.__name__)
@@ -55,6 +60,25 @@ class ConflictError(StoreError):
     """
 
     code = 1020
+
+
+class TransactionTooOld(ConflictError):
+    """The transaction's reads are older than the store can check (``transaction_too_old``).
+
+    Retryable: the retry reads afresh.
+    """
+
+    code = 1007
+
+
+class CommitUnknownResult(StoreError):
+    """The connection was lost while a commit was under way: it may have committed.
+
+    Retryable, as FoundationDB's ``commit_unknown_result``: a transaction
+    retried after it must be idempotent (read, then write what it read).
+    """
+
+    code = 1021
 
 
 class LockTimeout(StoreError):
@@ -139,6 +163,16 @@ class StoreUnavailable(StoreError):
     """The store cannot be used: library missing, disk full, read-only, I/O error."""
 
 
+class ServerGone(StoreUnavailable):
+    """The store's server cannot be reached, or the connection to it was lost.
+
+    Retryable: ``transactional`` tries again (a new connection) until its
+    deadline, so a server restart is waited out.
+    """
+
+    retryable = True
+
+
 class DiskFull(StoreUnavailable):
     """The disk (or the database's page limit) is full; the write was not committed."""
 
@@ -172,4 +206,7 @@ def is_retryable(err: BaseException) -> bool:
     """
     if not isinstance(err, StoreError) and type(err).__name__ != "FDBError":
         return False
+    verdict = getattr(err, "retryable", None)
+    if verdict is not None:
+        return verdict
     return getattr(err, "code", None) in RETRYABLE_FDB_CODES

@@ -11,6 +11,10 @@ jobs). Accepted forms::
     fdb://                           FoundationDB, default cluster file
     fdb:///path/to/fdb.cluster       FoundationDB, that cluster file
     ...?prefix=NAME                  the layer's subspace (default "otpjobs")
+    postgresql://user:pw@host:port/db   PostgreSQL (also postgres://); other
+                                     query parameters go to libpq (sslmode=...)
+    ...?prefix=NAME                  the tables' prefix (default "otpjobs"), so
+                                     several stores can share one database
 
 No URL means ``sqlite:///./otpjobs.db``: the file ``otpjobs.db`` in the
 working directory. Anything else raises ``InvalidStoreURL``.
@@ -37,8 +41,9 @@ class StoreURL:
     """A parsed store URL.
 
     Attributes:
-        scheme: ``"sqlite"`` or ``"fdb"``.
-        path: the SQLite file (absolute) or the cluster file (None: default).
+        scheme: ``"sqlite"``, ``"fdb"`` or ``"postgresql"``.
+        path: the SQLite file (absolute), the cluster file (None: default) or
+            the libpq connection URL (without ``prefix``).
         params: the query parameters, validated and normalised.
     """
 
@@ -107,6 +112,22 @@ def _parse_fdb(url: str, rest: str, params: Dict[str, str]) -> StoreURL:
     return StoreURL("fdb", "/" + urllib.parse.unquote(path), params)
 
 
+def _parse_postgres(url: str, scheme: str, rest: str, query: str) -> StoreURL:
+    """A PostgreSQL URL: libpq's own, less our ``prefix`` parameter."""
+    from fdblayer.postgres_backend import check_prefix  # psycopg is imported lazily there
+
+    if not rest.startswith("//"):
+        raise InvalidStoreURL(f"store URL {url!r}: expected {scheme}://[user[:password]@]host[:port]/dbname")
+    pairs = urllib.parse.parse_qsl(query, keep_blank_values=True)
+    prefixes = [value for name, value in pairs if name == "prefix"]
+    if len(prefixes) > 1:
+        raise InvalidStoreURL(f"store URL {url!r}: parameter 'prefix' given twice")
+    prefix = check_prefix(prefixes[0] if prefixes else "otpjobs", url)
+    rest_query = urllib.parse.urlencode([(n, v) for n, v in pairs if n != "prefix"])
+    conninfo = f"postgresql:{rest}" + (f"?{rest_query}" if rest_query else "")
+    return StoreURL("postgresql", conninfo, {"prefix": prefix})
+
+
 def parse_store_url(url: Optional[str] = None) -> StoreURL:
     """Parse and validate a store URL.
 
@@ -133,4 +154,8 @@ def parse_store_url(url: Optional[str] = None) -> StoreURL:
         return _parse_sqlite(url, rest, params)
     if scheme == "fdb":
         return _parse_fdb(url, rest, params)
-    raise InvalidStoreURL(f"store URL {url!r}: unknown scheme {scheme!r} (use sqlite: or fdb:)")
+    if scheme in ("postgresql", "postgres"):
+        return _parse_postgres(url, scheme, rest, query)
+    raise InvalidStoreURL(
+        f"store URL {url!r}: unknown scheme {scheme!r} (use sqlite:, postgresql: or fdb:)"
+    )

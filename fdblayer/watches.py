@@ -335,10 +335,13 @@ class WatchHub:
         own committers notify right after, and an early read would only
         push the useful one into the next pause.
         """
-        fds = [self._wake_r] + ([notifier.fd] if notifier is not None else [])
         recheck_at: Optional[float] = None
         last_check = 0.0
         while not self._closed:
+            # A notifier may change its descriptor (a listener that reconnected)
+            # or have none for a while (-1: its server is away; polled below).
+            live = notifier is not None and notifier.fd >= 0
+            fds = [self._wake_r] + ([notifier.fd] if live else [])  # type: ignore[union-attr]
             ready, _, _ = select.select(fds, [], [], self._wait(notifier, recheck_at))
             pause = last_check + self.MIN_CHECK_INTERVAL - time.monotonic()
             if pause > 0:  # a stream of commits: let more of them join the next read
@@ -348,7 +351,7 @@ class WatchHub:
             if self._wake_r in ready:
                 self._drain_pipe()
                 due = True
-            if notifier is not None and notifier.fd in ready:
+            if notifier is not None and (notifier.fd in ready or not live):
                 names = notifier.drain()
                 if names - self._recheck_names:
                     due = True
@@ -368,7 +371,7 @@ class WatchHub:
     @staticmethod
     def _wait(notifier: Optional[DirectoryNotifier], recheck_at: Optional[float]) -> Optional[float]:
         """The select timeout: the poll interval, the time to a due recheck, or none."""
-        timeout = None if notifier is not None else FALLBACK_POLL_INTERVAL
+        timeout = None if notifier is not None and notifier.fd >= 0 else FALLBACK_POLL_INTERVAL
         if recheck_at is not None:
             left = max(0.0, recheck_at - time.monotonic())
             timeout = left if timeout is None else min(timeout, left)

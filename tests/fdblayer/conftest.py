@@ -2,7 +2,8 @@
 
 - ``db``: a fresh ``fdblayer.Database`` per test, parametrized over the
   backends: ``sqlite`` (a real file ``store.db`` in ``tmp_path``, never an
-  in-memory stand-in) and ``fdb`` (FoundationDB under a fresh random prefix;
+  in-memory stand-in), ``postgres`` (a fresh table prefix on the session's
+  throwaway PostgreSQL server, see ``tests/conftest.py``) and ``fdb`` (FoundationDB under a fresh random prefix;
   skipped with the reason, e.g. "FoundationDB client library libfdb_c not
   found: ...", where the library or a cluster is absent). Closed after the test.
 - ``store_url``: the URL of that same store, for subprocesses and for a second
@@ -20,7 +21,7 @@ import pytest
 import fdblayer
 from fdblayer.exceptions import StoreUnavailable
 
-BACKENDS = ("sqlite", "fdb")
+BACKENDS = ("sqlite", "postgres", "fdb")
 
 
 @pytest.fixture(params=BACKENDS)
@@ -28,6 +29,9 @@ def store_url(request: pytest.FixtureRequest, tmp_path) -> Iterator[str]:
     """The URL of a fresh, empty store of each backend."""
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path}/store.db"
+        return
+    if request.param == "postgres":
+        yield request.getfixturevalue("pg_url")
         return
     url = f"fdb://?prefix=otpjobs-test-{uuid.uuid4().hex}"
     try:

@@ -1,0 +1,592 @@
+"""Transactions of the PostgreSQL backend (see ``postgres_backend`` for the design).
+
+Principle: reads go to a ``REPEATABLE READ`` snapshot opened by the first
+read (in one round trip with ``BEGIN`` and the read version); writes stay in
+memory until ``commit`` sends them all in one call of the store's commit
+function, with the key ranges this transaction read. Reads see the
+transaction's own writes: point reads from the buffer, range reads by
+merging the buffer into the rows of the snapshot.
+
+The buffer, applied at commit in this order (which gives every sequence of
+calls its FoundationDB meaning):
+
+- ``_cleared``: ranges cleared (a later ``set`` in one is kept in ``_sets``);
+- ``_sets``: key -> value, or None for a cleared key (the last write wins);
+- ``_adds``: key -> ``[[width, sum], ...]``, atomic adds to keys whose value
+  this transaction does not know (folded, applied on the server);
+- versionstamped keys and values (the stamp is the commit's version).
+
+An add to a key whose value the buffer determines is computed here and
+becomes a set; a non-snapshot read of a key with pending adds reads it
+(adding a conflict) and folds the adds into a set, as FoundationDB does.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
+
+from fdblayer.exceptions import (
+    InvalidTransactionState,
+    NoCommitVersion,
+    StoreError,
+    TransactionTooLarge,
+)
+from fdblayer.interface import (
+    MAX_KEY_SIZE,
+    MAX_TRANSACTION_SIZE,
+    MAX_VALUE_SIZE,
+    ReadView,
+    Transaction,
+    VersionstampFuture,
+    add_little_endian,
+    check_key,
+    check_value,
+    check_versionstamp_template,
+    check_write_key,
+    splice_versionstamp,
+)
+from fdblayer.postgres_backend import connection_is_broken, key_prefixes, map_pg_error
+from fdblayer.selectors import END_OF_KEYSPACE, KeyOrSelector, KeySelector, KeyValue, to_selector
+from fdblayer.sqlite_backend import ForkEpoch
+from fdblayer.watches import Watch
+
+if TYPE_CHECKING:
+    from fdblayer.postgres_backend import PostgresDatabase
+
+__all__ = ["PostgresTransaction"]
+
+logger = logging.getLogger(__name__)
+
+_CHUNK = 256  # rows per query when a limited range read must skip buffered keys
+_MANY = 1000  # keys per multi-key query
+
+
+def _add_params(queued: List[List[int]]) -> List[bytes]:
+    """The little-endian params of queued ``[width, sum]`` adds (sums reduced)."""
+    return [(total % (1 << (8 * width))).to_bytes(width, "little") for width, total in queued]
+
+
+def _apply_adds(value: Optional[bytes], queued: List[List[int]]) -> bytes:
+    for param in _add_params(queued):
+        value = add_little_endian(value, param)
+    assert value is not None
+    return value
+
+
+class _SnapshotView(ReadView):
+    """``tr.snapshot``: the same reads, adding no read conflicts."""
+
+    def __init__(self, tr: "PostgresTransaction") -> None:
+        self._tr = tr
+
+    def get(self, key: bytes) -> Optional[bytes]:
+        return self._tr._read(check_key(key), snapshot=True)
+
+    def get_many(self, keys: Sequence[bytes]) -> List[Optional[bytes]]:
+        return self._tr._read_many([check_key(k) for k in keys], snapshot=True)
+
+    def get_key(self, selector: KeyOrSelector) -> bytes:
+        return self._tr._get_key(to_selector(selector), snapshot=True)
+
+    def get_range(
+        self, begin: KeyOrSelector, end: KeyOrSelector, limit: int = 0, reverse: bool = False
+    ) -> List[KeyValue]:
+        return self._tr._get_range(begin, end, limit, reverse, snapshot=True)
+
+
+class PostgresTransaction(Transaction):
+    """A transaction on a ``PostgresDatabase`` (see the module docstring)."""
+
+    def __init__(self, db: "PostgresDatabase") -> None:
+        self._db = db
+        self._snapshot_view: Optional[_SnapshotView] = None
+        self._init_state()
+
+    def _init_state(self) -> None:
+        self._conn: Any = None  # holds the open snapshot, once a read ran
+        self._epoch = ForkEpoch.value
+        self._read_version: Optional[int] = None
+        self._size = 0
+        self._watches: List[Watch] = []
+        self._stamp: Optional[VersionstampFuture] = None
+        self._closed: Optional[str] = None  # None, "committed" or "cancelled"
+        self._error: Optional[StoreError] = None
+        self._known: Dict[bytes, Optional[bytes]] = {}  # snapshot values read
+        self._sets: Dict[bytes, Optional[bytes]] = {}  # own writes (None: cleared)
+        self._adds: Dict[bytes, List[List[int]]] = {}
+        self._cleared: List[Tuple[bytes, bytes]] = []
+        self._stamped_keys: List[Tuple[bytes, int, bytes]] = []
+        self._stamped_values: List[Tuple[bytes, bytes, int]] = []
+        self._read_keys: set = set()
+        self._read_ranges: List[Tuple[bytes, bytes]] = []
+
+    @property
+    def db(self) -> "PostgresDatabase":
+        return self._db
+
+    @property
+    def snapshot(self) -> ReadView:
+        if self._snapshot_view is None:
+            self._snapshot_view = _SnapshotView(self)
+        return self._snapshot_view
+
+    # ------------------------------------------------------------ lifecycle
+
+    def _ensure_usable(self) -> None:
+        if self._error is not None:
+            raise self._error
+        if self._closed is not None:
+            raise InvalidTransactionState(f"transaction already {self._closed}; call reset()")
+        if self._epoch != ForkEpoch.value:
+            raise InvalidTransactionState("transaction crossed os.fork(); create a new one")
+
+    def _failure(self, exc: BaseException, committing: bool = False) -> StoreError:
+        """Map a psycopg error, end the transaction with it, and return it to raise.
+
+        The connection is kept when only the statement failed (a conflict):
+        after a failed commit it is idle; after a failed read its snapshot
+        is rolled back. A lost connection is dropped.
+        """
+        error = map_pg_error(exc, self._db.where, committing)
+        self._error = error
+        conn = self._conn
+        broken = conn is None or conn.closed or conn.broken or connection_is_broken(exc)
+        if committing and not broken:
+            self._conn = None
+            self._db.checkin(conn, self._epoch)
+        else:
+            self._drop_connection(broken=broken)
+        return error
+
+    def _drop_connection(self, broken: bool) -> None:
+        conn, self._conn = self._conn, None
+        if conn is None:
+            return
+        if broken:
+            self._db.discard(conn, self._epoch)
+            return
+        try:
+            conn.execute("ROLLBACK")
+        except Exception:  # the connection is unusable: forget it
+            self._db.discard(conn, self._epoch)
+            return
+        self._db.checkin(conn, self._epoch)
+
+    def _snapshot_conn(self) -> Any:
+        """The connection of the open snapshot (``BEGIN`` and read version on first use)."""
+        if self._conn is not None:
+            return self._conn
+        self._ensure_usable()
+        conn = self._db.checkout()
+        self._conn = conn
+        sql = self._db.sql
+        try:
+            with conn.pipeline():
+                conn.execute(sql.begin)
+                cur = conn.execute(sql.read_version, binary=True)
+            self._read_version = cur.fetchone()[0]
+        except Exception as exc:
+            raise self._failure(exc) from exc
+        return conn
+
+    def commit(self) -> None:
+        """Commit; resolve the versionstamp and arm the watches (see ``Transaction``)."""
+        self._ensure_usable()
+        watched = [(w, self._view_value(w.key)) for w in self._watches] if self._watches else None
+        wrote = bool(self._sets or self._adds or self._cleared or self._stamped_keys
+                     or self._stamped_values)
+        version = self._send_commit() if wrote else None
+        if not wrote:
+            self._drop_connection(broken=False)
+        self._closed = "committed"
+        if wrote:
+            self._db.notify_commit()
+        if self._stamp is not None:
+            if version is not None:
+                self._stamp.set_result(version.to_bytes(8, "big") + b"\x00\x00")
+            else:
+                self._stamp.set_exception(NoCommitVersion("transaction committed no writes"))
+        if watched:
+            hub = self._db.hub()
+            for watch, value in watched:
+                hub.register(watch.key, value, watch)
+
+    def _commit_args(self) -> tuple:
+        checked = bool(self._read_keys or self._read_ranges)
+        rb = [k for k in self._read_keys] + [b for b, _ in self._read_ranges]
+        re_ = [k + b"\x00" for k in self._read_keys] + [e for _, e in self._read_ranges]
+        sets = [(k, v) for k, v in self._sets.items() if v is not None]
+        adds = [(k, p) for k, queued in self._adds.items() for p in _add_params(queued)]
+        return (
+            self._read_version if checked else None, rb, re_,
+            [b for b, _ in self._cleared], [e for _, e in self._cleared],
+            [k for k, _ in sets], [v for _, v in sets],
+            [k for k, v in self._sets.items() if v is None],
+            [k for k, _ in adds], [p for _, p in adds],
+            [t for t, _, _ in self._stamped_keys], [pos for _, pos, _ in self._stamped_keys],
+            [v for _, _, v in self._stamped_keys],
+            [k for k, _, _ in self._stamped_values], [t for _, t, _ in self._stamped_values],
+            [pos for _, _, pos in self._stamped_values],
+        )
+
+    def _send_commit(self) -> int:
+        """Run the commit function (after ending the snapshot, in one round trip)."""
+        args = self._commit_args()
+        conn = self._conn
+        try:
+            if conn is None:
+                conn = self._conn = self._db.checkout()
+                cur = conn.execute(self._db.sql.commit, args, binary=True)
+            else:
+                with conn.pipeline():
+                    conn.execute("ROLLBACK")
+                    cur = conn.execute(self._db.sql.commit, args, binary=True)
+            version = cur.fetchone()[0]
+        except StoreError as exc:  # checkout failed: nothing was sent
+            self._error = exc
+            raise
+        except Exception as exc:
+            raise self._failure(exc, committing=True) from exc
+        self._conn = None
+        self._db.checkin(conn, self._epoch)
+        return version
+
+    def cancel(self) -> None:
+        """Discard every write and watch; later calls raise until ``reset``."""
+        self._drop_connection(broken=self._error is not None)
+        if self._closed is None:
+            self._closed = "cancelled"
+        for watch in self._watches:
+            watch.cancel()
+        if self._stamp is not None and not self._stamp.is_ready():
+            self._stamp.set_exception(InvalidTransactionState("transaction cancelled"))
+
+    def reset(self) -> None:
+        """Discard everything and start afresh (keeps ``deadline``)."""
+        self.cancel()
+        self._init_state()
+
+    def __del__(self) -> None:
+        if getattr(self, "_conn", None) is not None and self._epoch == ForkEpoch.value:
+            try:
+                self._drop_connection(broken=False)
+            except Exception:  # interpreter shutdown: nothing left to release
+                pass
+
+    # ------------------------------------------------------------ the view
+
+    def _in_cleared(self, key: bytes) -> bool:
+        return any(b <= key < e for b, e in self._cleared)
+
+    def _view_value(self, key: bytes) -> Optional[bytes]:
+        """The value this transaction sees (a snapshot read where it must read)."""
+        return self._read(key, snapshot=True)
+
+    def _read(self, key: bytes, snapshot: bool) -> Optional[bytes]:
+        self._ensure_usable()
+        if key in self._sets:
+            return self._sets[key]
+        queued = self._adds.get(key)
+        if queued is None and self._in_cleared(key):
+            return None
+        value = self._known[key] if key in self._known else self._fetch([key])[key]
+        if not snapshot:
+            self._read_keys.add(key)
+        if queued is None:
+            return value
+        value = _apply_adds(value, queued)
+        if not snapshot:  # the read made the key known: the adds become a set
+            del self._adds[key]
+            self._sets[key] = value
+        return value
+
+    def _read_many(self, keys: List[bytes], snapshot: bool) -> List[Optional[bytes]]:
+        self._ensure_usable()
+        missing = [k for k in dict.fromkeys(keys) if k not in self._known and k not in self._sets
+                   and (k in self._adds or not self._in_cleared(k))]
+        if missing:
+            self._fetch(missing)
+        return [self._read(k, snapshot) for k in keys]
+
+    def _fetch(self, keys: List[bytes]) -> Dict[bytes, Optional[bytes]]:
+        """Read keys from the snapshot into ``_known``."""
+        conn = self._snapshot_conn()
+        sql = self._db.sql
+        found: Dict[bytes, Optional[bytes]] = {}
+        try:
+            if len(keys) == 1:
+                row = conn.execute(sql.get, (keys[0], keys[0]), binary=True).fetchone()
+                found[keys[0]] = None if row is None else row[0]
+            else:
+                for start in range(0, len(keys), _MANY):
+                    chunk = keys[start : start + _MANY]
+                    rows = conn.execute(sql.get_many, (key_prefixes(chunk), chunk), binary=True)
+                    values = dict(rows.fetchall())
+                    for key in chunk:
+                        found[key] = values.get(key)
+        except Exception as exc:
+            raise self._failure(exc) from exc
+        self._known.update(found)
+        return found
+
+    # ------------------------------------------------------------ reads
+
+    def get(self, key: bytes) -> Optional[bytes]:
+        """Read one key (``None`` when absent)."""
+        if type(key) is not bytes or len(key) > MAX_KEY_SIZE:
+            key = check_key(key)
+        return self._read(key, snapshot=False)
+
+    def get_many(self, keys: Sequence[bytes]) -> List[Optional[bytes]]:
+        """Read several keys; those not yet known in one query."""
+        return self._read_many([check_key(k) for k in keys], snapshot=False)
+
+    def get_key(self, selector: KeyOrSelector) -> bytes:
+        """Resolve a key selector against the transaction's view."""
+        return self._get_key(to_selector(selector), snapshot=False)
+
+    def _get_key(self, sel: KeySelector, snapshot: bool) -> bytes:
+        key = check_key(sel.key)
+        if sel.offset >= 1:
+            start = key + b"\x00" if sel.or_equal else key
+            rows = self._merged(start, END_OF_KEYSPACE, sel.offset, False, snapshot)
+            return min(rows[-1].key, END_OF_KEYSPACE) if len(rows) == sel.offset else END_OF_KEYSPACE
+        end = key + b"\x00" if sel.or_equal else key
+        rows = self._merged(b"", min(end, END_OF_KEYSPACE), 1 - sel.offset, True, snapshot)
+        return min(rows[-1].key, END_OF_KEYSPACE) if len(rows) == 1 - sel.offset else b""
+
+    def _bound(self, sel: KeySelector, snapshot: bool) -> bytes:
+        if sel.offset == 1:
+            return check_key(sel.key) + b"\x00" if sel.or_equal else check_key(sel.key)
+        return self._get_key(sel, snapshot)
+
+    def get_range(
+        self, begin: KeyOrSelector, end: KeyOrSelector, limit: int = 0, reverse: bool = False
+    ) -> List[KeyValue]:
+        """Rows with ``begin <= key < end`` (see ``ReadView.get_range``)."""
+        return self._get_range(begin, end, limit, reverse, snapshot=False)
+
+    def _get_range(
+        self, begin: KeyOrSelector, end: KeyOrSelector, limit: int, reverse: bool, snapshot: bool
+    ) -> List[KeyValue]:
+        if limit < 0:
+            raise ValueError(f"limit must be >= 0, got {limit}")
+        self._ensure_usable()
+        low = self._bound(to_selector(begin), snapshot)
+        high = min(self._bound(to_selector(end), snapshot), END_OF_KEYSPACE)
+        if low >= high:
+            return []
+        return self._merged(low, high, limit, reverse, snapshot)
+
+    def _merged(
+        self, low: bytes, high: bytes, limit: int, reverse: bool, snapshot: bool
+    ) -> List[KeyValue]:
+        """The rows of ``[low, high)`` in this transaction's view; records the
+        read conflict range (up to the last row when the limit cut it)."""
+        self._ensure_usable()
+        if low >= high:
+            return []
+        overlay = self._overlay(low, high)
+        rows: List[KeyValue] = []
+        cursor_low, cursor_high = low, high
+        while True:
+            want = 0 if not limit else limit - len(rows) + len(overlay) + 16
+            db_rows = self._db_range(cursor_low, cursor_high, max(want, _CHUNK) if limit else 0, reverse)
+            rows = self._merge(rows, db_rows, overlay, cursor_low, cursor_high, reverse,
+                               final=not limit or len(db_rows) < max(want, _CHUNK))
+            if not limit or len(rows) >= limit or len(db_rows) < max(want, _CHUNK):
+                break
+            last = db_rows[-1][0]
+            if reverse:
+                cursor_high = last
+            else:
+                cursor_low = last + b"\x00"
+        if limit and len(rows) > limit:
+            rows = rows[:limit]
+        if not snapshot:
+            if limit and len(rows) == limit:
+                last = rows[-1].key
+                self._read_ranges.append((last, high) if reverse else (low, last + b"\x00"))
+            else:
+                self._read_ranges.append((low, high))
+            self._fold_adds(rows)
+        return rows
+
+    def _overlay(self, low: bytes, high: bytes) -> Dict[bytes, Optional[bytes]]:
+        """Buffered keys in ``[low, high)``: set value, None (cleared) or ``...`` (adds)."""
+        overlay: Dict[bytes, Any] = {k: v for k, v in self._sets.items() if low <= k < high}
+        for key in self._adds:
+            if low <= key < high:
+                overlay[key] = ...
+        return overlay
+
+    def _merge(
+        self,
+        rows: List[KeyValue],
+        db_rows: List[Tuple[bytes, bytes]],
+        overlay: Dict[bytes, Any],
+        low: bytes,
+        high: bytes,
+        reverse: bool,
+        final: bool,
+    ) -> List[KeyValue]:
+        """Add to ``rows`` the view of one chunk of snapshot rows in ``[low, high)``.
+
+        Snapshot rows in cleared ranges or overwritten are dropped; buffered
+        keys come in where they sort. A chunk that is not the last one covers
+        keys up to its last row only, so buffered keys past it wait.
+        """
+        merged: Dict[bytes, Optional[bytes]] = {}
+        for key, value in db_rows:
+            if key in overlay:
+                continue
+            if self._cleared and self._in_cleared(key):
+                continue
+            merged[key] = value
+        if db_rows and not final:
+            edge = db_rows[-1][0]
+            covered = (lambda k: k >= edge) if reverse else (lambda k: k <= edge)
+        else:
+            covered = lambda k: True  # noqa: E731
+        db_values = dict(db_rows)
+        for key, value in overlay.items():
+            if not (low <= key < high) or not covered(key):
+                continue
+            if value is ...:
+                value = _apply_adds(db_values.get(key), self._adds[key])
+            if value is not None:
+                merged[key] = value
+        ordered = sorted(merged.items(), reverse=reverse)
+        return rows + [KeyValue(k, v) for k, v in ordered]
+
+    def _fold_adds(self, rows: List[KeyValue]) -> None:
+        """Keys with pending adds that a conflicting range read returned become sets."""
+        if not self._adds:
+            return
+        for key, value in rows:
+            if key in self._adds:
+                del self._adds[key]
+                self._sets[key] = value
+
+    def _db_range(self, low: bytes, high: bytes, limit: int, reverse: bool) -> List[Tuple[bytes, bytes]]:
+        conn = self._snapshot_conn()
+        sql = self._db.sql
+        try:
+            rows = conn.execute(
+                sql.range_desc if reverse else sql.range_asc,
+                (low, high, low, high, limit or None), binary=True,
+            ).fetchall()
+        except Exception as exc:
+            raise self._failure(exc) from exc
+        return rows
+
+    # ------------------------------------------------------------ writes
+
+    def _prepare_write(self, size: int) -> None:
+        self._ensure_usable()
+        if self._size + size > MAX_TRANSACTION_SIZE:
+            self._error = TransactionTooLarge(
+                f"transaction of {self._size + size} bytes exceeds {MAX_TRANSACTION_SIZE}"
+            )
+            self._drop_connection(broken=False)
+            raise self._error
+        self._size += size
+
+    def set(self, key: bytes, value: bytes) -> None:
+        """Write one key (see ``Transaction.set``)."""
+        if (type(key) is not bytes or type(value) is not bytes or len(key) > MAX_KEY_SIZE
+                or key >= END_OF_KEYSPACE or len(value) > MAX_VALUE_SIZE):
+            key, value = check_write_key(key), check_value(value)
+        self._prepare_write(len(key) + len(value))
+        self._sets[key] = value
+        self._adds.pop(key, None)
+
+    def clear(self, key: bytes) -> None:
+        """Remove one key."""
+        if type(key) is not bytes or len(key) > MAX_KEY_SIZE or key >= END_OF_KEYSPACE:
+            key = check_write_key(key)
+        self._prepare_write(len(key))
+        self._sets[key] = None
+        self._adds.pop(key, None)
+
+    def clear_range(self, begin: bytes, end: bytes) -> None:
+        """Remove ``[begin, end)``."""
+        begin, end = check_key(begin), check_key(end)
+        end = min(end, END_OF_KEYSPACE)
+        if begin >= end:
+            return
+        self._prepare_write(len(begin) + len(end))
+        for buffer in (self._sets, self._adds):
+            for key in [k for k in buffer if begin <= k < end]:
+                del buffer[key]
+        self._cleared.append((begin, end))
+
+    def add(self, key: bytes, param: bytes) -> None:
+        """Atomic little-endian add (FoundationDB's ``add``).
+
+        Computed here when this transaction's own writes fix the key's value;
+        otherwise applied on the server at commit, reading nothing.
+        """
+        if type(key) is not bytes or type(param) is not bytes or key >= END_OF_KEYSPACE:
+            key, param = check_write_key(key), check_value(param)
+        elif len(key) > MAX_KEY_SIZE or len(param) > MAX_VALUE_SIZE:
+            key, param = check_write_key(key), check_value(param)
+        self._prepare_write(len(key) + len(param))
+        if key in self._sets:
+            self._sets[key] = add_little_endian(self._sets[key], param)
+            return
+        if key not in self._adds and self._in_cleared(key):
+            self._sets[key] = add_little_endian(None, param)
+            return
+        queued = self._adds.setdefault(key, [])
+        width = len(param)
+        if queued and queued[-1][0] == width:
+            queued[-1][1] += int.from_bytes(param, "little")
+        else:
+            queued.append([width, int.from_bytes(param, "little")])
+
+    def set_versionstamped_key(self, key: bytes, value: bytes) -> None:
+        """Write at ``key`` with its placeholder replaced by the commit's versionstamp."""
+        template = check_versionstamp_template(key, "key")
+        check_write_key(splice_versionstamp(template, b"\x00" * 10))
+        value = check_value(value)
+        self._prepare_write(len(template) + len(value))
+        pos = int.from_bytes(template[-4:], "little")
+        self._stamped_keys.append((template[:-4], pos, value))
+
+    def set_versionstamped_value(self, key: bytes, value: bytes) -> None:
+        """Write at ``key`` a value whose placeholder is the commit's versionstamp."""
+        key = check_write_key(key)
+        template = check_versionstamp_template(value, "value")
+        check_value(template[:-4])
+        self._prepare_write(len(key) + len(template))
+        self._sets.pop(key, None)
+        self._adds.pop(key, None)
+        self._stamped_values.append((key, template[:-4], int.from_bytes(template[-4:], "little")))
+
+    def get_versionstamp(self) -> VersionstampFuture:
+        """The future of this transaction's versionstamp (ask before ``commit``)."""
+        if self._stamp is None:
+            self._stamp = VersionstampFuture()
+            if self._closed is not None:
+                self._stamp.set_exception(
+                    InvalidTransactionState("get_versionstamp() must be called before commit")
+                )
+        return self._stamp
+
+    def watch(self, key: bytes) -> Watch:
+        """A watch on ``key``, armed when this transaction commits."""
+        self._ensure_usable()
+        watch = Watch(check_key(key))
+        self._watches.append(watch)
+        return watch
+
+    def add_read_conflict_range(self, begin: bytes, end: bytes) -> None:
+        """Make the commit fail if another commit after this one's reads wrote in ``[begin, end)``."""
+        begin, end = check_key(begin), check_key(end)
+        self._ensure_usable()
+        if begin < end:
+            self._snapshot_conn()  # fixes the read version the check starts from
+            self._read_ranges.append((begin, end))
+
