@@ -58,7 +58,6 @@ import logging
 import os
 import re
 import threading
-import urllib.parse
 from typing import Any, Dict, List, Optional, Tuple
 
 from fdblayer.exceptions import (
@@ -75,6 +74,7 @@ from fdblayer.exceptions import (
     TransactionTooOld,
 )
 from fdblayer.interface import Database
+from fdblayer.urls import redact_url
 from fdblayer.sqlite_backend import ForkEpoch
 from fdblayer.watches import WatchHub
 
@@ -487,14 +487,24 @@ class Statements:
         self.begin = "BEGIN ISOLATION LEVEL REPEATABLE READ"
         self.read_version = f"SELECT value FROM {meta} WHERE name = 'commit_version'"
         self.schema_version = f"SELECT value FROM {meta} WHERE name = 'schema_version'"
-        self.get = f"SELECT v FROM {kv} WHERE {KP} = substring(%s from 1 for {KEY_PREFIX_BYTES}) AND k = %s"
-        self.get_many = (
-            f"SELECT k, v FROM {kv} WHERE {KP} = ANY(%s::bytea[]) AND k = ANY(%s::bytea[])"
-        )
+        # Every read returns the commit version first, as (NULL, 8 bytes big-endian).
+        version = f"SELECT NULL::bytea, int8send(value) FROM {meta} WHERE name = 'commit_version'"
+        self.version_only = version
+        self.get = (f"{version} UNION ALL SELECT k, v FROM {kv} "
+                    f"WHERE {KP} = substring(%s from 1 for {KEY_PREFIX_BYTES}) AND k = %s")
+        self.get_many = (f"{version} UNION ALL SELECT k, v FROM {kv} "
+                         f"WHERE {KP} = ANY(%s::bytea[]) AND k = ANY(%s::bytea[])")
         bounds = (f"{KP} >= substring(%s from 1 for {KEY_PREFIX_BYTES}) "
                   f"AND {KP} <= substring(%s from 1 for {KEY_PREFIX_BYTES}) AND k >= %s AND k < %s")
-        self.range_asc = f"SELECT k, v FROM {kv} WHERE {bounds} ORDER BY {KP}, k LIMIT %s"
-        self.range_desc = f"SELECT k, v FROM {kv} WHERE {bounds} ORDER BY {KP} DESC, k DESC LIMIT %s"
+        self.range_asc = (f"({version}) UNION ALL (SELECT k, v FROM {kv} WHERE {bounds} "
+                          f"ORDER BY {KP}, k LIMIT %s)")
+        self.range_desc = (f"({version}) UNION ALL (SELECT k, v FROM {kv} WHERE {bounds} "
+                           f"ORDER BY {KP} DESC, k DESC LIMIT %s)")
+        self.changed_since = (
+            f'SELECT EXISTS (SELECT 1 FROM "{p}_writes" w, unnest(%s::bytea[], %s::bytea[]) AS r(b, e) '
+            "WHERE w.version > %s AND w.b < r.e AND w.e > r.b) "
+            f"OR %s < (SELECT value FROM {meta} WHERE name = 'pruned_version')"
+        )
         self.commit = (
             f'SELECT "{p}_commit"(%s, %s::bytea[], %s::bytea[], %s::bytea[], %s::bytea[], '
             "%s::bytea[], %s::bytea[], %s::bytea[], %s::bytea[], %s::bytea[], "
@@ -515,11 +525,7 @@ def key_prefixes(keys: List[bytes]) -> List[bytes]:
 def _redact(conninfo: str) -> str:
     """The connection string without its password (for messages and logs)."""
     if "://" in conninfo:
-        parts = urllib.parse.urlsplit(conninfo)
-        if parts.password:
-            netloc = parts.netloc.replace(":" + parts.password + "@", ":***@")
-            return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
-        return conninfo
+        return redact_url(conninfo)
     return re.sub(r"password\s*=\s*\S+", "password=***", conninfo)
 
 

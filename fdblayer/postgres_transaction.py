@@ -1,9 +1,15 @@
 """Transactions of the PostgreSQL backend (see ``postgres_backend`` for the design).
 
-Principle: reads go to a ``REPEATABLE READ`` snapshot opened by the first
-read (in one round trip with ``BEGIN`` and the read version); writes stay in
-memory until ``commit`` sends them all in one call of the store's commit
-function, with the key ranges this transaction read. Reads see the
+Principle: round trips are the cost, so a transaction makes as few as it
+can. Every read statement also returns ``commit_version``. The first read
+runs alone (autocommit: one statement is one snapshot), so a transaction
+that reads once pays one round trip and holds no server transaction. A
+second read opens a ``REPEATABLE READ`` snapshot; when its version differs
+from the first read's, the first read is checked against the conflict log
+(were its keys written in between?) and the transaction fails with
+``ConflictError`` if so: every read of a transaction sees one state. Writes
+stay in memory until ``commit`` sends them all in one call of the store's
+commit function, with the key ranges this transaction read. Reads see the
 transaction's own writes: point reads from the buffer, range reads by
 merging the buffer into the rows of the snapshot.
 
@@ -27,6 +33,7 @@ import logging
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 
 from fdblayer.exceptions import (
+    ConflictError,
     InvalidTransactionState,
     NoCommitVersion,
     StoreError,
@@ -104,9 +111,11 @@ class PostgresTransaction(Transaction):
         self._init_state()
 
     def _init_state(self) -> None:
-        self._conn: Any = None  # holds the open snapshot, once a read ran
+        self._conn: Any = None  # checked out by the first read or the commit
         self._epoch = ForkEpoch.value
+        self._mode: Optional[str] = None  # None, "single" (one read ran) or "snapshot"
         self._read_version: Optional[int] = None
+        self._first_reads: List[Tuple[bytes, bytes]] = []  # ranges read in "single" mode
         self._size = 0
         self._watches: List[Watch] = []
         self._stamp: Optional[VersionstampFuture] = None
@@ -161,34 +170,75 @@ class PostgresTransaction(Transaction):
 
     def _drop_connection(self, broken: bool) -> None:
         conn, self._conn = self._conn, None
+        in_snapshot, self._mode = self._mode == "snapshot", None
         if conn is None:
             return
         if broken:
             self._db.discard(conn, self._epoch)
             return
-        try:
-            conn.execute("ROLLBACK")
-        except Exception:  # the connection is unusable: forget it
-            self._db.discard(conn, self._epoch)
-            return
+        if in_snapshot:
+            try:
+                conn.execute("ROLLBACK")
+            except Exception:  # the connection is unusable: forget it
+                self._db.discard(conn, self._epoch)
+                return
         self._db.checkin(conn, self._epoch)
 
-    def _snapshot_conn(self) -> Any:
-        """The connection of the open snapshot (``BEGIN`` and read version on first use)."""
-        if self._conn is not None:
-            return self._conn
+    def _query(self, sql: str, params: tuple) -> List[tuple]:
+        """Run a read statement (each returns ``commit_version`` too; see the
+        module docstring): alone first, then in the snapshot it opens.
+
+        Returns:
+            The data rows (the version row removed).
+
+        Raises:
+            ConflictError: the first read's keys were written before the snapshot.
+        """
         self._ensure_usable()
-        conn = self._db.checkout()
-        self._conn = conn
-        sql = self._db.sql
         try:
-            with conn.pipeline():
-                conn.execute(sql.begin)
-                cur = conn.execute(sql.read_version, binary=True)
-            self._read_version = cur.fetchone()[0]
+            if self._conn is None:
+                self._conn = self._db.checkout()
+            conn = self._conn
+            if self._mode == "single":
+                conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+                self._mode = "snapshot"
+            rows = conn.execute(sql, params, binary=True).fetchall()
+        except StoreError as exc:  # checkout failed
+            self._error = exc
+            raise
         except Exception as exc:
             raise self._failure(exc) from exc
-        return conn
+        version = int.from_bytes(rows[0][1], "big", signed=True)
+        if self._mode is None:
+            self._mode = "single"
+        elif self._read_version != version:
+            self._check_first_reads(version)
+        self._read_version = version
+        return rows[1:]
+
+    def _check_first_reads(self, version: int) -> None:
+        """The snapshot is newer than the first read: fail unless nothing it read changed."""
+        if not self._first_reads:
+            return
+        reads, self._first_reads = self._first_reads, []
+        try:
+            changed = self._conn.execute(
+                self._db.sql.changed_since,
+                ([b for b, _ in reads], [e for _, e in reads], self._read_version, self._read_version),
+            ).fetchone()[0]
+        except Exception as exc:
+            raise self._failure(exc) from exc
+        if changed:
+            self._error = ConflictError(
+                f"store {self._db.where}: keys read were written before the transaction's second read"
+            )
+            self._drop_connection(broken=False)
+            raise self._error
+
+    def _note_read(self, begin: bytes, end: bytes) -> None:
+        """Remember a range the first (lone) read covered, for ``_check_first_reads``."""
+        if self._mode == "single":
+            self._first_reads.append((begin, end))
 
     def commit(self) -> None:
         """Commit; resolve the versionstamp and arm the watches (see ``Transaction``)."""
@@ -231,22 +281,26 @@ class PostgresTransaction(Transaction):
         )
 
     def _send_commit(self) -> int:
-        """Run the commit function (after ending the snapshot, in one round trip)."""
+        """Run the commit function: one round trip (with the end of the snapshot)."""
         args = self._commit_args()
-        conn = self._conn
+        sql = self._db.sql.commit
         try:
-            if conn is None:
-                conn = self._conn = self._db.checkout()
-                cur = conn.execute(self._db.sql.commit, args, binary=True)
-            else:
+            if self._conn is None:
+                self._conn = self._db.checkout()
+            conn = self._conn
+            if self._mode == "snapshot":
                 with conn.pipeline():
                     conn.execute("ROLLBACK")
-                    cur = conn.execute(self._db.sql.commit, args, binary=True)
+                    cur = conn.execute(sql, args, binary=True)
+            else:
+                cur = conn.execute(sql, args, binary=True)
+            self._mode = None
             version = cur.fetchone()[0]
         except StoreError as exc:  # checkout failed: nothing was sent
             self._error = exc
             raise
         except Exception as exc:
+            self._mode = None
             raise self._failure(exc, committing=True) from exc
         self._conn = None
         self._db.checkin(conn, self._epoch)
@@ -311,22 +365,18 @@ class PostgresTransaction(Transaction):
 
     def _fetch(self, keys: List[bytes]) -> Dict[bytes, Optional[bytes]]:
         """Read keys from the snapshot into ``_known``."""
-        conn = self._snapshot_conn()
         sql = self._db.sql
         found: Dict[bytes, Optional[bytes]] = {}
-        try:
-            if len(keys) == 1:
-                row = conn.execute(sql.get, (keys[0], keys[0]), binary=True).fetchone()
-                found[keys[0]] = None if row is None else row[0]
+        for start in range(0, len(keys), _MANY):
+            chunk = keys[start : start + _MANY]
+            if len(chunk) == 1:
+                rows = self._query(sql.get, (chunk[0], chunk[0]))
             else:
-                for start in range(0, len(keys), _MANY):
-                    chunk = keys[start : start + _MANY]
-                    rows = conn.execute(sql.get_many, (key_prefixes(chunk), chunk), binary=True)
-                    values = dict(rows.fetchall())
-                    for key in chunk:
-                        found[key] = values.get(key)
-        except Exception as exc:
-            raise self._failure(exc) from exc
+                rows = self._query(sql.get_many, (key_prefixes(chunk), chunk))
+            values = dict(rows)
+            for key in chunk:
+                found[key] = values.get(key)
+                self._note_read(key, key + b"\x00")
         self._known.update(found)
         return found
 
@@ -470,15 +520,14 @@ class PostgresTransaction(Transaction):
                 self._sets[key] = value
 
     def _db_range(self, low: bytes, high: bytes, limit: int, reverse: bool) -> List[Tuple[bytes, bytes]]:
-        conn = self._snapshot_conn()
         sql = self._db.sql
-        try:
-            rows = conn.execute(
-                sql.range_desc if reverse else sql.range_asc,
-                (low, high, low, high, limit or None), binary=True,
-            ).fetchall()
-        except Exception as exc:
-            raise self._failure(exc) from exc
+        rows = self._query(sql.range_desc if reverse else sql.range_asc,
+                           (low, high, low, high, limit or None))
+        if limit and len(rows) == limit:  # the part the rows depend on
+            last = rows[-1][0]
+            self._note_read(last, high) if reverse else self._note_read(low, last + b"\x00")
+        else:
+            self._note_read(low, high)
         return rows
 
     # ------------------------------------------------------------ writes
@@ -587,6 +636,7 @@ class PostgresTransaction(Transaction):
         begin, end = check_key(begin), check_key(end)
         self._ensure_usable()
         if begin < end:
-            self._snapshot_conn()  # fixes the read version the check starts from
+            if self._mode is None:  # fixes the read version the check starts from
+                self._query(self._db.sql.version_only, ())
             self._read_ranges.append((begin, end))
 

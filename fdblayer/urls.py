@@ -29,7 +29,7 @@ from typing import Dict, Optional
 
 from fdblayer.exceptions import InvalidStoreURL
 
-__all__ = ["StoreURL", "parse_store_url", "DEFAULT_URL"]
+__all__ = ["StoreURL", "parse_store_url", "redact_url", "DEFAULT_URL"]
 
 DEFAULT_URL = "sqlite:///./otpjobs.db"
 _SQLITE_PARAMS = {"synchronous": ("FULL", "NORMAL"), "mode": ("rw", "ro")}
@@ -159,3 +159,15 @@ def parse_store_url(url: Optional[str] = None) -> StoreURL:
     raise InvalidStoreURL(
         f"store URL {url!r}: unknown scheme {scheme!r} (use sqlite:, postgresql: or fdb:)"
     )
+
+
+def redact_url(url: str) -> str:
+    """The URL with its password replaced by ``***`` (for logs and messages)."""
+    if not isinstance(url, str):
+        return repr(url)
+    parts = urllib.parse.urlsplit(url)
+    if not parts.password:
+        return url
+    netloc = parts.netloc.rpartition("@")
+    user = netloc[0].partition(":")[0]
+    return urllib.parse.urlunsplit(parts._replace(netloc=f"{user}:***@{netloc[2]}"))

@@ -17,6 +17,7 @@ from typing import Any
 
 import supervision
 from supervision.system import start_node, stop_node
+from fdblayer.urls import redact_url
 
 from actors.node.config import Config
 
@@ -101,7 +102,7 @@ def run(config: Config) -> int:
     level = getattr(logging, config.get("node", "log_level").upper())
     node = start_node(port, ROOT_FLAGS, root_children(config), level=level)
     log.info("node_up port=%s store=%s http_port=%s pid=%s supervisor_pid=%s",
-             port, store, config.get("node", "http_port"), os.getpid(), node.pid)
+             port, redact_url(store), config.get("node", "http_port"), os.getpid(), node.pid)
     reason = _wait_for_stop(node)
     if reason == "supervisor_exited":
         log.error("node_down reason=node_supervisor_exited port=%s", port)

@@ -23,6 +23,7 @@ from actors import names
 from actors.workers.handlers import add_cwd_to_path, resolve
 from actors.workers.protocol import Drain
 from actors.workers.sup import workers_children
+from fdblayer.urls import redact_url
 
 __all__ = ["HostSpec", "spec_from_config", "prepare", "host_args", "run", "drain"]
 
@@ -135,7 +136,7 @@ def run(spec: HostSpec, port: Optional[int] = None, level: int = logging.INFO) -
     prepare(spec)
     port = port or free_port()
     node = start_node(port, HOST_FLAGS, workers_children(host_args(spec)), level=level)
-    log.info("worker_host_up port=%s store=%s concurrency=%d types=%s pid=%s", port, spec.store,
+    log.info("worker_host_up port=%s store=%s concurrency=%d types=%s pid=%s", port, redact_url(spec.store),
              spec.concurrency, ",".join(spec.types), os.getpid())
     reason = _wait_for_stop(node)
     if reason == "supervisor_exited":

@@ -101,10 +101,15 @@ class CliNode:
             wait_until(lambda: not group_pids(self.info["pgid"]), 10, f"every process of {self.name} to be gone")
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
+@pytest.fixture(scope="module", params=["sqlite", "postgres"])
+def cluster(request, tmp_path_factory):
+    """Two nodes on one store: an SQLite file, or a PostgreSQL database (the
+    nodes then share nothing but the server's address, as on two machines)."""
     tmp = tmp_path_factory.mktemp("docs")
-    url = f"sqlite:///{tmp}/store.db"
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp}/store.db"
+    else:
+        url = request.getfixturevalue("pg_server").url(prefix=f"docs{os.getpid()}")
     db = fdblayer.open(url)
     nodes = [CliNode(url, tmp, "a"), CliNode(url, tmp, "b")]
     try:

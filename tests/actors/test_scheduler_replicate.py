@@ -137,3 +137,21 @@ def test_sigkilled_replication_resumes_from_its_checkpoint(h, tmp_path) -> None:
     assert cp["docs_written"] == n and cp["seq"] == n
     assert contents(tgt) == contents(src)
     assert checkpoint_key("rep3") not in contents(tgt)
+
+
+def test_a_sqlite_file_replicates_into_a_postgres_store_and_back(tmp_path, pg_url) -> None:
+    """The replicate kind between backends: SQLite -> PostgreSQL, then the
+    PostgreSQL store -> a new SQLite file; all three hold the same rows."""
+    src, back = tmp_path / "src.db", tmp_path / "back.db"
+    fill(src, 700)
+    _, stats = run_inline({"id": "to-pg", "source": url(src), "target": pg_url, "options": {"batch_size": 128}})
+    assert stats["docs_written"] == 700 and stats["doc_write_failures"] == 0
+    pg = fdblayer.open(pg_url)
+    try:
+        copied = {k: v for k, v in dump(pg).items() if k.startswith(fdb.tuple.pack(("docs",))[:-1])}
+    finally:
+        pg.close()
+    assert copied == {k: v for k, v in contents(src).items() if k.startswith(fdb.tuple.pack(("docs",))[:-1])}
+    _, stats = run_inline({"id": "from-pg", "source": pg_url, "target": url(back)})
+    assert stats["docs_written"] == 700
+    assert {k: v for k, v in contents(back).items() if k in copied} == copied
