@@ -235,6 +235,12 @@ END $f$
 """
 
 
+def first_line(exc: BaseException) -> str:
+    """The first line of an error's message (libpq's run over several)."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
 def map_pg_error(exc: BaseException, where: str, committing: bool = False) -> StoreError:
     """Turn a psycopg error into the named store error it stands for.
 
@@ -247,7 +253,7 @@ def map_pg_error(exc: BaseException, where: str, committing: bool = False) -> St
     import psycopg
 
     state = getattr(getattr(exc, "diag", None), "sqlstate", None) or ""
-    message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    message = first_line(exc)
     if state == "40001" and getattr(exc.diag, "message_hint", None) == "too_old":
         return TransactionTooOld(f"store {where}: the transaction's reads are too old to check")
     if state in ("40001", "40P01"):
@@ -544,6 +550,7 @@ class _Listener:
         self._db = db
         self._conn: Any = None
         self.fd = -1
+        self._lost = False
         self._open()
 
     def _open(self) -> bool:
@@ -551,10 +558,13 @@ class _Listener:
             conn = self._db.connect()
             conn.execute(f'LISTEN "{self._db.sql.channel}"')
         except Exception as exc:
-            logger.debug("Store %s: listener cannot connect: %s", self._db.where, exc)
+            logger.debug("Store %s: listener cannot connect: %s", self._db.where, first_line(exc))
             self._conn, self.fd = None, -1
             return False
         self._conn, self.fd = conn, conn.fileno()
+        if self._lost:
+            logger.info("Store %s: change listener connected again", self._db.where)
+            self._lost = False
         return True
 
     def drain(self) -> set:
@@ -567,9 +577,10 @@ class _Listener:
             while pgconn.notifies() is not None:
                 seen = True
         except Exception as exc:  # the server went away: reconnect, then re-check
-            logger.info("Store %s: change listener lost its connection: %s", self._db.where, exc)
+            logger.info("Store %s: change listener lost its connection: %s", self._db.where, first_line(exc))
             self._db.discard(self._conn, ForkEpoch.value)
             self._conn, self.fd = None, -1
+            self._lost = True
             return set(self.names) if self._open() else set()
         return set(self.names) if seen else set()
 
@@ -598,7 +609,7 @@ class _ValueReader:
             if self._conn is not None:
                 self._db.discard(self._conn, ForkEpoch.value)
             self._conn, self._version = None, None
-            logger.debug("Store %s: watch read failed: %s", self._db.where, exc)
+            logger.debug("Store %s: watch read failed: %s", self._db.where, first_line(exc))
             return None
         version = next((row[2] for row in rows if row[0] is None), None)
         if version == self._version and not force:
