@@ -50,6 +50,11 @@ Usage::
 
     .venv/bin/python bench/bench_store.py [--adds N] [--batches N]
         [--cycles N] [--wakeups N] [--repeat N] [--profile add|batch|add_many|cycle]
+    .venv/bin/python bench/bench_store.py --store postgresql[://user@host:port/db]
+        [--ops N] [--repeat N] [--wakeups N] [--workers 1,4,16] [--drain-jobs N]
+
+``--store postgresql...`` benches the PostgreSQL backend instead, against raw
+psycopg on the same server (``store_postgres.py``).
 """
 
 from __future__ import annotations
@@ -538,7 +543,20 @@ def main() -> None:
     parser.add_argument("--wakeups", type=int, default=200)
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--profile", choices=("add", "batch", "add_many", "cycle"))
+    parser.add_argument("--store", metavar="postgresql[://...]",
+                        help="bench a PostgreSQL store against raw psycopg instead (see "
+                             "store_postgres.py); 'postgresql' alone starts a throwaway server")
+    parser.add_argument("--ops", type=int, default=1000, help="PostgreSQL: operations per round")
+    parser.add_argument("--workers", default="1,4,16", help="PostgreSQL: pool sizes to drain with ('' skips)")
+    parser.add_argument("--drain-jobs", type=int, default=3000, help="PostgreSQL: jobs per drain")
     args = parser.parse_args()
+    if args.store:
+        import store_postgres
+
+        url = None if args.store in ("postgresql", "postgres") else args.store
+        workers = [int(w) for w in args.workers.split(",") if w.strip()]
+        store_postgres.run(url, args.ops, args.repeat, workers, args.drain_jobs, args.wakeups)
+        return
 
     with tempfile.TemporaryDirectory(prefix="bench_store-", dir=os.environ.get("BENCH_DIR")) as directory:
         if args.profile:

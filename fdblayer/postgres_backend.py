@@ -170,7 +170,10 @@ CREATE OR REPLACE FUNCTION "{p}_commit"(
   rv bigint, rb bytea[], re bytea[],
   cb bytea[], ce bytea[], sk bytea[], sv bytea[], dk bytea[], ak bytea[], ap bytea[],
   vk bytea[], vkpos int[], vkval bytea[], vvk bytea[], vv bytea[], vvpos int[]
-) RETURNS bigint LANGUAGE plpgsql AS $f$
+) RETURNS bigint LANGUAGE plpgsql
+-- Every statement here wants an index: the conflict log, unanalysed while it
+-- grows, was otherwise scanned whole (1.2 ms a commit at 3,000 rows).
+SET enable_seqscan = off AS $f$
 DECLARE
   ver bigint;
   stamp bytea;
@@ -193,8 +196,8 @@ BEGIN
         AND k >= r.b AND k < r.e;
   END IF;
   IF cardinality(dk) > 0 THEN
-    DELETE FROM {kv} USING unnest(dk) AS d(key)
-      WHERE {KP} = substring(d.key from 1 for 1024) AND k = d.key;
+    DELETE FROM {kv} WHERE k = ANY(dk)
+      AND {KP} = ANY(ARRAY(SELECT substring(d from 1 for 1024) FROM unnest(dk) AS d));
   END IF;
   IF cardinality(sk) > 0 THEN
     INSERT INTO {kv} (k, v) SELECT * FROM unnest(sk, sv)
