@@ -310,12 +310,14 @@ class PostgresDatabase(Database):
         self.prefix = check_prefix(prefix)
         self.conninfo = conninfo
         self.connect_timeout = connect_timeout
-        self.where = f"{_redact(conninfo)} prefix={prefix}"
+        redacted = _redact(conninfo)
+        self.where = redacted + ("&" if "?" in redacted else "?") + f"prefix={prefix}"  # one word in logs
         self._lock = threading.Lock()
         self._epoch = ForkEpoch.value
         self._idle: List[Any] = []
         self._hub: Optional[WatchHub] = None
         self._closed = False
+        self._lone = threading.local()
         self.sql = Statements(prefix)
         from fdblayer.postgres_transaction import PostgresTransaction  # it imports this module
 
@@ -358,7 +360,7 @@ class PostgresDatabase(Database):
                 if found is None:
                     for statement in schema_sql(self.prefix):
                         conn.execute(statement)
-                    logger.info("Store %s: created the schema (version %d)", self.where, SCHEMA_VERSION)
+                    logger.info("store_created store=%s schema_version=%d", self.where, SCHEMA_VERSION)
                 else:
                     self._check_version(conn)
         except psycopg.Error as exc:
@@ -450,8 +452,23 @@ class PostgresDatabase(Database):
     # ------------------------------------------------------------ Database API
 
     def create_transaction(self) -> Any:
-        """A new transaction."""
-        return self._transaction_class(self)
+        """A new transaction (lone while this thread runs ``get``/``get_range``)."""
+        return self._transaction_class(self, lone=getattr(self._lone, "active", False))
+
+    def get(self, key: bytes) -> Optional[bytes]:
+        """Read one key in its own transaction: one round trip."""
+        return self._alone(super().get, key)
+
+    def get_range(self, begin: Any, end: Any, limit: int = 0, reverse: bool = False) -> List[Any]:
+        """Read a range in its own transaction: one round trip for plain keys."""
+        return self._alone(super().get_range, begin, end, limit, reverse)
+
+    def _alone(self, read: Any, *args: Any) -> Any:
+        self._lone.active = True
+        try:
+            return read(*args)
+        finally:
+            self._lone.active = False
 
     def ping(self) -> None:
         """Check that the server answers (raises ``ServerGone`` otherwise)."""
@@ -566,7 +583,7 @@ class _Listener:
             return False
         self._conn, self.fd = conn, conn.fileno()
         if self._lost:
-            logger.info("Store %s: change listener connected again", self._db.where)
+            logger.info("store_listener_back store=%s", self._db.where)
             self._lost = False
         return True
 
@@ -580,7 +597,7 @@ class _Listener:
             while pgconn.notifies() is not None:
                 seen = True
         except Exception as exc:  # the server went away: reconnect, then re-check
-            logger.info("Store %s: change listener lost its connection: %s", self._db.where, first_line(exc))
+            logger.warning("store_listener_lost store=%s reason=%r", self._db.where, first_line(exc))
             self._db.discard(self._conn, ForkEpoch.value)
             self._conn, self.fd = None, -1
             self._lost = True

@@ -1,17 +1,19 @@
 """Transactions of the PostgreSQL backend (see ``postgres_backend`` for the design).
 
 Principle: round trips are the cost, so a transaction makes as few as it
-can. Every read statement also returns ``commit_version``. The first read
-runs alone (autocommit: one statement is one snapshot), so a transaction
-that reads once pays one round trip and holds no server transaction. A
-second read opens a ``REPEATABLE READ`` snapshot; when its version differs
-from the first read's, the first read is checked against the conflict log
-(were its keys written in between?) and the transaction fails with
-``ConflictError`` if so: every read of a transaction sees one state. Writes
-stay in memory until ``commit`` sends them all in one call of the store's
-commit function, with the key ranges this transaction read. Reads see the
-transaction's own writes: point reads from the buffer, range reads by
-merging the buffer into the rows of the snapshot.
+can. Every read statement also returns ``commit_version``: the first one
+is sent with ``BEGIN ISOLATION LEVEL REPEATABLE READ`` in one round trip
+(a pipeline) and fixes the transaction's snapshot and read version. A
+*lone* transaction (``lone=True``: the database's own ``get`` and
+``get_range``, which read once) sends its read without ``BEGIN``: one
+statement is one snapshot, and nothing is left to end. Should a lone
+transaction read again, its second read opens a snapshot and fails it
+with ``ConflictError`` (``transactional`` retries) if the first read's keys
+were written in between, so every read of a transaction sees one state.
+Writes stay in memory until ``commit`` sends them all in one call of the
+store's commit function, with the key ranges this transaction read. Reads
+see the transaction's own writes: point reads from the buffer, range reads
+by merging the buffer into the rows of the snapshot.
 
 The buffer, applied at commit in this order (which gives every sequence of
 calls its FoundationDB meaning):
@@ -105,17 +107,19 @@ class _SnapshotView(ReadView):
 class PostgresTransaction(Transaction):
     """A transaction on a ``PostgresDatabase`` (see the module docstring)."""
 
-    def __init__(self, db: "PostgresDatabase") -> None:
+    def __init__(self, db: "PostgresDatabase", lone: bool = False) -> None:
         self._db = db
+        #: The first read runs without a snapshot (for one-read transactions).
+        self.lone = lone
         self._snapshot_view: Optional[_SnapshotView] = None
         self._init_state()
 
     def _init_state(self) -> None:
         self._conn: Any = None  # checked out by the first read or the commit
         self._epoch = ForkEpoch.value
-        self._mode: Optional[str] = None  # None, "single" (one read ran) or "snapshot"
+        self._mode: Optional[str] = None  # None, "lone" (one read ran alone) or "snapshot"
         self._read_version: Optional[int] = None
-        self._first_reads: List[Tuple[bytes, bytes]] = []  # ranges read in "single" mode
+        self._first_reads: List[Tuple[bytes, bytes]] = []  # ranges read in "lone" mode
         self._size = 0
         self._watches: List[Watch] = []
         self._stamp: Optional[VersionstampFuture] = None
@@ -186,32 +190,37 @@ class PostgresTransaction(Transaction):
 
     def _query(self, sql: str, params: tuple) -> List[tuple]:
         """Run a read statement (each returns ``commit_version`` too; see the
-        module docstring): alone first, then in the snapshot it opens.
+        module docstring), opening the snapshot with the first one.
 
         Returns:
             The data rows (the version row removed).
 
         Raises:
-            ConflictError: the first read's keys were written before the snapshot.
+            ConflictError: a lone transaction's first read changed before its second.
         """
         self._ensure_usable()
         try:
             if self._conn is None:
                 self._conn = self._db.checkout()
             conn = self._conn
-            if self._mode == "single":
-                conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+            if self._mode == "snapshot":
+                rows = conn.execute(sql, params, binary=True).fetchall()
+            elif self._mode is None and self.lone:
+                rows = conn.execute(sql, params, binary=True).fetchall()
+                self._mode = "lone"
+            else:  # the first read, or a lone transaction's second
+                with conn.pipeline():
+                    conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+                    cur = conn.execute(sql, params, binary=True)
                 self._mode = "snapshot"
-            rows = conn.execute(sql, params, binary=True).fetchall()
+                rows = cur.fetchall()
         except StoreError as exc:  # checkout failed
             self._error = exc
             raise
         except Exception as exc:
             raise self._failure(exc) from exc
         version = int.from_bytes(rows[0][1], "big", signed=True)
-        if self._mode is None:
-            self._mode = "single"
-        elif self._read_version != version:
+        if self._read_version is not None and self._read_version != version:
             self._check_first_reads(version)
         self._read_version = version
         return rows[1:]
@@ -236,8 +245,8 @@ class PostgresTransaction(Transaction):
             raise self._error
 
     def _note_read(self, begin: bytes, end: bytes) -> None:
-        """Remember a range the first (lone) read covered, for ``_check_first_reads``."""
-        if self._mode == "single":
+        """Remember a range a lone read covered, for ``_check_first_reads``."""
+        if self._mode == "lone":
             self._first_reads.append((begin, end))
 
     def commit(self) -> None:

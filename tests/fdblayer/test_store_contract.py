@@ -100,6 +100,31 @@ class TestBasics:
 # ------------------------------------------------------------------ ranges and selectors
 
 
+class TestOneSnapshot:
+    def test_a_read_only_transaction_sees_one_state_while_others_commit(self, db, store_url):
+        """Reads after another handle's commits still see the transaction's
+        first state, and a read-only transaction never fails for it (as on
+        FoundationDB: reads are at one read version)."""
+        db.set(b"s1", b"old")
+        db.set(b"s2", b"old")
+        other = fdblayer.open(store_url)
+        try:
+            for view in ("plain", "snapshot"):
+                tr = db.create_transaction()
+                reader = tr if view == "plain" else tr.snapshot
+                assert reader.get(b"s1") == b"old"
+                other.set(b"s1", b"new")
+                other.set(b"s2", b"new")
+                assert reader.get(b"s2") == b"old", view
+                assert [kv.value for kv in reader.get_range(b"s1", b"s3")] == [b"old", b"old"]
+                tr.commit()  # read-only: nothing to conflict
+                assert db.get(b"s2") == b"new"
+                other.set(b"s1", b"old")
+                other.set(b"s2", b"old")
+        finally:
+            other.close()
+
+
 class TestGetMany:
     def test_values_in_order_with_own_writes_and_adds(self, db):
         db.set(b"a", b"1")
