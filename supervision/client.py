@@ -131,6 +131,10 @@ class Client:
         """Ask an actor to exit with ``reason`` (it runs terminate first)."""
         self._tell(self.system, self.resolve(target), m.Shutdown(reason))
 
+    def exit(self, target: Any, reason: Any) -> None:
+        """``erlang:exit/2``: ``target`` exits with ``reason`` (see ``ExitRequest``)."""
+        self._tell(self.system, self.resolve(target), m.ExitRequest(reason))
+
     def advance_clock(self, target: Any, seconds: float, timeout: float = 5.0) -> float:
         """Move a manual-clock actor's clock; returns once due timers have run."""
         with self.system.private() as ctx:

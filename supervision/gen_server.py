@@ -540,6 +540,14 @@ class GenServer(Timers, Actor):
     def _on_shutdown(self, msg: m.Shutdown) -> None:
         self.stop(msg.reason)
 
+    def _on_exit_request(self, msg: m.ExitRequest) -> None:
+        """``exit(Pid, Reason)``: trapped, it is an ``Exit`` message; else
+        any reason but ``normal`` ends the actor with it."""
+        if self.trap_exit:
+            self.handle_info(m.Exit(msg.sender, msg.reason))
+        elif msg.reason != NORMAL:
+            self.stop(msg.reason)
+
     def _crash(self, exc: Exception, msg: Any) -> None:
         report("crash", logging.ERROR, actor=type(self).__name__, name=self.name,
                reason=exc, last_message=msg, state=self._safe_status())
@@ -631,6 +639,7 @@ _SYSTEM: dict[type, str] = {
     m.StartFailed: "_on_start_failed",
     m.Ignored: "_on_ignored",
     m.Shutdown: "_on_shutdown",
+    m.ExitRequest: "_on_exit_request",
     m.AdvanceClock: "_on_advance_clock",
 }
 

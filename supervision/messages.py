@@ -161,6 +161,16 @@ class Shutdown:
 
 
 @dataclass(frozen=True)
+class ExitRequest:
+    """``erlang:exit/2`` from outside: exit with ``reason`` (an actor that
+    traps exits gets an :class:`Exit` from ``sender`` instead; ``normal`` is
+    then the only reason that does nothing to one that does not)."""
+
+    reason: Any
+    sender: Any = None
+
+
+@dataclass(frozen=True)
 class AdvanceClock:
     """Move a manual clock forward and fire the timers that fall due."""
 

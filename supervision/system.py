@@ -143,8 +143,12 @@ def _kill_group(info: dict) -> None:
 
 def start_node(port: int = DEFAULT_PORT, flags: Any = None, specs: list | None = None, *,
                level: int = logging.INFO, log_stream: str = "ext://sys.stderr",
-               timeout: float = 60.0) -> Node:
+               log_config: dict | None = None, timeout: float = 60.0) -> Node:
     """Start a node whose node supervisor runs ``specs`` under ``flags``.
+
+    ``log_config`` (a ``logging.config.dictConfig`` dict, applied in the
+    node's logger process) replaces the default one line per record to
+    ``log_stream`` at ``level``.
 
     Raises:
         BadChildSpec: malformed flags or specs (checked before anything starts).
@@ -159,7 +163,8 @@ def start_node(port: int = DEFAULT_PORT, flags: Any = None, specs: list | None =
         if _read_runtime(port):
             raise NodeAlreadyRunning(f"a node already runs on 127.0.0.1:{port}")
         raise NodeDown(port, "the port is in use by another program")
-    system = ActorSystem(BASE, {"Admin Port": port}, logDefs=log_defs(level, log_stream), transientUnique=True)
+    system = ActorSystem(BASE, {"Admin Port": port}, logDefs=log_config or log_defs(level, log_stream),
+                         transientUnique=True)
     try:
         address = system.createActor(NodeSupervisor, globalName=NODE_NAME)
         init = m.Init((flags, specs), None, None, None, NODE_NAME)

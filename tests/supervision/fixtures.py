@@ -169,3 +169,14 @@ class Probe(Worker):
         if waiting is not None:
             self.spawn_reply = None
             self.reply(waiting, addr)
+
+
+class Leaker(Worker):
+    """A Worker that starts a process in a session of its own (out of the
+    node's process group) and never stops it: a leak for the test kit."""
+
+    def init(self, args: Any) -> Any:
+        import subprocess
+
+        subprocess.Popen(["sleep", "120"], start_new_session=True)
+        return super().init(args)
