@@ -6,6 +6,7 @@ each test checks that no process of the node outlives ``node.stop()``.
 """
 from __future__ import annotations
 
+import logging
 import os
 import signal
 from pathlib import Path
@@ -18,6 +19,7 @@ from actors.scheduler.client import SchedulerClient
 from actors.scheduler.core import InvalidSetting, JobNotFound
 from actors.scheduler.sup import SCHEDULER_NAME, SCHEDULER_SUP_NAME, scheduler_children
 from supervision import start_node
+from supervision.testing import running_node
 from tests.procs import free_port, group_pids, pid_alive, wait_until
 
 FIX = "tests.actors.scheduler_fixtures"
@@ -300,9 +302,9 @@ def test_settings_set_through_the_keeper_survive_a_scheduler_restart(tmp_path) -
     scheduler comes back with the changed values, not with its start args."""
     config = Config()
     config.set("replicator", "max_jobs", 10)
-    node = start_node(free_port(), None, config_children(config) + scheduler_children(config, clock="manual"))
-    h = Harness(node, tmp_path)
-    try:
+    specs = config_children(config) + scheduler_children(config, clock="manual")
+    with running_node(specs, level=logging.CRITICAL) as node:  # the kit: it also fails on a leaked process
+        h = Harness(node.node, tmp_path)
         assert h.s.set_setting("max_jobs", "1") == 1
         assert h.s.set_setting("interval", 5000) == 5000
         with pytest.raises(InvalidSetting):
@@ -312,17 +314,13 @@ def test_settings_set_through_the_keeper_survive_a_scheduler_restart(tmp_path) -
         h.s.add_job(h.spec("k2"))
         h.s.reschedule()
         wait_until(lambda: h.running() == ["k1"], what="one job running (max_jobs = 1)")
-        old = h.client.get_pid(SCHEDULER_NAME)
-        os.kill(old, signal.SIGKILL)
-        wait_until(lambda: (p := _try(lambda: h.client.get_pid(SCHEDULER_NAME))) and p != old,
-                   what="scheduler restarted")
+        old = node.kill(SCHEDULER_NAME)
+        node.wait_restarted(SCHEDULER_NAME, old, timeout=10)
         settings = wait_until(lambda: _try(h.s.settings), what="the new scheduler answering")
         assert (settings["max_jobs"], settings["interval"]) == (1, 5000)
         wait_until(lambda: h.running() == ["k1"], what="k1 adopted")
         h.s.add_job(h.spec("k3"))  # the start-time max_jobs (10) would start it at once
         stats = h.s.stats()
         assert (stats["running"], stats["pending"]) == (1, 1) and h.live_job_actors() == 1
-    finally:
-        pgid = node.pgid
-        node.stop()
-        wait_until(lambda: not group_pids(pgid), 10, "no process of the node left")
+        exits = [e for e in node.events() if e["event"] == "child_exited" and e["child"] == "scheduler"]
+        assert [e["reason"] for e in exits] == ["killed"], "the supervisor saw the SIGKILL"
