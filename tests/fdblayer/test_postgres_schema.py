@@ -1,0 +1,88 @@
+"""What only the PostgreSQL backend has: its tables, prefixes, schema
+version, long keys in a btree, and what its errors show (real server)."""
+from __future__ import annotations
+
+import random
+
+import psycopg
+import pytest
+
+import fdblayer
+from fdblayer.exceptions import InvalidStoreURL, KeyTooLarge, ServerGone, StoreUnavailable
+from fdblayer.postgres_backend import KEY_PREFIX_BYTES, SCHEMA_VERSION
+
+
+def test_two_prefixes_in_one_database_are_two_stores(pg_server):
+    a = fdblayer.open(pg_server.url(prefix="store_a"))
+    b = fdblayer.open(pg_server.url(prefix="store_b"))
+    try:
+        a.set(b"k", b"in a")
+        assert b.get(b"k") is None and a.get(b"k") == b"in a"
+        b.drop()
+        with psycopg.connect(pg_server.conninfo()) as conn:
+            assert conn.execute("SELECT to_regclass('store_b_kv')").fetchone()[0] is None
+            assert conn.execute("SELECT to_regclass('store_a_kv')").fetchone()[0] is not None
+    finally:
+        a.drop()
+        a.close()
+        b.close()
+
+
+def test_a_store_of_another_schema_version_is_refused_naming_both(pg_server, pg_url):
+    fdblayer.open(pg_url).close()
+    prefix = fdblayer.parse_store_url(pg_url).params["prefix"]
+    with psycopg.connect(pg_server.conninfo(), autocommit=True) as conn:
+        conn.execute(f'UPDATE "{prefix}_meta" SET value = 99 WHERE name = \'schema_version\'')
+    with pytest.raises(StoreUnavailable) as caught:
+        fdblayer.open(pg_url)
+    assert "version 99" in str(caught.value) and f"version {SCHEMA_VERSION}" in str(caught.value)
+
+
+@pytest.mark.parametrize("prefix", ["", "1abc", "a;b", "a b", "x" * 41, 'a"b'])
+def test_a_bad_prefix_is_refused(prefix):
+    with pytest.raises(InvalidStoreURL) as caught:
+        fdblayer.parse_store_url(f"postgresql://u@h/db?prefix={prefix}")
+    assert "prefix" in str(caught.value)
+
+
+def test_libpq_parameters_pass_through_and_prefix_does_not():
+    parsed = fdblayer.parse_store_url("postgres://u:p@h:5/db?sslmode=disable&prefix=x")
+    assert parsed.scheme == "postgresql" and parsed.params == {"prefix": "x"}
+    assert "sslmode=disable" in parsed.path and "prefix" not in parsed.path
+    with pytest.raises(InvalidStoreURL):
+        fdblayer.parse_store_url("postgresql://h/db?prefix=a&prefix=b")
+
+
+def test_long_keys_sharing_the_indexed_prefix_keep_memcmp_order(db):
+    """Keys longer than PostgreSQL's index prefix, differing only after it,
+    sort as memcmp does (on every backend: it is the interface's order)."""
+    head = b"\x01" * KEY_PREFIX_BYTES
+    rng = random.Random(7)
+    keys = {head, head + b"\x00", head + b"a", head + b"a" * 3000, head + b"b", head[:-1] + b"\x02",
+            head + b"\xfe" * 8000}
+    keys |= {head + bytes(rng.randrange(256) for _ in range(rng.randrange(1, 40))) for _ in range(40)}
+    keys.add(b"\x01" * 10_000)
+
+    @fdblayer.transactional
+    def put(tr):
+        for k in keys:
+            tr.set(k, k[-8:])
+
+    put(db)
+    ordered = sorted(keys)
+    assert [kv.key for kv in db.get_range(b"\x01", b"\x02")] == ordered
+    assert [kv.key for kv in db.get_range(b"\x01", b"\x02", reverse=True)] == ordered[::-1]
+    assert [kv.key for kv in db.get_range(b"\x01", b"\x02", limit=5)] == ordered[:5]
+    assert [kv.key for kv in db.get_range(b"\x01", b"\x02", limit=5, reverse=True)] == ordered[::-1][:5]
+    middle = ordered[20]
+    assert [kv.key for kv in db.get_range(middle, b"\x02")] == ordered[20:]
+    assert all(db.get(k) == k[-8:] for k in keys)
+    with pytest.raises(KeyTooLarge):
+        db.set(b"\x01" * 10_001, b"x")
+    assert len(db.get_range(b"\x01", b"\x02")) == len(keys), "nothing written by the refused set"
+
+
+def test_an_unreachable_server_is_server_gone_without_the_password():
+    with pytest.raises(ServerGone) as caught:
+        fdblayer.open("postgresql://user:sekret-pw@127.0.0.1:1/db")
+    assert "sekret-pw" not in str(caught.value) and "***" in str(caught.value)
