@@ -4,10 +4,12 @@ Principle: ownership is the queue's, slots are the scheduler's. One
 :class:`DocProcessor` per node accepts queue jobs of the reserved type
 :data:`~fdblayer.docs.DOCS_TYPE` (each one a document of
 :mod:`fdblayer.docs`), hands each accepted document to the node's scheduler
-(``AddJob``) and keeps its queue jobs alive by updating each of them every
-tick (a third of the type's activity timeout, at most 2 s; one transaction
-per document, see :func:`fdblayer.docs.renew`). That same transaction
-records the document's state as the scheduler
+(``AddJob``) and keeps its queue jobs alive by updating each of them on a
+lease timer of its own (a third of the type's activity timeout, at most
+2 s; a few transactions for all of them, see :func:`fdblayer.docs.renew`),
+which never waits for the tick: a tick that adds hundreds of jobs to the
+scheduler runs longer than the timeout, and renewals run between its
+steps. The tick's own renewal records each document's state as the scheduler
 reports it (``JobSummary``; ``Jobs`` for the running jobs' stats as
 ``info``) and notices what changed under it:
 
@@ -57,6 +59,7 @@ log = logging.getLogger(__name__)
 
 DOC_PROCESSOR_NAME = names.DOC_PROCESSOR
 TICK = "doc_processor_tick"
+RENEW = "doc_processor_renew"
 ACCEPT = "doc_processor_accept"
 CALL_TIMEOUT = 10.0
 #: Accepts per round before the actor lets other messages in.
@@ -108,6 +111,7 @@ class DocProcessor(GenServer):
         self._tick_again = False
         self._stale = True  # a previous incarnation's jobs may be in the scheduler
         self._timer: int | None = None
+        self._renew_timer: int | None = None
         self.waker = Waker(self, self._accept_more)
         activity.set_type_timeout(self.db, DEFAULT_LAYOUT, docs.DOCS_TYPE, self.timeout)
         self.run_task(self._setup(), lambda _: self._setup_done())
@@ -150,6 +154,7 @@ class DocProcessor(GenServer):
         self.start_complete()
         self._accept_more()
         self._arm_tick()
+        self._arm_renew()
 
     # ---------------------------------------------------------- accepts
     def _accept_more(self) -> None:
@@ -187,13 +192,49 @@ class DocProcessor(GenServer):
 
     # ------------------------------------------------------------ ticks
     def handle_info(self, msg: Any) -> None:
-        if msg == TICK:
+        if msg == RENEW:
+            self._renew_timer = None
+            self._renew()
+            self._arm_renew()
+        elif msg == TICK:
             self._timer = None
             self._request_tick()
         elif msg == ACCEPT:
             self._accept_more()
         else:
             super().handle_info(msg)
+
+    # ------------------------------------------------------------ leases
+    def _arm_renew(self) -> None:
+        self.cancel_timer(self._renew_timer)
+        self._renew_timer = self.send_after(self.tick_every, RENEW)
+
+    def _renew(self) -> None:
+        """Renew every lease now, on the lease timer: never behind a tick.
+
+        The tick (adding jobs to the scheduler, reading their states) can
+        take longer than the owner timeout when many jobs start at once;
+        renewals run between its steps, so a live node never loses a
+        document to its own activity monitor.
+        """
+        leases = [o.lease for o in self.owned.values()]
+        if leases:
+            self._apply(docs.renew(self.db, leases, {}, set(), time.time()), {})
+
+    def _apply(self, outcomes: dict, states: dict) -> None:
+        """Keep the renewed leases; forget (and stop) the documents lost or done."""
+        for jid, (outcome, lease) in outcomes.items():
+            o = self.owned.get(jid)
+            if o is None:
+                continue
+            if outcome == docs.KEPT:
+                o.lease = lease
+                o.written.update(states.get(jid, {}))
+                continue
+            del self.owned[jid]
+            log.info("Doc %s/%s: %s", o.lease.db_name, o.lease.doc_id, outcome)
+            if outcome != docs.DONE and o.added_to is not None and self.sched is not None:
+                self.call_async(self.sched, RemoveJob(o.spec["id"]), self._removed, CALL_TIMEOUT)
 
     def _arm_tick(self) -> None:
         self.cancel_timer(self._timer)
@@ -263,19 +304,8 @@ class DocProcessor(GenServer):
     def _tick_done(self, result: tuple) -> None:
         states, done = result
         leases = [o.lease for o in self.owned.values()]
-        outcomes = docs.renew(self.db, leases, states, done, time.time()) if leases else {}
-        for jid, (outcome, lease) in outcomes.items():
-            o = self.owned.get(jid)
-            if o is None:
-                continue
-            if outcome == docs.KEPT:
-                o.lease = lease
-                o.written.update(states.get(jid, {}))
-                continue
-            del self.owned[jid]
-            log.info("Doc %s/%s: %s", o.lease.db_name, o.lease.doc_id, outcome)
-            if outcome != docs.DONE and o.added_to is not None and self.sched is not None:
-                self.call_async(self.sched, RemoveJob(o.spec["id"]), self._removed, CALL_TIMEOUT)
+        if leases:
+            self._apply(docs.renew(self.db, leases, states, done, time.time()), states)
         self._ticking = False
         if self._tick_again:
             self._tick_again = False

@@ -41,12 +41,13 @@ DOC_FIELDS = {"database", "doc_id", "id", "node", "source", "target", "source_pr
 class CliNode:
     """A node started by the console command in its own session."""
 
-    def __init__(self, url: str, tmp_path, name: str) -> None:
+    def __init__(self, url: str, tmp_path, name: str, max_jobs: int = 5) -> None:
         self.port = free_port()
         self.name = name
         cfg = tmp_path / f"{name}.ini"
         cfg.write_text("[couch_jobs]\n" + "".join(f"{k} = {v}\n" for k, v in FAST_COUCH_JOBS.items())
-                       + f"[replicator]\nmax_jobs = 5\ninterval = 1000\ndoc_owner_timeout = {OWNER_TIMEOUT}\n"
+                       + f"[replicator]\nmax_jobs = {max_jobs}\ninterval = 1000\n"
+                       f"doc_owner_timeout = {OWNER_TIMEOUT}\n"
                        "handlers = tests.actors.scheduler_fixtures\nstores = http://\n")
         env = dict(os.environ, PYTHONPATH=str(ROOT), OTPJOBS_RUNTIME_DIR=str(tmp_path),
                    THESPLOG_FILE=str(tmp_path / f"{name}-thespian.log"))
