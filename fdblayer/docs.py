@@ -514,7 +514,7 @@ KEPT, DONE, CHANGED, LOST = "kept", "done", "changed", "lost"
 
 
 def renew(db: Database, leases: list[Lease], states: dict, done: set,
-          now: float) -> dict[str, tuple[str, Optional[Lease]]]:
+          now: float, timeout: Optional[float] = None) -> dict[str, tuple[str, Optional[Lease]]]:
     """Keep a node's documents and record their new states, in a few transactions.
 
     For each lease (by queue job id):
@@ -532,14 +532,21 @@ def renew(db: Database, leases: list[Lease], states: dict, done: set,
     updated in one transaction gets its own activity row: the queue gives
     each a distinct user version of the commit's versionstamp).
 
+    ``timeout`` bounds each batch's retries (seconds; None: the
+    ``transactional`` default), so an unreachable store is known in time.
+
     Returns:
         ``{queue job id: (outcome, lease or None)}``.
+
+    Raises:
+        RetryLimitExceeded: a batch could not commit within ``timeout``.
     """
     if not isinstance(db, Database):
         raise InvalidArgument(f"renew takes a Database, not {type(db).__name__}")
+    batch = _renew_batch if timeout is None else transactional(_renew_batch.__wrapped__, timeout=timeout)
     outcomes: dict[str, tuple[str, Optional[Lease]]] = {}
     for start in range(0, len(leases), RENEW_BATCH):
-        outcomes.update(_renew_batch(db, leases[start:start + RENEW_BATCH], states, done, now))
+        outcomes.update(batch(db, leases[start:start + RENEW_BATCH], states, done, now))
     return outcomes
 
 

@@ -71,13 +71,15 @@ SCHEDULER_DOWN = (NoProc, CallTimeout, CallFailed)
 
 @dataclass
 class Owned:
-    """A document this node holds: its lease, the scheduler spec, what was last written."""
+    """A document this node holds: its lease, the scheduler spec, what was
+    last written, and when (``time.monotonic()``) its lease was last renewed."""
 
     lease: docs.Lease
     spec: dict
     added_to: str | None = None
     errors: int = 0
     written: dict = field(default_factory=dict)
+    renewed_at: float = field(default_factory=time.monotonic)
 
 
 def scheduler_spec(doc: docs.Doc, now: float) -> dict:
@@ -104,6 +106,10 @@ class DocProcessor(GenServer):
         self.node_name = args["node_name"]
         self.scheduler_name = args.get("scheduler", SCHEDULER_NAME)
         self.tick_every = min(self.timeout / 3.0, MAX_TICK)
+        # Store calls give up within a third of the owner timeout: an
+        # unreachable store must be known while the leases still hold.
+        self.store_timeout = self.timeout / 3.0
+        self._accept_one = fdblayer.transactional(docs.accept.__wrapped__, timeout=self.store_timeout)
         self.owned: dict[str, Owned] = {}
         self.sched: Any = None
         self.watch: Any = None
@@ -160,7 +166,11 @@ class DocProcessor(GenServer):
     def _accept_more(self) -> None:
         accepted = 0
         while accepted < ACCEPT_BATCH:
-            found, watch = docs.accept(self.db, self.node_name, time.time())
+            try:
+                found, watch = self._accept_one(self.db, self.node_name, time.time())
+            except fdblayer.StoreError as exc:  # the next tick's safety net tries again
+                log.warning("doc_accept_failed reason=%r", str(exc))
+                break
             if found is not None:
                 lease, doc = found
                 self.owned[lease.job.id] = Owned(lease, scheduler_spec(doc, time.time()))
@@ -217,18 +227,45 @@ class DocProcessor(GenServer):
         renewals run between its steps, so a live node never loses a
         document to its own activity monitor.
         """
+        self._renew_all({}, set())
+
+    def _renew_all(self, states: dict, done: set) -> None:
+        """Renew every lease (recording ``states``); if the store cannot be
+        written, stop the documents whose lease may run out before it can."""
         leases = [o.lease for o in self.owned.values()]
-        if leases:
-            self._apply(docs.renew(self.db, leases, {}, set(), time.time()), {})
+        if not leases:
+            return
+        try:
+            outcomes = docs.renew(self.db, leases, states, done, time.time(), timeout=self.store_timeout)
+        except fdblayer.StoreError as exc:
+            log.warning("doc_leases_unrenewed count=%d reason=%r", len(leases), str(exc))
+            self._give_up_old_leases()
+            return
+        self._apply(outcomes, states)
+
+    def _give_up_old_leases(self) -> None:
+        """Stop the jobs of leases unrenewed for half the owner timeout: they
+        must not run on once another node may have taken the document."""
+        now = time.monotonic()
+        for jid, o in list(self.owned.items()):
+            age = now - o.renewed_at
+            if age < self.timeout / 2.0:
+                continue
+            del self.owned[jid]
+            log.warning("doc_lease_given_up doc=%s/%s unrenewed_for=%.1f", o.lease.db_name, o.lease.doc_id, age)
+            if o.added_to is not None and self.sched is not None:
+                self.call_async(self.sched, RemoveJob(o.spec["id"]), self._removed, CALL_TIMEOUT)
 
     def _apply(self, outcomes: dict, states: dict) -> None:
         """Keep the renewed leases; forget (and stop) the documents lost or done."""
+        now = time.monotonic()
         for jid, (outcome, lease) in outcomes.items():
             o = self.owned.get(jid)
             if o is None:
                 continue
             if outcome == docs.KEPT:
                 o.lease = lease
+                o.renewed_at = now
                 o.written.update(states.get(jid, {}))
                 continue
             del self.owned[jid]
@@ -303,9 +340,7 @@ class DocProcessor(GenServer):
 
     def _tick_done(self, result: tuple) -> None:
         states, done = result
-        leases = [o.lease for o in self.owned.values()]
-        if leases:
-            self._apply(docs.renew(self.db, leases, states, done, time.time()), states)
+        self._renew_all(states, done)
         self._ticking = False
         if self._tick_again:
             self._tick_again = False

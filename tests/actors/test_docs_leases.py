@@ -5,6 +5,8 @@ monitor re-enqueues documents it runs and another node would run them too.
 """
 from __future__ import annotations
 
+import time
+
 import pytest
 
 import fdblayer
@@ -38,3 +40,39 @@ def test_leases_are_renewed_while_many_jobs_start(tmp_path):
         if node.proc.poll() is None:
             node.kill()
         db.close()
+
+
+def test_a_node_that_cannot_renew_stops_the_job_before_the_lease_runs_out(tmp_path):
+    """The store (a PostgreSQL server) goes away under a node running a
+    document: the node stops the document's job within the owner timeout
+    (another node could take it after that), and runs it again once the
+    store is back."""
+    from fdblayer.postgres_server import ServerUnavailable, TemporaryServer
+
+    server = TemporaryServer(durable=True)
+    try:
+        server.start()
+    except ServerUnavailable as exc:
+        server.stop()
+        pytest.skip(str(exc))
+    url = server.url(prefix="leases")
+    db = fdblayer.open(url)
+    node = CliNode(url, tmp_path, "a")
+    try:
+        node.wait_up()
+        docs.put(db, "_replicator", "only", {"handler": IDLE, "continuous": True})
+        wait_until(lambda: node.doc_ids() == ["only"], 30, "the document to run", step=0.1)
+        server.kill("immediate")
+        stopped_at = time.monotonic()
+        wait_until(lambda: node.doc_ids() == [], 3 * OWNER_TIMEOUT, "the job to stop", step=0.05)
+        assert time.monotonic() - stopped_at < OWNER_TIMEOUT + 1.0, "stopped before the lease ran out"
+        wait_until(lambda: "doc_lease_given_up doc=_replicator/only" in node.log.read_text(), 10,
+                   "the node to say why (its log goes through the logger process)")
+        server.launch()
+        wait_until(lambda: node.doc_ids() == ["only"], 60, "the document to run again", step=0.2)
+        assert node.proc.poll() is None
+    finally:
+        if node.proc.poll() is None:
+            node.kill()
+        db.close()
+        server.stop()
