@@ -169,7 +169,7 @@ class DocProcessor(GenServer):
             try:
                 found, watch = self._accept_one(self.db, self.node_name, time.time())
             except fdblayer.StoreError as exc:  # the next tick's safety net tries again
-                log.warning("doc_accept_failed reason=%r", str(exc))
+                log.warning("doc_accept_failed reason=%r", exc)
                 break
             if found is not None:
                 lease, doc = found
@@ -238,7 +238,7 @@ class DocProcessor(GenServer):
         try:
             outcomes = docs.renew(self.db, leases, states, done, time.time(), timeout=self.store_timeout)
         except fdblayer.StoreError as exc:
-            log.warning("doc_leases_unrenewed count=%d reason=%r", len(leases), str(exc))
+            log.warning("doc_leases_unrenewed count=%d reason=%r", len(leases), exc)
             self._give_up_old_leases()
             return
         self._apply(outcomes, states)
