@@ -1,6 +1,6 @@
 """The ``otpjobs`` console command (also ``python -m actors``).
 
-    otpjobs node start [--store URL] [--config FILE] [--http-port N] [--port N]
+    otpjobs node start [--store URL] [--config FILE] [--http-port N] [--port N] [--app MOD:CALLABLE]
     otpjobs node stop [--port N]
     otpjobs node status [--port N]
     otpjobs jobs add TYPE JOB_ID [DATA_JSON] [--scheduled-time T] [--store URL]
@@ -52,6 +52,9 @@ def build_parser() -> argparse.ArgumentParser:
     start.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
     start.add_argument("--workers", action="append", metavar="TYPE=package.module:callable", default=[],
                        help="run a worker pool for these types in the node (also [workers] in the config file)")
+    start.add_argument("--app", metavar="package.module:callable",
+                       help="start your own child specs (returned by the callable) under the node's root, "
+                            "after the built-in subsystems (also [node] app in the config file)")
     _port_arg(node.add_parser("stop", help="stop the node on a port"))
     _port_arg(node.add_parser("status", help="show whether a node runs and its children"))
 
@@ -152,7 +155,8 @@ def _config(args: argparse.Namespace) -> config_mod.Config:
     overrides = {("node", "store"): getattr(args, "store", None),
                  ("node", "port"): getattr(args, "port", None),
                  ("node", "http_port"): getattr(args, "http_port", None),
-                 ("node", "log_level"): getattr(args, "log_level", None)}
+                 ("node", "log_level"): getattr(args, "log_level", None),
+                 ("node", "app"): getattr(args, "app", None)}
     return config_mod.load(args.config, overrides)
 
 
@@ -478,9 +482,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     from fdblayer.jobs.exceptions import JobsError
     from supervision import SupervisionError
 
+    from actors.node.app import AppError
+
     try:
         return COMMANDS[(args.group, args.cmd)](args)
-    except (config_mod.ConfigError, config_mod.ConfigFileError, FileNotFoundError) as exc:
+    except (config_mod.ConfigError, config_mod.ConfigFileError, FileNotFoundError, AppError) as exc:
         return _fail(str(exc), 2)
     except JobsError as exc:
         return _fail(str(exc), 2 if type(exc).__name__ in ("InvalidArgument", "EncodingError", "NoTypeTimeout",

@@ -102,6 +102,17 @@ class Node:
         stop_node(self.port, timeout=timeout)
 
 
+def _wait_port_closed(port: int, timeout: float) -> bool:
+    """Wait until nothing accepts on the admin port (an exiting admin keeps
+    accepting for a moment); True if it closed within ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while port_open(port):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
 def cleanup_stale(port: int) -> bool:
     """Kill what a dead node left on ``port`` (per its runtime file).
 
@@ -117,9 +128,7 @@ def cleanup_stale(port: int) -> bool:
         return False
     _kill_group(info)
     _runtime_file(port).unlink(missing_ok=True)
-    deadline = time.monotonic() + 10
-    while port_open(port) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    _wait_port_closed(port, 10.0)
     log.info("node_cleanup port=%s pgid=%s", port, info.get("pgid"))
     return True
 
@@ -174,6 +183,7 @@ def start_node(port: int = DEFAULT_PORT, flags: Any = None, specs: list | None =
             raise StartError(NODE_NAME, reason)
     except BaseException:
         system.shutdown()
+        _wait_port_closed(port, 5.0)
         raise
     admin_pid = _ppid(answer.pid)
     node = Node(port, system, address, answer.pid, admin_pid, os.getpgid(admin_pid))
@@ -208,7 +218,8 @@ def connect(port: int = DEFAULT_PORT, timeout: float = 10.0) -> Client:
 def stop_node(port: int = DEFAULT_PORT, timeout: float = 30.0) -> bool:
     """Stop the node on ``port``: ordered shutdown, then kill its process group.
 
-    Returns False if no node was running there.
+    Returns once the admin port is free again (a ``start_node`` on it can
+    follow at once); False if no node was running there.
     """
     info = _read_runtime(port)
     if not port_open(port):
@@ -231,4 +242,5 @@ def stop_node(port: int = DEFAULT_PORT, timeout: float = 30.0) -> bool:
         if info:
             _kill_group(info)
         _runtime_file(port).unlink(missing_ok=True)
+        _wait_port_closed(port, 5.0)
     return True

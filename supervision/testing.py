@@ -31,6 +31,7 @@ import contextlib
 import json
 import logging
 import os
+import shutil
 import signal
 import socket
 import tempfile
@@ -214,7 +215,8 @@ def _unrepr(text: str) -> Any:
 def running_node(specs: list, flags: Any = None, *, level: int = logging.WARNING,
                  timeout: float = 60.0) -> Iterator[NodeHandle]:
     """Start a node running ``specs`` under ``flags`` on a free loopback port,
-    with its runtime files in a temporary directory; stop it at the end.
+    with its runtime files in a temporary directory; stop it at the end and
+    remove the directory.
 
     Raises:
         LeakedProcesses: at the end, if any process of the node outlived the
@@ -238,8 +240,11 @@ def running_node(specs: list, flags: Any = None, *, level: int = logging.WARNING
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
-        if node is not None:
-            _stop_and_check(node, token)
+        try:
+            if node is not None:
+                _stop_and_check(node, token)
+        finally:
+            shutil.rmtree(directory, ignore_errors=True)
 
 
 def _stop_and_check(node: Node, token: str) -> None:

@@ -50,7 +50,7 @@ INFINITY = "infinity"
 
 DEFAULTS: dict[str, dict[str, Any]] = {
     "node": {"port": 1900, "store": "sqlite:///otpjobs.db", "http_port": 5984,
-             "bind_address": "127.0.0.1", "log_level": "info"},
+             "bind_address": "127.0.0.1", "log_level": "info", "app": ""},
     "replicator": {"max_jobs": 500, "max_churn": 20, "interval": 60000, "max_history": 20,
                    "health_threshold": 120, "doc_owner_timeout": 30, "handlers": "", "stores": ""},
     "couch_jobs": {"activity_monitor_max_jitter_msec": 10000, "type_monitor_holdoff_msec": 50,
@@ -62,7 +62,9 @@ DEFAULTS: dict[str, dict[str, Any]] = {
 #: node's worker pool serves) and ``[periodic] TYPE = cron expression``.
 FREE_SECTIONS = ("workers", "periodic")
 
-_STRINGS = {("node", "store"), ("node", "bind_address"), ("node", "log_level")}
+_STRINGS = {("node", "store"), ("node", "bind_address"), ("node", "log_level"), ("node", "app")}
+#: Strings that may be empty (empty: none).
+_MAY_BE_EMPTY = {("node", "app")}
 #: Comma-separated lists (may be empty): each entry checked by :func:`_check_list`.
 _LISTS = {("replicator", "handlers"), ("replicator", "stores")}
 _MAY_BE_INFINITY = {("couch_jobs", "type_monitor_timeout_msec")}
@@ -116,8 +118,10 @@ def parse_value(section: str, key: str, raw: Any) -> Any:
                           else "must be an integer")
     if (section, key) in _STRINGS:
         value = str(raw).strip()
-        if not value:
+        if not value and (section, key) not in _MAY_BE_EMPTY:
             raise ConfigError(section, key, raw, "must not be empty")
+        if key == "app" and value and not _app_path(value):
+            raise ConfigError(section, key, raw, "must be 'package.module:callable'")
         if key == "log_level" and value.lower() not in _LOG_LEVELS:
             raise ConfigError(section, key, raw, f"must be one of {', '.join(_LOG_LEVELS)}")
         return value.lower() if key == "log_level" else value
@@ -173,6 +177,12 @@ def _check_list(section: str, key: str, raw: str) -> list[str]:
         elif "\0" in entry:
             raise ConfigError(section, key, raw, f"entry {entry!r} is not a directory")
     return entries
+
+
+def _app_path(text: str) -> bool:
+    """``package.module:callable`` (attributes may be dotted after the colon)."""
+    module, sep, attr = text.partition(":")
+    return bool(sep) and bool(module) and bool(attr) and _dotted(module) and _dotted(attr)
 
 
 def _dotted(text: str) -> bool:

@@ -89,10 +89,32 @@ def check_http_port(config: Config) -> None:
                                   "or [node] http_port") from None
 
 
+def with_app(config: Config, builtin: list) -> list:
+    """``builtin`` then the children of the node's app (``[node] app`` /
+    ``--app``), checked.
+
+    Raises:
+        AppError: the app cannot be used (see :func:`actors.node.app.load_app`).
+    """
+    path = config.get("node", "app")
+    if not path:
+        return builtin
+    from actors.node.app import load_app
+
+    return builtin + load_app(path, builtin)
+
+
 def run(config: Config) -> int:
-    """Run a node in the foreground until told to stop; returns the exit status."""
+    """Run a node in the foreground until told to stop; returns the exit status.
+
+    Raises:
+        AppError, PortUnavailable, HandlerError, StoreError: before anything
+            starts, when the node's app, HTTP port, worker handlers or store
+            cannot be used.
+    """
     port = config.get("node", "port")
     store = config.get("node", "store")
+    children = with_app(config, root_children(config))
     check_http_port(config)
     check_store(store)
     if config.workers:
@@ -100,9 +122,10 @@ def run(config: Config) -> int:
 
         prepare(spec_from_config(config, [], []))
     level = getattr(logging, config.get("node", "log_level").upper())
-    node = start_node(port, ROOT_FLAGS, root_children(config), level=level)
-    log.info("node_up port=%s store=%s http_port=%s pid=%s supervisor_pid=%s",
-             port, redact_url(store), config.get("node", "http_port"), os.getpid(), node.pid)
+    node = start_node(port, ROOT_FLAGS, children, level=level)
+    log.info("node_up port=%s store=%s http_port=%s pid=%s supervisor_pid=%s app=%s",
+             port, redact_url(store), config.get("node", "http_port"), os.getpid(), node.pid,
+             config.get("node", "app") or "-")
     reason = _wait_for_stop(node)
     if reason == "supervisor_exited":
         log.error("node_down reason=node_supervisor_exited port=%s", port)
