@@ -11,7 +11,9 @@ What a caller can rely on:
   :class:`~supervision.exceptions.BadCall` / ``BadCast`` / ``BadInfo``.
 * An exception in any callback makes the actor exit with that exception as
   its reason: no retry, no PoisonMessage. A caller waiting on the call gets
-  :class:`~supervision.exceptions.CallFailed`.
+  :class:`~supervision.exceptions.CallFailed`, and so does every caller whose
+  call was deferred (``NOREPLY``) and not yet answered when the actor exits,
+  whatever the reason (as an Erlang caller's monitor reports it).
 * On exit the actor runs ``terminate(reason)``, then sends ``Exit`` to its
   parent and linked actors and ``Down`` to its monitors, then stops.
 * An actor killed without a word (SIGKILL) is reported by its parent on its
@@ -57,6 +59,8 @@ NOREPLY = object()
 #: Returned by ``init`` of an actor that finishes starting later by calling
 #: :meth:`GenServer.start_complete` or :meth:`GenServer.start_failed`.
 DEFER_START = object()
+#: Deferred calls an actor remembers, to fail them with its exit reason.
+MAX_OPEN_CALLS = 10000
 #: Seconds a dead child's own exit notice may take before it counts as lost.
 LOST_EXIT_GRACE = 0.5
 
@@ -149,6 +153,7 @@ class GenServer(Timers, Actor):
         self._exit_reasons = AddrMap()
         self._init_timers()
         self._pending_calls: dict[str, m.Pending] = {}
+        self._open_calls: dict[str, From] = {}  # deferred (NOREPLY) calls not yet answered
         self._stop_reason: Any = None
         self._starter: Any = None
         self._fd_watches: dict[int, Callable[[], None]] = {}
@@ -268,9 +273,21 @@ class GenServer(Timers, Actor):
             raise
         if result is not NOREPLY:
             self.reply(from_, result)
+        else:
+            self._defer(from_)
+
+    def _defer(self, from_: From) -> None:
+        """Remember a call answered later, so that its caller hears this
+        actor's exit reason if it exits first (as an Erlang caller's monitor
+        does). At most :data:`MAX_OPEN_CALLS` are kept: past that the oldest
+        caller is left to its timeout."""
+        if len(self._open_calls) >= MAX_OPEN_CALLS:
+            del self._open_calls[next(iter(self._open_calls))]
+        self._open_calls[from_.ref] = from_
 
     def reply(self, from_: From, value: Any) -> None:
         """Answer the call identified by ``from_``."""
+        self._open_calls.pop(from_.ref, None)
         self.send(from_.reply_to, m.Reply(from_.ref, value))
 
     def _on_cast(self, cast: m.Cast) -> None:
@@ -606,6 +623,9 @@ class GenServer(Timers, Actor):
             self.send(addr, m.Exit(me, reason))
         for ref, watcher in self._monitors.items():
             self.send(watcher, m.Down(ref, me, reason))
+        for from_ in self._open_calls.values():
+            self.send(from_.reply_to, m.CallError(from_.ref, me, reason))
+        self._open_calls.clear()
 
     def _after_exit(self, msg: Any) -> None:
         """Messages reaching an exiting actor: requests get noproc answers."""

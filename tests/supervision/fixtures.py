@@ -69,6 +69,8 @@ class Worker(GenServer):
         if msg == "defer":
             self.deferred = from_
             return NOREPLY
+        if msg == "has_deferred":
+            return getattr(self, "deferred", None) is not None
         if msg == "release":
             self.reply(self.deferred, "released")
             return "ok"

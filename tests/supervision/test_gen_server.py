@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
 
 import pytest
@@ -65,6 +66,28 @@ def test_call_without_reply_raises_call_timeout(tree):
         tree.c.call(kids["w"].addr, "defer", timeout=0.3)
     assert 0.3 <= time.monotonic() - t < 2
     assert tree.c.call(kids["w"].addr, "pid") == kids["w"].pid
+
+
+def test_a_deferred_call_fails_with_the_reason_when_the_server_exits_first(tree):
+    sup, kids = probe_and(tree, tree.w("w"))
+    outcome: list = []
+    caller = threading.Thread(target=lambda: outcome.append(_call_outcome(tree, kids["w"].addr, "defer")))
+    caller.start()
+    wait_until(lambda: tree.c.call(kids["w"].addr, "has_deferred"), 5, "the call to be deferred")
+    t = time.monotonic()
+    tree.c.cast(kids["w"].addr, "nonsense")  # BadCast: the server exits before answering
+    caller.join(15)
+    [error] = outcome
+    assert isinstance(error, CallFailed) and isinstance(error.reason, BadCast), error
+    assert time.monotonic() - t < 2, "told at once, not left to its 10 s timeout"
+    restarted(tree, sup, "w", kids["w"].pid)
+
+
+def _call_outcome(tree, addr, msg):
+    try:
+        return tree.c.call(addr, msg, timeout=10)
+    except Exception as exc:  # noqa: BLE001 - the outcome is what the test checks
+        return exc
 
 
 def test_call_to_unknown_name_raises_noproc_promptly(tree):
@@ -210,7 +233,7 @@ def test_cancel_timer_prevents_delivery(tree):
 
 
 def test_manual_clock_timers_fire_only_on_advance_clock(tree):
-    """A ChildSpec cannot ask for a manual clock; spawn_link(clock='manual') can."""
+    """A child spawned with clock='manual' (as ChildSpec(clock="manual") gives) runs timers on advance only."""
     sup, kids = probe_and(tree)
     m = tree.c.call(kids["p"].addr, ("spawn_manual", {"id": "m"}))
     tree.c.call(m, ("timer", 0.01, "t"))
