@@ -7,12 +7,15 @@ Prints, in one run:
   pending, max_churn=20 rotated per reschedule; starts and stops go to a
   no-op runner, as the seed's tests mock scheduler_sup), median of N runs,
   and the growth ratio per 10x more jobs (n log n would be ~11.5x);
-* the time to start 200 job actors on a real node (add 200 continuous jobs
-  with max_jobs=200, until all 200 report they run).
+* running jobs on a real node, as threads of the job hosts (100 and 500)
+  and as a process each (100): time until all run, total PSS and open
+  descriptors of the node's processes while they run, time until every
+  job's code has stopped.
 
-Target (issue 6): reschedule over 10,000 jobs under 50 ms, growing no
-worse than n log n.
-Run: .venv/bin/python bench/bench_scheduler.py [--runs N] [--actors N]
+Targets: reschedule over 10,000 jobs under 50 ms, growing no worse than
+n log n (issue 6); 500 running jobs within 1 GB of PSS, all running within
+10 s (issue 16).
+Run: .venv/bin/python bench/bench_scheduler.py [--runs N] [--process-500]
 """
 from __future__ import annotations
 
@@ -87,31 +90,59 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def bench_actor_starts(n: int) -> float:
+def _pss_and_fds(pgid: int) -> tuple[float, int, int]:
+    """(total PSS in MB, open descriptors, processes) of a node's process group."""
+    from tests.procs import group_pids, open_fds, pss_mb
+
+    pids = group_pids(pgid)
+    return pss_mb(pids), open_fds(pids), len(pids)
+
+
+def bench_running(n: int, isolation: str) -> dict:
+    """Start ``n`` checkpointing jobs (max_jobs=n): time to all running, memory
+    and descriptors while they run, then time to stop them all."""
     from actors.node.config import Config
     from actors.scheduler.client import SchedulerClient
     from actors.scheduler.sup import scheduler_children
     from supervision import start_node
 
     config = Config()
-    config.set("replicator", "max_jobs", n + 1)
+    config.set("replicator", "max_jobs", n)
     node = start_node(free_port(), None, scheduler_children(config, clock="manual"), level=30)
     try:
         s = SchedulerClient(node.client(), timeout=60)
         t0 = time.perf_counter()
         for i in range(n):
-            s.add_job({"id": f"b{i}", "handler": "tests.actors.scheduler_fixtures:idle", "continuous": True})
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            up = sum(1 for j in s.jobs() if j["pid"] not in (None, "<starting>"))
-            if up == n:
-                break
-            time.sleep(0.05)
-        else:
-            raise RuntimeError(f"only {up}/{n} job actors started")
-        return time.perf_counter() - t0
+            s.add_job({"id": f"b{i}", "handler": "tests.actors.scheduler_fixtures:checkpointing",
+                       "continuous": True, "db_name": "db", "isolation": isolation})
+        s.reschedule()  # the last job added fills the table: the seed starts it at the next reschedule
+        _wait(lambda: sum(1 for j in s.jobs() if j["pid"] not in (None, "<starting>")) == n, f"{n} running")
+        started = time.perf_counter() - t0
+        time.sleep(2.0)  # a couple of checkpoints each
+        pss, fds, procs = _pss_and_fds(node.pgid)
+        t0 = time.perf_counter()
+        s.load_jobs([])
+        _wait(lambda: _live_jobs(node.client()) == 0, "all stopped")
+        stopped = time.perf_counter() - t0
+        return {"start_s": started, "pss_mb": pss, "fds": fds, "procs": procs, "stop_s": stopped}
     finally:
         node.stop()
+
+
+def _live_jobs(client) -> int:
+    """Jobs whose code still runs: job processes and job-host threads."""
+    from actors.scheduler.host import DEFAULT_HOSTS, HOST_NAME, CountRunning
+
+    processes = sum(1 for c in client.which_children("scheduler_sup") if c.addr is not None)
+    return processes + sum(client.call(HOST_NAME.format(i), CountRunning()) for i in range(DEFAULT_HOSTS))
+
+
+def _wait(predicate, what: str, timeout: float = 300.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"timed out waiting for {what}")
+        time.sleep(0.05)
 
 
 def _exit_on_sigterm(_signum: int, _frame: object) -> None:
@@ -122,7 +153,8 @@ def main() -> None:
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=15)
-    parser.add_argument("--actors", type=int, default=200)
+    parser.add_argument("--process-500", action="store_true",
+                        help="also run 500 jobs of a process each (needs some GB of memory)")
     args = parser.parse_args()
     load = os.getloadavg()[0]
     print(f"reschedule (pure policy; 500 running, the rest pending, max_churn 20); "
@@ -133,9 +165,17 @@ def main() -> None:
         growth = "" if previous is None else f"  x{cpu / previous[1]:.1f} for x{n // previous[0]} jobs"
         print(f"  {n:>6} jobs: {cpu:7.2f} ms CPU, {wall:7.2f} ms wall (medians of {args.runs}){growth}")
         previous = (n, cpu)
-    seconds = bench_actor_starts(args.actors)
-    print(f"start {args.actors} job actors on a real node: {seconds:.2f} s "
-          f"({seconds / args.actors * 1000:.1f} ms per job)")
+    print("running jobs on a real node (a handler that waits and checkpoints each second):")
+    figures = {}
+    for isolation, n in [("thread", 100), ("thread", 500), ("process", 100)] + (
+            [("process", 500)] if args.process_500 else []):
+        f = figures[(isolation, n)] = bench_running(n, isolation)
+        print(f"  {n:>4} jobs, isolation {isolation:7}: all running in {f['start_s']:6.2f} s, "
+              f"PSS {f['pss_mb']:7.1f} MB in {f['procs']:3} processes, {f['fds']:6} descriptors, "
+              f"all stopped in {f['stop_s']:5.2f} s")
+    t, p = figures[("thread", 100)], figures[("process", 100)]
+    print(f"  thread/process at 100 jobs: start x{p['start_s'] / t['start_s']:.1f} faster, "
+          f"PSS x{p['pss_mb'] / t['pss_mb']:.1f} smaller, descriptors x{p['fds'] / t['fds']:.1f} fewer")
 
 
 if __name__ == "__main__":

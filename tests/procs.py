@@ -71,6 +71,30 @@ def proc_stat(pid: int) -> tuple[str, int, int] | None:
     return fields[0].decode(), int(fields[1]), int(fields[2])
 
 
+def pss_mb(pids: Iterable[int]) -> float:
+    """Total proportional set size (shared pages split among sharers) of
+    ``pids``, in MB: the memory they cost together."""
+    total_kb = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/smaps_rollup") as f:
+                total_kb += next((int(line.split()[1]) for line in f if line.startswith("Pss:")), 0)
+        except OSError:
+            pass  # exited meanwhile
+    return total_kb / 1024
+
+
+def open_fds(pids: Iterable[int]) -> int:
+    """Open descriptors of ``pids`` together."""
+    count = 0
+    for pid in pids:
+        try:
+            count += len(os.listdir(f"/proc/{pid}/fd"))
+        except OSError:
+            pass
+    return count
+
+
 def group_pids(pgid: int) -> set[int]:
     """Live (not zombie) processes of process group ``pgid``."""
     out = set()

@@ -94,7 +94,8 @@ def scheduler_spec(doc: docs.Doc, now: float) -> dict:
     return {"id": digest + ("+continuous" if continuous else ""), "handler": body.get("handler"),
             "source": url(body.get("source")), "target": url(body.get("target")), "continuous": continuous,
             "options": body.get("options") or {}, "db_name": doc.db_name, "doc_id": doc.doc_id,
-            "user": None, "start_time": doc.start_time if doc.start_time is not None else now}
+            "user": None, "start_time": doc.start_time if doc.start_time is not None else now,
+            "isolation": body.get("isolation")}
 
 
 class DocProcessor(GenServer):

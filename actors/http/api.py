@@ -497,7 +497,8 @@ class App:
             return 200, {"ok": True, "_local_id": job_id}
         spec = {"id": job_id, "source": self._endpoint(body.get("source")),
                 "target": self._endpoint(body.get("target")), "continuous": body.get("continuous", False),
-                "handler": body.get("handler"), "options": body.get("options"), "user": req.user}
+                "handler": body.get("handler"), "options": body.get("options"), "user": req.user,
+                "isolation": body.get("isolation")}
         try:
             JobSpec.from_dict(spec)  # well-formed, then allowed, then runnable (the scheduler checks it) and added
             self._allowed(req, spec)

@@ -98,7 +98,9 @@ class Event:
 
 
 _SPEC_FIELDS = ("id", "handler", "source", "target", "continuous", "options", "db_name", "doc_id",
-                "user", "start_time")
+                "user", "start_time", "isolation")
+#: How a job runs: a thread of a job host (cheap, the default) or a process of its own.
+ISOLATIONS = ("thread", "process")
 
 
 @dataclass(frozen=True)
@@ -109,6 +111,12 @@ class JobSpec:
     A job with a ``db_name`` is permanent (a replicator document): a crash
     is recorded and the job retried with backoff. Without one it is
     transient (``POST /_replicate``): a crash removes it.
+
+    ``isolation`` is ``"thread"`` (the default: the job runs in a thread of
+    one of the node's job hosts, :mod:`actors.scheduler.host`) or
+    ``"process"`` (an actor process of its own: for CPU-bound handlers,
+    native code that may block without a timeout, or code that must be
+    killable alone).
     """
 
     id: Any
@@ -121,6 +129,7 @@ class JobSpec:
     doc_id: str | None = None
     user: str | None = None
     start_time: float | None = None
+    isolation: str = "thread"
 
     @property
     def kind(self) -> str:
@@ -182,8 +191,12 @@ class JobSpec:
         elif not is_showable_time(start_time):
             raise InvalidJobSpec("start_time", start_time, "must be a time the clock can show "
                                  "(finite epoch seconds, years 1 to 9999)")
+        isolation = data.get("isolation")
+        isolation = "thread" if isolation is None else isolation
+        if isolation not in ISOLATIONS:
+            raise InvalidJobSpec("isolation", isolation, "must be 'thread' or 'process'")
         return cls(job_id, handler, data.get("source"), data.get("target"), continuous, dict(options),
-                   data.get("db_name"), data.get("doc_id"), data.get("user"), start_time)
+                   data.get("db_name"), data.get("doc_id"), data.get("user"), start_time, isolation)
 
 
 @dataclass(eq=False)

@@ -38,9 +38,7 @@ in its own state, and it crashes (its supervisor restarts it).
 """
 from __future__ import annotations
 
-import collections
 import functools
-import itertools
 import logging
 import time
 from dataclasses import dataclass
@@ -49,7 +47,7 @@ from typing import Any
 from supervision import DEFER_START, NOREPLY, GenServer, NoProc, Request, SupervisionError
 from supervision.messages import Cast, Down, Failure, WhereIs
 from supervision.reports import report
-from supervision.supervisor import StartChild, TerminateChild, WhichChildren
+from supervision.supervisor import TerminateChild, WhichChildren
 
 from actors.node.config import (
     CONFIG_SERVER,
@@ -75,7 +73,9 @@ from actors.scheduler.core import (
     is_showable_time,
     reason_text,
 )
+from actors.scheduler.host import DEFAULT_HOSTS, HOST_NAME, HostedJob, JobExited
 from actors.scheduler.job import GetDetails, JobProgress, RunJob, check_runnable
+from actors.scheduler.runners import START_TIMEOUT, Runners, Starting
 from actors.scheduler.protocol import (
     AddJob,
     RemoveJob,
@@ -94,10 +94,6 @@ from actors.scheduler.protocol import (
 
 log = logging.getLogger(__name__)
 
-#: Seconds to wait for scheduler_sup to start a job before counting a crash.
-START_TIMEOUT = 30.0
-#: StartChild calls outstanding at once (scheduler_sup serves them in turn).
-MAX_STARTS_IN_FLIGHT = 4
 ADOPT_TIMEOUT = 5.0
 #: Seconds to wait for the settings keeper (a change waits for this scheduler to apply it).
 KEEPER_TIMEOUT = 20.0
@@ -112,65 +108,6 @@ class _Tick:
     generation: int
 
 
-@dataclass(frozen=True)
-class Starting:
-    """The pid of a job whose actor start is under way."""
-
-    job_id: Any
-    token: int
-
-    def __str__(self) -> str:
-        return "<starting>"
-
-
-# ------------------------------------------------------------------ runner
-
-
-class ActorRunner:
-    """Starts and stops job actors under scheduler_sup, without blocking.
-
-    scheduler_sup starts children one at a time, so at most
-    ``MAX_STARTS_IN_FLIGHT`` StartChild calls are outstanding and the rest
-    wait here: a call's timeout then measures one start, not a queue.
-    """
-
-    def __init__(self, scheduler: "Scheduler") -> None:
-        self.scheduler = scheduler
-        self.tokens = itertools.count(1)
-        self.queue: collections.deque = collections.deque()
-        self.in_flight = 0
-
-    def start(self, job: Job) -> tuple[Any, Any]:
-        """Queue the start; the scheduler pumps the queue after each step
-        (once the table says the job is starting)."""
-        token = Starting(job.id, next(self.tokens))
-        self.queue.append(token)
-        return token, None
-
-    def pump(self) -> None:
-        s = self.scheduler
-        while self.queue and self.in_flight < MAX_STARTS_IN_FLIGHT:
-            token = self.queue.popleft()
-            job = s.core.table.get(token.job_id)
-            if job is None or job.pid != token:
-                continue  # stopped or removed before its turn
-            args = {"spec": job.spec.to_dict(), "scheduler": s.myAddress, "checkpoint": job.checkpoint}
-            self.in_flight += 1
-            s.call_async(s.sup, StartChild(args), functools.partial(s.job_start_answered, token), START_TIMEOUT)
-
-    def answered(self) -> None:
-        self.in_flight -= 1
-        self.pump()
-
-    def stop(self, job: Job) -> None:
-        s = self.scheduler
-        if job.monitor is not None:
-            s.demonitor(job.monitor)
-        if isinstance(job.pid, Starting):
-            return  # its start answer finds it no longer wanted and stops it
-        s.call_async(s.sup, TerminateChild(job.pid), functools.partial(s.job_stop_answered, job.id), START_TIMEOUT)
-
-
 # ------------------------------------------------------------------- actor
 
 
@@ -180,7 +117,8 @@ class Scheduler(GenServer):
     def init(self, args: Any) -> Any:
         args = args or {}
         settings = apply_settings(Settings(), args.get("settings") or {})
-        self.core = Scheduling(ActorRunner(self), self.clock, settings)
+        host_names = args.get("host_names") or [HOST_NAME.format(i) for i in range(DEFAULT_HOSTS)]
+        self.core = Scheduling(Runners(self, host_names), self.clock, settings)
         self.sup_name = args.get("sup_name", "scheduler_sup")
         self.node_name = args.get("node_name")
         self.sup: Any = None
@@ -284,10 +222,12 @@ class Scheduler(GenServer):
             self.start_failed(f"cannot list {self.sup_name}'s children: {error!r}")
             return
         addrs = [c.addr for c in children if c.addr is not None]
-        if not addrs:
+        self._adopting = set(range(len(addrs))) | {("host", i) for i in range(len(self.core.runner.hosts.names))}
+        self.core.runner.hosts.find_hosts(lambda index, addr: self.core.runner.hosts.adopt(
+            index, addr, self._adopt_hosted))
+        if not self._adopting:
             self.start_complete()
             return
-        self._adopting = set(range(len(addrs)))
         for i, addr in enumerate(addrs):
             self.call_async(addr, GetDetails(self.myAddress), functools.partial(self._adopt, i, addr),
                             ADOPT_TIMEOUT)
@@ -306,7 +246,30 @@ class Scheduler(GenServer):
             log.info("Job %s: adopted, already running as %s", spec.id, addr)
         else:
             log.warning("could not adopt job actor %s: %r", addr, error)
-        self._adopting.discard(index)
+        self._adopted_one(index)
+
+    def _adopt_hosted(self, index: int, addr: Any, details: Any, error: Exception | None) -> None:
+        """Host ``index`` listed the jobs it runs: they are this scheduler's now."""
+        for entry in details or []:
+            spec = JobSpec.from_dict(entry["spec"])
+            handle = HostedJob(addr, spec.id, entry["ref"])
+            started = entry["started_at"]
+            history = [Event(EventType.STARTED, started), Event(EventType.ADDED, spec.start_time or started)]
+            self.core.table.put(Job(spec.id, spec, history, handle, entry["ref"], dict(entry["stats"]),
+                                    entry["checkpoint"]))
+            self.core.runner.hosts.adopted(index)
+            self.adopted.add(spec.id)
+        if error is not None:
+            log.warning("could not list the jobs of job host %s: %r", addr, error)
+        elif details:
+            log.info("adopted %d jobs running on job host %s", len(details), addr)
+        self._adopted_one(("host", index))
+
+    def _adopted_one(self, key: Any) -> None:
+        """One adoption answered; the start completes with the last."""
+        if key not in self._adopting:
+            return  # a host found again later (restarted): nothing to complete
+        self._adopting.discard(key)
         if not self._adopting:
             self.start_complete()
 
@@ -350,7 +313,9 @@ class Scheduler(GenServer):
             return None if self._job(msg.job_id) is None else core.job_summary(msg.job_id)
         if isinstance(msg, JobAddress):
             job = self._job(msg.job_id)
-            return None if job is None or isinstance(job.pid, Starting) else job.pid
+            if job is None or isinstance(job.pid, Starting):
+                return None
+            return job.pid.host if isinstance(job.pid, HostedJob) else job.pid
         if isinstance(msg, HealthThreshold):
             return core.settings.health_threshold
         if isinstance(msg, GetStats):
@@ -437,6 +402,9 @@ class Scheduler(GenServer):
         if isinstance(msg, JobProgress):
             self._progress(msg)
             return
+        if isinstance(msg, JobExited):
+            self._hosted_exited(msg)
+            return
         log.warning("scheduler_unknown_cast message=%.200r", msg)  # ignored, as in the seed
 
     def _progress(self, msg: JobProgress) -> None:
@@ -451,6 +419,15 @@ class Scheduler(GenServer):
             changes["checkpoint"] = msg.checkpoint
         self.core.table.update(job, **changes)
 
+    def _hosted_exited(self, msg: JobExited) -> None:
+        """A hosted job's own end (the seed's DOWN for its process)."""
+        job = self.core.table.by_monitor(msg.ref)
+        if job is None or not isinstance(job.pid, HostedJob) or job.pid.ref != msg.ref:
+            return  # stopped meanwhile, or not this run
+        self.core.runner.hosts.released(job.pid)
+        self.adopted.discard(job.id)
+        self.core.job_exited(job, msg.reason)
+
     def handle_info(self, msg: Any) -> None:
         self._handle_info(msg)
         self.core.runner.pump()
@@ -462,6 +439,8 @@ class Scheduler(GenServer):
                 self._arm_timer()
             return
         if isinstance(msg, Down):
+            if self.core.runner.hosts.host_down(msg.ref, msg.reason):
+                return
             job = self.core.table.by_monitor(msg.ref)
             if job is not None:
                 self.adopted.discard(job.id)
@@ -482,7 +461,7 @@ class Scheduler(GenServer):
 
     def job_start_answered(self, token: Starting, addr: Any, error: Exception | None) -> None:
         """scheduler_sup answered a StartChild for ``token``'s job."""
-        self.core.runner.answered()
+        self.core.runner.actors.answered()
         job = self.core.table.get(token.job_id)
         wanted = job is not None and job.pid == token
         if error is not None:

@@ -10,7 +10,11 @@ with it, so no scheduler ever believes in jobs that are gone.
 * :class:`SchedulerSup`: simple_one_for_one, temporary children (a crashed
   job is not entitled to an immediate restart: the scheduler decides, with
   backoff), intensity 10 in 3 s, shutdown 5 s.
-* :class:`SchedulerTree`: rest_for_one over the two.
+* :class:`~actors.scheduler.host.JobHostSup`: the job hosts, each running
+  many jobs as threads (jobs of ``"isolation": "thread"``, the default).
+* :class:`SchedulerTree`: rest_for_one over the three (scheduler_sup, the
+  hosts, the scheduler): a scheduler crash leaves every job running and
+  the new scheduler adopts them from scheduler_sup and from the hosts.
 * :func:`scheduler_children`: the tree as one child spec for a node's root.
 """
 from __future__ import annotations
@@ -21,6 +25,7 @@ from supervision import ChildSpec, Supervisor, SupFlags
 
 from actors.node.config import RUNTIME_KEYS, Config, node_name
 from actors import names
+from actors.scheduler.host import DEFAULT_HOSTS, JobHostSup
 
 #: Registered names (node-local) of the two actors.
 SCHEDULER_SUP_NAME = names.SCHEDULER_SUP
@@ -42,19 +47,25 @@ class SchedulerSup(Supervisor):
 
 
 class SchedulerTree(Supervisor):
-    """rest_for_one: scheduler_sup, then the scheduler.
+    """rest_for_one: scheduler_sup, the job hosts, then the scheduler.
 
-    args: ``{"settings": {...}, "clock": None | "manual", "sup_name", "name"}``.
+    args: ``{"settings": {...}, "clock": None | "manual", "sup_name", "name", "hosts"}``
+    (``hosts``: how many job hosts, default :data:`~actors.scheduler.host.DEFAULT_HOSTS`).
     """
 
     def children(self, args: Any) -> tuple:
         sup_name = args.get("sup_name", SCHEDULER_SUP_NAME)
         name = args.get("name", SCHEDULER_NAME)
+        hosts = args.get("hosts") or DEFAULT_HOSTS
+        host_name = f"{name}.host.{{}}"
         flags = SupFlags("rest_for_one", intensity=10, period=1)
         return flags, [
             ChildSpec("scheduler_sup", SchedulerSup, None, type="supervisor", name=sup_name),
+            ChildSpec("job_hosts", JobHostSup, {"hosts": hosts, "name": host_name}, type="supervisor",
+                      name=f"{name}.hosts"),
             ChildSpec("scheduler", SCHEDULER_START, {"settings": args.get("settings", {}), "sup_name": sup_name,
-                                                     "node_name": args.get("node_name")},
+                                                     "node_name": args.get("node_name"),
+                                                     "host_names": [host_name.format(i) for i in range(hosts)]},
                       shutdown=5.0, name=name, clock=args.get("clock")),
         ]
 

@@ -7,6 +7,7 @@ the knobs: ``log`` (a file where lifecycle lines are appended), ``path``
 from __future__ import annotations
 
 import os
+import time
 from typing import Any
 
 
@@ -53,3 +54,28 @@ def until_file(ctx: Any) -> None:
             record(ctx, "stop")
             return
     record(ctx, "done")
+
+
+def stubborn(ctx: Any) -> None:
+    """Ignores stop: loops in Python until JobStopping is raised inside it."""
+    record(ctx, "start")
+    try:
+        while True:
+            time.sleep(0.05)
+    finally:
+        record(ctx, "end")
+
+
+def blocked(ctx: Any) -> None:
+    """Ignores stop while blocked in native code (one long sleep)."""
+    record(ctx, "start")
+    time.sleep(3600)
+
+
+def checkpointing(ctx: Any) -> None:
+    """A typical I/O-bound job: waits (as on a socket), checkpoints each second."""
+    n = (ctx.last_checkpoint or {}).get("n", 0)
+    while not ctx.wait(1.0):
+        n += 1
+        ctx.checkpoint({"n": n})
+    ctx.checkpoint({"n": n})

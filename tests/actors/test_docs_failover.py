@@ -10,7 +10,9 @@ the other one takes them over within the owner timeout.
 from __future__ import annotations
 
 import json
+import functools
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -38,10 +40,17 @@ DOC_FIELDS = {"database", "doc_id", "id", "node", "source", "target", "source_pr
               "info", "error_count", "last_updated", "start_time"}
 
 
+def _limit_open_files(limit: int) -> None:
+    """In the child before exec: at most ``limit`` open files (as ``ulimit -n``)."""
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    limit = limit if hard == resource.RLIM_INFINITY else min(limit, hard)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
+
+
 class CliNode:
     """A node started by the console command in its own session."""
 
-    def __init__(self, url: str, tmp_path, name: str, max_jobs: int = 5) -> None:
+    def __init__(self, url: str, tmp_path, name: str, max_jobs: int = 5, nofile: int | None = None) -> None:
         self.port = free_port()
         self.name = name
         cfg = tmp_path / f"{name}.ini"
@@ -56,7 +65,8 @@ class CliNode:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "tests.actors.docs_node_main", "node", "start", "--store", url,
                  "--port", str(self.port), "--config", str(cfg), "--log-level", "warning", "--http-port", "0"],
-                cwd=str(ROOT), env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+                cwd=str(ROOT), env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                preexec_fn=None if nofile is None else functools.partial(_limit_open_files, nofile))
         self.runtime = tmp_path / f"node-{self.port}.json"
         self.info: dict = {}
 

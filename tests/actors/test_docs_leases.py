@@ -12,12 +12,17 @@ import pytest
 import fdblayer
 from actors import docs
 
+from tests.procs import group_pids, open_fds, pss_mb
+
 from .jobs_fixtures import wait_until
 from .test_docs_failover import IDLE, OWNER_TIMEOUT, CliNode
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
 N_DOCS = 200  # ~60 ms a job process: seconds of starts, past the 2 s owner timeout
+#: The seed's [replicator] max_jobs default: one node runs that many documents.
+SEED_SCALE = 500
+CHECKPOINTING = "tests.actors.scheduler_fixtures:checkpointing"
 
 
 def test_leases_are_renewed_while_many_jobs_start(tmp_path):
@@ -40,6 +45,44 @@ def test_leases_are_renewed_while_many_jobs_start(tmp_path):
         if node.proc.poll() is None:
             node.kill()
         db.close()
+
+
+def test_500_documents_run_on_one_node_in_1_gb_under_ulimit_1024(tmp_path):
+    """The seed's scale: 500 documents whose handler waits and checkpoints
+    all run within 10 s of being added, in under 1 GB of memory (PSS of all
+    the node's processes), with at most 1,024 open files per process, and
+    no lease of the live node is lost."""
+    url = f"sqlite:///{tmp_path}/store.db"
+    db = fdblayer.open(url)
+    node = CliNode(url, tmp_path, "a", max_jobs=SEED_SCALE, nofile=1024)
+    try:
+        node.wait_up()
+        ids = [f"d{i:03d}" for i in range(SEED_SCALE)]
+        for doc_id in ids:
+            docs.put(db, "_replicator", doc_id, {"handler": CHECKPOINTING, "continuous": True})
+        added = time.monotonic()
+        wait_until(lambda: _running(node) == ids, 60, "every document to run", step=0.2)
+        took = time.monotonic() - added
+        pids = group_pids(node.info["pgid"])
+        memory, fds = pss_mb(pids), open_fds(pids)
+        wait_until(lambda: all(d.state == "running" for d in docs.list_docs(db, "_replicator", limit=1000)[1]),
+                   30, "every state recorded", step=0.2)
+        log = node.log.read_text()
+        assert "job_reenqueued" not in log and "Too many open files" not in log, log[-3000:]
+        assert len({d.node for d in docs.list_docs(db, "_replicator", limit=1000)[1]}) == 1
+        assert took < 10, f"all running {took:.1f} s after the last document was added"
+        assert memory < 1024, f"{memory:.0f} MB of PSS for {SEED_SCALE} running jobs"
+        assert fds < 1024, f"{fds} descriptors node-wide: they must not grow with the jobs"
+    finally:
+        if node.proc.poll() is None:
+            node.kill()
+        db.close()
+
+
+def _running(node) -> list[str]:
+    """Documents whose job runs (not merely in the table)."""
+    return sorted(j["doc_id"] for j in node.sched.jobs()
+                  if j["database"] == "_replicator" and j["pid"] not in (None, "<starting>"))
 
 
 def test_a_node_that_cannot_renew_stops_the_job_before_the_lease_runs_out(tmp_path):

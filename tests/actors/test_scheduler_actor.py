@@ -16,6 +16,7 @@ import pytest
 from actors.node.config import CONFIG_SERVER, Config, GetConfig
 from actors.node.config_server import config_children
 from actors.scheduler.client import SchedulerClient
+from actors.scheduler.host import DEFAULT_HOSTS, HOST_NAME, CountRunning
 from actors.scheduler.core import InvalidSetting, JobNotFound
 from actors.scheduler.sup import SCHEDULER_NAME, SCHEDULER_SUP_NAME, scheduler_children
 from supervision import start_node
@@ -34,9 +35,9 @@ class Harness:
         self.log = tmp_path / "events.log"
 
     def spec(self, job_id: str, handler: str = "forever", continuous: bool = True, permanent: bool = True,
-             **options) -> dict:
+             isolation: str = "thread", **options) -> dict:
         spec = {"id": job_id, "handler": f"{FIX}:{handler}", "continuous": continuous,
-                "options": dict(options, log=str(self.log))}
+                "options": dict(options, log=str(self.log)), "isolation": isolation}
         if permanent:
             spec["db_name"] = "db1"
         return spec
@@ -53,7 +54,9 @@ class Harness:
         return self.client.get_pid(addr)
 
     def live_job_actors(self) -> int:
-        return sum(1 for c in self.client.which_children(SCHEDULER_SUP_NAME) if c.addr is not None)
+        """Jobs whose code runs: job processes, and job threads of the hosts."""
+        processes = sum(1 for c in self.client.which_children(SCHEDULER_SUP_NAME) if c.addr is not None)
+        return processes + sum(self.client.call(HOST_NAME.format(i), CountRunning()) for i in range(DEFAULT_HOSTS))
 
     def events(self, kind: str | None = None) -> list[str]:
         if not self.log.exists():
@@ -167,8 +170,10 @@ def test_if_permanent_job_crashes_it_stays_in_ets(h) -> None:
 # ------------------------------------------------------------ crashes, backoff
 
 
-def test_sigkilled_job_is_a_crash_and_backs_off_on_the_clock(h) -> None:
-    h.s.add_job(h.spec("k1"))
+@pytest.mark.parametrize("isolation", ["process", "thread"])
+def test_sigkilled_job_is_a_crash_and_backs_off_on_the_clock(h, isolation) -> None:
+    """SIGKILL of the job's process: its own, or the job host it runs in."""
+    h.s.add_job(h.spec("k1", isolation=isolation))
     pid = h.job_pid("k1")
     os.kill(pid, signal.SIGKILL)
     summary = wait_until(lambda: (s := h.s.job_summary("k1")) and s["state"] == "crashing" and s,
@@ -231,14 +236,26 @@ def test_interval_timer_rotates_continuous_jobs(h) -> None:
 
 
 def test_remove_job_stops_its_actor_and_add_replaces(h) -> None:
-    h.s.add_job(h.spec("x"))
+    h.s.add_job(h.spec("x", isolation="process"))
     pid = h.job_pid("x")
-    h.s.add_job(h.spec("x"))
+    h.s.add_job(h.spec("x", isolation="process"))
     wait_until(lambda: not pid_alive(pid), what="old instance stopped")
     new_pid = h.job_pid("x")
     assert new_pid != pid
     assert h.s.remove_job("x") is True
     wait_until(lambda: not pid_alive(new_pid) and h.live_job_actors() == 0, what="removed job stopped")
+    with pytest.raises(JobNotFound):
+        h.s.job("x")
+
+
+def test_remove_and_replace_a_hosted_job_end_its_thread(h) -> None:
+    h.s.add_job(h.spec("x"))
+    wait_until(lambda: h.running() == ["x"] and h.live_job_actors() == 1, what="x running in a host")
+    h.s.add_job(h.spec("x"))  # replaces: the old run stops, a new one starts
+    wait_until(lambda: len(h.events("stop")) == 1 and h.live_job_actors() == 1, what="old run stopped")
+    assert len(h.events("start")) == 2
+    assert h.s.remove_job("x") is True
+    wait_until(lambda: h.live_job_actors() == 0, what="removed job's code no longer runs")
     with pytest.raises(JobNotFound):
         h.s.job("x")
 

@@ -302,7 +302,9 @@ def run_chaos(s: ChaosSettings, workdir: Path, out: Callable[[str], Any] = print
     try:
         jobs.set_type_timeout(db, JOB_TYPE, s.type_timeout)
         for doc_id in doc_ids:
-            docs.put(db, "_replicator", doc_id, {"handler": HANDLER, "continuous": True,
+            # A process per job: the checks match each running job to its own
+            # process (jobs in job hosts are checked by tests of their own).
+            docs.put(db, "_replicator", doc_id, {"handler": HANDLER, "continuous": True, "isolation": "process",
                                                  "options": {"log": str(handler_log)}})
         node.start()
         n_types = len(jobs.get_types(db))  # the queue's type and the documents' reserved type

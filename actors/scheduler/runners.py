@@ -1,0 +1,213 @@
+"""How the scheduler starts and stops running jobs, without ever blocking.
+
+Principle: the scheduler's policy (:mod:`actors.scheduler.core`) sees one
+runner with ``start(job) -> (pid, monitor)`` and ``stop(job)``; this module
+gives it two and picks by the job's ``isolation``:
+
+* :class:`HostRunner` (``"thread"``, the default): the job runs in a thread
+  of one of the node's job hosts (:mod:`actors.scheduler.host`), the least
+  loaded live one. Its "pid" is a :class:`HostedJob` and its monitor the
+  run's ref, set at once, so the host's ``JobExited`` for it is matched
+  however early it comes. The scheduler monitors each host: a host that
+  dies ends every job it ran with the host's reason.
+* :class:`ActorRunner` (``"process"``): the job is an actor process of its
+  own under ``scheduler_sup`` (one ``StartChild`` each, a few in flight).
+"""
+from __future__ import annotations
+
+import collections
+import functools
+import itertools
+import logging
+import uuid
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from supervision.messages import Cast, WhereIs
+from supervision.supervisor import StartChild, TerminateChild
+
+from actors.scheduler.core import Job, JobStartError, reason_text
+from actors.scheduler.host import HostedJob, ListHosted, StartHosted, StopHosted
+
+if TYPE_CHECKING:
+    from actors.scheduler.server import Scheduler
+
+log = logging.getLogger(__name__)
+
+#: Seconds to wait for a job's start before counting a crash.
+START_TIMEOUT = 30.0
+#: StartChild calls outstanding at once (scheduler_sup serves them in turn).
+MAX_STARTS_IN_FLIGHT = 4
+#: Seconds between looks for a host that is down (its supervisor restarts it).
+HOST_RETRY = 0.5
+
+
+@dataclass(frozen=True)
+class Starting:
+    """The pid of a process job whose actor start is under way."""
+
+    job_id: Any
+    token: int
+
+    def __str__(self) -> str:
+        return "<starting>"
+
+
+class Runners:
+    """The scheduler's runner: each job to the runner of its isolation."""
+
+    def __init__(self, scheduler: "Scheduler", host_names: list[str]) -> None:
+        self.actors = ActorRunner(scheduler)
+        self.hosts = HostRunner(scheduler, host_names)
+
+    def _for(self, job: Job) -> "ActorRunner | HostRunner":
+        return self.actors if job.spec.isolation == "process" else self.hosts
+
+    def start(self, job: Job) -> tuple[Any, Any]:
+        return self._for(job).start(job)
+
+    def stop(self, job: Job) -> None:
+        if isinstance(job.pid, HostedJob):
+            self.hosts.stop(job)
+        else:
+            self.actors.stop(job)
+
+    def pump(self) -> None:
+        self.actors.pump()
+
+
+class ActorRunner:
+    """Starts and stops job actors under scheduler_sup, without blocking.
+
+    scheduler_sup starts children one at a time, so at most
+    ``MAX_STARTS_IN_FLIGHT`` StartChild calls are outstanding and the rest
+    wait here: a call's timeout then measures one start, not a queue.
+    """
+
+    def __init__(self, scheduler: "Scheduler") -> None:
+        self.scheduler = scheduler
+        self.tokens = itertools.count(1)
+        self.queue: collections.deque = collections.deque()
+        self.in_flight = 0
+
+    def start(self, job: Job) -> tuple[Any, Any]:
+        """Queue the start; the scheduler pumps the queue after each step
+        (once the table says the job is starting)."""
+        token = Starting(job.id, next(self.tokens))
+        self.queue.append(token)
+        return token, None
+
+    def pump(self) -> None:
+        s = self.scheduler
+        while self.queue and self.in_flight < MAX_STARTS_IN_FLIGHT:
+            token = self.queue.popleft()
+            job = s.core.table.get(token.job_id)
+            if job is None or job.pid != token:
+                continue  # stopped or removed before its turn
+            args = {"spec": job.spec.to_dict(), "scheduler": s.myAddress, "checkpoint": job.checkpoint}
+            self.in_flight += 1
+            s.call_async(s.sup, StartChild(args), functools.partial(s.job_start_answered, token), START_TIMEOUT)
+
+    def answered(self) -> None:
+        self.in_flight -= 1
+        self.pump()
+
+    def stop(self, job: Job) -> None:
+        s = self.scheduler
+        if job.monitor is not None:
+            s.demonitor(job.monitor)
+        if isinstance(job.pid, Starting):
+            return  # its start answer finds it no longer wanted and stops it
+        s.call_async(s.sup, TerminateChild(job.pid), functools.partial(s.job_stop_answered, job.id), START_TIMEOUT)
+
+
+class HostRunner:
+    """Runs jobs as threads of the node's job hosts (registered ``host_names``)."""
+
+    def __init__(self, scheduler: "Scheduler", host_names: list[str]) -> None:
+        self.scheduler = scheduler
+        self.names = list(host_names)
+        self.addrs: list[Any] = [None] * len(self.names)
+        self.monitors: dict[str, int] = {}  # monitor ref -> host index
+        self.load: list[int] = [0] * len(self.names)
+        self.gone: list[Any] = [None] * len(self.names)  # each host's last dead address
+
+    # ------------------------------------------------------------ hosts
+    def find_hosts(self, on_found: Any) -> None:
+        """Look every host up (then monitor it); ``on_found(index, addr)`` after each answer."""
+        for index in range(len(self.names)):
+            self._look_up(index, on_found)
+
+    def _look_up(self, index: int, on_found: Any = None) -> None:
+        s = self.scheduler
+        s.call_async(s.node, WhereIs(self.names[index]),
+                     functools.partial(self._found, index, on_found), START_TIMEOUT)
+
+    def _found(self, index: int, on_found: Any, addr: Any, error: Exception | None) -> None:
+        s = self.scheduler
+        if addr is None or addr == self.addrs[index] or addr == self.gone[index]:
+            s.start_timer(HOST_RETRY, functools.partial(self._look_up, index, on_found), real=True)
+            return
+        self.addrs[index] = addr
+        self.monitors[s.monitor(addr)] = index
+        if on_found is not None:
+            on_found(index, addr)
+
+    def host_down(self, ref: str, reason: Any) -> bool:
+        """A host's monitor fired: end each of its jobs with the host's
+        reason and look for its successor. False if ``ref`` is not a host's."""
+        index = self.monitors.pop(ref, None)
+        if index is None:
+            return False
+        s = self.scheduler
+        addr = self.addrs[index]
+        self.addrs[index], self.gone[index] = None, addr  # no new job goes there until its successor is found
+        self.load[index] = 0
+        log.warning("job_host_down host=%s reason=%s", self.names[index], reason_text(reason))
+        for job in [j for j in s.core.table.running_jobs() if isinstance(j.pid, HostedJob) and j.pid.host == addr]:
+            s.core.job_exited(job, reason)  # its code ended with its host, for the host's reason
+        self._look_up(index)
+        return True
+
+    def adopt(self, index: int, addr: Any, on_listed: Any) -> None:
+        """Ask host ``index`` for the jobs it runs; ``on_listed(index, addr, details, error)``."""
+        s = self.scheduler
+        s.call_async(addr, ListHosted(s.myAddress), functools.partial(on_listed, index, addr), START_TIMEOUT)
+
+    def adopted(self, index: int) -> None:
+        self.load[index] += 1
+
+    # ------------------------------------------------------------- jobs
+    def start(self, job: Job) -> tuple[Any, Any]:
+        live = [i for i, addr in enumerate(self.addrs) if addr is not None]
+        if not live:
+            raise JobStartError("no job host is running")
+        index = min(live, key=lambda i: self.load[i])
+        s = self.scheduler
+        ref = uuid.uuid4().hex
+        handle = HostedJob(self.addrs[index], job.id, ref)
+        self.load[index] += 1
+        msg = StartHosted(ref, job.spec.to_dict(), job.checkpoint, s.myAddress)
+        s.call_async(handle.host, msg, functools.partial(self._start_answered, handle), START_TIMEOUT)
+        return handle, ref
+
+    def _start_answered(self, handle: HostedJob, _pid: Any, error: Exception | None) -> None:
+        if error is None:
+            return
+        s = self.scheduler
+        job = s.core.table.get(handle.job_id)
+        if job is not None and job.pid == handle:
+            log.warning("Job %s: failed to start on %s: %s", handle.job_id, handle.host, reason_text(error))
+            self.released(handle)
+            s.core.update_state_crashed(job, reason_text(error))
+
+    def stop(self, job: Job) -> None:
+        handle = job.pid
+        self.released(handle)
+        self.scheduler.send(handle.host, Cast(StopHosted(handle.ref)))
+
+    def released(self, handle: HostedJob) -> None:
+        """A job of ``handle.host`` ended or was stopped: one less on it."""
+        for index, addr in enumerate(self.addrs):
+            if addr == handle.host and self.load[index] > 0:
+                self.load[index] -= 1

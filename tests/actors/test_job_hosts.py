@@ -1,0 +1,95 @@
+"""Scheduler jobs run as threads of a few job hosts (isolation "thread", the default).
+
+Each job is still its own supervised entity: it ends with its own reason,
+stops run in parallel and never hold up a start, and a job is reported gone
+only once its code no longer runs, even when its handler ignores stop.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+
+from actors.node.config import Config
+from actors.scheduler.host import KILL_GRACE, STOP_GRACE
+from actors.scheduler.sup import scheduler_children
+from supervision import start_node
+from supervision.registry import pid_alive
+from tests.actors.test_scheduler_actor import Harness
+from tests.procs import free_port, group_pids, wait_until
+
+
+@pytest.fixture
+def h(tmp_path):
+    config = Config()
+    config.set("replicator", "max_jobs", 100)
+    node = start_node(free_port(), None, scheduler_children(config, clock="manual"), level=30)
+    harness = Harness(node, tmp_path)
+    try:
+        yield harness
+    finally:
+        pgid = node.pgid
+        node.stop()
+        wait_until(lambda: not group_pids(pgid), 20, "no process of the node left")
+
+
+def host_pids(h) -> set[int]:
+    return {c.pid for c in h.client.which_children("scheduler.hosts")}
+
+
+def test_many_jobs_share_a_few_processes(h):
+    for i in range(40):
+        h.s.add_job(h.spec(f"j{i}"))
+    wait_until(lambda: len(h.running()) == 40 and h.live_job_actors() == 40, what="40 jobs running")
+    pids = {int(line.split()[2]) for line in h.events("start")}
+    assert pids <= host_pids(h) and len(pids) == 4, "spread over the 4 hosts, no process per job"
+    assert h.client.which_children("scheduler_sup") == []
+
+
+def test_stubborn_handlers_stop_in_parallel_and_a_new_job_starts_meanwhile(h):
+    for i in range(20):
+        h.s.add_job(h.spec(f"s{i}", handler="stubborn"))
+    wait_until(lambda: len(h.events("start")) == 20, what="20 stubborn jobs running")
+    t0 = time.monotonic()
+    for i in range(20):
+        h.s.remove_job(f"s{i}")
+    h.s.add_job(h.spec("fresh"))
+    wait_until(lambda: "fresh" in h.running() and any(" fresh " in line for line in h.events("start")),
+               what="a new job started while the others stop")
+    assert time.monotonic() - t0 < 2.0, "the start did not wait behind the stops"
+    wait_until(lambda: len(h.events("end")) == 20 and h.live_job_actors() == 1, STOP_GRACE + KILL_GRACE + 5,
+               what="every stubborn job's code ended")
+    assert time.monotonic() - t0 < STOP_GRACE + KILL_GRACE + 3, "in parallel: one grace for all 20"
+
+
+def test_a_handler_blocked_in_native_code_takes_its_host_down_and_nothing_else_is_lost(h):
+    h.s.add_job(h.spec("blocked", handler="blocked"))
+    wait_until(lambda: h.events("start"), what="the blocked job running")
+    host = int(h.events("start")[0].split()[2])
+    h.s.remove_job("blocked")
+    wait_until(lambda: not pid_alive(host), STOP_GRACE + KILL_GRACE + 5, what="its host exited")
+    wait_until(lambda: len(host_pids(h)) == 4 and host not in host_pids(h), what="the host restarted")
+    assert h.live_job_actors() == 0
+    h.s.add_job(h.spec("after"))
+    wait_until(lambda: h.running() == ["after"] and h.live_job_actors() == 1, what="jobs run again")
+
+
+def test_a_job_ends_with_its_own_reason_and_a_sigkilled_host_ends_only_its_own_jobs(h):
+    h.s.add_job(h.spec("c1", handler="crash"))
+    summary = wait_until(lambda: (s := h.s.job_summary("c1")) and s["state"] == "crashing" and s, what="crash")
+    assert summary["info"] == "RuntimeError: boom on purpose"
+    for i in range(8):
+        h.s.add_job(h.spec(f"k{i}"))
+    wait_until(lambda: len(h.events("start")) == 9, what="8 jobs running")
+    by_pid: dict[int, set] = {}
+    for line in h.events("start")[1:]:
+        _, job, pid = line.split()
+        by_pid.setdefault(int(pid), set()).add(job)
+    victim, on_victim = next(iter(by_pid.items()))
+    os.kill(victim, signal.SIGKILL)
+    wait_until(lambda: all(h.s.job_summary(j)["state"] == "crashing" for j in on_victim), what="its jobs crashed")
+    others = {f"k{i}" for i in range(8)} - on_victim
+    assert all(h.s.job_summary(j)["state"] == "running" for j in others), "the other hosts' jobs run on"
+    assert {h.s.job_summary(j)["info"] for j in on_victim} == {"killed"}
