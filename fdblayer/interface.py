@@ -133,6 +133,20 @@ def add_little_endian(current: Optional[bytes], param: bytes) -> bytes:
     return (total % (1 << (8 * size))).to_bytes(size, "little")
 
 
+def add_params(queued: List[List[int]]) -> List[bytes]:
+    """The params of buffered adds kept as ``[[width, sum], ...]`` (consecutive
+    adds of one width summed), each sum reduced to its width."""
+    return [(total % (1 << (8 * width))).to_bytes(width, "little") for width, total in queued]
+
+
+def apply_adds(current: Optional[bytes], queued: List[List[int]]) -> bytes:
+    """``current`` after the buffered adds ``queued``, in order (see :func:`add_params`)."""
+    value = current
+    for param in add_params(queued):
+        value = add_little_endian(value, param)
+    return value if value is not None else b""
+
+
 def splice_versionstamp(data: bytes, stamp: bytes) -> bytes:
     """Fill the placeholder of an API>=520 versionstamped key or value.
 

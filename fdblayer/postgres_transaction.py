@@ -49,6 +49,8 @@ from fdblayer.interface import (
     Transaction,
     VersionstampFuture,
     add_little_endian,
+    add_params,
+    apply_adds,
     check_key,
     check_value,
     check_versionstamp_template,
@@ -56,6 +58,7 @@ from fdblayer.interface import (
     splice_versionstamp,
 )
 from fdblayer.postgres_backend import connection_is_broken, key_prefixes, map_pg_error
+from fdblayer.postgres_own_writes import OwnWrites
 from fdblayer.selectors import END_OF_KEYSPACE, KeyOrSelector, KeySelector, KeyValue, to_selector
 from fdblayer.sqlite_backend import ForkEpoch
 from fdblayer.watches import Watch
@@ -69,18 +72,6 @@ logger = logging.getLogger(__name__)
 
 _CHUNK = 256  # rows per query when a limited range read must skip buffered keys
 _MANY = 1000  # keys per multi-key query
-
-
-def _add_params(queued: List[List[int]]) -> List[bytes]:
-    """The little-endian params of queued ``[width, sum]`` adds (sums reduced)."""
-    return [(total % (1 << (8 * width))).to_bytes(width, "little") for width, total in queued]
-
-
-def _apply_adds(value: Optional[bytes], queued: List[List[int]]) -> bytes:
-    for param in _add_params(queued):
-        value = add_little_endian(value, param)
-    assert value is not None
-    return value
 
 
 class _SnapshotView(ReadView):
@@ -104,7 +95,7 @@ class _SnapshotView(ReadView):
         return self._tr._get_range(begin, end, limit, reverse, snapshot=True)
 
 
-class PostgresTransaction(Transaction):
+class PostgresTransaction(OwnWrites, Transaction):
     """A transaction on a ``PostgresDatabase`` (see the module docstring)."""
 
     def __init__(self, db: "PostgresDatabase", lone: bool = False) -> None:
@@ -276,7 +267,7 @@ class PostgresTransaction(Transaction):
         rb = [k for k in self._read_keys] + [b for b, _ in self._read_ranges]
         re_ = [k + b"\x00" for k in self._read_keys] + [e for _, e in self._read_ranges]
         sets = [(k, v) for k, v in self._sets.items() if v is not None]
-        adds = [(k, p) for k, queued in self._adds.items() for p in _add_params(queued)]
+        adds = [(k, p) for k, queued in self._adds.items() for p in add_params(queued)]
         return (
             self._read_version if checked else None, rb, re_,
             [b for b, _ in self._cleared], [e for _, e in self._cleared],
@@ -339,9 +330,6 @@ class PostgresTransaction(Transaction):
 
     # ------------------------------------------------------------ the view
 
-    def _in_cleared(self, key: bytes) -> bool:
-        return any(b <= key < e for b, e in self._cleared)
-
     def _view_value(self, key: bytes) -> Optional[bytes]:
         """The value this transaction sees (a snapshot read where it must read)."""
         return self._read(key, snapshot=True)
@@ -358,7 +346,7 @@ class PostgresTransaction(Transaction):
             self._read_keys.add(key)
         if queued is None:
             return value
-        value = _apply_adds(value, queued)
+        value = apply_adds(value, queued)
         if not snapshot:  # the read made the key known: the adds become a set
             del self._adds[key]
             self._sets[key] = value
@@ -471,62 +459,6 @@ class PostgresTransaction(Transaction):
                 self._read_ranges.append((low, high))
             self._fold_adds(rows)
         return rows
-
-    def _overlay(self, low: bytes, high: bytes) -> Dict[bytes, Optional[bytes]]:
-        """Buffered keys in ``[low, high)``: set value, None (cleared) or ``...`` (adds)."""
-        overlay: Dict[bytes, Any] = {k: v for k, v in self._sets.items() if low <= k < high}
-        for key in self._adds:
-            if low <= key < high:
-                overlay[key] = ...
-        return overlay
-
-    def _merge(
-        self,
-        rows: List[KeyValue],
-        db_rows: List[Tuple[bytes, bytes]],
-        overlay: Dict[bytes, Any],
-        low: bytes,
-        high: bytes,
-        reverse: bool,
-        final: bool,
-    ) -> List[KeyValue]:
-        """Add to ``rows`` the view of one chunk of snapshot rows in ``[low, high)``.
-
-        Snapshot rows in cleared ranges or overwritten are dropped; buffered
-        keys come in where they sort. A chunk that is not the last one covers
-        keys up to its last row only, so buffered keys past it wait.
-        """
-        merged: Dict[bytes, Optional[bytes]] = {}
-        for key, value in db_rows:
-            if key in overlay:
-                continue
-            if self._cleared and self._in_cleared(key):
-                continue
-            merged[key] = value
-        if db_rows and not final:
-            edge = db_rows[-1][0]
-            covered = (lambda k: k >= edge) if reverse else (lambda k: k <= edge)
-        else:
-            covered = lambda k: True  # noqa: E731
-        db_values = dict(db_rows)
-        for key, value in overlay.items():
-            if not (low <= key < high) or not covered(key):
-                continue
-            if value is ...:
-                value = _apply_adds(db_values.get(key), self._adds[key])
-            if value is not None:
-                merged[key] = value
-        ordered = sorted(merged.items(), reverse=reverse)
-        return rows + [KeyValue(k, v) for k, v in ordered]
-
-    def _fold_adds(self, rows: List[KeyValue]) -> None:
-        """Keys with pending adds that a conflicting range read returned become sets."""
-        if not self._adds:
-            return
-        for key, value in rows:
-            if key in self._adds:
-                del self._adds[key]
-                self._sets[key] = value
 
     def _db_range(self, low: bytes, high: bytes, limit: int, reverse: bool) -> List[Tuple[bytes, bytes]]:
         sql = self._db.sql

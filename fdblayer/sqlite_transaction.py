@@ -42,6 +42,8 @@ from fdblayer.interface import (
     Transaction,
     VersionstampFuture,
     add_little_endian,
+    add_params,
+    apply_adds,
     check_key,
     check_value,
     check_versionstamp_template,
@@ -88,11 +90,6 @@ def _many_sql(count: int) -> str:
     return "SELECT k, v FROM kv WHERE k IN ({})".format(", ".join("?" * count))
 SQL_RANGE_ASC = "SELECT k, v FROM kv WHERE k >= ? AND k < ? ORDER BY k ASC"
 SQL_RANGE_DESC = "SELECT k, v FROM kv WHERE k >= ? AND k < ? ORDER BY k DESC"
-
-
-def _add_params(queued: List[List[int]]) -> List[bytes]:
-    """The little-endian params of queued ``[width, sum]`` adds (sums reduced)."""
-    return [(total % (1 << (8 * width))).to_bytes(width, "little") for width, total in queued]
 
 
 class _SnapshotView(ReadView):
@@ -261,7 +258,7 @@ class SqliteTransaction(SqliteLocking, Transaction):
                 self._conn.executemany(SQL_CLEAR, clears)
             if adds:
                 self._conn.executemany(
-                    SQL_ADD, [(k, p) for k, ps in adds.items() for p in _add_params(ps)]
+                    SQL_ADD, [(k, p) for k, ps in adds.items() for p in add_params(ps)]
                 )
         except sqlite3.Error as exc:
             raise self._sqlite_failure(exc) from exc
@@ -392,9 +389,7 @@ class SqliteTransaction(SqliteLocking, Transaction):
 
     def _apply_adds(self, key: bytes) -> Optional[bytes]:
         """Fold the buffered adds of ``key`` into its value (now a plain set)."""
-        value = self._fetch(key)
-        for param in _add_params(self._adds.pop(key)):
-            value = add_little_endian(value, param)
+        value = apply_adds(self._fetch(key), self._adds.pop(key))
         self._known[key] = self._pending[key] = value
         return value
 

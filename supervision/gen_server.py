@@ -29,7 +29,7 @@ import multiprocessing
 import os
 import signal
 import uuid
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any, Callable
 
 from thespian.actors import (
@@ -46,10 +46,11 @@ from thespian.actors import (
 from . import messages as m
 from .addrmap import AddrMap, AddrSet
 from .clock import Clock, make_clock
-from .exceptions import BadCall, BadCast, BadInfo, CallFailed, CallTimeout, NoProc
+from .exceptions import BadCall, BadCast, BadInfo
 from .reasons import KILLED, NOPROC, NORMAL, SHUTDOWN, is_normal, portable
 from .procs import die_with_parent, pid_alive  # noqa: F401 - die_with_parent re-exported
 from .reports import report
+from .calls import Calls, From, Request  # noqa: F401 - From and Request re-exported
 from .timers import MAX_TIMER_STEP, Timers  # noqa: F401 - MAX_TIMER_STEP re-exported
 
 log = logging.getLogger(__name__)
@@ -59,18 +60,8 @@ NOREPLY = object()
 #: Returned by ``init`` of an actor that finishes starting later by calling
 #: :meth:`GenServer.start_complete` or :meth:`GenServer.start_failed`.
 DEFER_START = object()
-#: Deferred calls an actor remembers, to fail them with its exit reason.
-MAX_OPEN_CALLS = 10000
 #: Seconds a dead child's own exit notice may take before it counts as lost.
 LOST_EXIT_GRACE = 0.5
-
-
-@dataclass(frozen=True)
-class From:
-    """Who to answer for a call: pass it to :meth:`GenServer.reply`."""
-
-    ref: str
-    reply_to: Any
 
 
 def adopt_actor_logging() -> None:
@@ -90,17 +81,7 @@ def adopt_actor_logging() -> None:
             logger.parent = root
 
 
-@dataclass(frozen=True)
-class Request:
-    """Yielded by a task (see :meth:`GenServer.run_task`): call ``target`` with
-    ``msg``; the yield evaluates to the reply or raises the call's error."""
-
-    target: Any
-    msg: Any
-    timeout: float = 5.0
-
-
-class GenServer(Timers, Actor):
+class GenServer(Calls, Timers, Actor):
     """A supervised actor with gen_server callbacks. See the module docstring."""
 
     #: Trap exit signals from linked actors (receive them as ``Exit`` messages).
@@ -152,8 +133,7 @@ class GenServer(Timers, Actor):
         self._children = AddrMap()
         self._exit_reasons = AddrMap()
         self._init_timers()
-        self._pending_calls: dict[str, m.Pending] = {}
-        self._open_calls: dict[str, From] = {}  # deferred (NOREPLY) calls not yet answered
+        self._init_calls()
         self._stop_reason: Any = None
         self._starter: Any = None
         self._fd_watches: dict[int, Callable[[], None]] = {}
@@ -276,79 +256,8 @@ class GenServer(Timers, Actor):
         else:
             self._defer(from_)
 
-    def _defer(self, from_: From) -> None:
-        """Remember a call answered later, so that its caller hears this
-        actor's exit reason if it exits first (as an Erlang caller's monitor
-        does). At most :data:`MAX_OPEN_CALLS` are kept: past that the oldest
-        caller is left to its timeout."""
-        if len(self._open_calls) >= MAX_OPEN_CALLS:
-            del self._open_calls[next(iter(self._open_calls))]
-        self._open_calls[from_.ref] = from_
-
-    def reply(self, from_: From, value: Any) -> None:
-        """Answer the call identified by ``from_``."""
-        self._open_calls.pop(from_.ref, None)
-        self.send(from_.reply_to, m.Reply(from_.ref, value))
-
     def _on_cast(self, cast: m.Cast) -> None:
         self.handle_cast(cast.msg)
-
-    def call_async(self, target: Any, msg: Any, callback: Callable[[Any, Exception | None], None],
-                   timeout: float = 5.0) -> str:
-        """Call another actor without blocking this one.
-
-        ``callback(value, None)`` runs with the reply, or
-        ``callback(None, error)`` with CallTimeout, CallFailed or NoProc.
-        Returns the call's ref.
-        """
-        ref = uuid.uuid4().hex
-        pending = m.Pending(callback, target)
-        pending.timer = self.start_timer(timeout, lambda: self._call_timed_out(ref, msg, timeout), real=True)
-        self._pending_calls[ref] = pending
-        self.send(target, m.Call(ref, msg, self.myAddress))
-        return ref
-
-    def run_task(self, gen: Any, on_done: Callable[[Any], None] | None = None) -> None:
-        """Drive a generator that yields :class:`Request` objects.
-
-        Each yield sends a call and suspends the generator until its reply
-        (or error, raised inside the generator) arrives; meanwhile this actor
-        handles other messages. ``on_done(result)`` runs with the generator's
-        return value. An exception escaping the generator crashes the actor
-        (callbacks run inside the actor's message handling).
-        """
-        self._task_step(gen, on_done, None, None)
-
-    def _task_step(self, gen: Any, on_done: Any, value: Any, error: Exception | None) -> None:
-        try:
-            request = gen.throw(error) if error is not None else gen.send(value)
-        except StopIteration as stop:
-            if on_done is not None:
-                on_done(stop.value)
-            return
-        self.call_async(request.target, request.msg,
-                        lambda v, e: self._task_step(gen, on_done, v, e), request.timeout)
-
-    def _call_timed_out(self, ref: str, msg: Any, timeout: float) -> None:
-        pending = self._pending_calls.pop(ref, None)
-        if pending is not None:
-            pending.callback(None, CallTimeout(pending.target, msg, timeout))
-
-    def _on_reply(self, reply: m.Reply) -> None:
-        pending = self._pending_calls.pop(reply.ref, None)
-        if pending is not None:
-            self.cancel_timer(pending.timer)
-            if isinstance(reply.value, m.Failure):
-                pending.callback(None, reply.value.error)
-            else:
-                pending.callback(reply.value, None)
-
-    def _on_call_error(self, err: m.CallError) -> None:
-        pending = self._pending_calls.pop(err.ref, None)
-        if pending is not None:
-            self.cancel_timer(pending.timer)
-            error = NoProc(err.target) if err.reason == NOPROC else CallFailed(err.target, err.reason)
-            pending.callback(None, error)
 
     # -------------------------------------------------- links and monitors
     def link(self, addr: Any) -> None:
@@ -623,9 +532,7 @@ class GenServer(Timers, Actor):
             self.send(addr, m.Exit(me, reason))
         for ref, watcher in self._monitors.items():
             self.send(watcher, m.Down(ref, me, reason))
-        for from_ in self._open_calls.values():
-            self.send(from_.reply_to, m.CallError(from_.ref, me, reason))
-        self._open_calls.clear()
+        self._fail_open_calls(reason)
 
     def _after_exit(self, msg: Any) -> None:
         """Messages reaching an exiting actor: requests get noproc answers."""
