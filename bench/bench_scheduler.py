@@ -122,19 +122,11 @@ def bench_running(n: int, isolation: str) -> dict:
         pss, fds, procs = _pss_and_fds(node.pgid)
         t0 = time.perf_counter()
         s.load_jobs([])
-        _wait(lambda: _live_jobs(node.client()) == 0, "all stopped")
+        _wait(lambda: s.live_jobs() == 0, "all stopped")
         stopped = time.perf_counter() - t0
         return {"start_s": started, "pss_mb": pss, "fds": fds, "procs": procs, "stop_s": stopped}
     finally:
         node.stop()
-
-
-def _live_jobs(client) -> int:
-    """Jobs whose code still runs: job processes and job-host threads."""
-    from actors.scheduler.host import DEFAULT_HOSTS, HOST_NAME, CountRunning
-
-    processes = sum(1 for c in client.which_children("scheduler_sup") if c.addr is not None)
-    return processes + sum(client.call(HOST_NAME.format(i), CountRunning()) for i in range(DEFAULT_HOSTS))
 
 
 def _wait(predicate, what: str, timeout: float = 300.0) -> None:

@@ -43,7 +43,8 @@ from typing import Any, Callable, Iterator, List, Optional
 from .exceptions import SupervisionError
 from .system import Node, start_node
 
-__all__ = ["running_node", "NodeHandle", "LeakedProcesses", "JsonReports", "free_port"]
+__all__ = ["running_node", "NodeHandle", "LeakedProcesses", "JsonReports", "free_port", "marked_processes",
+           "cmdline"]
 
 #: Environment variable every process of a test node inherits (with a token
 #: of its own): how leaked processes are found, even ones that left the group.
@@ -254,26 +255,27 @@ def _stop_and_check(node: Node, token: str) -> None:
     with contextlib.suppress(Exception):
         node.system.shutdown()
     deadline = time.monotonic() + 5
-    survivors = _marked(token)
+    survivors = marked_processes(token)
     while survivors and time.monotonic() < deadline:
         time.sleep(0.05)
-        survivors = _marked(token)
+        survivors = marked_processes(token)
     if not survivors:
         return
-    described = [f"{pid} ({_cmdline(pid)})" for pid in survivors]
+    described = [f"{pid} ({cmdline(pid)})" for pid in survivors]
     for pid in survivors:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
     deadline = time.monotonic() + 5
-    while _marked(token) and time.monotonic() < deadline:  # gone (or a zombie) before we say so
+    while marked_processes(token) and time.monotonic() < deadline:  # gone (or a zombie) before we say so
         time.sleep(0.02)
     raise LeakedProcesses(f"the test node on port {node.port} left {len(survivors)} process(es) "
                           f"running after its stop (killed now): {', '.join(described)}")
 
 
-def _marked(token: str) -> List[int]:
-    """Live processes (zombies aside) whose environment carries ``token``."""
-    needle = f"{MARKER}={token}".encode()
+def marked_processes(token: str, marker: str = MARKER) -> List[int]:
+    """Live processes (zombies aside, this one aside) whose environment has
+    ``marker=token``: every process started below one that set it."""
+    needle = f"{marker}={token}".encode()
     found = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit() or int(entry) == os.getpid():
@@ -291,7 +293,8 @@ def _marked(token: str) -> List[int]:
     return found
 
 
-def _cmdline(pid: int) -> str:
+def cmdline(pid: int) -> str:
+    """A process's command line, shortened, for a report ("?" once it is gone)."""
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as fh:
             return fh.read().replace(b"\0", b" ").decode(errors="replace").strip()[:120]

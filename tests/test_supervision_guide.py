@@ -32,6 +32,7 @@ from pathlib import Path
 
 import pytest
 
+from supervision.testing import cmdline, marked_processes
 from tests.procs import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -137,42 +138,13 @@ def block_env(directory: Path, token: str) -> dict[str, str]:
     return env
 
 
-def marked(token: str) -> list[int]:
-    """Live processes (zombies aside) whose environment carries the token."""
-    needle = f"{MARKER}={token}".encode()
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/environ", "rb") as fh:
-                if needle not in fh.read().split(b"\0"):
-                    continue
-            with open(f"/proc/{entry}/stat", "rb") as fh:
-                if fh.read().rsplit(b")", 1)[1].split()[0] == b"Z":
-                    continue
-        except OSError:
-            continue
-        found.append(int(entry))
-    return found
-
-
-def cmdline(pid: int) -> str:
-    """A process's command line, shortened, for a report."""
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as fh:
-            return fh.read().replace(b"\0", b" ").decode(errors="replace").strip()[:120]
-    except OSError:
-        return "?"
-
-
 def leftovers(token: str) -> list[str]:
     """Wait for the block's processes to end; kill and describe any that do not."""
     deadline = time.monotonic() + LEAK_GRACE
-    survivors = marked(token)
+    survivors = marked_processes(token, MARKER)
     while survivors and time.monotonic() < deadline:
         time.sleep(0.05)
-        survivors = marked(token)
+        survivors = marked_processes(token, MARKER)
     described = [f"{pid} ({cmdline(pid)})" for pid in survivors]
     for pid in survivors:
         try:

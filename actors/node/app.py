@@ -85,15 +85,16 @@ def _check_spec(path: str, index: int, raw: Any) -> ChildSpec:
 
 def _check_unique(path: str, specs: list[ChildSpec], builtin: list[ChildSpec]) -> None:
     """No id or registered name twice, and none of the node's own."""
-    taken_ids = {spec.id for spec in builtin}
+    node_ids = {spec.id for spec in builtin}
     taken_names = reserved_names() | {spec.name for spec in builtin if spec.name}
+    seen_ids: set = set()
     for spec in specs:
-        if spec.id in taken_ids:
-            raise AppError(f"app {path!r}: child id {spec.id!r} is already used "
-                           f"{'by the node' if any(b.id == spec.id for b in builtin) else 'by another child'}")
-        if spec.name is not None and spec.name in taken_names:
+        if spec.id in node_ids or spec.id in seen_ids:
+            whose = "the node" if spec.id in node_ids else "another child"
+            raise AppError(f"app {path!r}: child id {spec.id!r} is already used by {whose}")
+        if spec.name in taken_names:
             raise AppError(f"app {path!r}: child {spec.id!r}: name {spec.name!r} is already registered "
                            "by the node or another child")
-        taken_ids.add(spec.id)
+        seen_ids.add(spec.id)
         if spec.name is not None:
             taken_names.add(spec.name)

@@ -17,6 +17,8 @@ from actors.scheduler.protocol import (
     GetSettings,
     SetSetting,
     LoadJobs,
+    CountRunning,
+    DEFAULT_HOSTS,
 )
 
 __all__ = ["SchedulerClient"]
@@ -78,3 +80,11 @@ class SchedulerClient:
 
     def set_setting(self, key: str, value: Any) -> Any:
         return self.call(SetSetting(key, value))
+
+    def live_jobs(self, hosts: int = DEFAULT_HOSTS, sup_name: str = "scheduler_sup") -> int:
+        """How many jobs' code runs now: job processes under ``sup_name`` and
+        job threads of the ``hosts`` job hosts (a stopped job counts until
+        its code has ended)."""
+        processes = sum(1 for child in self.client.which_children(sup_name) if child.addr is not None)
+        return processes + sum(self.client.call(f"{self.name}.host.{i}", CountRunning(), self.timeout)
+                               for i in range(hosts))

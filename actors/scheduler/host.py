@@ -32,11 +32,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from supervision import ChildSpec, GenServer, Supervisor, SupFlags
-from supervision.messages import Cast
+from supervision.messages import Cast, Failure
 from supervision.reasons import portable
 from supervision.waker import Waker
 
 from actors.scheduler.core import JobSpec
+from actors.scheduler.model import InvalidJobSpec
+from actors.scheduler.protocol import DEFAULT_HOSTS, HOST_NAME, CountRunning
 from actors.scheduler.job import (PUBLISH_INTERVAL, REPLICATE_HANDLER, STOP_GRACE, HandlerExit, JobContext,
                                   JobProgress, JobStopping, resolve_handler)
 
@@ -44,10 +46,6 @@ log = logging.getLogger(__name__)
 
 #: Seconds between JobStopping raised in a thread and the host giving up on it.
 KILL_GRACE = 1.0
-#: Job hosts per node (each runs any number of jobs).
-DEFAULT_HOSTS = 4
-#: Registered name of host ``i`` (of the node's scheduler, named "scheduler").
-HOST_NAME = "scheduler.host.{}"
 HOST_START = "actors.scheduler.host:JobHost"
 
 
@@ -90,11 +88,6 @@ class JobExited:
     job_id: Any
     ref: str
     reason: Any
-
-
-@dataclass(frozen=True)
-class CountRunning:
-    """Anyone to host (call): how many of its jobs' code still runs (threads alive)."""
 
 
 @dataclass(frozen=True)
@@ -143,7 +136,10 @@ class JobHost(GenServer):
     # ------------------------------------------------------------ messages
     def handle_call(self, msg: Any, from_: Any) -> Any:
         if isinstance(msg, StartHosted):
-            self._start(msg)
+            try:
+                self._start(msg)
+            except InvalidJobSpec as exc:  # refused, not a crash of the host and its other jobs
+                return Failure(exc)
             return os.getpid()
         if isinstance(msg, CountRunning):
             return sum(1 for run in self.runs.values() if run.thread is not None and run.thread.is_alive())

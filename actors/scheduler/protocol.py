@@ -9,7 +9,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["AddJob", "RemoveJob", "Reschedule", "Jobs", "JobsPage", "GetJob", "JobSummary", "JobAddress", "HealthThreshold", "GetStats", "GetSettings", "SetSetting", "LoadJobs"]
+__all__ = ["AddJob", "RemoveJob", "Reschedule", "Jobs", "JobsPage", "GetJob", "JobSummary", "JobAddress", "HealthThreshold", "GetStats", "GetSettings", "SetSetting", "LoadJobs", "CountRunning", "HOST_NAME", "DEFAULT_HOSTS"]
+
+#: Registered name of job host ``i`` of the scheduler named "scheduler" (a
+#: scheduler named N has hosts "N.host.i").
+HOST_NAME = "scheduler.host.{}"
+#: Job hosts per node (each runs any number of jobs).
+DEFAULT_HOSTS = 4
 
 
 
@@ -103,3 +109,8 @@ class LoadJobs:
     """
 
     rows: list
+
+
+@dataclass(frozen=True)
+class CountRunning:
+    """To a job host (call): how many of its jobs' code still runs (threads alive)."""

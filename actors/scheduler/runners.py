@@ -145,7 +145,7 @@ class HostRunner:
 
     def _found(self, index: int, on_found: Any, addr: Any, error: Exception | None) -> None:
         s = self.scheduler
-        if addr is None or addr == self.addrs[index] or addr == self.gone[index]:
+        if addr is None or addr == self.gone[index]:  # not (yet) restarted
             s.start_timer(HOST_RETRY, functools.partial(self._look_up, index, on_found), real=True)
             return
         self.addrs[index] = addr

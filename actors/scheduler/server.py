@@ -73,10 +73,12 @@ from actors.scheduler.core import (
     is_showable_time,
     reason_text,
 )
-from actors.scheduler.host import DEFAULT_HOSTS, HOST_NAME, HostedJob, JobExited
+from actors.scheduler.host import HostedJob, JobExited
 from actors.scheduler.job import GetDetails, JobProgress, RunJob, check_runnable
 from actors.scheduler.runners import START_TIMEOUT, Runners, Starting
 from actors.scheduler.protocol import (
+    DEFAULT_HOSTS,
+    HOST_NAME,
     AddJob,
     RemoveJob,
     Reschedule,

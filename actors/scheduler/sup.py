@@ -25,7 +25,8 @@ from supervision import ChildSpec, Supervisor, SupFlags
 
 from actors.node.config import RUNTIME_KEYS, Config, node_name
 from actors import names
-from actors.scheduler.host import DEFAULT_HOSTS, JobHostSup
+from actors.scheduler.host import JobHostSup
+from actors.scheduler.protocol import DEFAULT_HOSTS
 
 #: Registered names (node-local) of the two actors.
 SCHEDULER_SUP_NAME = names.SCHEDULER_SUP
@@ -50,7 +51,7 @@ class SchedulerTree(Supervisor):
     """rest_for_one: scheduler_sup, the job hosts, then the scheduler.
 
     args: ``{"settings": {...}, "clock": None | "manual", "sup_name", "name", "hosts"}``
-    (``hosts``: how many job hosts, default :data:`~actors.scheduler.host.DEFAULT_HOSTS`).
+    (``hosts``: how many job hosts, default :data:`~actors.scheduler.protocol.DEFAULT_HOSTS`).
     """
 
     def children(self, args: Any) -> tuple:

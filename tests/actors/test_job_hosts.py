@@ -12,27 +12,17 @@ import time
 
 import pytest
 
-from actors.node.config import Config
-from actors.scheduler.host import KILL_GRACE, STOP_GRACE
-from actors.scheduler.sup import scheduler_children
-from supervision import start_node
+from actors.scheduler.host import KILL_GRACE, STOP_GRACE, StartHosted
+from actors.scheduler.model import InvalidJobSpec
 from supervision.registry import pid_alive
-from tests.actors.test_scheduler_actor import Harness
-from tests.procs import free_port, group_pids, wait_until
+from tests.actors.test_scheduler_actor import scheduler_node
+from tests.procs import wait_until
 
 
 @pytest.fixture
 def h(tmp_path):
-    config = Config()
-    config.set("replicator", "max_jobs", 100)
-    node = start_node(free_port(), None, scheduler_children(config, clock="manual"), level=30)
-    harness = Harness(node, tmp_path)
-    try:
+    with scheduler_node(tmp_path, 100) as harness:
         yield harness
-    finally:
-        pgid = node.pgid
-        node.stop()
-        wait_until(lambda: not group_pids(pgid), 20, "no process of the node left")
 
 
 def host_pids(h) -> set[int]:
@@ -93,3 +83,13 @@ def test_a_job_ends_with_its_own_reason_and_a_sigkilled_host_ends_only_its_own_j
     others = {f"k{i}" for i in range(8)} - on_victim
     assert all(h.s.job_summary(j)["state"] == "running" for j in others), "the other hosts' jobs run on"
     assert {h.s.job_summary(j)["info"] for j in on_victim} == {"killed"}
+
+
+def test_a_malformed_start_is_refused_and_the_host_runs_on(h):
+    host = "scheduler.host.0"
+    pid = h.client.get_pid(host)
+    with pytest.raises(InvalidJobSpec):
+        h.client.call(host, StartHosted("ref", {"id": 5}, None, None))
+    assert h.client.get_pid(host) == pid
+    h.s.add_job(h.spec("after"))
+    wait_until(lambda: h.live_job_actors() == 1, what="the hosts still run jobs")

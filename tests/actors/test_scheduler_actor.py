@@ -6,6 +6,7 @@ each test checks that no process of the node outlives ``node.stop()``.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -16,7 +17,6 @@ import pytest
 from actors.node.config import CONFIG_SERVER, Config, GetConfig
 from actors.node.config_server import config_children
 from actors.scheduler.client import SchedulerClient
-from actors.scheduler.host import DEFAULT_HOSTS, HOST_NAME, CountRunning
 from actors.scheduler.core import InvalidSetting, JobNotFound
 from actors.scheduler.sup import SCHEDULER_NAME, SCHEDULER_SUP_NAME, scheduler_children
 from supervision import start_node
@@ -55,8 +55,7 @@ class Harness:
 
     def live_job_actors(self) -> int:
         """Jobs whose code runs: job processes, and job threads of the hosts."""
-        processes = sum(1 for c in self.client.which_children(SCHEDULER_SUP_NAME) if c.addr is not None)
-        return processes + sum(self.client.call(HOST_NAME.format(i), CountRunning()) for i in range(DEFAULT_HOSTS))
+        return self.s.live_jobs()
 
     def events(self, kind: str | None = None) -> list[str]:
         if not self.log.exists():
@@ -65,18 +64,25 @@ class Harness:
         return [line for line in lines if kind is None or line.startswith(kind + " ")]
 
 
-@pytest.fixture
-def h(tmp_path):
+@contextlib.contextmanager
+def scheduler_node(tmp_path: Path, max_jobs: int):
+    """A node running the scheduler tree (manual clock) at ``max_jobs``; at
+    the end every process of it must be gone."""
     config = Config()
-    config.set("replicator", "max_jobs", 10)
+    config.set("replicator", "max_jobs", max_jobs)
     node = start_node(free_port(), None, scheduler_children(config, clock="manual"))
-    harness = Harness(node, tmp_path)
     try:
-        yield harness
+        yield Harness(node, tmp_path)
     finally:
         pgid = node.pgid
         node.stop()
-        wait_until(lambda: not group_pids(pgid), 10, "no process of the node left")
+        wait_until(lambda: not group_pids(pgid), 20, "no process of the node left")
+
+
+@pytest.fixture
+def h(tmp_path):
+    with scheduler_node(tmp_path, 10) as harness:
+        yield harness
 
 
 # ------------------------------------------------- the seed's reschedule cases
