@@ -53,6 +53,7 @@ from actors.names import JOBS_SERVER
 from actors.scheduler.protocol import AddJob, GetJob, Jobs, JobSummary, RemoveJob
 from actors.scheduler.core import InvalidJobSpec, JobNotFound, reason_text
 from actors.scheduler.sup import SCHEDULER_NAME
+from actors.scheduler.fence import LeaseFence
 from actors import names
 
 log = logging.getLogger(__name__)
@@ -60,6 +61,9 @@ log = logging.getLogger(__name__)
 DOC_PROCESSOR_NAME = names.DOC_PROCESSOR
 TICK = "doc_processor_tick"
 RENEW = "doc_processor_renew"
+#: Share of the owner timeout a document job may run past its lease's last
+#: renewal (the node's lease fence): another node may take it at the whole.
+FENCE_SHARE = 0.8
 ACCEPT = "doc_processor_accept"
 CALL_TIMEOUT = 10.0
 #: Accepts per round before the actor lets other messages in.
@@ -110,6 +114,7 @@ class DocProcessor(GenServer):
         # Store calls give up within a third of the owner timeout: an
         # unreachable store must be known while the leases still hold.
         self.store_timeout = self.timeout / 3.0
+        self.fence = LeaseFence(args.get("fence"))
         self._accept_one = fdblayer.transactional(docs.accept.__wrapped__, timeout=self.store_timeout)
         self.owned: dict[str, Owned] = {}
         self.sched: Any = None
@@ -273,6 +278,13 @@ class DocProcessor(GenServer):
             log.info("Doc %s/%s: %s", o.lease.db_name, o.lease.doc_id, outcome)
             if outcome != docs.DONE and o.added_to is not None and self.sched is not None:
                 self.call_async(self.sched, RemoveJob(o.spec["id"]), self._removed, CALL_TIMEOUT)
+        self._move_fence()
+
+    def _move_fence(self) -> None:
+        """Document jobs may run until the oldest renewal plus FENCE_SHARE of
+        the owner timeout: past it another node may hold the document."""
+        if self.owned:
+            self.fence.set(min(o.renewed_at for o in self.owned.values()) + FENCE_SHARE * self.timeout)
 
     def _arm_tick(self) -> None:
         self.cancel_timer(self._timer)
@@ -368,7 +380,7 @@ class DocProcessor(GenServer):
         self.db.close()
 
 
-def doc_children(config: Any) -> list[ChildSpec]:
+def doc_children(config: Any, *, fence: str | None = None) -> list[ChildSpec]:
     """The doc processor as a node root child (after the scheduler tree).
 
     Reads ``[node] store``, ``[node] port`` (the node's name in documents)
@@ -380,7 +392,7 @@ def doc_children(config: Any) -> list[ChildSpec]:
         timeout = docs.DEFAULT_OWNER_TIMEOUT
     args = {"store": config.get("node", "store"), "timeout": timeout or docs.DEFAULT_OWNER_TIMEOUT,
             "node_name": node_name(config),
-            "scheduler": SCHEDULER_NAME}
+            "scheduler": SCHEDULER_NAME, "fence": fence}
     return [ChildSpec("doc_processor", DocProcessor, args, name=DOC_PROCESSOR_NAME, shutdown=10.0)]
 
 

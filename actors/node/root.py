@@ -33,15 +33,19 @@ def root_children(config: Config) -> list:
     before and outliving every actor that reads them), the queue tree, the
     scheduler tree (scheduler_sup then scheduler, rest_for_one), the doc
     processor (adopts permanent jobs through the queue and runs them on the
-    scheduler), then the HTTP listener."""
+    scheduler; its lease fence bounds how long their jobs run without a
+    renewal), then the HTTP listener."""
     from actors.node.config_server import config_children
     from actors.docs.processor import doc_children
     from actors.http.server import http_children
     from actors.queue.sup import jobs_children
+    from actors.scheduler.fence import fence_path
     from actors.scheduler.sup import scheduler_children
 
-    return (config_children(config) + jobs_children(config, config_server=False) + scheduler_children(config)
-            + doc_children(config) + http_children(config) + _workers(config))
+    fence = fence_path(config.get("node", "port"))
+    return (config_children(config) + jobs_children(config, config_server=False)
+            + scheduler_children(config, fence=fence) + doc_children(config, fence=fence)
+            + http_children(config) + _workers(config))
 
 
 def _workers(config: Config) -> list:

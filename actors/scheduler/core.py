@@ -30,6 +30,7 @@ from actors.scheduler.model import (  # noqa: F401 - the vocabulary, re-exported
     SchedulerError, InvalidSetting, InvalidJobSpec, InvalidArgument, JobNotFound, EventType,
     JobState, Event, JobSpec, Job, Settings, is_showable_time,
     iso8601, DEFAULT_HEALTH_THRESHOLD, DEFAULT_MAX_JOBS, DEFAULT_MAX_CHURN, DEFAULT_MAX_HISTORY, DEFAULT_INTERVAL,
+    LEASE_EXPIRED,
 )
 
 log = logging.getLogger(__name__)
@@ -314,10 +315,16 @@ class Scheduling:
 
     def job_exited(self, job: Job, reason: Any) -> None:
         """A running job's process exited (the seed's DOWN): ``normal``
-        completes it, anything else is a crash."""
+        completes it; ``lease_expired`` (its node's lease fence ran out: the
+        document may be another node's) stops it, pending again without a
+        crash or a backoff, started by a later reschedule once its lease is
+        renewed; anything else is a crash."""
         if reason == "normal":
             log.info("Job %s: completed normally", job.id)
             self.table.delete(job.id)
+        elif reason == LEASE_EXPIRED:
+            log.warning("job_fenced job=%r: its lease may have run out, pending again", job.id)
+            self.update_state_stopped(job)
         else:
             self.handle_crashed_job(job, reason)
 

@@ -37,6 +37,7 @@ from supervision.reasons import portable
 from supervision.waker import Waker
 
 from actors.scheduler.core import JobSpec
+from actors.scheduler.fence import LEASE_EXPIRED, LeaseFence
 from actors.scheduler.model import InvalidJobSpec
 from actors.scheduler.protocol import DEFAULT_HOSTS, HOST_NAME, CountRunning
 from actors.scheduler.job import (PUBLISH_INTERVAL, REPLICATE_HANDLER, STOP_GRACE, HandlerExit, JobContext,
@@ -122,10 +123,11 @@ class _Run:
 
 
 class JobHost(GenServer):
-    """Runs scheduler jobs as threads. args: ``{"index": i}`` (for logs)."""
+    """Runs scheduler jobs as threads. args: ``{"index": i (for logs), "fence": the node's lease fence file}``."""
 
     def init(self, args: Any) -> None:
         self.index = (args or {}).get("index", 0)
+        self.fence = LeaseFence((args or {}).get("fence"))
         self.runs: dict[str, _Run] = {}
         self.waker = Waker(self, self._reap)
         self.publish_timer: Any = None
@@ -166,7 +168,7 @@ class JobHost(GenServer):
     def _start(self, msg: StartHosted) -> None:
         spec = JobSpec.from_dict(msg.spec)
         run = _Run(msg.ref, spec, msg.scheduler, queue.Queue(), threading.Event(), msg.checkpoint, time.time())
-        ctx = JobContext(spec, msg.checkpoint, run.events, run.stop)
+        ctx = JobContext(spec, msg.checkpoint, run.events, run.stop, self.fence)
         run.thread = threading.Thread(target=self._work, args=(run, ctx), name=f"job-{spec.id}", daemon=True)
         self.runs[run.ref] = run
         run.thread.start()
@@ -189,6 +191,8 @@ class JobHost(GenServer):
         except JobStopping:  # raised by the host just as the handler returned
             run.outcome = "shutdown"
         finally:
+            if run.outcome in ("normal", "shutdown") and ctx.fenced and not run.stop.is_set():
+                run.outcome = LEASE_EXPIRED  # it returned because the lease may be gone: not done
             run.done = True
             self.waker.wake()
 
@@ -279,11 +283,12 @@ def _raise_in_thread(thread: threading.Thread, exc_type: type) -> None:
 
 
 class JobHostSup(Supervisor):
-    """one_for_one over the node's job hosts. args: ``{"hosts": n, "prefix": name format}``."""
+    """one_for_one over the node's job hosts. args: ``{"hosts": n, "name": name format, "fence": path}``."""
 
     def children(self, args: Any) -> tuple:
         count = (args or {}).get("hosts", DEFAULT_HOSTS)
         name = (args or {}).get("name", HOST_NAME)
+        fence = (args or {}).get("fence")
         flags = SupFlags("one_for_one", intensity=10, period=10)
-        return flags, [ChildSpec(f"host{i}", HOST_START, {"index": i}, shutdown=STOP_GRACE + 1.0,
+        return flags, [ChildSpec(f"host{i}", HOST_START, {"index": i, "fence": fence}, shutdown=STOP_GRACE + 1.0,
                                  name=name.format(i)) for i in range(count)]

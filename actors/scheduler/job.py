@@ -34,6 +34,7 @@ import logging
 import os
 import queue
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -41,6 +42,7 @@ from supervision import GenServer
 from supervision.messages import Cast
 
 from actors.scheduler.core import JobSpec
+from actors.scheduler.fence import LEASE_EXPIRED, LeaseFence
 from actors.scheduler.model import InvalidJobSpec
 from actors.scheduler.replicate import missing_source
 
@@ -56,6 +58,9 @@ POLL_MIN, POLL_MAX = 0.01, 0.25
 PUBLISH_INTERVAL = 1.0
 #: Seconds a started job waits for RunJob before it leaves (its start was given up).
 RUN_DEADLINE = 90.0
+
+#: Longest a fenced wait sleeps before it reads the fence again (it may move).
+FENCE_RECHECK = 1.0
 
 _UNSET = object()
 
@@ -103,7 +108,7 @@ class JobContext:
     """What a handler sees of its job. Thread-safe."""
 
     def __init__(self, spec: JobSpec, last_checkpoint: Any, events: "queue.Queue[tuple]",
-                 stop: threading.Event) -> None:
+                 stop: threading.Event, fence: LeaseFence | None = None) -> None:
         self.spec = spec
         self.job_id = spec.id
         self.options = dict(spec.options)
@@ -113,6 +118,7 @@ class JobContext:
         self.last_checkpoint = last_checkpoint
         self._events = events
         self._stop = stop
+        self._fence = fence if spec.db_name is not None else None  # only a document's job holds a lease
 
     def checkpoint(self, state: Any) -> None:
         """Record the job's progress; a restarted job gets it as ``last_checkpoint``."""
@@ -125,16 +131,31 @@ class JobContext:
 
     @property
     def stopping(self) -> bool:
-        """True once the job is being stopped: checkpoint and return."""
-        return self._stop.is_set()
+        """True once the job is being stopped, or its node's lease fence has
+        expired (:mod:`actors.scheduler.fence`): checkpoint and return."""
+        return self._stop.is_set() or self.fenced
+
+    @property
+    def fenced(self) -> bool:
+        """True once the node's leases may have run out: another node may run this document."""
+        return self._fence is not None and self._fence.left() <= 0
 
     def wait(self, seconds: float) -> bool:
-        """Sleep up to ``seconds``; True (early) if the job is being stopped."""
-        return self._stop.wait(seconds)
+        """Sleep up to ``seconds``; True (early) if the job is being stopped
+        (or its lease fence expires meanwhile)."""
+        if self._fence is None:
+            return self._stop.wait(seconds)
+        end = time.monotonic() + seconds
+        while not self.stopping:
+            left = end - time.monotonic()
+            if left <= 0:
+                return False
+            self._stop.wait(min(left, max(0.0, self._fence.left()), FENCE_RECHECK))
+        return True
 
     def check(self) -> None:
         """Raise :class:`JobStopping` if the job is being stopped."""
-        if self._stop.is_set():
+        if self.stopping:
             raise JobStopping()
 
 
@@ -193,6 +214,7 @@ class SchedulerJob(GenServer):
         self.spec = JobSpec.from_dict(args["spec"])
         self.scheduler = args.get("scheduler")
         self.last_checkpoint = args.get("checkpoint")
+        self.fence = LeaseFence(args.get("fence"))
         self.has_new_checkpoint = False
         self.stats: dict = {}
         self.stats_dirty = False
@@ -246,7 +268,7 @@ class SchedulerJob(GenServer):
     def _run(self) -> None:
         if self.thread is not None:
             return
-        ctx = JobContext(self.spec, self.last_checkpoint, self.events, self.stop_event)
+        ctx = JobContext(self.spec, self.last_checkpoint, self.events, self.stop_event, self.fence)
         path = self.spec.handler or REPLICATE_HANDLER
         self.thread = threading.Thread(target=self._work, args=(path, ctx), name=f"job-{self.spec.id}",
                                        daemon=True)
@@ -257,9 +279,9 @@ class SchedulerJob(GenServer):
         try:
             handler = resolve_handler(path)
             handler(ctx)
-            self.outcome = "normal"
+            self.outcome = LEASE_EXPIRED if ctx.fenced and not self.stop_event.is_set() else "normal"
         except JobStopping:
-            self.outcome = "shutdown"
+            self.outcome = LEASE_EXPIRED if ctx.fenced and not self.stop_event.is_set() else "shutdown"
         except Exception as exc:  # noqa: BLE001 - the handler's crash is the job's exit reason
             log.error("Job %s: handler %s crashed: %r", self.spec.id, path, exc)
             self.outcome = exc

@@ -18,6 +18,10 @@ DEFAULT_MAX_CHURN = 20
 DEFAULT_MAX_HISTORY = 20
 DEFAULT_INTERVAL = 60000  # milliseconds
 
+#: The exit reason of a job that returned because its node's lease fence
+#: expired (:mod:`actors.scheduler.fence`): a stop, not a crash.
+LEASE_EXPIRED = "lease_expired"
+
 
 # ------------------------------------------------------------------ errors
 

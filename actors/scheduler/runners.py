@@ -104,7 +104,8 @@ class ActorRunner:
             job = s.core.table.get(token.job_id)
             if job is None or job.pid != token:
                 continue  # stopped or removed before its turn
-            args = {"spec": job.spec.to_dict(), "scheduler": s.myAddress, "checkpoint": job.checkpoint}
+            args = {"spec": job.spec.to_dict(), "scheduler": s.myAddress, "checkpoint": job.checkpoint,
+                    "fence": s.fence_path}
             self.in_flight += 1
             s.call_async(s.sup, StartChild(args), functools.partial(s.job_start_answered, token), START_TIMEOUT)
 

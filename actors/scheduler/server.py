@@ -122,6 +122,7 @@ class Scheduler(GenServer):
         host_names = args.get("host_names") or [HOST_NAME.format(i) for i in range(DEFAULT_HOSTS)]
         self.core = Scheduling(Runners(self, host_names), self.clock, settings)
         self.sup_name = args.get("sup_name", "scheduler_sup")
+        self.fence_path = args.get("fence")  # the node's lease fence, handed to process jobs
         self.node_name = args.get("node_name")
         self.sup: Any = None
         self.has_keeper = False

@@ -62,10 +62,11 @@ class SchedulerTree(Supervisor):
         flags = SupFlags("rest_for_one", intensity=10, period=1)
         return flags, [
             ChildSpec("scheduler_sup", SchedulerSup, None, type="supervisor", name=sup_name),
-            ChildSpec("job_hosts", JobHostSup, {"hosts": hosts, "name": host_name}, type="supervisor",
+            ChildSpec("job_hosts", JobHostSup, {"hosts": hosts, "name": host_name, "fence": args.get("fence")},
+                      type="supervisor",
                       name=f"{name}.hosts"),
             ChildSpec("scheduler", SCHEDULER_START, {"settings": args.get("settings", {}), "sup_name": sup_name,
-                                                     "node_name": args.get("node_name"),
+                                                     "node_name": args.get("node_name"), "fence": args.get("fence"),
                                                      "host_names": [host_name.format(i) for i in range(hosts)]},
                       shutdown=5.0, name=name, clock=args.get("clock")),
         ]
@@ -77,12 +78,15 @@ def scheduler_settings(config: Config) -> dict:
     return {key: config.get("replicator", key) for key in SETTING_KEYS}
 
 
-def scheduler_children(config: Config, *, clock: str | None = None) -> list[ChildSpec]:
+def scheduler_children(config: Config, *, clock: str | None = None, fence: str | None = None) -> list[ChildSpec]:
     """The scheduler tree as a node root child: ``[ChildSpec(scheduler_tree)]``.
 
     Args:
         config: the node's configuration (``[replicator]`` settings).
         clock: ``"manual"`` to drive the scheduler's clock from tests.
+        fence: the node's lease fence file (:mod:`actors.scheduler.fence`),
+            read by document jobs; None: they run unfenced.
     """
-    args = {"settings": scheduler_settings(config), "clock": clock, "node_name": node_name(config)}
+    args = {"settings": scheduler_settings(config), "clock": clock, "node_name": node_name(config),
+            "fence": fence}
     return [ChildSpec("scheduler_tree", SchedulerTree, args, type="supervisor")]

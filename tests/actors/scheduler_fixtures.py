@@ -79,3 +79,22 @@ def checkpointing(ctx: Any) -> None:
         n += 1
         ctx.checkpoint({"n": n})
     ctx.checkpoint({"n": n})
+
+
+def ledger(ctx: Any) -> None:
+    """Records in ``options['ledger']`` its start, each tick of work (stamped
+    before it checks that it may still run) and its stop, with its process
+    group (the node) and the wall time."""
+    def write(kind: str, when: float) -> None:
+        with open(ctx.options["ledger"], "a") as f:
+            f.write(f"{kind} {ctx.options['doc']} {os.getpgid(0)} {when:.6f}\n")
+
+    write("start", time.time())
+    while True:
+        now = time.time()
+        if ctx.stopping:
+            break
+        write("tick", now)
+        if ctx.wait(0.05):
+            break
+    write("stop", time.time())

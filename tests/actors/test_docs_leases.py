@@ -119,3 +119,4 @@ def test_a_node_that_cannot_renew_stops_the_job_before_the_lease_runs_out(tmp_pa
             node.kill()
         db.close()
         server.stop()
+

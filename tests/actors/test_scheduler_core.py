@@ -18,6 +18,7 @@ from actors.scheduler.core import (
     DEFAULT_MAX_HISTORY,
     DEFAULT_MAX_JOBS,
     Event,
+    LEASE_EXPIRED,
     EventType,
     InvalidJobSpec,
     InvalidSetting,
@@ -448,6 +449,23 @@ def test_crash_backoff_grows_and_expires_with_the_clock() -> None:
         clock.now += 1
     summary = s.job_summary("a")
     assert summary["state"] == "running" and summary["error_count"] == 3
+
+
+def test_a_fenced_exit_is_a_stop_restarted_by_the_next_reschedule_without_backoff() -> None:
+    """lease_expired: the node's lease fence ran out, the job returned so
+    another node may take the document. Not a crash: no error count, no
+    backoff; it runs again once a reschedule finds it a slot."""
+    clock = FakeClock()
+    s = Scheduling(FakeRunner(), clock, Settings(max_jobs=10))
+    s.add_job(permanent("a"))
+    for _ in range(3):
+        s.job_exited(s.table.get("a"), LEASE_EXPIRED)
+        job = s.table.get("a")
+        assert job.pid is None and job.history[0].type is EventType.STOPPED
+        assert s.job_summary("a")["state"] == "pending" and s.counters["crashes"] == 0
+        s.reschedule()
+        assert s.table.get("a").pid is not None, "a fenced job waits for no backoff"
+    assert s.job_summary("a")["error_count"] == 0
 
 
 def test_start_failure_is_recorded_as_a_crash() -> None:

@@ -1,0 +1,79 @@
+"""A node's lease fence: until when its document jobs may run without news.
+
+Principle: a document's job must stop before another node may take the
+document, even when nothing in its node can tell it to (the node paused by
+SIGSTOP, its doc processor stuck, the store unreachable). The doc processor
+writes a deadline, on the monotonic clock (system-wide on Linux, and it
+keeps counting while a process is stopped), after each renewal: the oldest
+renewal of its leases plus most of the owner timeout. A document job's
+context (:class:`~actors.scheduler.job.JobContext`) reads it at each
+``stopping``/``wait``/``check``: past the deadline the job is stopping, as
+it would be on a stop, and it ends with reason ``lease_expired``.
+
+The deadline is 8 bytes in a small file of the node's runtime directory,
+shared by memory map: a read is a memory access, not a message. No file
+(a tree without a doc processor, or before it started) means no deadline.
+"""
+from __future__ import annotations
+
+import math
+import mmap
+import os
+import struct
+import time
+from pathlib import Path
+
+from actors.scheduler.model import LEASE_EXPIRED
+
+__all__ = ["LeaseFence", "fence_path", "LEASE_EXPIRED"]
+
+_FORMAT = "d"
+_SIZE = struct.calcsize(_FORMAT)
+
+
+def fence_path(port: int) -> str:
+    """The fence file of the node on admin ``port``."""
+    from supervision.system import runtime_dir
+
+    return str(Path(runtime_dir()) / f"fence-{port}")
+
+
+class LeaseFence:
+    """The deadline in ``path``: written by the doc processor, read by jobs."""
+
+    def __init__(self, path: str | None) -> None:
+        self.path = path
+        self._map: mmap.mmap | None = None
+
+    def _mapped(self, create: bool) -> mmap.mmap | None:
+        if self._map is None and self.path is not None:
+            try:
+                fd = os.open(self.path, os.O_RDWR | (os.O_CREAT if create else 0), 0o600)
+            except FileNotFoundError:
+                return None
+            try:
+                if os.fstat(fd).st_size < _SIZE:
+                    os.ftruncate(fd, _SIZE)
+                    os.pwrite(fd, struct.pack(_FORMAT, math.inf), 0)
+                self._map = mmap.mmap(fd, _SIZE)
+            finally:
+                os.close(fd)
+        return self._map
+
+    def set(self, deadline: float) -> None:
+        """Jobs may run until ``deadline`` (``time.monotonic()`` seconds; inf: no limit)."""
+        mapped = self._mapped(create=True)
+        if mapped is not None:
+            struct.pack_into(_FORMAT, mapped, 0, deadline)
+
+    def deadline(self) -> float:
+        """The current deadline (inf when there is none)."""
+        mapped = self._mapped(create=False)
+        if mapped is None:
+            return math.inf
+        value = struct.unpack_from(_FORMAT, mapped, 0)[0]
+        return value if value == value else math.inf  # NaN (a torn file): no deadline
+
+    def left(self) -> float:
+        """Seconds until the deadline (<= 0: expired)."""
+        return self.deadline() - time.monotonic()
