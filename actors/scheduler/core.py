@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import heapq
 import logging
+import itertools
 from typing import Any, Callable, Iterable, Iterator, Mapping, Protocol
 
 from actors.scheduler.model import (  # noqa: F401 - the vocabulary, re-exported for the scheduler's users
@@ -482,11 +483,15 @@ class Scheduling:
                 "doc_id": spec.doc_id, "history": history, "node": node,
                 "start_time": iso8601(spec.start_time), "info": dict(job.stats)}
 
-    def jobs(self, node: Any = None) -> list[dict]:
-        return [self.job_json(j, node) for j in self.table]
+    def jobs(self, node: Any = None, extra: Iterable[Job] = ()) -> list[dict]:
+        """Every job as :meth:`job_json`, then ``extra`` (rows of stopped
+        jobs whose code still runs, no longer in the table)."""
+        return [self.job_json(j, node) for j in itertools.chain(self.table, extra)]
 
-    def jobs_page(self, limit: int, skip: int, node: Any = None) -> tuple[int, list[dict]]:
-        """``(total, one page of job dicts)`` in id order, building only the page's dicts.
+    def jobs_page(self, limit: int, skip: int, node: Any = None,
+                  extra: Iterable[Job] = ()) -> tuple[int, list[dict]]:
+        """``(total, one page of job dicts)`` in id order, building only the
+        page's dicts; ``extra`` as for :meth:`jobs`.
 
         Raises:
             InvalidArgument: ``limit`` or ``skip`` is not an int >= 0.
@@ -494,7 +499,7 @@ class Scheduling:
         for name, value in (("limit", limit), ("skip", skip)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise InvalidArgument(name, value, "must be an int >= 0")
-        ordered = sorted(self.table, key=lambda j: str(j.id))
+        ordered = sorted(itertools.chain(self.table, extra), key=lambda j: str(j.id))
         return len(ordered), [self.job_json(j, node) for j in ordered[skip: skip + limit]]
 
 

@@ -77,7 +77,8 @@ class StartHosted:
 
 @dataclass(frozen=True)
 class StopHosted:
-    """Scheduler to host (cast): stop the run ``ref`` (no ``JobExited`` is wanted)."""
+    """Scheduler to host (cast): stop the run ``ref``; its ``JobExited`` tells
+    when its code has ended."""
 
     ref: str
 
@@ -230,8 +231,7 @@ class JobHost(GenServer):
             del self.runs[ref]
             self._drain(run)
             self._publish(run)
-            if not run.stop_asked:
-                self.send(run.scheduler, Cast(JobExited(run.spec.id, ref, run.outcome)))
+            self.send(run.scheduler, Cast(JobExited(run.spec.id, ref, run.outcome)))
 
     # ----------------------------------------------------------- progress
     def _arm_publish(self) -> None:

@@ -12,6 +12,12 @@ gives it two and picks by the job's ``isolation``:
   dies ends every job it ran with the host's reason.
 * :class:`ActorRunner` (``"process"``): the job is an actor process of its
   own under ``scheduler_sup`` (one ``StartChild`` each, a few in flight).
+
+A stopped run is *ending* until its code no longer runs (its host's
+``JobExited``, its process's ``TerminateChild`` answer, or its host's
+death): the scheduler still lists it, and a job of the same id (a document
+re-added, rotated back in) waits for it before it starts (its pid is a
+:class:`Waiting`), so one node never runs two copies of a job at once.
 """
 from __future__ import annotations
 
@@ -53,20 +59,35 @@ class Starting:
         return "<starting>"
 
 
+@dataclass(frozen=True)
+class Waiting(Starting):
+    """The pid of a job whose start waits for a stopped run of the same id to end."""
+
+
 class Runners:
-    """The scheduler's runner: each job to the runner of its isolation."""
+    """The scheduler's runner: each job to the runner of its isolation, and
+    the ledger of stopped runs whose code has not ended yet."""
 
     def __init__(self, scheduler: "Scheduler", host_names: list[str]) -> None:
-        self.actors = ActorRunner(scheduler)
-        self.hosts = HostRunner(scheduler, host_names)
+        self.scheduler = scheduler
+        self.actors = ActorRunner(scheduler, self)
+        self.hosts = HostRunner(scheduler, self)
+        self.hosts.set_names(host_names)
+        # run key (its monitor ref, or its Starting token) -> the job's row when stopped
+        self.ending: dict[Any, Job] = {}
+        self.tokens = itertools.count(1)
 
     def _for(self, job: Job) -> "ActorRunner | HostRunner":
         return self.actors if job.spec.isolation == "process" else self.hosts
 
     def start(self, job: Job) -> tuple[Any, Any]:
+        if any(row.id == job.id for row in self.ending.values()):
+            return Waiting(job.id, next(self.tokens)), None
         return self._for(job).start(job)
 
     def stop(self, job: Job) -> None:
+        if isinstance(job.pid, Waiting):
+            return  # it never started
         if isinstance(job.pid, HostedJob):
             self.hosts.stop(job)
         else:
@@ -74,6 +95,42 @@ class Runners:
 
     def pump(self) -> None:
         self.actors.pump()
+
+    # ------------------------------------------------------------ ending
+    def ending_began(self, job: Job) -> Any:
+        """The run of ``job`` was told to stop; its code may still run.
+        Returns the run's key for :meth:`ended`."""
+        key = job.monitor if job.monitor is not None else job.pid
+        self.ending[key] = job
+        return key
+
+    def ended(self, key: Any) -> None:
+        """The run ``key`` no longer runs: a job of its id waiting for it starts."""
+        job = self.ending.pop(key, None)
+        if job is None:
+            return
+        core = self.scheduler.core
+        waiting = core.table.get(job.id)
+        if waiting is None or not isinstance(waiting.pid, Waiting):
+            return
+        if any(row.id == job.id for row in self.ending.values()):
+            return  # another stopped run of the id still ends
+        try:
+            pid, monitor = self._for(waiting).start(waiting)
+        except JobStartError as exc:
+            log.warning("Job %s: failed to start: %s", waiting.id, reason_text(exc.reason))
+            core.update_state_crashed(waiting, exc.reason)
+            return
+        core.table.update(waiting, pid=pid, monitor=monitor)
+
+    def ending_jobs(self) -> list[Job]:
+        """Rows of stopped runs still ending whose id is no longer in the table."""
+        table = self.scheduler.core.table
+        seen: dict[Any, Job] = {}
+        for job in self.ending.values():
+            if table.get(job.id) is None:
+                seen.setdefault(job.id, job)
+        return list(seen.values())
 
 
 class ActorRunner:
@@ -84,8 +141,9 @@ class ActorRunner:
     wait here: a call's timeout then measures one start, not a queue.
     """
 
-    def __init__(self, scheduler: "Scheduler") -> None:
+    def __init__(self, scheduler: "Scheduler", runners: Runners) -> None:
         self.scheduler = scheduler
+        self.runners = runners
         self.tokens = itertools.count(1)
         self.queue: collections.deque = collections.deque()
         self.in_flight = 0
@@ -117,16 +175,30 @@ class ActorRunner:
         s = self.scheduler
         if job.monitor is not None:
             s.demonitor(job.monitor)
+        key = self.runners.ending_began(job)
         if isinstance(job.pid, Starting):
             return  # its start answer finds it no longer wanted and stops it
-        s.call_async(s.sup, TerminateChild(job.pid), functools.partial(s.job_stop_answered, job.id), START_TIMEOUT)
+        self.terminate(job.pid, key)
+
+    def terminate(self, addr: Any, key: Any) -> None:
+        """Stop the job actor at ``addr``; the run ``key`` has ended once scheduler_sup answers."""
+        s = self.scheduler
+        s.call_async(s.sup, TerminateChild(addr), functools.partial(self._terminated, key), START_TIMEOUT)
+
+    def _terminated(self, key: Any, _value: Any, error: Exception | None) -> None:
+        if error is not None:
+            log.debug("Job run %s: terminate_child: %r", key, error)
+        self.runners.ended(key)
 
 
 class HostRunner:
     """Runs jobs as threads of the node's job hosts (registered ``host_names``)."""
 
-    def __init__(self, scheduler: "Scheduler", host_names: list[str]) -> None:
+    def __init__(self, scheduler: "Scheduler", runners: Runners) -> None:
         self.scheduler = scheduler
+        self.runners = runners
+
+    def set_names(self, host_names: list[str]) -> None:
         self.names = list(host_names)
         self.addrs: list[Any] = [None] * len(self.names)
         self.monitors: dict[str, int] = {}  # monitor ref -> host index
@@ -165,6 +237,9 @@ class HostRunner:
         self.addrs[index], self.gone[index] = None, addr  # no new job goes there until its successor is found
         self.load[index] = 0
         log.warning("job_host_down host=%s reason=%s", self.names[index], reason_text(reason))
+        for key, job in list(self.runners.ending.items()):
+            if isinstance(job.pid, HostedJob) and job.pid.host == addr:
+                self.runners.ended(key)  # its code ended with its host
         for job in [j for j in s.core.table.running_jobs() if isinstance(j.pid, HostedJob) and j.pid.host == addr]:
             s.core.job_exited(job, reason)  # its code ended with its host, for the host's reason
         self._look_up(index)
@@ -205,6 +280,7 @@ class HostRunner:
     def stop(self, job: Job) -> None:
         handle = job.pid
         self.released(handle)
+        self.runners.ending_began(job)
         self.scheduler.send(handle.host, Cast(StopHosted(handle.ref)))
 
     def released(self, handle: HostedJob) -> None:

@@ -12,7 +12,9 @@ is requested.
   ``Reschedule()`` (also on a timer every ``interval`` ms of the actor's
   clock);
 * views: ``Jobs()``, ``GetJob(id)``, ``JobSummary(id)``, ``HealthThreshold()``,
-  ``GetStats()``, ``GetSettings()``, ``JobAddress(id)``;
+  ``GetStats()``, ``GetSettings()``, ``JobAddress(id)``; a removed job stays
+  in ``Jobs()`` (and ``GetStats()["ending"]`` counts it) until its code no
+  longer runs (:mod:`actors.scheduler.runners`);
 * settings (max_jobs, max_churn, interval, max_history, health_threshold):
   at start it reads the current ``[replicator]`` values from the node's
   settings keeper (:class:`actors.node.config_server.ConfigServer`) and is
@@ -47,7 +49,7 @@ from typing import Any
 from supervision import DEFER_START, NOREPLY, GenServer, NoProc, Request, SupervisionError
 from supervision.messages import Cast, Down, Failure, WhereIs
 from supervision.reports import report
-from supervision.supervisor import TerminateChild, WhichChildren
+from supervision.supervisor import WhichChildren
 
 from actors.node.config import (
     CONFIG_SERVER,
@@ -304,9 +306,9 @@ class Scheduler(GenServer):
         if isinstance(msg, LoadJobs):
             return self._load_jobs(msg.rows)
         if isinstance(msg, Jobs):
-            return core.jobs(self._node_name())
+            return core.jobs(self._node_name(), extra=core.runner.ending_jobs())
         if isinstance(msg, JobsPage):
-            return core.jobs_page(msg.limit, msg.skip, self._node_name())
+            return core.jobs_page(msg.limit, msg.skip, self._node_name(), extra=core.runner.ending_jobs())
         if isinstance(msg, GetJob):
             job = self._job(msg.job_id)
             if job is None:
@@ -322,7 +324,7 @@ class Scheduler(GenServer):
         if isinstance(msg, HealthThreshold):
             return core.settings.health_threshold
         if isinstance(msg, GetStats):
-            return dict(core.stats(), last_reschedule_ms=self.last_reschedule_ms)
+            return dict(core.stats(), last_reschedule_ms=self.last_reschedule_ms, ending=len(core.runner.ending))
         if isinstance(msg, GetSettings):
             return vars(core.settings).copy()
         if isinstance(msg, ReplicatorChanged):
@@ -424,6 +426,8 @@ class Scheduler(GenServer):
 
     def _hosted_exited(self, msg: JobExited) -> None:
         """A hosted job's own end (the seed's DOWN for its process)."""
+        runners = self.core.runner
+        runners.ended(msg.ref)  # if it was a stopped run, its code has now ended
         job = self.core.table.by_monitor(msg.ref)
         if job is None or not isinstance(job.pid, HostedJob) or job.pid.ref != msg.ref:
             return  # stopped meanwhile, or not this run
@@ -471,18 +475,14 @@ class Scheduler(GenServer):
             if wanted:
                 log.warning("Job %s: failed to start: %s", token.job_id, reason_text(error))
                 self.core.update_state_crashed(job, reason_text(error))
+            self.core.runner.ended(token)
             return
         if not wanted:
-            self.call_async(self.sup, TerminateChild(addr), functools.partial(self.job_stop_answered, token.job_id),
-                            START_TIMEOUT)
+            self.core.runner.actors.terminate(addr, token)
             return
         ref = self.monitor(addr)
         self.core.table.update(job, pid=addr, monitor=ref)
         self.send(addr, Cast(RunJob(self.myAddress)))
-
-    def job_stop_answered(self, job_id: Any, _value: Any, error: Exception | None) -> None:
-        if error is not None:
-            log.debug("Job %s: terminate_child: %r", job_id, error)
 
 
 __all__ = [

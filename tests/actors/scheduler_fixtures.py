@@ -66,6 +66,16 @@ def stubborn(ctx: Any) -> None:
         record(ctx, "end")
 
 
+def lingering(ctx: Any) -> None:
+    """Runs until stopped, then takes ``options['linger']`` seconds to clean
+    up; its start and end lines carry the wall time last."""
+    record(ctx, f"start {time.time():.6f}")
+    while not ctx.wait(0.02):
+        pass
+    time.sleep(ctx.options["linger"])
+    record(ctx, f"end {time.time():.6f}")
+
+
 def blocked(ctx: Any) -> None:
     """Ignores stop while blocked in native code (one long sleep)."""
     record(ctx, "start")
