@@ -10,7 +10,7 @@ lease timer of its own (a third of the type's activity timeout, at most
 which never waits for the tick: a tick that adds hundreds of jobs to the
 scheduler runs longer than the timeout, and renewals run between its
 steps. The tick's own renewal records each document's state as the scheduler
-reports it (``JobSummary``; ``Jobs`` for the running jobs' stats as
+reports it (``JobStates``: each owned job's summary and stats as
 ``info``) and notices what changed under it:
 
 * the document was replaced: its queue job is finished (so it is pending
@@ -50,8 +50,8 @@ from supervision.waker import Waker
 
 from actors.node.config import node_name
 from actors.names import JOBS_SERVER
-from actors.scheduler.protocol import AddJob, GetJob, Jobs, JobSummary, RemoveJob
-from actors.scheduler.core import InvalidJobSpec, JobNotFound, reason_text
+from actors.scheduler.protocol import AddJob, Jobs, JobStates, RemoveJob, Reschedule
+from actors.scheduler.core import InvalidJobSpec, reason_text
 from actors.scheduler.sup import SCHEDULER_NAME
 from actors.scheduler.fence import LeaseFence
 from actors import names
@@ -188,6 +188,7 @@ class DocProcessor(GenServer):
         else:
             self.send_after(0, ACCEPT)
         if accepted:
+            self._move_fence()  # a fresh lease: its job must not start past an old fence
             self._request_tick()
 
     def _arm_watch(self, watch: Any) -> None:
@@ -282,9 +283,19 @@ class DocProcessor(GenServer):
 
     def _move_fence(self) -> None:
         """Document jobs may run until the oldest renewal plus FENCE_SHARE of
-        the owner timeout: past it another node may hold the document."""
-        if self.owned:
-            self.fence.set(min(o.renewed_at for o in self.owned.values()) + FENCE_SHARE * self.timeout)
+        the owner timeout: past it another node may hold the document. A
+        fence that had expired and holds again asks the scheduler for a
+        reschedule: the jobs it stopped run again now, not at the next
+        interval."""
+        if not self.owned:
+            return
+        now = time.monotonic()
+        expired = self.fence.deadline() <= now
+        deadline = min(o.renewed_at for o in self.owned.values()) + FENCE_SHARE * self.timeout
+        self.fence.set(deadline)
+        if expired and deadline > now and self.sched is not None:
+            log.info("doc_fence_restored leases=%d", len(self.owned))
+            self.call_async(self.sched, Reschedule(), self._removed, CALL_TIMEOUT)
 
     def _arm_tick(self) -> None:
         self.cancel_timer(self._timer)
@@ -303,7 +314,11 @@ class DocProcessor(GenServer):
         done: set[str] = set()
         if self._stale:
             yield from self._remove_stale()
-        sched = yield Request(self.node, WhereIs(self.scheduler_name))
+        try:
+            sched = yield Request(self.node, WhereIs(self.scheduler_name))
+        except SCHEDULER_DOWN as exc:  # the node's registry is busy: the next tick looks again
+            log.warning("doc_processor: scheduler not found (%r); next tick", exc)
+            return states, done
         if sched is None:
             return states, done
         self.sched = sched
@@ -322,23 +337,25 @@ class DocProcessor(GenServer):
                 o.errors += 1
                 states[jid] = {"state": docs.DocState.ERROR.value, "error_count": o.errors,
                                "info": {"error": reason_text(exc)}}
-        for jid, o in list(self.owned.items()):
-            if o.added_to != here or jid in done:
-                continue
-            try:
-                summary = yield Request(sched, JobSummary(o.spec["id"]), CALL_TIMEOUT)
-                try:  # this job's stats only: Jobs() would build every job's dict each tick
-                    info = (yield Request(sched, GetJob(o.spec["id"]), CALL_TIMEOUT)).get("info")
-                except JobNotFound:
-                    info = None
+        added = {o.spec["id"]: jid for jid, o in self.owned.items() if o.added_to == here and jid not in done}
+        ids = list(added)
+        for chunk in range(0, len(ids), JobStates.MAX_STATES):
+            try:  # the owned jobs' states and stats only, in one call (not every job's dict)
+                answers = yield Request(sched, JobStates(ids[chunk:chunk + JobStates.MAX_STATES]), CALL_TIMEOUT)
             except SCHEDULER_DOWN as exc:  # it restarts: the next tick adds the jobs to the new one
                 log.warning("doc_processor: scheduler unavailable (%r); next tick", exc)
                 break
-            new = self._doc_state(summary, info)
-            if new.get("state") in docs.TERMINAL:
-                done.add(jid)
-            if any(o.written.get(k) != v for k, v in new.items()):
-                states[jid] = dict(states.get(jid, {}), **new)
+            for job_id, answer in answers.items():
+                jid = added[job_id]
+                o = self.owned.get(jid)
+                if o is None:
+                    continue
+                summary, info = answer if answer is not None else (None, None)
+                new = self._doc_state(summary, info)
+                if new.get("state") in docs.TERMINAL:
+                    done.add(jid)
+                if any(o.written.get(k) != v for k, v in new.items()):
+                    states[jid] = dict(states.get(jid, {}), **new)
         return states, done
 
     @staticmethod
@@ -365,7 +382,7 @@ class DocProcessor(GenServer):
     @staticmethod
     def _removed(_value: Any, error: Exception | None) -> None:
         if error is not None:
-            log.warning("doc_processor: RemoveJob failed: %r", error)
+            log.warning("doc_processor: scheduler call failed: %r", error)
 
     # ------------------------------------------------------------- stop
     def terminate(self, reason: Any) -> None:

@@ -11,6 +11,7 @@ from actors.scheduler.protocol import (
     JobsPage,
     GetJob,
     JobSummary,
+    JobStates,
     JobAddress,
     HealthThreshold,
     GetStats,
@@ -62,6 +63,10 @@ class SchedulerClient:
 
     def job_summary(self, job_id: Any) -> dict | None:
         return self.call(JobSummary(job_id))
+
+    def job_states(self, job_ids: list) -> dict:
+        """``{id: (job_summary, stats) or None}`` for each of ``job_ids`` in one call."""
+        return self.call(JobStates(job_ids))
 
     def load_jobs(self, rows: list) -> int:
         return self.call(LoadJobs(rows))

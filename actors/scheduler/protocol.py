@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["AddJob", "RemoveJob", "Reschedule", "Jobs", "JobsPage", "GetJob", "JobSummary", "JobAddress", "HealthThreshold", "GetStats", "GetSettings", "SetSetting", "LoadJobs", "CountRunning", "HOST_NAME", "DEFAULT_HOSTS"]
+__all__ = ["AddJob", "RemoveJob", "Reschedule", "Jobs", "JobsPage", "GetJob", "JobSummary", "JobStates", "JobAddress", "HealthThreshold", "GetStats", "GetSettings", "SetSetting", "LoadJobs", "CountRunning", "HOST_NAME", "DEFAULT_HOSTS"]
 
 #: Registered name of job host ``i`` of the scheduler named "scheduler" (a
 #: scheduler named N has hosts "N.host.i").
@@ -50,6 +50,17 @@ class JobsPage:
 
     limit: int
     skip: int
+
+
+@dataclass(frozen=True)
+class JobStates:
+    """For each id of ``job_ids`` (a list of str, at most MAX_STATES), the
+    pair ``(JobSummary's answer, the job's reported stats)``, or None if the
+    job is not in the table: one call where a caller owns many jobs."""
+
+    job_ids: list
+
+    MAX_STATES = 10_000
 
 
 @dataclass(frozen=True)

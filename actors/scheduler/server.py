@@ -88,6 +88,7 @@ from actors.scheduler.protocol import (
     JobsPage,
     GetJob,
     JobSummary,
+    JobStates,
     JobAddress,
     HealthThreshold,
     GetStats,
@@ -316,6 +317,8 @@ class Scheduler(GenServer):
             return core.job_json(job, self._node_name())
         if isinstance(msg, JobSummary):
             return None if self._job(msg.job_id) is None else core.job_summary(msg.job_id)
+        if isinstance(msg, JobStates):
+            return self._job_states(msg.job_ids)
         if isinstance(msg, JobAddress):
             job = self._job(msg.job_id)
             if job is None or isinstance(job.pid, Starting):
@@ -423,6 +426,16 @@ class Scheduler(GenServer):
         if msg.has_checkpoint:
             changes["checkpoint"] = msg.checkpoint
         self.core.table.update(job, **changes)
+
+    def _job_states(self, job_ids: Any) -> dict:
+        if not isinstance(job_ids, list) or len(job_ids) > JobStates.MAX_STATES \
+                or not all(isinstance(i, str) for i in job_ids):
+            raise InvalidArgument("job_ids", job_ids, f"must be a list of at most {JobStates.MAX_STATES} str ids")
+        out = {}
+        for job_id in job_ids:
+            job = self._job(job_id)
+            out[job_id] = None if job is None else (self.core.job_summary(job.id), dict(job.stats))
+        return out
 
     def _hosted_exited(self, msg: JobExited) -> None:
         """A hosted job's own end (the seed's DOWN for its process)."""

@@ -92,9 +92,9 @@ def checkpointing(ctx: Any) -> None:
 
 
 def ledger(ctx: Any) -> None:
-    """Records in ``options['ledger']`` its start, each tick of work (stamped
-    before it checks that it may still run) and its stop, with its process
-    group (the node) and the wall time."""
+    """Records in ``options['ledger']`` its start, each tick of work (every
+    ``options['tick']`` seconds, stamped before it checks that it may still
+    run) and its stop, with its process group (the node) and the wall time."""
     def write(kind: str, when: float) -> None:
         with open(ctx.options["ledger"], "a") as f:
             f.write(f"{kind} {ctx.options['doc']} {os.getpgid(0)} {when:.6f}\n")
@@ -105,6 +105,6 @@ def ledger(ctx: Any) -> None:
         if ctx.stopping:
             break
         write("tick", now)
-        if ctx.wait(0.05):
+        if ctx.wait(ctx.options.get("tick", 0.05)):
             break
     write("stop", time.time())

@@ -50,13 +50,14 @@ def _limit_open_files(limit: int) -> None:
 class CliNode:
     """A node started by the console command in its own session."""
 
-    def __init__(self, url: str, tmp_path, name: str, max_jobs: int = 5, nofile: int | None = None) -> None:
+    def __init__(self, url: str, tmp_path, name: str, max_jobs: int = 5, nofile: int | None = None,
+                 owner_timeout: int = OWNER_TIMEOUT) -> None:
         self.port = free_port()
         self.name = name
         cfg = tmp_path / f"{name}.ini"
         cfg.write_text("[couch_jobs]\n" + "".join(f"{k} = {v}\n" for k, v in FAST_COUCH_JOBS.items())
                        + f"[replicator]\nmax_jobs = {max_jobs}\ninterval = 1000\n"
-                       f"doc_owner_timeout = {OWNER_TIMEOUT}\n"
+                       f"doc_owner_timeout = {owner_timeout}\n"
                        "handlers = tests.actors.scheduler_fixtures\nstores = http://\n")
         env = dict(os.environ, PYTHONPATH=str(ROOT), OTPJOBS_RUNTIME_DIR=str(tmp_path),
                    THESPLOG_FILE=str(tmp_path / f"{name}-thespian.log"))

@@ -10,7 +10,8 @@ checks a call's arguments before anything changes:
   ``GetJob``/``JobSummary``/``JobAddress`` is a job that is not there
   (False, ``JobNotFound``, None, None); an unhashable key in ``SetSetting``
   is an ``InvalidSetting``;
-* ``JobsPage`` with a limit/skip that is not an int >= 0 is an
+* ``JobsPage`` with a limit/skip that is not an int >= 0, ``JobStates``
+  with anything but a list of at most 10,000 str ids, are an
   ``InvalidArgument``;
 * ``SetSetting("interval", v)`` with ``v`` beyond a timer's range is an
   ``InvalidSetting``;
@@ -63,6 +64,19 @@ def test_unhashable_job_ids_are_jobs_not_there(n, job_id) -> None:
     assert isinstance(answered(n, lambda: n.s.job(job_id)), JobNotFound)
     assert answered(n, lambda: n.s.job_summary(job_id)) is None
     assert answered(n, lambda: n.s.job_address(job_id)) is None
+
+
+@pytest.mark.parametrize("job_ids", ["abc", None, [["x"]], [1], [{"a": 1}], ["ok"] * 10_001], ids=lambda v: repr(v)[:20])
+def test_bad_job_state_lists_are_invalid_arguments(n, job_ids) -> None:
+    assert isinstance(answered(n, lambda: n.s.job_states(job_ids)), InvalidArgument)
+
+
+def test_job_states_answer_each_id_in_one_call(n) -> None:
+    n.s.add_job({"id": "here", "handler": IDLE})
+    states = answered(n, lambda: n.s.job_states(["here", "gone"]))
+    assert set(states) == {"here", "gone"} and states["gone"] is None
+    summary, stats = states["here"]
+    assert summary == n.s.job_summary("here") and isinstance(stats, dict)
 
 
 @pytest.mark.parametrize("key", [["max_jobs"], {"k": 1}], ids=repr)

@@ -1,0 +1,152 @@
+"""No document ever runs on two nodes at once, whatever happens to a node.
+
+Two real nodes share one PostgreSQL store (on SQLite a paused node would
+hold the file's write lock and the other could not take over at all). Each
+document's handler appends to a ledger: every tick of work is stamped
+before the handler checks it may still run (``ctx.stopping``: stopped, or
+its node's lease fence expired), so a tick at time t proves the job
+believed at t that it held the lease. One node is SIGSTOPped for longer
+than the owner timeout, while the other takes its documents over, then
+continued; then the other is SIGKILLed and the first takes everything back.
+Across nodes, a document's runs (first to last tick) never overlap.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections import defaultdict
+
+import pytest
+
+import fdblayer
+from actors import docs
+
+from .jobs_fixtures import wait_until
+from .test_docs_failover import CliNode
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+
+LEDGER = "tests.actors.scheduler_fixtures:ledger"
+N_DOCS = int(os.environ.get("OVERLAP_DOCS", "60"))
+MAX_JOBS = int(os.environ.get("OVERLAP_MAX_JOBS", "60"))
+TICK = float(os.environ.get("OVERLAP_TICK", "0.1"))
+#: Seconds; the seed's default is 30. Larger runs (OVERLAP_DOCS=2000
+#: OVERLAP_MAX_JOBS=500) need more than the 2 s that keeps this one short.
+OWNER_TIMEOUT = int(os.environ.get("OVERLAP_OWNER_TIMEOUT", "2"))
+
+
+def runs(path) -> dict:
+    """{doc: [(node pgid, first tick, last tick), ...]}: one entry per run that ticked."""
+    out: dict = defaultdict(list)
+    open_runs: dict = {}
+    for line in path.read_text().splitlines():
+        kind, doc, pgid, when = line.split()
+        key, when = (doc, int(pgid)), float(when)
+        if kind == "start" or kind == "stop":
+            run = open_runs.pop(key, None)
+            if run is not None:
+                out[doc].append((key[1],) + run)
+        elif kind == "tick":
+            first, _ = open_runs.get(key, (when, when))
+            open_runs[key] = (first, when)
+    for (doc, pgid), run in open_runs.items():  # a killed node's last runs
+        out[doc].append((pgid,) + run)
+    return out
+
+
+def overlaps(ledger: dict) -> list:
+    """Pairs of runs of one document, on two nodes, whose ticks interleave."""
+    found = []
+    for doc, doc_runs in ledger.items():
+        ordered = sorted(doc_runs, key=lambda r: r[1])
+        for a, b in zip(ordered, ordered[1:]):
+            if a[0] != b[0] and b[1] <= a[2]:
+                found.append((doc, a, b))
+    return found
+
+
+def pause(node: CliNode, sig: int) -> None:
+    for pgid in {node.proc.pid, node.info["pgid"]}:
+        os.killpg(pgid, sig)
+
+
+def frozen_transactions(db) -> set:
+    """Backends of this store's server that hold the same transaction open
+    half a second apart (a paused node in the middle of a commit)."""
+    def sample() -> set:
+        conn = db.connect()
+        try:
+            rows = conn.execute("SELECT pid, xact_start FROM pg_stat_activity "
+                                "WHERE xact_start IS NOT NULL AND pid <> pg_backend_pid()").fetchall()
+        finally:
+            conn.close()
+        return set(rows)
+    first = sample()
+    time.sleep(0.5)
+    return first & sample()
+
+
+def ticking(path, pgid: int, since: float) -> set:
+    """Documents with a tick of node ``pgid`` after ``since``."""
+    return {doc for doc, doc_runs in runs(path).items() for r in doc_runs if r[0] == pgid and r[2] > since}
+
+
+def test_a_paused_then_a_killed_node_never_lets_a_document_run_twice(pg_server, tmp_path):
+    url = pg_server.url(prefix=f"overlap{os.getpid()}")
+    db = fdblayer.open(url)
+    ledger = tmp_path / "ledger"
+    nodes = [CliNode(url, tmp_path, name, max_jobs=MAX_JOBS, owner_timeout=OWNER_TIMEOUT) for name in ("a", "b")]
+    try:
+        for n in nodes:
+            n.wait_up()
+        ids = [f"d{i:04d}" for i in range(N_DOCS)]
+        for doc_id in ids:
+            docs.put(db, "_replicator", doc_id, {"handler": LEDGER, "continuous": True,
+                                                 "options": {"ledger": str(ledger), "doc": doc_id, "tick": TICK}})
+        wait_until(lambda: sorted(nodes[0].doc_ids() + nodes[1].doc_ids()) == ids, 120,
+                   "every document owned by one node", step=0.5)
+        paused = max(nodes, key=lambda n: len(n.doc_ids()))
+        other = nodes[1] if paused is nodes[0] else nodes[0]
+        pgid_p = paused.info["pgid"]
+        wait_until(lambda: len(ticking(ledger, pgid_p, time.time() - 1)) >= min(len(paused.doc_ids()), MAX_JOBS) // 2,
+                   60, "the paused-to-be node's jobs working", step=0.5)
+        for _ in range(20):  # pause it outside a commit: a frozen transaction would block the other node
+            pause(paused, signal.SIGSTOP)
+            if not frozen_transactions(db):
+                break
+            pause(paused, signal.SIGCONT)
+            time.sleep(0.3)
+        else:
+            pytest.fail("could not pause the node outside a transaction")
+        stopped_at = time.time()
+        was_paused = ticking(ledger, pgid_p, stopped_at - 2)
+        try:
+            wait_until(lambda: ticking(ledger, other.info["pgid"], stopped_at) & was_paused, 10 * OWNER_TIMEOUT + 30,
+                       "the other node to take the paused node's documents over", step=0.5)
+            time.sleep(OWNER_TIMEOUT)
+        finally:
+            pause(paused, signal.SIGCONT)
+        continued_at = time.time()
+        wait_until(lambda: sorted(nodes[0].doc_ids() + nodes[1].doc_ids()) == ids, 60,
+                   "every document owned by exactly one node again", step=0.5)
+        other.kill()
+        killed_at = time.time()
+        wait_until(lambda: paused.doc_ids() == ids, 10 * OWNER_TIMEOUT + 60,
+                   "the continued node to take everything back", step=0.5)
+        wait_until(lambda: len(ticking(ledger, pgid_p, killed_at)) >= min(N_DOCS, MAX_JOBS) // 2, 60,
+                   "the continued node's jobs working", step=0.5)
+        found = overlaps(runs(ledger))
+        assert not found, f"{len(found)} overlapping runs, first ones: {found[:5]}"
+        late = [r for doc_runs in runs(ledger).values() for r in doc_runs
+                if r[0] == pgid_p and stopped_at < r[2] < continued_at]
+        assert not late, "a paused node cannot tick"
+    finally:
+        for n in nodes:
+            if n.proc.poll() is None:
+                try:
+                    pause(n, signal.SIGCONT)
+                except ProcessLookupError:
+                    pass
+                n.kill()
+        db.close()
