@@ -73,6 +73,15 @@ MAX_TICK = 2.0
 SCHEDULER_DOWN = (NoProc, CallTimeout, CallFailed)
 
 
+@dataclass(frozen=True)
+class DocStats:
+    """Call: the processor's counters since it started, as a dict: ``owned``
+    (documents held now), ``accepted``, ``renewed`` (leases renewed),
+    ``renew_rounds``, ``renew_ms`` (the last round's duration), ``lost``
+    (leases found taken by another node, or gone with their document), ``given_up`` (stopped
+    because the store could not be written in time)."""
+
+
 @dataclass
 class Owned:
     """A document this node holds: its lease, the scheduler spec, what was
@@ -125,12 +134,19 @@ class DocProcessor(GenServer):
         self._timer: int | None = None
         self._renew_timer: int | None = None
         self.waker = Waker(self, self._accept_more)
+        self.counters = dict.fromkeys(("accepted", "renewed", "renew_rounds", "lost", "given_up"), 0)
+        self.renew_ms = 0.0
         activity.set_type_timeout(self.db, DEFAULT_LAYOUT, docs.DOCS_TYPE, self.timeout)
         self.run_task(self._setup(), lambda _: self._setup_done())
         return DEFER_START
 
     def format_status(self) -> dict:
         return {"node": self.node_name, "owned": len(self.owned), "timeout": self.timeout}
+
+    def handle_call(self, msg: Any, from_: Any) -> Any:
+        if isinstance(msg, DocStats):
+            return dict(self.counters, owned=len(self.owned), renew_ms=self.renew_ms)
+        return super().handle_call(msg, from_)
 
     # ------------------------------------------------------------ start
     def _setup(self):
@@ -180,6 +196,7 @@ class DocProcessor(GenServer):
             if found is not None:
                 lease, doc = found
                 self.owned[lease.job.id] = Owned(lease, scheduler_spec(doc, time.time()))
+                self.counters["accepted"] += 1
                 log.info("Doc %s/%s: accepted rev %s", lease.db_name, lease.doc_id, lease.rev)
                 accepted += 1
             elif watch is not None:
@@ -242,12 +259,16 @@ class DocProcessor(GenServer):
         leases = [o.lease for o in self.owned.values()]
         if not leases:
             return
+        t0 = time.perf_counter()
         try:
             outcomes = docs.renew(self.db, leases, states, done, time.time(), timeout=self.store_timeout)
         except fdblayer.StoreError as exc:
             log.warning("doc_leases_unrenewed count=%d reason=%r", len(leases), exc)
             self._give_up_old_leases()
             return
+        finally:
+            self.renew_ms = (time.perf_counter() - t0) * 1000
+        self.counters["renew_rounds"] += 1
         self._apply(outcomes, states)
 
     def _give_up_old_leases(self) -> None:
@@ -259,6 +280,7 @@ class DocProcessor(GenServer):
             if age < self.timeout / 2.0:
                 continue
             del self.owned[jid]
+            self.counters["given_up"] += 1
             log.warning("doc_lease_given_up doc=%s/%s unrenewed_for=%.1f", o.lease.db_name, o.lease.doc_id, age)
             if o.added_to is not None and self.sched is not None:
                 self.call_async(self.sched, RemoveJob(o.spec["id"]), self._removed, CALL_TIMEOUT)
@@ -274,8 +296,11 @@ class DocProcessor(GenServer):
                 o.lease = lease
                 o.renewed_at = now
                 o.written.update(states.get(jid, {}))
+                self.counters["renewed"] += 1
                 continue
             del self.owned[jid]
+            if outcome == docs.LOST:
+                self.counters["lost"] += 1
             log.info("Doc %s/%s: %s", o.lease.db_name, o.lease.doc_id, outcome)
             if outcome != docs.DONE and o.added_to is not None and self.sched is not None:
                 self.call_async(self.sched, RemoveJob(o.spec["id"]), self._removed, CALL_TIMEOUT)
@@ -413,4 +438,4 @@ def doc_children(config: Any, *, fence: str | None = None) -> list[ChildSpec]:
     return [ChildSpec("doc_processor", DocProcessor, args, name=DOC_PROCESSOR_NAME, shutdown=10.0)]
 
 
-__all__ = ["DocProcessor", "doc_children", "scheduler_spec", "DOC_PROCESSOR_NAME"]
+__all__ = ["DocProcessor", "DocStats", "doc_children", "scheduler_spec", "DOC_PROCESSOR_NAME"]

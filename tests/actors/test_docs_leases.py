@@ -11,6 +11,7 @@ import pytest
 
 import fdblayer
 from actors import docs
+from actors.docs.processor import DOC_PROCESSOR_NAME, DocStats
 
 from tests.procs import group_pids, open_fds, pss_mb
 
@@ -41,6 +42,9 @@ def test_leases_are_renewed_while_many_jobs_start(tmp_path):
         assert "job_reenqueued" not in log, "a document of a live node was re-enqueued:\n" + log[-3000:]
         owners = {d.node for d in docs.list_docs(db, "_replicator", limit=1000)[1]}
         assert len(owners) == 1
+        counters = node.client.call(DOC_PROCESSOR_NAME, DocStats(), 10)
+        assert counters["owned"] == counters["accepted"] == N_DOCS and counters["renewed"] >= N_DOCS
+        assert counters["lost"] == counters["given_up"] == 0, counters
     finally:
         if node.proc.poll() is None:
             node.kill()
