@@ -48,7 +48,7 @@ from .addrmap import AddrMap, AddrSet
 from .clock import Clock, make_clock
 from .exceptions import BadCall, BadCast, BadInfo
 from .reasons import KILLED, NOPROC, NORMAL, SHUTDOWN, is_normal, portable
-from .procs import die_with_parent, pid_alive  # noqa: F401 - die_with_parent re-exported
+from .procs import die_with_parent, install_fork_hygiene, pid_alive  # noqa: F401 - die_with_parent re-exported
 from .reports import report
 from .calls import Calls, From, Request  # noqa: F401 - From and Request re-exported
 from .timers import MAX_TIMER_STEP, Timers  # noqa: F401 - MAX_TIMER_STEP re-exported
@@ -120,6 +120,7 @@ class GenServer(Calls, Timers, Actor):
         parent = multiprocessing.parent_process()
         if parent is not None:  # a forked actor process, not a class instantiated in a test
             die_with_parent(parent.pid)
+            install_fork_hygiene()  # its children will not hold each other's pipes
         self._started = False
         self._exiting = False
         self._stash: list = []

@@ -111,3 +111,16 @@ def test_a_removed_job_is_listed_until_its_code_ended_and_a_job_of_its_id_waits_
     assert second_start >= first_end, "the new run started before the old one's code ended"
     assert h.s.stats()["ending"] == 0 and [j["id"] for j in h.s.jobs()] == ["L"]
     assert h.live_job_actors() == 1
+
+
+def test_a_process_job_holds_none_of_its_siblings_descriptors(h):
+    """isolation "process": each job is a forked child of scheduler_sup, and
+    the k-th must not inherit the pipes its parent keeps for the k-1 before
+    it (descriptors would grow with the square of the jobs)."""
+    from tests.procs import open_fds
+
+    for i in range(20):
+        h.s.add_job(h.spec(f"p{i}", isolation="process"))
+    wait_until(lambda: len(h.running()) == 20, 60, what="20 process jobs running")
+    counts = [open_fds([h.job_pid(f"p{i}")]) for i in range(20)]
+    assert max(counts) - min(counts) <= 2, f"descriptors per job process grow with its siblings: {counts}"
