@@ -28,12 +28,11 @@ from .test_docs_failover import CliNode
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 LEDGER = "tests.actors.scheduler_fixtures:ledger"
-N_DOCS = int(os.environ.get("OVERLAP_DOCS", "60"))
-MAX_JOBS = int(os.environ.get("OVERLAP_MAX_JOBS", "60"))
-TICK = float(os.environ.get("OVERLAP_TICK", "0.1"))
-#: Seconds; the seed's default is 30. Larger runs (OVERLAP_DOCS=2000
-#: OVERLAP_MAX_JOBS=500) need more than the 2 s that keeps this one short.
-OWNER_TIMEOUT = int(os.environ.get("OVERLAP_OWNER_TIMEOUT", "2"))
+#: (documents, max_jobs a node, seconds between ticks, owner timeout in
+#: seconds): a quick case, and the issue's scale (2,000 documents, the
+#: seed's max_jobs of 500 a node; a 10 s owner timeout, as 1,000 running
+#: jobs a node on two shared CPUs need more than the quick case's 2 s).
+SCALES = {"60_docs": (60, 60, 0.1, 2), "2000_docs": (2000, 500, 0.5, 10)}
 
 
 def runs(path) -> dict:
@@ -92,24 +91,26 @@ def ticking(path, pgid: int, since: float) -> set:
     return {doc for doc, doc_runs in runs(path).items() for r in doc_runs if r[0] == pgid and r[2] > since}
 
 
-def test_a_paused_then_a_killed_node_never_lets_a_document_run_twice(pg_server, tmp_path):
+@pytest.mark.parametrize("scale", list(SCALES))
+def test_a_paused_then_a_killed_node_never_lets_a_document_run_twice(pg_server, tmp_path, scale):
+    n_docs, max_jobs, tick, owner_timeout = SCALES[scale]
     url = pg_server.url(prefix=f"overlap{os.getpid()}")
     db = fdblayer.open(url)
     ledger = tmp_path / "ledger"
-    nodes = [CliNode(url, tmp_path, name, max_jobs=MAX_JOBS, owner_timeout=OWNER_TIMEOUT) for name in ("a", "b")]
+    nodes = [CliNode(url, tmp_path, name, max_jobs=max_jobs, owner_timeout=owner_timeout) for name in ("a", "b")]
     try:
         for n in nodes:
             n.wait_up()
-        ids = [f"d{i:04d}" for i in range(N_DOCS)]
+        ids = [f"d{i:04d}" for i in range(n_docs)]
         for doc_id in ids:
             docs.put(db, "_replicator", doc_id, {"handler": LEDGER, "continuous": True,
-                                                 "options": {"ledger": str(ledger), "doc": doc_id, "tick": TICK}})
+                                                 "options": {"ledger": str(ledger), "doc": doc_id, "tick": tick}})
         wait_until(lambda: sorted(nodes[0].doc_ids() + nodes[1].doc_ids()) == ids, 120,
                    "every document owned by one node", step=0.5)
         paused = max(nodes, key=lambda n: len(n.doc_ids()))
         other = nodes[1] if paused is nodes[0] else nodes[0]
         pgid_p = paused.info["pgid"]
-        wait_until(lambda: len(ticking(ledger, pgid_p, time.time() - 1)) >= min(len(paused.doc_ids()), MAX_JOBS) // 2,
+        wait_until(lambda: len(ticking(ledger, pgid_p, time.time() - 1)) >= min(len(paused.doc_ids()), max_jobs) // 2,
                    60, "the paused-to-be node's jobs working", step=0.5)
         for _ in range(20):  # pause it outside a commit: a frozen transaction would block the other node
             pause(paused, signal.SIGSTOP)
@@ -122,9 +123,9 @@ def test_a_paused_then_a_killed_node_never_lets_a_document_run_twice(pg_server, 
         stopped_at = time.time()
         was_paused = ticking(ledger, pgid_p, stopped_at - 2)
         try:
-            wait_until(lambda: ticking(ledger, other.info["pgid"], stopped_at) & was_paused, 10 * OWNER_TIMEOUT + 30,
+            wait_until(lambda: ticking(ledger, other.info["pgid"], stopped_at) & was_paused, 10 * owner_timeout + 30,
                        "the other node to take the paused node's documents over", step=0.5)
-            time.sleep(OWNER_TIMEOUT)
+            time.sleep(owner_timeout)
         finally:
             pause(paused, signal.SIGCONT)
         continued_at = time.time()
@@ -132,9 +133,9 @@ def test_a_paused_then_a_killed_node_never_lets_a_document_run_twice(pg_server, 
                    "every document owned by exactly one node again", step=0.5)
         other.kill()
         killed_at = time.time()
-        wait_until(lambda: paused.doc_ids() == ids, 10 * OWNER_TIMEOUT + 60,
+        wait_until(lambda: paused.doc_ids() == ids, 10 * owner_timeout + 60,
                    "the continued node to take everything back", step=0.5)
-        wait_until(lambda: len(ticking(ledger, pgid_p, killed_at)) >= min(N_DOCS, MAX_JOBS) // 2, 60,
+        wait_until(lambda: len(ticking(ledger, pgid_p, killed_at)) >= min(n_docs, max_jobs) // 2, 60,
                    "the continued node's jobs working", step=0.5)
         found = overlaps(runs(ledger))
         assert not found, f"{len(found)} overlapping runs, first ones: {found[:5]}"
