@@ -37,7 +37,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from actors.scheduler.core import Event, EventType, Job, JobSpec, JobTable, Scheduling, Settings  # noqa: E402
+from actors.scheduler.core import Event, EventType, JobRow, JobSpec, JobTable, Scheduling, Settings  # noqa: E402
 
 
 class _Clock:
@@ -52,10 +52,10 @@ class _Runner:
     def __init__(self) -> None:
         self.pids = itertools.count(1)
 
-    def start(self, job: Job):
+    def start(self, job: JobRow):
         return next(self.pids), None
 
-    def stop(self, job: Job) -> None:
+    def stop(self, job: JobRow) -> None:
         pass
 
 
@@ -67,11 +67,11 @@ def build(n: int, clock: _Clock) -> Scheduling:
         spec = JobSpec(f"job-{i:06d}", handler="m:f", continuous=True, db_name="db")
         if i < 500:
             history = [Event(EventType.STARTED, started), Event(EventType.ADDED, 0.0)]
-            table.put(Job(spec.id, spec, history, pid=next(runner.pids)))
+            table.put(JobRow(spec.id, spec, history, pid=next(runner.pids)))
         else:
             history = [Event(EventType.STOPPED, started + 0.5), Event(EventType.STARTED, started),
                        Event(EventType.ADDED, 0.0)]
-            table.put(Job(spec.id, spec, history))
+            table.put(JobRow(spec.id, spec, history))
     return Scheduling(runner, clock, Settings(max_jobs=500, max_churn=20), table)
 
 

@@ -46,6 +46,7 @@ from urllib.parse import parse_qs, parse_qsl, unquote
 from supervision.exceptions import CallFailed, CallTimeout, NoProc, NodeDown
 from supervision.reports import report
 
+from actors.errors import ActorsError
 from actors.http import metrics, monitoring, queue_routes
 
 from actors.http import status_page
@@ -72,7 +73,7 @@ MAX_JSON_DEPTH = 256
 NOT_ADMIN = "You are not a server admin."
 
 
-class HttpError(Exception):
+class HttpError(ActorsError):
     """An answer other than success: status, CouchDB error and reason."""
 
     def __init__(self, status: int, error: str, reason: str | None = "", headers: list | None = None) -> None:

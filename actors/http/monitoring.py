@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from typing import Any, Mapping
 
+from actors.errors import ActorsError
 from actors.http.metrics import SCHEDULER_METRICS
 
 DEFAULT_LIMIT = 100
@@ -26,7 +27,7 @@ COUNT_FIELDS = ("revisions_checked", "missing_revisions_found", "docs_read", "do
 _USERINFO = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://)([^/@:]*):([^/@]*)@")
 
 
-class QueryParseError(ValueError):
+class QueryParseError(ActorsError, ValueError):
     """A bad query parameter; ``str()`` is CouchDB's reason."""
 
 

@@ -33,6 +33,7 @@ from typing import Any
 
 from supervision import DEFER_START, ChildSpec, GenServer
 
+from actors.errors import ActorsError
 from actors.http.auth import SESSION_TIMEOUT, load_admins
 from actors.node.config import node_name
 from actors.node.policy import JobPolicy
@@ -45,11 +46,11 @@ STOP_TIMEOUT = 5.0
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])  # the directory holding actors/
 
 
-class HttpProcessExited(Exception):
+class HttpProcessExited(ActorsError):
     """The HTTP process ended; the actor exits with this reason."""
 
 
-class HttpStartError(Exception):
+class HttpStartError(ActorsError):
     """The HTTP process could not start serving."""
 
 

@@ -22,13 +22,14 @@ from thespian.actors import Actor
 
 from supervision import BadChildSpec, ChildSpec
 
+from actors.errors import ActorsError
 from actors import names
 from actors.workers.handlers import HandlerError, add_cwd_to_path, resolve
 
 __all__ = ["AppError", "load_app", "reserved_names"]
 
 
-class AppError(ValueError):
+class AppError(ActorsError, ValueError):
     """The node's app cannot be used: bad path, failed import or call, or a
     bad child spec. The message names the app and what is wrong."""
 

@@ -45,6 +45,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from actors.errors import ActorsError
 
 INFINITY = "infinity"
 
@@ -90,15 +91,12 @@ RUNTIME_KEYS: dict[str, tuple[str, ...]] = {
 _INTEGER = re.compile(r"[+-]?[0-9]+")
 
 
-class ConfigError(ValueError):
+class ConfigError(ActorsError, ValueError):
     """A configuration value is malformed or out of range."""
 
     def __init__(self, section: str, key: str, value: Any, why: str) -> None:
         super().__init__(f"[{section}] {key} = {value!r}: {why}")
         self.section, self.key, self.value, self.why = section, key, value, why
-
-    def __reduce__(self) -> tuple:  # travels between processes inside a call's Failure
-        return (type(self), (self.section, self.key, self.value, self.why))
 
 
 def parse_value(section: str, key: str, raw: Any) -> Any:
@@ -266,7 +264,7 @@ def load(path: str | Path | None = None, overrides: dict[tuple[str, str], Any] |
     return config
 
 
-class ConfigFileError(ValueError):
+class ConfigFileError(ActorsError, ValueError):
     """The config file does not parse; the message names the file and the line."""
 
 
@@ -306,15 +304,12 @@ _SECTION_LINE = re.compile(r"\[(?P<name>.+)\]")
 _OPTION_LINE = re.compile(r"(?P<key>.*?)\s*(?P<sep>[=:])\s*(?P<value>.*)$")
 
 
-class ConfigWriteError(Exception):
+class ConfigWriteError(ActorsError):
     """The config file could not be changed (it is left as it was)."""
 
     def __init__(self, path: str, why: str) -> None:
         super().__init__(f"config file {path}: {why}")
         self.path, self.why = path, why
-
-    def __reduce__(self) -> tuple:  # travels between processes inside a call's Failure
-        return (type(self), (self.path, self.why))
 
 
 def write_value(path: str | Path, section: str, key: str, value: str) -> None:

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 from urllib.parse import unquote
 
+from actors.errors import ActorsError
 from actors.node.config import Config, split_list
 from actors.scheduler.job import REPLICATE_HANDLER
 from fdblayer.exceptions import InvalidStoreURL
@@ -39,15 +40,12 @@ from fdblayer.urls import parse_store_url
 STORE_FIELDS = ("source", "target")
 
 
-class Forbidden(ValueError):
+class Forbidden(ActorsError, ValueError):
     """A job names a handler or a store the node's policy does not allow."""
 
     def __init__(self, field_name: str, value: Any, why: str) -> None:
         super().__init__(f"{field_name} {value!r:.200} is not allowed: {why}")
         self.field, self.value, self.why = field_name, value, why
-
-    def __reduce__(self) -> tuple:  # travels between processes like the other errors
-        return (type(self), (self.field, self.value, self.why))
 
 
 @dataclass(frozen=True)

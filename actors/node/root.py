@@ -19,6 +19,7 @@ import supervision
 from supervision.system import start_node, stop_node
 from fdblayer.urls import redact_url
 
+from actors.errors import ActorsError
 from actors.node.config import Config
 
 log = logging.getLogger("otpjobs.node")
@@ -68,7 +69,7 @@ def check_store(url: str) -> None:
         close()
 
 
-class PortUnavailable(ValueError):
+class PortUnavailable(ActorsError, ValueError):
     """A port the node listens on is taken (or cannot be bound)."""
 
 

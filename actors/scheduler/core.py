@@ -28,8 +28,8 @@ import itertools
 from typing import Any, Callable, Iterable, Iterator, Mapping, Protocol
 
 from actors.scheduler.model import (  # noqa: F401 - the vocabulary, re-exported for the scheduler's users
-    SchedulerError, InvalidSetting, InvalidJobSpec, InvalidArgument, JobNotFound, EventType,
-    JobState, Event, JobSpec, Job, Settings, is_showable_time,
+    SchedulerError, InvalidSetting, InvalidJobSpec, InvalidRequest, JobNotFound, EventType,
+    RunState, Event, JobSpec, JobRow, Settings, is_showable_time,
     iso8601, DEFAULT_HEALTH_THRESHOLD, DEFAULT_MAX_JOBS, DEFAULT_MAX_CHURN, DEFAULT_MAX_HISTORY, DEFAULT_INTERVAL,
     LEASE_EXPIRED,
 )
@@ -78,7 +78,7 @@ def latest_crash_timestamp(history: list) -> float:
     return 0.0
 
 
-def last_started(job: Job) -> float:
+def last_started(job: JobRow) -> float:
     """When the job last started (0 if never)."""
     for event in job.history:
         if event.type is EventType.STARTED:
@@ -86,12 +86,12 @@ def last_started(job: Job) -> float:
     return 0.0
 
 
-def oldest_job_first(job: Job) -> float:
+def oldest_job_first(job: JobRow) -> float:
     """Sort key putting the job that started longest ago first."""
     return last_started(job)
 
 
-def not_recently_crashed(job: Job, now: float, health_threshold: float) -> bool:
+def not_recently_crashed(job: JobRow, now: float, health_threshold: float) -> bool:
     """False while a crashing job is still within its backoff."""
     history = job.history
     head = history[0].type if history else None
@@ -101,7 +101,7 @@ def not_recently_crashed(job: Job, now: float, health_threshold: float) -> bool:
     return now - latest_crash_timestamp(history) >= backoff_seconds(crashes)
 
 
-def is_continuous(job: Job) -> bool:
+def is_continuous(job: JobRow) -> bool:
     return bool(job.spec.continuous)
 
 
@@ -118,7 +118,7 @@ def reason_text(reason: Any) -> str:
 # ------------------------------------------------------------------ table
 
 
-def _ready_at(job: Job, health_threshold: float) -> float:
+def _ready_at(job: JobRow, health_threshold: float) -> float:
     """From when ``job`` is not recently crashed (see not_recently_crashed)."""
     history = job.history
     head = history[0].type if history else None
@@ -128,11 +128,11 @@ def _ready_at(job: Job, health_threshold: float) -> float:
     return latest_crash_timestamp(history) + backoff_seconds(crashes)
 
 
-def _idle_entry(job: Job, health_threshold: float) -> tuple:
+def _idle_entry(job: JobRow, health_threshold: float) -> tuple:
     return ((last_started(job), str(job.id)), _ready_at(job, health_threshold), job)
 
 
-def _category(job: Job) -> str | None:
+def _category(job: JobRow) -> str | None:
     head = job.history[0].type if job.history else None
     if job.pid is not None:
         return "running"
@@ -150,12 +150,12 @@ class JobTable:
     averages cost O(1) and a reschedule scans only idle jobs."""
 
     def __init__(self) -> None:
-        self._jobs: dict[Any, Job] = {}
-        self._running: dict[Any, Job] = {}
+        self._jobs: dict[Any, JobRow] = {}
+        self._running: dict[Any, JobRow] = {}
         # id -> ((last_started, str(id)), ready_at, job): computed once per write
         self._idle: dict[Any, tuple] = {}
         self.health_threshold: float = DEFAULT_HEALTH_THRESHOLD
-        self._by_monitor: dict[Any, Job] = {}
+        self._by_monitor: dict[Any, JobRow] = {}
         self._sums: dict[str, list] = {"pending": [0, 0.0], "running": [0, 0.0], "crashed": [0, 0.0]}
 
     def __len__(self) -> int:
@@ -164,19 +164,19 @@ class JobTable:
     def __contains__(self, job_id: Any) -> bool:
         return job_id in self._jobs
 
-    def __iter__(self) -> Iterator[Job]:
+    def __iter__(self) -> Iterator[JobRow]:
         return iter(list(self._jobs.values()))
 
-    def get(self, job_id: Any) -> Job | None:
+    def get(self, job_id: Any) -> JobRow | None:
         return self._jobs.get(job_id)
 
-    def by_monitor(self, ref: Any) -> Job | None:
+    def by_monitor(self, ref: Any) -> JobRow | None:
         return self._by_monitor.get(ref)
 
-    def running_jobs(self) -> list[Job]:
+    def running_jobs(self) -> list[JobRow]:
         return list(self._running.values())
 
-    def idle_jobs(self) -> Iterable[Job]:
+    def idle_jobs(self) -> Iterable[JobRow]:
         return [entry[2] for entry in self._idle.values()]
 
     def ready_idle(self, now: float, health_threshold: float) -> Iterator[tuple]:
@@ -194,7 +194,7 @@ class JobTable:
         """Jobs without a process (the seed's pending_job_count: crashed ones too)."""
         return len(self._idle)
 
-    def put(self, job: Job) -> Job:
+    def put(self, job: JobRow) -> JobRow:
         """Insert or replace the row ``job.id``."""
         old = self._jobs.get(job.id)
         if old is not None:
@@ -203,11 +203,11 @@ class JobTable:
         self._index(job)
         return job
 
-    def update(self, job: Job, **changes: Any) -> Job:
+    def update(self, job: JobRow, **changes: Any) -> JobRow:
         """Replace ``job``'s row with a copy carrying ``changes``."""
         return self.put(dataclasses.replace(job, **changes))
 
-    def delete(self, job_id: Any) -> Job | None:
+    def delete(self, job_id: Any) -> JobRow | None:
         job = self._jobs.pop(job_id, None)
         if job is not None:
             self._unindex(job)
@@ -221,7 +221,7 @@ class JobTable:
             out[cat] = (n, round((n * now - total) / n) if n else 0)
         return out
 
-    def _index(self, job: Job) -> None:
+    def _index(self, job: JobRow) -> None:
         if job.pid is not None:
             self._running[job.id] = job
             if job.monitor is not None:
@@ -234,7 +234,7 @@ class JobTable:
             acc[0] += 1
             acc[1] += job.history[0].when
 
-    def _unindex(self, job: Job) -> None:
+    def _unindex(self, job: JobRow) -> None:
         self._running.pop(job.id, None)
         self._idle.pop(job.id, None)
         if job.monitor is not None and self._by_monitor.get(job.monitor) is job:
@@ -260,10 +260,10 @@ class JobStartError(SchedulerError):
 class Runner(Protocol):
     """Starts and stops job processes for the :class:`Scheduling` policy."""
 
-    def start(self, job: Job) -> tuple[Any, Any]:
+    def start(self, job: JobRow) -> tuple[Any, Any]:
         """Start ``job``; return ``(pid, monitor)`` or raise JobStartError."""
 
-    def stop(self, job: Job) -> None:
+    def stop(self, job: JobRow) -> None:
         """Stop ``job``'s process (no exit notice must follow)."""
 
 
@@ -293,11 +293,11 @@ class Scheduling:
         self.counters = dict.fromkeys(self.COUNTERS, 0)
 
     # ---------------------------------------------------------- requests
-    def add_job(self, spec: JobSpec) -> Job:
+    def add_job(self, spec: JobSpec) -> JobRow:
         """Add a job, replacing (stopping) one with the same id, and start
         it at once if there is room."""
         self.maybe_remove_job(spec.id)
-        job = self.table.put(Job(spec.id, spec, [Event(EventType.ADDED, self.clock.time())]))
+        job = self.table.put(JobRow(spec.id, spec, [Event(EventType.ADDED, self.clock.time())]))
         self.maybe_start_newly_added_job(job)
         self.counters["adds"] += 1
         return job
@@ -314,7 +314,7 @@ class Scheduling:
         self.start_pending_jobs(running, pending)
         self.rotate_jobs(running, pending)
 
-    def job_exited(self, job: Job, reason: Any) -> None:
+    def job_exited(self, job: JobRow, reason: Any) -> None:
         """A running job's process exited (the seed's DOWN): ``normal``
         completes it; ``lease_expired`` (its node's lease fence ran out: the
         document may be another node's) stops it, pending again without a
@@ -329,7 +329,7 @@ class Scheduling:
         else:
             self.handle_crashed_job(job, reason)
 
-    def handle_crashed_job(self, job: Job, reason: Any) -> None:
+    def handle_crashed_job(self, job: JobRow, reason: Any) -> None:
         """A transient job is removed; a permanent one records the crash and
         pending jobs may take its slot."""
         if job.spec.transient:
@@ -342,7 +342,7 @@ class Scheduling:
             self.start_pending_jobs()
 
     # ------------------------------------------------------------ policy
-    def maybe_start_newly_added_job(self, job: Job) -> None:
+    def maybe_start_newly_added_job(self, job: JobRow) -> None:
         max_jobs = self.settings.max_jobs
         if len(self.table) < max_jobs and self.table.running_count() < max_jobs:
             self.start_job(job)
@@ -356,7 +356,7 @@ class Scheduling:
         self.counters["removes"] += 1
         return True
 
-    def pending_jobs(self, count: int) -> list[Job]:
+    def pending_jobs(self, count: int) -> list[JobRow]:
         """Up to ``count`` jobs without a process that are not backing off,
         the longest since they last started first."""
         if count <= 0:
@@ -403,7 +403,7 @@ class Scheduling:
             self.start_jobs(self.stop_jobs(rotate, True))
 
     # --------------------------------------------------------- transitions
-    def start_job(self, job: Job) -> None:
+    def start_job(self, job: JobRow) -> None:
         if job.pid is not None:
             return
         try:
@@ -414,27 +414,27 @@ class Scheduling:
             return
         self.update_state_started(job, pid, monitor)
 
-    def stop_job(self, job: Job) -> None:
+    def stop_job(self, job: JobRow) -> None:
         if job.pid is None:
             return
         self.runner.stop(job)
         self.update_state_stopped(job)
 
-    def update_state_started(self, job: Job, pid: Any, monitor: Any) -> Job:
+    def update_state_started(self, job: JobRow, pid: Any, monitor: Any) -> JobRow:
         self.counters["starts"] += 1
         return self.table.update(job, pid=pid, monitor=monitor,
                                  history=self._history(job, EventType.STARTED))
 
-    def update_state_stopped(self, job: Job) -> Job:
+    def update_state_stopped(self, job: JobRow) -> JobRow:
         self.counters["stops"] += 1
         return self.table.update(job, pid=None, monitor=None, history=self._history(job, EventType.STOPPED))
 
-    def update_state_crashed(self, job: Job, reason: Any) -> Job:
+    def update_state_crashed(self, job: JobRow, reason: Any) -> JobRow:
         self.counters["crashes"] += 1
         return self.table.update(job, pid=None, monitor=None,
                                  history=self._history(job, EventType.CRASHED, reason))
 
-    def _history(self, job: Job, kind: EventType, reason: Any = None) -> list:
+    def _history(self, job: JobRow, kind: EventType, reason: Any = None) -> list:
         history = [Event(kind, self.clock.time(), reason)] + job.history
         return history[: self.settings.max_history]
 
@@ -456,11 +456,11 @@ class Scheduling:
         errors = consecutive_crashes(job.history, self.settings.health_threshold)
         info = None
         if job.pid is not None:
-            state = JobState.RUNNING
+            state = RunState.RUNNING
         elif errors == 0:
-            state = JobState.PENDING
+            state = RunState.PENDING
         else:
-            state = JobState.CRASHING
+            state = RunState.CRASHING
             info = next((reason_text(e.reason) for e in job.history if e.type is EventType.CRASHED), None)
         spec = job.spec
         return {"source": spec.source, "target": spec.target, "handler": spec.handler,
@@ -468,7 +468,7 @@ class Scheduling:
                 "last_updated": iso8601(job.history[0].when) if job.history else None,
                 "start_time": iso8601(spec.start_time), "proxy": None}
 
-    def job_json(self, job: Job, node: Any = None) -> dict:
+    def job_json(self, job: JobRow, node: Any = None) -> dict:
         """A job as the seed's job_ejson (plus reported stats as ``info``)."""
         history = []
         for event in job.history:
@@ -483,22 +483,22 @@ class Scheduling:
                 "doc_id": spec.doc_id, "history": history, "node": node,
                 "start_time": iso8601(spec.start_time), "info": dict(job.stats)}
 
-    def jobs(self, node: Any = None, extra: Iterable[Job] = ()) -> list[dict]:
+    def jobs(self, node: Any = None, extra: Iterable[JobRow] = ()) -> list[dict]:
         """Every job as :meth:`job_json`, then ``extra`` (rows of stopped
         jobs whose code still runs, no longer in the table)."""
         return [self.job_json(j, node) for j in itertools.chain(self.table, extra)]
 
     def jobs_page(self, limit: int, skip: int, node: Any = None,
-                  extra: Iterable[Job] = ()) -> tuple[int, list[dict]]:
+                  extra: Iterable[JobRow] = ()) -> tuple[int, list[dict]]:
         """``(total, one page of job dicts)`` in id order, building only the
         page's dicts; ``extra`` as for :meth:`jobs`.
 
         Raises:
-            InvalidArgument: ``limit`` or ``skip`` is not an int >= 0.
+            InvalidRequest: ``limit`` or ``skip`` is not an int >= 0.
         """
         for name, value in (("limit", limit), ("skip", skip)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise InvalidArgument(name, value, "must be an int >= 0")
+                raise InvalidRequest(name, value, "must be an int >= 0")
         ordered = sorted(itertools.chain(self.table, extra), key=lambda j: str(j.id))
         return len(ordered), [self.job_json(j, node) for j in ordered[skip: skip + limit]]
 

@@ -41,6 +41,7 @@ from typing import Any, Callable
 from supervision import GenServer
 from supervision.messages import Cast
 
+from actors.errors import ActorsError
 from actors.scheduler.core import JobSpec
 from actors.scheduler.fence import LEASE_EXPIRED, LeaseFence
 from actors.scheduler.model import InvalidJobSpec
@@ -200,7 +201,7 @@ def check_runnable(spec: JobSpec) -> None:
             raise InvalidJobSpec("source", spec.source, why)
 
 
-class HandlerExit(Exception):
+class HandlerExit(ActorsError):
     """A handler ended by raising something that is not an Exception."""
 
 

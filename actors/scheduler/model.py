@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from actors.node.config import ConfigError, parse_value
+from actors.errors import ActorsError
 
 DEFAULT_HEALTH_THRESHOLD = 2 * 60  # seconds
 DEFAULT_MAX_JOBS = 500
@@ -26,18 +27,8 @@ LEASE_EXPIRED = "lease_expired"
 # ------------------------------------------------------------------ errors
 
 
-class SchedulerError(Exception):
+class SchedulerError(ActorsError):
     """Root of the scheduler's errors (picklable: they travel in replies)."""
-
-    def __reduce__(self) -> tuple:
-        return (_rebuild_error, (type(self), self.__dict__, str(self)))
-
-
-def _rebuild_error(cls: type, fields: dict, text: str) -> SchedulerError:
-    error = cls.__new__(cls)
-    Exception.__init__(error, text)
-    error.__dict__.update(fields)
-    return error
 
 
 class InvalidSetting(SchedulerError):
@@ -56,7 +47,7 @@ class InvalidJobSpec(SchedulerError):
         self.field, self.value = field_name, value
 
 
-class InvalidArgument(SchedulerError):
+class InvalidRequest(SchedulerError):
     """A request's argument (other than a job spec or a setting) is of the wrong type or out of range."""
 
     def __init__(self, name: str, value: Any, why: str) -> None:
@@ -84,7 +75,7 @@ class EventType(str, enum.Enum):
     CRASHED = "crashed"
 
 
-class JobState(str, enum.Enum):
+class RunState(str, enum.Enum):
     """A job's state as job_summary reports it."""
 
     PENDING = "pending"
@@ -204,7 +195,7 @@ class JobSpec:
 
 
 @dataclass(eq=False)
-class Job:
+class JobRow:
     """One row of the job table (the seed's ``#job{}``)."""
 
     id: Any

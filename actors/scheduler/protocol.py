@@ -45,7 +45,7 @@ class Jobs:
 
 @dataclass(frozen=True)
 class JobsPage:
-    """``(total, jobs)``: one page of jobs as dicts, in id order; InvalidArgument
+    """``(total, jobs)``: one page of jobs as dicts, in id order; InvalidRequest
     unless ``limit`` and ``skip`` are ints >= 0."""
 
     limit: int
@@ -116,7 +116,7 @@ class LoadJobs:
     first, "running": bool}``; running rows get a real job actor, then keep
     the given history. Tests drive the seed's reschedule cases through the
     real actor this way. Every row is checked first: a bad one changes
-    nothing (InvalidJobSpec, InvalidArgument).
+    nothing (InvalidJobSpec, InvalidRequest).
     """
 
     rows: list

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 from supervision.messages import Cast, WhereIs
 from supervision.supervisor import StartChild, TerminateChild
 
-from actors.scheduler.core import Job, JobStartError, reason_text
+from actors.scheduler.core import JobRow, JobStartError, reason_text
 from actors.scheduler.host import HostedJob, ListHosted, StartHosted, StopHosted
 
 if TYPE_CHECKING:
@@ -74,18 +74,18 @@ class Runners:
         self.hosts = HostRunner(scheduler, self)
         self.hosts.set_names(host_names)
         # run key (its monitor ref, or its Starting token) -> the job's row when stopped
-        self.ending: dict[Any, Job] = {}
+        self.ending: dict[Any, JobRow] = {}
         self.tokens = itertools.count(1)
 
-    def _for(self, job: Job) -> "ActorRunner | HostRunner":
+    def _for(self, job: JobRow) -> "ActorRunner | HostRunner":
         return self.actors if job.spec.isolation == "process" else self.hosts
 
-    def start(self, job: Job) -> tuple[Any, Any]:
+    def start(self, job: JobRow) -> tuple[Any, Any]:
         if any(row.id == job.id for row in self.ending.values()):
             return Waiting(job.id, next(self.tokens)), None
         return self._for(job).start(job)
 
-    def stop(self, job: Job) -> None:
+    def stop(self, job: JobRow) -> None:
         if isinstance(job.pid, Waiting):
             return  # it never started
         if isinstance(job.pid, HostedJob):
@@ -97,7 +97,7 @@ class Runners:
         self.actors.pump()
 
     # ------------------------------------------------------------ ending
-    def ending_began(self, job: Job) -> Any:
+    def ending_began(self, job: JobRow) -> Any:
         """The run of ``job`` was told to stop; its code may still run.
         Returns the run's key for :meth:`ended`."""
         key = job.monitor if job.monitor is not None else job.pid
@@ -123,10 +123,10 @@ class Runners:
             return
         core.table.update(waiting, pid=pid, monitor=monitor)
 
-    def ending_jobs(self) -> list[Job]:
+    def ending_jobs(self) -> list[JobRow]:
         """Rows of stopped runs still ending whose id is no longer in the table."""
         table = self.scheduler.core.table
-        seen: dict[Any, Job] = {}
+        seen: dict[Any, JobRow] = {}
         for job in self.ending.values():
             if table.get(job.id) is None:
                 seen.setdefault(job.id, job)
@@ -148,7 +148,7 @@ class ActorRunner:
         self.queue: collections.deque = collections.deque()
         self.in_flight = 0
 
-    def start(self, job: Job) -> tuple[Any, Any]:
+    def start(self, job: JobRow) -> tuple[Any, Any]:
         """Queue the start; the scheduler pumps the queue after each step
         (once the table says the job is starting)."""
         token = Starting(job.id, next(self.tokens))
@@ -171,7 +171,7 @@ class ActorRunner:
         self.in_flight -= 1
         self.pump()
 
-    def stop(self, job: Job) -> None:
+    def stop(self, job: JobRow) -> None:
         s = self.scheduler
         if job.monitor is not None:
             s.demonitor(job.monitor)
@@ -254,7 +254,7 @@ class HostRunner:
         self.load[index] += 1
 
     # ------------------------------------------------------------- jobs
-    def start(self, job: Job) -> tuple[Any, Any]:
+    def start(self, job: JobRow) -> tuple[Any, Any]:
         live = [i for i, addr in enumerate(self.addrs) if addr is not None]
         if not live:
             raise JobStartError("no job host is running")
@@ -277,7 +277,7 @@ class HostRunner:
             self.released(handle)
             s.core.update_state_crashed(job, reason_text(error))
 
-    def stop(self, job: Job) -> None:
+    def stop(self, job: JobRow) -> None:
         handle = job.pid
         self.released(handle)
         self.runners.ending_began(job)

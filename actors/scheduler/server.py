@@ -33,7 +33,7 @@ is requested.
 
 A call's arguments are checked before anything changes: a bad one is
 answered with a :class:`~actors.scheduler.core.SchedulerError`
-(``InvalidJobSpec``, ``InvalidSetting``, ``InvalidArgument``), an id no
+(``InvalidJobSpec``, ``InvalidSetting``, ``InvalidRequest``), an id no
 job can have (job ids are non-empty str) is a job that is not there; the
 scheduler never exits on a caller's mistake. Any other exception is a bug
 in its own state, and it crashes (its supervisor restarts it).
@@ -63,9 +63,9 @@ from actors.node.config import (
 from actors.scheduler.core import (
     Event,
     EventType,
-    InvalidArgument,
+    InvalidRequest,
     InvalidSetting,
-    Job,
+    JobRow,
     JobNotFound,
     JobSpec,
     SchedulerError,
@@ -244,7 +244,7 @@ class Scheduler(GenServer):
             started = details["started_at"]
             history = [Event(EventType.STARTED, started), Event(EventType.ADDED, spec.start_time or started)]
             ref = self.monitor(addr)
-            self.core.table.put(Job(spec.id, spec, history, addr, ref, dict(details["stats"]),
+            self.core.table.put(JobRow(spec.id, spec, history, addr, ref, dict(details["stats"]),
                                     details["checkpoint"]))
             self.adopted.add(spec.id)
             if not details["running"]:
@@ -261,7 +261,7 @@ class Scheduler(GenServer):
             handle = HostedJob(addr, spec.id, entry["ref"])
             started = entry["started_at"]
             history = [Event(EventType.STARTED, started), Event(EventType.ADDED, spec.start_time or started)]
-            self.core.table.put(Job(spec.id, spec, history, handle, entry["ref"], dict(entry["stats"]),
+            self.core.table.put(JobRow(spec.id, spec, history, handle, entry["ref"], dict(entry["stats"]),
                                     entry["checkpoint"]))
             self.core.runner.hosts.adopted(index)
             self.adopted.add(spec.id)
@@ -333,7 +333,7 @@ class Scheduler(GenServer):
         if isinstance(msg, ReplicatorChanged):
             if not isinstance(msg.values, dict) or isinstance(msg.generation, bool) \
                     or not isinstance(msg.generation, int):
-                raise InvalidArgument("ReplicatorChanged", msg, "values must be a dict, generation an int")
+                raise InvalidRequest("ReplicatorChanged", msg, "values must be a dict, generation an int")
             self.has_keeper = True  # also when a keeper restarted after ours hands us its values
             if msg.generation > self.config_generation:
                 self._apply_settings(msg.values, msg.generation)
@@ -341,9 +341,9 @@ class Scheduler(GenServer):
         # The seed ignores a call it does not know (its caller times out); this
         # one answers the caller an error at once, and never exits for it.
         log.warning("scheduler_unknown_call message=%.200r", msg)
-        raise InvalidArgument("call", type(msg).__name__, "not a scheduler call")
+        raise InvalidRequest("call", type(msg).__name__, "not a scheduler call")
 
-    def _job(self, job_id: Any) -> Job | None:
+    def _job(self, job_id: Any) -> JobRow | None:
         """The row of ``job_id``; None for an id no job can have (not a str: it
         may not even be hashable)."""
         return self.core.table.get(job_id) if isinstance(job_id, str) else None
@@ -362,7 +362,7 @@ class Scheduler(GenServer):
 
     def _load_jobs(self, rows: list) -> int:
         if not isinstance(rows, (list, tuple)):
-            raise InvalidArgument("rows", rows, "must be a list")
+            raise InvalidRequest("rows", rows, "must be a list")
         loaded = [self._load_row(i, row) for i, row in enumerate(rows)]  # all checked before any change
         core = self.core
         for job in list(core.table):
@@ -370,7 +370,7 @@ class Scheduler(GenServer):
             core.table.delete(job.id)
         self.adopted.clear()
         for spec, history, running in loaded:
-            job = core.table.put(Job(spec.id, spec, history))
+            job = core.table.put(JobRow(spec.id, spec, history))
             if running:
                 core.start_job(job)
                 core.table.update(core.table.get(spec.id), history=history)
@@ -382,13 +382,13 @@ class Scheduler(GenServer):
 
         Raises:
             InvalidJobSpec: a bad spec.
-            InvalidArgument: a row that is not ``{"spec", "history", "running"?}``,
+            InvalidRequest: a row that is not ``{"spec", "history", "running"?}``,
                 or a history entry that is not ``(type, when, reason)`` with a
                 known type and a time the clock can show.
         """
         name = f"rows[{index}]"
         if not isinstance(row, dict) or "spec" not in row or not isinstance(row.get("history"), (list, tuple)):
-            raise InvalidArgument(name, row, 'must be {"spec": dict, "history": list, "running": bool}')
+            raise InvalidRequest(name, row, 'must be {"spec": dict, "history": list, "running": bool}')
         spec = JobSpec.from_dict(row["spec"])
         history = []
         for entry in row["history"]:
@@ -396,9 +396,9 @@ class Scheduler(GenServer):
                 kind, when, reason = entry
                 event = Event(EventType(kind), when, reason)
             except (TypeError, ValueError):
-                raise InvalidArgument(f"{name}.history", entry, "must be (type, when, reason)") from None
+                raise InvalidRequest(f"{name}.history", entry, "must be (type, when, reason)") from None
             if isinstance(when, bool) or not isinstance(when, (int, float)) or not is_showable_time(when):
-                raise InvalidArgument(f"{name}.history", entry, "when must be epoch seconds the clock can show")
+                raise InvalidRequest(f"{name}.history", entry, "when must be epoch seconds the clock can show")
             history.append(event)
         return spec, history, bool(row.get("running"))
 
@@ -430,7 +430,7 @@ class Scheduler(GenServer):
     def _job_states(self, job_ids: Any) -> dict:
         if not isinstance(job_ids, list) or len(job_ids) > JobStates.MAX_STATES \
                 or not all(isinstance(i, str) for i in job_ids):
-            raise InvalidArgument("job_ids", job_ids, f"must be a list of at most {JobStates.MAX_STATES} str ids")
+            raise InvalidRequest("job_ids", job_ids, f"must be a list of at most {JobStates.MAX_STATES} str ids")
         out = {}
         for job_id in job_ids:
             job = self._job(job_id)
@@ -501,5 +501,5 @@ class Scheduler(GenServer):
 __all__ = [
     "AddJob", "RemoveJob", "Reschedule", "Jobs", "GetJob", "JobSummary", "JobAddress", "HealthThreshold",
     "GetStats", "GetSettings", "SetSetting", "LoadJobs", "Scheduler", "InvalidSetting",
-    "InvalidArgument",
+    "InvalidRequest",
 ]

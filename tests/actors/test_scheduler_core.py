@@ -22,7 +22,7 @@ from actors.scheduler.core import (
     EventType,
     InvalidJobSpec,
     InvalidSetting,
-    Job,
+    JobRow,
     JobSpec,
     JobStartError,
     JobTable,
@@ -55,13 +55,13 @@ class FakeRunner:
         self.started: list = []
         self.stopped: list = []
 
-    def start(self, job: Job):
+    def start(self, job: JobRow):
         if self.fail is not None:
             raise JobStartError(self.fail)
         self.started.append(job.id)
         return f"<0.{next(self.pids)}.0>", None
 
-    def stop(self, job: Job) -> None:
+    def stop(self, job: JobRow) -> None:
         self.stopped.append(job.id)
 
 
@@ -84,27 +84,27 @@ def added() -> Event:
     return Event(EventType.ADDED, 0)
 
 
-def history_job(history: list) -> Job:
-    return Job(None, JobSpec(None), history)
+def history_job(history: list) -> JobRow:
+    return JobRow(None, JobSpec(None), history)
 
 
 _mock_pids = itertools.count(10_000)
 
 
-def continuous(i: int) -> Job:
-    return Job(i, JobSpec(i, continuous=True), [stopped(i + 1), started(i), added()])
+def continuous(i: int) -> JobRow:
+    return JobRow(i, JobSpec(i, continuous=True), [stopped(i + 1), started(i), added()])
 
 
-def continuous_running(i: int) -> Job:
-    return Job(i, JobSpec(i, continuous=True), [started(i), added()], pid=f"<0.{next(_mock_pids)}.0>")
+def continuous_running(i: int) -> JobRow:
+    return JobRow(i, JobSpec(i, continuous=True), [started(i), added()], pid=f"<0.{next(_mock_pids)}.0>")
 
 
-def oneshot(i: int) -> Job:
-    return Job(i, JobSpec(i), [stopped(i + 1), started(i), added()])
+def oneshot(i: int) -> JobRow:
+    return JobRow(i, JobSpec(i), [stopped(i + 1), started(i), added()])
 
 
-def oneshot_running(i: int) -> Job:
-    return Job(i, JobSpec(i), [started(i), added()], pid=f"<0.{next(_mock_pids)}.0>")
+def oneshot_running(i: int) -> JobRow:
+    return JobRow(i, JobSpec(i), [started(i), added()], pid=f"<0.{next(_mock_pids)}.0>")
 
 
 def setup_jobs(jobs: list, settings: Settings | None = None, clock: FakeClock | None = None,
@@ -119,7 +119,7 @@ def mock_state(max_jobs: int, max_churn: int = DEFAULT_MAX_CHURN) -> Settings:
     return Settings(max_jobs=max_jobs, max_churn=max_churn, max_history=DEFAULT_MAX_HISTORY)
 
 
-def all_jobs(s: Scheduling) -> list[Job]:
+def all_jobs(s: Scheduling) -> list[JobRow]:
     return sorted(s.table, key=lambda j: j.id)
 
 
@@ -227,7 +227,7 @@ def test_pending_jobs_simple() -> None:
 def test_pending_jobs_skip_crashed() -> None:
     clock = FakeClock()
     job = oneshot(1)
-    job1 = Job(1, job.spec, [crashed(clock.now), started(clock.now)] + job.history)
+    job1 = JobRow(1, job.spec, [crashed(clock.now), started(clock.now)] + job.history)
     job2, job3 = oneshot(2), oneshot(3)
     s = setup_jobs([job2, job1, job3], clock=clock)
     assert s.pending_jobs(1) == [job2]
@@ -378,7 +378,7 @@ def test_if_excess_is_trimmed_rotation_doesnt_happen() -> None:
 
 
 def test_if_transient_job_crashes_it_gets_removed() -> None:
-    job = Job("job1", JobSpec("job1", continuous=True, db_name=None), [added()], pid="<0.999.999>")
+    job = JobRow("job1", JobSpec("job1", continuous=True, db_name=None), [added()], pid="<0.999.999>")
     s = setup_jobs([job], Settings(max_history=3))
     assert len(s.table) == 1
     s.job_exited(s.table.get("job1"), "failed")
@@ -386,7 +386,7 @@ def test_if_transient_job_crashes_it_gets_removed() -> None:
 
 
 def test_if_permanent_job_crashes_it_stays_in_ets() -> None:
-    job = Job("job1", JobSpec("job1", continuous=True, db_name="db1"), [added()], pid="<0.999.999>")
+    job = JobRow("job1", JobSpec("job1", continuous=True, db_name="db1"), [added()], pid="<0.999.999>")
     s = setup_jobs([job], Settings(max_jobs=1, max_history=3))
     assert len(s.table) == 1
     s.job_exited(s.table.get("job1"), "failed")

@@ -27,7 +27,7 @@ import math
 import pytest
 from supervision.exceptions import CallFailed
 
-from actors.scheduler.core import InvalidArgument, InvalidJobSpec, InvalidSetting, JobNotFound, SchedulerError
+from actors.scheduler.core import InvalidRequest, InvalidJobSpec, InvalidSetting, JobNotFound, SchedulerError
 
 from tests.procs import wait_until
 
@@ -68,7 +68,7 @@ def test_unhashable_job_ids_are_jobs_not_there(n, job_id) -> None:
 
 @pytest.mark.parametrize("job_ids", ["abc", None, [["x"]], [1], [{"a": 1}], ["ok"] * 10_001], ids=lambda v: repr(v)[:20])
 def test_bad_job_state_lists_are_invalid_arguments(n, job_ids) -> None:
-    assert isinstance(answered(n, lambda: n.s.job_states(job_ids)), InvalidArgument)
+    assert isinstance(answered(n, lambda: n.s.job_states(job_ids)), InvalidRequest)
 
 
 def test_job_states_answer_each_id_in_one_call(n) -> None:
@@ -87,7 +87,7 @@ def test_an_unhashable_setting_key_is_an_invalid_setting(n, key) -> None:
 @pytest.mark.parametrize("limit, skip", [(-1, "x"), (None, None), ("10", 0), (1.5, 0), (0, [1]), (True, 0),
                                          (1, -1)], ids=repr)
 def test_a_bad_page_is_an_invalid_argument(n, limit, skip) -> None:
-    assert isinstance(answered(n, lambda: n.s.jobs_page(limit, skip)), InvalidArgument)
+    assert isinstance(answered(n, lambda: n.s.jobs_page(limit, skip)), InvalidRequest)
 
 
 @pytest.mark.parametrize("value", [86_400_000_000_000_001, 10**30, str(10**20), 2**32], ids=repr)
@@ -118,5 +118,5 @@ def test_a_bad_row_loads_nothing(n, bad) -> None:
     n.s.add_job({"id": "kept", "handler": IDLE})
     before = n.s.jobs()
     rows = [{"spec": {"id": "a", "handler": IDLE}, "history": [("added", 1.0, None)]}, bad]
-    assert isinstance(answered(n, lambda: n.s.load_jobs(rows)), (InvalidArgument, InvalidJobSpec))
+    assert isinstance(answered(n, lambda: n.s.load_jobs(rows)), (InvalidRequest, InvalidJobSpec))
     assert n.s.jobs() == before
