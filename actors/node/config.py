@@ -1,7 +1,9 @@
 """Node configuration: an INI file with CouchDB's sections and the seeds' defaults.
 
 Sections and keys (all optional; values are validated on load, a bad one is
-a :class:`ConfigError` naming section, key and value):
+a :class:`ConfigError` naming section, key and value). Each key's kind,
+unit, bounds, default and whether it changes at run time are one entry of
+:data:`actors.node.settings.SCHEMA`, the source of what follows:
 
 * ``[node]`` ``port`` (admin port, 1900), ``store`` (store URL, the embedded
   SQLite file ``./otpjobs.db``), ``http_port`` (5984; 0 lets the system
@@ -45,50 +47,19 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
 from actors.errors import ActorsError
+from actors.names import CONFIG_SERVER  # noqa: F401 - re-exported
+from actors.node import settings as schema
+from actors.node.settings import INFINITY, MAX_MSEC, SettingsChanged  # noqa: F401 - re-exported
 
-INFINITY = "infinity"
-
-DEFAULTS: dict[str, dict[str, Any]] = {
-    "node": {"port": 1900, "store": "sqlite:///otpjobs.db", "http_port": 5984,
-             "bind_address": "127.0.0.1", "log_level": "info", "app": ""},
-    "replicator": {"max_jobs": 500, "max_churn": 20, "interval": 60000, "max_history": 20,
-                   "health_threshold": 120, "doc_owner_timeout": 30, "handlers": "", "stores": ""},
-    "couch_jobs": {"activity_monitor_max_jitter_msec": 10000, "type_monitor_holdoff_msec": 50,
-                   "type_monitor_timeout_msec": INFINITY, "type_check_period_msec": 15000,
-                   "type_check_max_jitter_msec": 5000},
-    "worker": {"concurrency": 4, "max_attempts": 3, "grace": 30, "type_timeout": 30},
-}
+#: ``{section: {key: default}}``, read off :data:`actors.node.settings.SCHEMA`.
+DEFAULTS: dict[str, dict[str, Any]] = schema.defaults()
 #: Free-form sections: ``[workers] TYPE = package.module:callable`` (the types a
 #: node's worker pool serves) and ``[periodic] TYPE = cron expression``.
 FREE_SECTIONS = ("workers", "periodic")
-
-_STRINGS = {("node", "store"), ("node", "bind_address"), ("node", "log_level"), ("node", "app")}
-#: Strings that may be empty (empty: none).
-_MAY_BE_EMPTY = {("node", "app")}
-#: Comma-separated lists (may be empty): each entry checked by :func:`_check_list`.
-_LISTS = {("replicator", "handlers"), ("replicator", "stores")}
-_MAY_BE_INFINITY = {("couch_jobs", "type_monitor_timeout_msec")}
-_LOG_LEVELS = ("debug", "info", "warning", "error")
-#: Largest millisecond value (Erlang's erlang:send_after limit, 2^32 - 1).
-MAX_MSEC = 4294967295
-#: Integer keys whose smallest value is 1, not 0: the seed's scheduler accepts
-#: max_jobs 0 (nothing runs) but not a zero churn, interval, history or
-#: threshold; a zero period or timeout would make a queue check spin.
-_AT_LEAST_ONE = {("worker", "concurrency"), ("worker", "max_attempts"), ("worker", "type_timeout"),
-                 ("node", "port"), ("replicator", "max_churn"), ("replicator", "interval"),
-                 ("replicator", "max_history"), ("replicator", "health_threshold"),
-                 ("couch_jobs", "type_check_period_msec"), ("couch_jobs", "type_monitor_timeout_msec")}
-#: Integer keys that are milliseconds of a timer (at most MAX_MSEC).
-_TIMER_MSEC = {("replicator", "interval")} | {("couch_jobs", key) for key in DEFAULTS["couch_jobs"]}
-#: Registered name of the node's settings keeper (:class:`actors.node.config_server.ConfigServer`).
-from actors.names import CONFIG_SERVER  # noqa: E402,F401  (re-exported)
 #: The keys that change while the node runs, by section (the others only in the file).
-RUNTIME_KEYS: dict[str, tuple[str, ...]] = {
-    "replicator": ("max_jobs", "max_churn", "interval", "max_history", "health_threshold"),
-    "couch_jobs": tuple(DEFAULTS["couch_jobs"]),
-}
-_INTEGER = re.compile(r"[+-]?[0-9]+")
+RUNTIME_KEYS: dict[str, tuple[str, ...]] = schema.runtime_keys()
 
 
 class ConfigError(ActorsError, ValueError):
@@ -100,43 +71,19 @@ class ConfigError(ActorsError, ValueError):
 
 
 def parse_value(section: str, key: str, raw: Any) -> Any:
-    """Validate and convert one value of a known key.
+    """Validate and convert one value of a known key, by its entry in
+    :data:`actors.node.settings.SCHEMA`.
 
     Raises:
         ConfigError: unknown key, or a value of the wrong type or range.
     """
-    if not _known(section, key):
+    setting = schema.lookup(section, key)
+    if setting is None:
         raise ConfigError(section, key, raw, "unknown setting")
-    if (section, key) in _LISTS:
-        if not isinstance(raw, str):
-            raise ConfigError(section, key, raw, "must be a string (comma-separated entries)")
-        return ", ".join(_check_list(section, key, raw))
-    if isinstance(raw, bool) or not isinstance(raw, (str, int)):  # a file and HTTP give str, code an int
-        raise ConfigError(section, key, raw, "must be a string" if (section, key) in _STRINGS
-                          else "must be an integer")
-    if (section, key) in _STRINGS:
-        value = str(raw).strip()
-        if not value and (section, key) not in _MAY_BE_EMPTY:
-            raise ConfigError(section, key, raw, "must not be empty")
-        if key == "app" and value and not _app_path(value):
-            raise ConfigError(section, key, raw, "must be 'package.module:callable'")
-        if key == "log_level" and value.lower() not in _LOG_LEVELS:
-            raise ConfigError(section, key, raw, f"must be one of {', '.join(_LOG_LEVELS)}")
-        return value.lower() if key == "log_level" else value
-    if (section, key) in _MAY_BE_INFINITY and str(raw).strip() == INFINITY:
-        return INFINITY
-    text = str(raw).strip()
-    if not _INTEGER.fullmatch(text) or len(text) > 20:
-        raise ConfigError(section, key, raw, "must be an integer")
-    value = int(text)
-    low = 1 if (section, key) in _AT_LEAST_ONE else 0
-    if value < low:
-        raise ConfigError(section, key, raw, f"must be >= {low}")
-    if key in ("port", "http_port") and value > 65535:
-        raise ConfigError(section, key, raw, "must be a TCP port (<= 65535)")
-    if (section, key) in _TIMER_MSEC and value > MAX_MSEC:
-        raise ConfigError(section, key, raw, f"must be <= {MAX_MSEC} ms")
-    return value
+    try:
+        return schema.parse(setting, raw, _check_list)
+    except ValueError as exc:
+        raise ConfigError(section, key, raw, str(exc)) from None
 
 
 def split_list(raw: str) -> list[str]:
@@ -147,45 +94,31 @@ def split_list(raw: str) -> list[str]:
 _URL_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*")
 
 
-def _check_list(section: str, key: str, raw: str) -> list[str]:
-    """The entries of a :data:`_LISTS` value, each checked.
+def _check_list(setting: schema.Setting, raw: str) -> list[str]:
+    """The entries of a list setting, each checked.
 
     ``handlers``: ``package.module`` or ``package.module:callable`` (dotted
     Python identifiers). ``stores``: a URL prefix (``scheme://...``, not
     ``sqlite:``, whose files are given by their directory) or a directory.
 
     Raises:
-        ConfigError: naming the first malformed entry.
+        ValueError: naming the first malformed entry.
     """
     entries = split_list(raw)
     for entry in entries:
-        if key == "handlers":
+        if setting.key == "handlers":
             module, sep, attr = entry.partition(":")
-            if not _dotted(module) or sep and not _dotted(attr):
-                raise ConfigError(section, key, raw, f"entry {entry!r} is not 'package.module' or "
-                                  "'package.module:callable'")
+            if not schema.dotted(module) or sep and not schema.dotted(attr):
+                raise ValueError(f"entry {entry!r} is not 'package.module' or 'package.module:callable'")
         elif "://" in entry:
             scheme = entry.partition("://")[0]
             if not _URL_SCHEME.fullmatch(scheme):
-                raise ConfigError(section, key, raw, f"entry {entry!r} is not a URL prefix (scheme://...) "
-                                  "or a directory")
+                raise ValueError(f"entry {entry!r} is not a URL prefix (scheme://...) or a directory")
             if scheme.lower() == "sqlite":
-                raise ConfigError(section, key, raw, f"entry {entry!r}: give the directory holding SQLite "
-                                  "stores, not a sqlite: URL")
+                raise ValueError(f"entry {entry!r}: give the directory holding SQLite stores, not a sqlite: URL")
         elif "\0" in entry:
-            raise ConfigError(section, key, raw, f"entry {entry!r} is not a directory")
+            raise ValueError(f"entry {entry!r} is not a directory")
     return entries
-
-
-def _app_path(text: str) -> bool:
-    """``package.module:callable`` (attributes may be dotted after the colon)."""
-    module, sep, attr = text.partition(":")
-    return bool(sep) and bool(module) and bool(attr) and _dotted(module) and _dotted(attr)
-
-
-def _dotted(text: str) -> bool:
-    """``a.b.c`` made of Python identifiers."""
-    return all(part.isidentifier() for part in text.split("."))
 
 
 def parse_runtime_value(section: str, key: str, raw: Any) -> Any:
@@ -202,8 +135,8 @@ def parse_runtime_value(section: str, key: str, raw: Any) -> Any:
 
 
 def _known(section: Any, key: Any) -> bool:
-    """A section and key of :data:`DEFAULTS` (anything else, even unhashable, is not)."""
-    return isinstance(section, str) and isinstance(key, str) and key in DEFAULTS.get(section, {})
+    """A section and key of the schema (anything else, even unhashable, is not)."""
+    return schema.lookup(section, key) is not None
 
 
 def format_value(value: Any) -> str:
@@ -462,29 +395,16 @@ class SetConfig:
 
 
 @dataclass(frozen=True)
-class ReplicatorChanged:
-    """Call to the scheduler: run with these ``[replicator]`` values from now on.
-
-    ``generation`` grows with every change the keeper makes (of any
-    section), and a new keeper's are larger than an old one's; an actor
-    ignores a generation older than the one it has. The answer is ``"ok"``
-    once the values are applied.
-    """
-
-    values: dict
-    generation: int
+class ReplicatorChanged(SettingsChanged):
+    """Call to the scheduler: run with these ``[replicator]`` values from now
+    on (``generation`` as in :class:`~actors.node.settings.SettingsChanged`)."""
 
 
 @dataclass(frozen=True)
-class CouchJobsChanged:
-    """Call to a queue actor: run with these ``[couch_jobs]`` values from now on.
-
-    ``generation`` as in :class:`ReplicatorChanged`. The answer is ``"ok"``
-    once the actor (and whatever it passes the values on to) applied them.
-    """
-
-    values: dict
-    generation: int
+class CouchJobsChanged(SettingsChanged):
+    """Call to a queue actor: run with these ``[couch_jobs]`` values from now
+    on; the answer is ``"ok"`` once the actor (and whatever it passes the
+    values on to) applied them."""
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ from fdblayer.jobs.keys import DEFAULT_LAYOUT
 from supervision import ChildSpec, GenServer, Supervisor
 
 from actors.node.config import CouchJobsChanged, GetCouchJobsInUse
+from actors.node.settings import seconds
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +47,7 @@ class ActivityMonitor(GenServer):
 
     def handle_call(self, msg: Any, from_: Any) -> Any:
         if isinstance(msg, CouchJobsChanged):
-            if msg.generation > self.generation:
+            if msg.newer_than(self.generation):
                 self.generation, self.max_jitter_msec = msg.generation, msg.values[JITTER_KEY]
             return "ok"
         if isinstance(msg, GetCouchJobsInUse):
@@ -74,7 +75,7 @@ class ActivityMonitor(GenServer):
             self.vs, self.timeout = None, MISSING_TIMEOUT_CHECK
         elif timeout != self.timeout:
             self.vs, self.timeout = None, float(timeout)
-        max_jitter = min(self.timeout / 2, self.max_jitter_msec / 1000.0)
+        max_jitter = min(self.timeout / 2, seconds("couch_jobs", JITTER_KEY, self.max_jitter_msec))
         self.send_after(self.timeout + random.uniform(0, max(max_jitter, 0.001)), CHECK)
 
     def format_status(self) -> dict:

@@ -36,6 +36,7 @@ from supervision.messages import Failure, WhereIs
 from supervision.supervisor import StartChild, TerminateChild, WhichChildren
 
 from actors.node.config import CONFIG_SERVER, CouchJobsChanged, GetCouchJobs, GetCouchJobsInUse
+from actors.node.settings import couch_jobs_settings
 from actors.names import ACTIVITY_MONITOR_SUP, NOTIFIER_SUP
 from actors.queue.protocol import ForceCheckTypes, GetNotifierServer
 
@@ -102,11 +103,11 @@ class JobsServer(GenServer):
 
     @property
     def period(self) -> float:
-        return self.cfg["type_check_period_msec"] / 1000.0
+        return couch_jobs_settings(self.cfg).type_check_period
 
     @property
     def max_jitter(self) -> float:
-        return self.cfg["type_check_max_jitter_msec"] / 1000.0
+        return couch_jobs_settings(self.cfg).type_check_max_jitter
 
     def _setup(self):
         keeper = yield Request(self.node, WhereIs(JOBS_CONFIG))
@@ -144,7 +145,7 @@ class JobsServer(GenServer):
         return super().handle_call(msg, from_)
 
     def _apply_config(self, msg: CouchJobsChanged, from_: Any) -> Any:
-        if msg.generation <= self.generation:
+        if not msg.newer_than(self.generation):
             return "ok"  # older than what we run with
         before = {key: self.cfg[key] for key in OWN_KEYS}
         self.cfg.update(msg.values)

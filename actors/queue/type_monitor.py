@@ -25,6 +25,7 @@ from supervision import GenServer
 from supervision.waker import Waker
 
 from actors.node.config import INFINITY, CouchJobsChanged, GetCouchJobsInUse
+from actors.node.settings import couch_jobs_settings
 
 REARM = "type_monitor_rearm"
 NOTIFY = "type_monitor_notify"
@@ -34,9 +35,8 @@ TIMEOUT_KEY = "type_monitor_timeout_msec"
 
 def type_monitor_settings(couch_jobs: dict) -> dict:
     """``holdoff`` and ``timeout`` (seconds; None is infinity) from ``[couch_jobs]``."""
-    timeout = couch_jobs[TIMEOUT_KEY]
-    return {"holdoff": couch_jobs[HOLDOFF_KEY] / 1000.0,
-            "timeout": None if timeout == INFINITY else timeout / 1000.0}
+    typed = couch_jobs_settings(couch_jobs)
+    return {"holdoff": typed.type_monitor_holdoff, "timeout": typed.type_monitor_timeout}
 
 
 @dataclass(frozen=True)
@@ -105,7 +105,7 @@ class TypeMonitor(GenServer):
 
     def handle_call(self, msg: Any, from_: Any) -> Any:
         if isinstance(msg, CouchJobsChanged):
-            if msg.generation > self.generation:
+            if msg.newer_than(self.generation):
                 self.generation = msg.generation
                 self._apply(**type_monitor_settings(msg.values))
             return "ok"

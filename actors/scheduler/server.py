@@ -60,6 +60,7 @@ from actors.node.config import (
     SetConfig,
     parse_runtime_value,
 )
+from actors.node.settings import seconds
 from actors.scheduler.core import (
     Event,
     EventType,
@@ -335,7 +336,7 @@ class Scheduler(GenServer):
                     or not isinstance(msg.generation, int):
                 raise InvalidRequest("ReplicatorChanged", msg, "values must be a dict, generation an int")
             self.has_keeper = True  # also when a keeper restarted after ours hands us its values
-            if msg.generation > self.config_generation:
+            if msg.newer_than(self.config_generation):
                 self._apply_settings(msg.values, msg.generation)
             return "ok"
         # The seed ignores a call it does not know (its caller times out); this
@@ -477,7 +478,8 @@ class Scheduler(GenServer):
     def _arm_timer(self) -> None:
         self.cancel_timer(self._timer)
         self._tick_generation += 1
-        self._timer = self.send_after(self.core.settings.interval / 1000.0, _Tick(self._tick_generation))
+        self._timer = self.send_after(seconds("replicator", "interval", self.core.settings.interval),
+                                      _Tick(self._tick_generation))
 
     def job_start_answered(self, token: Starting, addr: Any, error: Exception | None) -> None:
         """scheduler_sup answered a StartChild for ``token``'s job."""

@@ -1,0 +1,45 @@
+"""The settings schema (actors.node.settings): one entry per key, and what is
+derived from it: defaults, run-time keys, validation, typed sections."""
+from __future__ import annotations
+
+import pytest
+
+from actors.node import settings
+from actors.node.config import DEFAULTS, RUNTIME_KEYS, Config, ConfigError, CouchJobsChanged, parse_value
+
+
+def test_defaults_and_runtime_keys_are_read_off_the_schema():
+    assert DEFAULTS == settings.defaults() and Config().values == settings.defaults()
+    assert RUNTIME_KEYS == {"replicator": ("max_jobs", "max_churn", "interval", "max_history", "health_threshold"),
+                           "couch_jobs": tuple(DEFAULTS["couch_jobs"])}
+    assert len({(s.section, s.key) for s in settings.SCHEMA}) == len(settings.SCHEMA), "a key listed twice"
+
+
+@pytest.mark.parametrize("setting", settings.SCHEMA, ids=lambda s: f"{s.section}.{s.key}")
+def test_each_default_parses_to_itself_and_each_bound_holds(setting):
+    assert parse_value(setting.section, setting.key, setting.default) == setting.default
+    if setting.kind != "int":
+        return
+    assert parse_value(setting.section, setting.key, str(setting.low)) == setting.low
+    with pytest.raises(ConfigError, match=f">= {setting.low}"):
+        parse_value(setting.section, setting.key, setting.low - 1)
+    with pytest.raises(ConfigError, match="integer"):
+        parse_value(setting.section, setting.key, "1.5")
+    if setting.unit == "ms":
+        with pytest.raises(ConfigError, match="ms"):
+            parse_value(setting.section, setting.key, settings.MAX_MSEC + 1)
+
+
+def test_a_section_is_typed_once_in_seconds():
+    values = dict(DEFAULTS["couch_jobs"], type_monitor_holdoff_msec=250, type_check_period_msec=1500)
+    typed = settings.couch_jobs_settings(values)
+    assert typed.type_monitor_holdoff == 0.25 and typed.type_check_period == 1.5
+    assert typed.type_monitor_timeout is None, "infinity is no timeout"
+    assert typed.activity_monitor_max_jitter == 10.0
+    with pytest.raises(AttributeError):
+        typed.type_check_period = 2.0  # frozen
+
+
+def test_a_change_applies_only_over_an_older_generation():
+    change = CouchJobsChanged(dict(DEFAULTS["couch_jobs"]), 7)
+    assert change.newer_than(6) and not change.newer_than(7) and not change.newer_than(8)
