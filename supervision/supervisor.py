@@ -27,7 +27,7 @@ from __future__ import annotations
 import collections
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Generator
+from typing import Any, Generator, Sequence
 
 from thespian.actors import ActorExitRequest
 
@@ -148,6 +148,41 @@ def add_restart(restarts: tuple[float, ...], now: float, intensity: int,
     """
     kept = tuple(t for t in restarts if now - t < period) + (now,)
     return len(kept) <= intensity, kept
+
+
+@dataclass(frozen=True)
+class ExitDecision:
+    """What a supervisor does when a child exits: ``restart`` the children
+    in it (terminated in reverse, then started in order; empty: none), or
+    ``forget`` the child's spec (a temporary child, or a dynamic child that
+    will not restart)."""
+
+    restart: tuple = ()
+    forget: bool = False
+
+
+def on_child_exit(strategy: Strategy, restart: Restart, reason: Any, children: Sequence[Any], child: Any,
+                  dynamic: bool = False) -> ExitDecision:
+    """OTP's supervisor rule for one child's exit, pure.
+
+    ``children`` are the supervisor's children in start order, ``child``
+    the one that exited with ``reason``; ``dynamic`` for a
+    simple_one_for_one child. A permanent child always restarts, a
+    transient one only after an abnormal exit (``normal``, ``shutdown`` and
+    ``{shutdown, _}`` are normal), a temporary one never. The group
+    restarted is the child (one_for_one, simple_one_for_one), every child
+    (one_for_all) or the child and those started after it (rest_for_one).
+    The restart intensity is :func:`add_restart`'s.
+    """
+    if restart is Restart.TEMPORARY or (restart is Restart.TRANSIENT and is_normal(reason)):
+        return ExitDecision(forget=restart is Restart.TEMPORARY or dynamic)
+    if strategy is Strategy.ONE_FOR_ALL:
+        group = tuple(children)
+    elif strategy is Strategy.REST_FOR_ONE:
+        group = tuple(children[list(children).index(child):])
+    else:
+        group = (child,)
+    return ExitDecision(restart=group)
 
 
 class Supervisor(GenServer):
@@ -351,12 +386,12 @@ class Supervisor(GenServer):
         kid.addr = kid.pid = None
         report("child_exited", logging.DEBUG if is_normal(reason) else logging.ERROR,
                supervisor=self.name, child=kid.spec.id, reason=reason)
-        restart = kid.spec.restart
-        if restart is Restart.TEMPORARY or (restart is Restart.TRANSIENT and is_normal(reason)):
-            if restart is Restart.TEMPORARY or self._template is not None:
-                self._kids.remove(kid)
-            return
-        self._run(self._restart(kid))
+        decision = on_child_exit(self.flags.strategy, kid.spec.restart, reason, self._kids, kid,
+                                 dynamic=self._template is not None)
+        if decision.forget:
+            self._kids.remove(kid)
+        if decision.restart:
+            self._run(self._restart(kid, reason))
 
     def _add_restart(self) -> bool:
         """Record a restart (on this actor's clock); False if that goes over the intensity."""
@@ -364,20 +399,16 @@ class Supervisor(GenServer):
                                               self.flags.period)
         return allowed
 
-    def _restart(self, kid: _Kid) -> Generator:
+    def _restart(self, kid: _Kid, reason: Any) -> Generator:
+        """Restart :func:`on_child_exit`'s group for ``kid``'s exit (as the
+        children are when this operation runs), or give up past the intensity."""
         if not self._add_restart():
             report("max_intensity", logging.ERROR, supervisor=self.name, child=kid.spec.id,
                    intensity=self.flags.intensity, period=self.flags.period)
             yield from self._terminate_all()
             self._exit(SHUTDOWN)
             return
-        strategy = self.flags.strategy
-        if strategy is Strategy.ONE_FOR_ALL:
-            group = list(self._kids)
-        elif strategy is Strategy.REST_FOR_ONE:
-            group = self._kids[self._kids.index(kid):]
-        else:
-            group = [kid]
+        group = list(on_child_exit(self.flags.strategy, kid.spec.restart, reason, self._kids, kid).restart)
         for other in reversed(group):
             if other is not kid:
                 yield from self._terminate_kid(other)
