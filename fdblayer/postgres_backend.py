@@ -75,7 +75,7 @@ from fdblayer.exceptions import (
 )
 from fdblayer.interface import Database
 from fdblayer.urls import redact_url
-from fdblayer.sqlite_backend import ForkEpoch
+from fdblayer.forks import ForkEpoch
 from fdblayer.watches import WatchHub
 
 __all__ = ["PostgresDatabase", "map_pg_error", "connection_is_broken", "key_prefixes", "SCHEMA_VERSION", "KEY_PREFIX_BYTES"]

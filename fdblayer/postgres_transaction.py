@@ -60,7 +60,7 @@ from fdblayer.interface import (
 from fdblayer.postgres_backend import connection_is_broken, key_prefixes, map_pg_error
 from fdblayer.postgres_own_writes import OwnWrites
 from fdblayer.selectors import END_OF_KEYSPACE, KeyOrSelector, KeySelector, KeyValue, to_selector
-from fdblayer.sqlite_backend import ForkEpoch
+from fdblayer.forks import ForkEpoch
 from fdblayer.watches import Watch
 
 if TYPE_CHECKING:

@@ -56,49 +56,29 @@ import threading
 import time
 import urllib.parse
 import weakref
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional
+from typing import Any, Callable, Dict, List, Mapping, Optional
 
 from fdblayer import fairlock
-from fdblayer.exceptions import (
-    ConflictError,
-    DiskFull,
-    InvalidTransactionState,
-    ReadOnlyStore,
-    StoreError,
-    StoreUnavailable,
-)
+from fdblayer.exceptions import InvalidTransactionState, StoreError, StoreUnavailable
+from fdblayer.forks import ForkEpoch
 from fdblayer.interface import Database, add_little_endian
+from fdblayer.sqlite_sql import (
+    _BUSY_BACKOFF_MAX,
+    _BUSY_BACKOFF_MIN,
+    SCHEMA,
+    SQL_DATA_VERSION,
+    SQL_PIN_SNAPSHOT,
+    is_busy,
+    map_sqlite_error,
+)
+from fdblayer.sqlite_transaction import SqliteTransaction
 from fdblayer.watches import DirectoryNotifier, WatchHub
-
-if TYPE_CHECKING:
-    from fdblayer.sqlite_transaction import SqliteTransaction
 
 __all__ = ["SqliteDatabase", "SYNCHRONOUS_MODES", "ForkEpoch", "map_sqlite_error"]
 
 logger = logging.getLogger(__name__)
 
 SYNCHRONOUS_MODES = ("FULL", "NORMAL")
-
-SCHEMA = (
-    "CREATE TABLE IF NOT EXISTS kv (k BLOB PRIMARY KEY, v BLOB NOT NULL) WITHOUT ROWID",
-    "CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL)",
-    "INSERT OR IGNORE INTO meta (name, value) VALUES ('commit_version', 0)",
-)
-SQL_DATA_VERSION = "PRAGMA data_version"
-SQL_PIN_SNAPSHOT = "SELECT 1 FROM kv LIMIT 1"
-SQL_BUMP_VERSION = (
-    "UPDATE meta SET value = value + 1 WHERE name = 'commit_version' RETURNING value"
-)
-SQL_GET = "SELECT v FROM kv WHERE k = ?"
-SQL_SET = "INSERT OR REPLACE INTO kv (k, v) VALUES (?, ?)"
-SQL_CLEAR = "DELETE FROM kv WHERE k = ?"
-SQL_CLEAR_RANGE = "DELETE FROM kv WHERE k >= ? AND k < ?"
-#: FoundationDB's atomic add in one statement, through ``fdb_add`` (registered
-#: on every connection): a missing key takes ``param`` itself (0 + param).
-SQL_ADD = (
-    "INSERT INTO kv (k, v) VALUES (?, ?) "
-    "ON CONFLICT (k) DO UPDATE SET v = fdb_add(v, excluded.v)"
-)
 
 #: Rows written by this process between two background PASSIVE checkpoints
 #: (about SQLite's default of 1,000 WAL pages: a row dirties a page at most,
@@ -109,46 +89,9 @@ BACKSTOP_CHECKPOINT_PAGES = 8000
 
 #: Default bound, in seconds, of a wait for the write lock outside ``transactional``.
 DEFAULT_LOCK_TIMEOUT = 30.0
-_BUSY_BACKOFF_MIN = 0.0002
-_BUSY_BACKOFF_MAX = 0.01
-
-_SQLITE_BUSY, _SQLITE_LOCKED = 5, 6
-_SQLITE_READONLY, _SQLITE_FULL = 8, 13
 #: Connections inherited across fork: kept referenced, never used or closed.
 _ABANDONED: List[sqlite3.Connection] = []
 
-
-def map_sqlite_error(exc: sqlite3.Error, path: str) -> StoreError:
-    """Turn an sqlite3 error into the named store error it stands for."""
-    code = getattr(exc, "sqlite_errorcode", None)
-    primary = code & 0xFF if isinstance(code, int) else None
-    if primary in (_SQLITE_BUSY, _SQLITE_LOCKED):
-        return ConflictError(f"store {path}: concurrent commit ({exc})")
-    if primary == _SQLITE_FULL:
-        return DiskFull(f"store {path}: disk or database full ({exc})")
-    if primary == _SQLITE_READONLY:
-        return ReadOnlyStore(f"store {path}: cannot write ({exc})")
-    if isinstance(exc, (sqlite3.OperationalError, sqlite3.DatabaseError)):
-        return StoreUnavailable(f"store {path}: {exc}")
-    return StoreError(f"store {path}: {exc}")
-
-
-class ForkEpoch:
-    """How many ``os.fork()`` calls made this process: a cheap per-call fork check.
-
-    Handles record the value when they take a connection; a different value
-    later means the handle crossed a fork (``os.getpid()`` is a system call,
-    too dear for every read and write).
-    """
-
-    value = 0
-
-    @classmethod
-    def after_fork_in_child(cls) -> None:
-        cls.value += 1
-
-
-os.register_at_fork(after_in_child=ForkEpoch.after_fork_in_child)
 
 #: Held by this module's background threads while they are inside SQLite,
 #: and by ``os.fork()`` while it forks: a child never starts with a SQLite
@@ -164,11 +107,6 @@ os.register_at_fork(
 def _sql_add(current: Optional[bytes], param: bytes) -> bytes:
     """The ``fdb_add(current, param)`` SQL function: ``add_little_endian``."""
     return add_little_endian(current, param)
-
-
-def _is_busy(exc: sqlite3.Error) -> bool:
-    code = getattr(exc, "sqlite_errorcode", None)
-    return isinstance(code, int) and code & 0xFF in (_SQLITE_BUSY, _SQLITE_LOCKED)
 
 
 class SqliteDatabase(Database):
@@ -219,8 +157,6 @@ class SqliteDatabase(Database):
         self._gate: Optional[fairlock.TicketLock] = None
         self._checkpointer: Optional[_Checkpointer] = None
         self._closed = False
-        from fdblayer.sqlite_transaction import SqliteTransaction  # it imports this module
-
         self._transaction_class = SqliteTransaction
         self._initialize()
 
@@ -314,7 +250,7 @@ class SqliteDatabase(Database):
             try:
                 return action()
             except sqlite3.Error as exc:
-                if not _is_busy(exc) or time.monotonic() > deadline:
+                if not is_busy(exc) or time.monotonic() > deadline:
                     raise map_sqlite_error(exc, self.path) from exc
             time.sleep(random.uniform(0, delay))
             delay = min(delay * 2, _BUSY_BACKOFF_MAX)
@@ -518,7 +454,7 @@ class _Checkpointer:
                     conn = db.connect()
                 conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
         except (sqlite3.Error, StoreError) as exc:
-            if isinstance(exc, sqlite3.Error) and _is_busy(exc):
+            if isinstance(exc, sqlite3.Error) and is_busy(exc):
                 return conn  # another process is checkpointing: its work counts
             if not self._failing:  # one line per run of failures, not one per wake-up
                 logger.warning("Store %s: background checkpoint failed: %s", self._path, exc)
@@ -562,7 +498,7 @@ class _ValueReader:
             finally:
                 conn.execute("COMMIT")
         except sqlite3.Error as exc:
-            if _is_busy(exc):
+            if is_busy(exc):
                 return None if not force else self._read(keys, force)
             raise map_sqlite_error(exc, self._db.path) from exc
         self._version = version

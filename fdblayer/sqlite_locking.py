@@ -16,7 +16,8 @@ from typing import Callable
 
 from fdblayer import fairlock
 from fdblayer.exceptions import LockTimeout, StoreError
-from fdblayer.sqlite_backend import _BUSY_BACKOFF_MAX, _BUSY_BACKOFF_MIN, ForkEpoch, _is_busy
+from fdblayer.forks import ForkEpoch
+from fdblayer.sqlite_sql import _BUSY_BACKOFF_MAX, _BUSY_BACKOFF_MIN, is_busy
 
 __all__ = ["SqliteLocking"]
 
@@ -53,7 +54,7 @@ class SqliteLocking:
 
     def _begin_failed(self, exc: sqlite3.Error, begin: Callable[[], None]) -> None:
         """A BEGIN failed: wait out a transient SQLITE_BUSY (WAL restart), else fail."""
-        if not _is_busy(exc):
+        if not is_busy(exc):
             raise self._sqlite_failure(exc) from exc
         try:  # no snapshot yet: nothing to lose by trying again
             self._db._retry_busy(begin, self._lock_deadline())
@@ -77,7 +78,7 @@ class SqliteLocking:
                 conn.execute("BEGIN IMMEDIATE")
                 break
             except sqlite3.Error as exc:
-                if not _is_busy(exc):
+                if not is_busy(exc):
                     raise self._sqlite_failure(exc) from exc
             if time.monotonic() > deadline:
                 self._release(rollback=True)

@@ -51,7 +51,9 @@ from fdblayer.interface import (
     splice_versionstamp,
 )
 from fdblayer.selectors import END_OF_KEYSPACE, KeyOrSelector, KeySelector, KeyValue, to_selector
-from fdblayer.sqlite_backend import (
+from fdblayer.forks import ForkEpoch
+from fdblayer.sqlite_locking import SqliteLocking
+from fdblayer.sqlite_sql import (
     SQL_ADD,
     SQL_BUMP_VERSION,
     SQL_CLEAR,
@@ -59,10 +61,8 @@ from fdblayer.sqlite_backend import (
     SQL_GET,
     SQL_PIN_SNAPSHOT,
     SQL_SET,
-    ForkEpoch,
     map_sqlite_error,
 )
-from fdblayer.sqlite_locking import SqliteLocking
 from fdblayer.watches import Watch
 
 if TYPE_CHECKING:

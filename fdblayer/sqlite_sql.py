@@ -1,0 +1,62 @@
+"""The SQLite store's tables and statements, and what its errors mean.
+
+Shared by the handle (:mod:`fdblayer.sqlite_backend`), its transactions
+(:mod:`fdblayer.sqlite_transaction`) and their write lock
+(:mod:`fdblayer.sqlite_locking`), so none of them imports another for them.
+"""
+from __future__ import annotations
+
+import sqlite3
+
+from fdblayer.exceptions import ConflictError, DiskFull, ReadOnlyStore, StoreError, StoreUnavailable
+
+__all__ = ["SCHEMA", "map_sqlite_error", "is_busy"]
+
+SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS kv (k BLOB PRIMARY KEY, v BLOB NOT NULL) WITHOUT ROWID",
+    "CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL)",
+    "INSERT OR IGNORE INTO meta (name, value) VALUES ('commit_version', 0)",
+)
+SQL_DATA_VERSION = "PRAGMA data_version"
+SQL_PIN_SNAPSHOT = "SELECT 1 FROM kv LIMIT 1"
+SQL_BUMP_VERSION = (
+    "UPDATE meta SET value = value + 1 WHERE name = 'commit_version' RETURNING value"
+)
+SQL_GET = "SELECT v FROM kv WHERE k = ?"
+SQL_SET = "INSERT OR REPLACE INTO kv (k, v) VALUES (?, ?)"
+SQL_CLEAR = "DELETE FROM kv WHERE k = ?"
+SQL_CLEAR_RANGE = "DELETE FROM kv WHERE k >= ? AND k < ?"
+#: FoundationDB's atomic add in one statement, through ``fdb_add`` (registered
+#: on every connection): a missing key takes ``param`` itself (0 + param).
+SQL_ADD = (
+    "INSERT INTO kv (k, v) VALUES (?, ?) "
+    "ON CONFLICT (k) DO UPDATE SET v = fdb_add(v, excluded.v)"
+)
+
+#: Backoff bounds, in seconds, between tries of a busy write lock.
+_BUSY_BACKOFF_MIN = 0.0002
+_BUSY_BACKOFF_MAX = 0.01
+
+_SQLITE_BUSY, _SQLITE_LOCKED = 5, 6
+_SQLITE_READONLY, _SQLITE_FULL = 8, 13
+
+
+def map_sqlite_error(exc: sqlite3.Error, path: str) -> StoreError:
+    """Turn an sqlite3 error into the named store error it stands for."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    primary = code & 0xFF if isinstance(code, int) else None
+    if primary in (_SQLITE_BUSY, _SQLITE_LOCKED):
+        return ConflictError(f"store {path}: concurrent commit ({exc})")
+    if primary == _SQLITE_FULL:
+        return DiskFull(f"store {path}: disk or database full ({exc})")
+    if primary == _SQLITE_READONLY:
+        return ReadOnlyStore(f"store {path}: cannot write ({exc})")
+    if isinstance(exc, (sqlite3.OperationalError, sqlite3.DatabaseError)):
+        return StoreUnavailable(f"store {path}: {exc}")
+    return StoreError(f"store {path}: {exc}")
+
+
+def is_busy(exc: sqlite3.Error) -> bool:
+    """True for SQLITE_BUSY and SQLITE_LOCKED: another connection holds the lock."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    return isinstance(code, int) and code & 0xFF in (_SQLITE_BUSY, _SQLITE_LOCKED)
