@@ -51,7 +51,7 @@ from fdblayer.watches import Watch
 __all__ = [
     "DOCS_TYPE", "DEFAULT_OWNER_TIMEOUT", "REPLICATOR_DB", "STATES", "DocState", "Conflict", "Doc", "Lease",
     "queue_job_id", "parse_queue_job_id", "check_body", "put", "get", "delete", "list_docs", "accept", "renew", "release",
-    "ensure_type", "InvalidArgument", "EncodingError", "NotFound", "KEPT", "DONE", "CHANGED", "LOST",
+    "ensure_type", "InvalidArgument", "EncodingError", "NotFound", "RenewOutcome", "KEPT", "DONE", "CHANGED", "LOST",
 ]
 
 logger = logging.getLogger(__name__)
@@ -509,12 +509,23 @@ def accept(tr: Transaction, node: str, now: float) -> tuple[Optional[tuple[Lease
     return (Lease(job, db_name, doc_id, doc.rev), doc), None
 
 
-#: Outcomes of :func:`renew`, per lease.
-KEPT, DONE, CHANGED, LOST = "kept", "done", "changed", "lost"
+class RenewOutcome(str, enum.Enum):
+    """What :func:`renew` did with one lease."""
+
+    KEPT = "kept"
+    DONE = "done"
+    CHANGED = "changed"
+    LOST = "lost"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+KEPT, DONE, CHANGED, LOST = RenewOutcome.KEPT, RenewOutcome.DONE, RenewOutcome.CHANGED, RenewOutcome.LOST
 
 
 def renew(db: Database, leases: list[Lease], states: dict, done: set,
-          now: float, timeout: Optional[float] = None) -> dict[str, tuple[str, Optional[Lease]]]:
+          now: float, timeout: Optional[float] = None) -> dict[str, tuple[RenewOutcome, Optional[Lease]]]:
     """Keep a node's documents and record their new states, in a few transactions.
 
     For each lease (by queue job id):

@@ -17,6 +17,7 @@ Where inotify is missing the hub falls back to a slow poll and logs it.
 from __future__ import annotations
 
 import ctypes
+import enum
 import errno
 import logging
 import os
@@ -33,7 +34,15 @@ logger = logging.getLogger(__name__)
 #: Seconds between checks when no change notification is available.
 FALLBACK_POLL_INTERVAL = 0.05
 
-_PENDING, _FIRED, _CANCELLED = "pending", "fired", "cancelled"
+class _State(enum.Enum):
+    """A watch's state: pending until it fires or is cancelled (then for good)."""
+
+    PENDING = "pending"
+    FIRED = "fired"
+    CANCELLED = "cancelled"
+
+
+_PENDING, _FIRED, _CANCELLED = _State.PENDING, _State.FIRED, _State.CANCELLED
 
 
 class Watch:

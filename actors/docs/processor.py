@@ -34,6 +34,7 @@ waits for the next tick, and adds its jobs to the new scheduler.
 """
 from __future__ import annotations
 
+import enum
 import hashlib
 import logging
 import time
@@ -59,12 +60,21 @@ from actors import names
 log = logging.getLogger(__name__)
 
 DOC_PROCESSOR_NAME = names.DOC_PROCESSOR
-TICK = "doc_processor_tick"
-RENEW = "doc_processor_renew"
+
+
+class _Timer(enum.Enum):
+    """The processor's own timer messages: its tick, its lease renewal, the
+    next round of accepts."""
+
+    TICK = "doc_processor_tick"
+    RENEW = "doc_processor_renew"
+    ACCEPT = "doc_processor_accept"
+
+
+TICK, RENEW, ACCEPT = _Timer.TICK, _Timer.RENEW, _Timer.ACCEPT
 #: Share of the owner timeout a document job may run past its lease's last
 #: renewal (the node's lease fence): another node may take it at the whole.
 FENCE_SHARE = 0.8
-ACCEPT = "doc_processor_accept"
 CALL_TIMEOUT = 10.0
 #: Accepts per round before the actor lets other messages in.
 ACCEPT_BATCH = 200

@@ -13,6 +13,7 @@ each check.
 """
 from __future__ import annotations
 
+import enum
 import logging
 import random
 from typing import Any
@@ -29,7 +30,16 @@ log = logging.getLogger(__name__)
 
 #: Seconds between checks while the type has no timeout (the seed's 5000 ms).
 MISSING_TIMEOUT_CHECK = 5.0
-CHECK = "check_activity"
+
+
+class _Timer(enum.Enum):
+    """The monitor's own timer message."""
+
+    CHECK = "check_activity"
+
+
+CHECK = _Timer.CHECK
+
 JITTER_KEY = "activity_monitor_max_jitter_msec"
 
 

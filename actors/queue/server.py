@@ -22,6 +22,7 @@ notifier; it is answered once they all applied it.
 """
 from __future__ import annotations
 
+import enum
 import logging
 import random
 from dataclasses import dataclass
@@ -42,7 +43,15 @@ from actors.queue.protocol import ForceCheckTypes, GetNotifierServer
 
 log = logging.getLogger(__name__)
 
-CHECK_TYPES = "check_types"
+
+class _Timer(enum.Enum):
+    """The server's own timer message."""
+
+    CHECK_TYPES = "check_types"
+
+
+CHECK_TYPES = _Timer.CHECK_TYPES
+
 #: Registered name of the settings keeper the server asks for ``[couch_jobs]``: the
 #: node's (:class:`actors.node.config_server.ConfigServer`, registered as ``config.CONFIG_SERVER``).
 JOBS_CONFIG = CONFIG_SERVER

@@ -15,6 +15,7 @@ new one, and the re-arm timer restarts with the new timeout.
 """
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,8 +28,16 @@ from supervision.waker import Waker
 from actors.node.config import INFINITY, CouchJobsChanged, GetCouchJobsInUse
 from actors.node.settings import couch_jobs_settings
 
-REARM = "type_monitor_rearm"
-NOTIFY = "type_monitor_notify"
+
+class _Timer(enum.Enum):
+    """The monitor's own timer messages."""
+
+    REARM = "type_monitor_rearm"
+    NOTIFY = "type_monitor_notify"
+
+
+REARM, NOTIFY = _Timer.REARM, _Timer.NOTIFY
+
 HOLDOFF_KEY = "type_monitor_holdoff_msec"
 TIMEOUT_KEY = "type_monitor_timeout_msec"
 
