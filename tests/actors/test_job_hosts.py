@@ -123,4 +123,5 @@ def test_a_process_job_holds_none_of_its_siblings_descriptors(h):
         h.s.add_job(h.spec(f"p{i}", isolation="process"))
     wait_until(lambda: len(h.running()) == 20, 60, what="20 process jobs running")
     counts = [open_fds([h.job_pid(f"p{i}")]) for i in range(20)]
-    assert max(counts) - min(counts) <= 2, f"descriptors per job process grow with its siblings: {counts}"
+    # Inheriting them, the 20th held 38 more than the 1st (2 per elder sibling).
+    assert max(counts) - min(counts) < 10, f"descriptors per job process grow with its siblings: {counts}"
