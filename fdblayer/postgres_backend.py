@@ -58,39 +58,32 @@ import logging
 import os
 import re
 import threading
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional
 
-from fdblayer.exceptions import (
-    CommitUnknownResult,
-    ConflictError,
-    DiskFull,
-    InvalidStoreURL,
-    InvalidTransactionState,
-    LockTimeout,
-    ReadOnlyStore,
-    ServerGone,
-    StoreError,
-    StoreUnavailable,
-    TransactionTooOld,
-)
-from fdblayer.interface import Database
-from fdblayer.urls import redact_url
+from fdblayer.exceptions import InvalidTransactionState, StoreUnavailable
 from fdblayer.forks import ForkEpoch
+from fdblayer.interface import Database
+from fdblayer.postgres_sql import (  # noqa: F401 - re-exported for the backend's callers
+    KEY_PREFIX_BYTES,
+    MAX_TRANSACTION_AGE,
+    PRUNE_EVERY,
+    SCHEMA_VERSION,
+    Statements,
+    check_prefix,
+    connection_is_broken,
+    first_line,
+    key_prefixes,
+    map_pg_error,
+    schema_sql,
+)
+from fdblayer.postgres_transaction import PostgresTransaction
+from fdblayer.urls import redact_url
 from fdblayer.watches import WatchHub
 
 __all__ = ["PostgresDatabase", "map_pg_error", "connection_is_broken", "key_prefixes", "SCHEMA_VERSION", "KEY_PREFIX_BYTES"]
 
 logger = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 1
-#: Bytes of a key in the index's ordering column (btree entries must stay
-#: under a third of a page); longer keys add their sha256 for uniqueness.
-KEY_PREFIX_BYTES = 1024
-#: Seconds the conflict log keeps a commit's write ranges: a transaction
-#: whose reads are older than that cannot commit (``TransactionTooOld``).
-MAX_TRANSACTION_AGE = 30
-#: Commits between two prunings of the conflict log.
-PRUNE_EVERY = 256
 #: Seconds to wait for a connection to open; for a row lock; for one statement.
 CONNECT_TIMEOUT = 5
 LOCK_TIMEOUT_MS = 30_000
@@ -99,192 +92,9 @@ STATEMENT_TIMEOUT_MS = 120_000
 #: server (a SIGSTOPped client must not pin a snapshot forever).
 IDLE_IN_TRANSACTION_MS = 300_000
 _POOL_MAX = 16
-_PREFIX_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,39}$")
 #: Connections inherited across fork: kept referenced, never used or closed
 #: (closing would end the parent's session on the shared socket).
 _ABANDONED: List[Any] = []
-
-KP = f"substring(k from 1 for {KEY_PREFIX_BYTES})"
-KH = f"(CASE WHEN length(k) > {KEY_PREFIX_BYTES} THEN sha256(k) ELSE ''::bytea END)"
-
-
-def check_prefix(prefix: str, url: str = "") -> str:
-    """Validate a table prefix (letters, digits, ``_`` and ``-``; at most 40).
-
-    Raises:
-        InvalidStoreURL: when it is not such a name.
-    """
-    if not _PREFIX_RE.match(prefix or ""):
-        raise InvalidStoreURL(
-            f"store URL {url!r}: prefix {prefix!r} must be a letter or _ then up to 39 "
-            "letters, digits, _ or -"
-        )
-    return prefix
-
-
-def schema_sql(p: str) -> List[str]:
-    """The statements creating a store's tables and functions under prefix ``p``."""
-    kv, meta, writes, marks = (f'"{p}_{name}"' for name in ("kv", "meta", "writes", "marks"))
-    return [
-        f"CREATE TABLE IF NOT EXISTS {kv} (k bytea NOT NULL, v bytea NOT NULL)",
-        f'CREATE UNIQUE INDEX IF NOT EXISTS "{p}_kv_key" ON {kv} (({KP}), ({KH}))',
-        f"CREATE TABLE IF NOT EXISTS {meta} (name text PRIMARY KEY, value bigint NOT NULL)",
-        f"INSERT INTO {meta} VALUES ('commit_version', 0), ('pruned_version', 0), "
-        f"('schema_version', {SCHEMA_VERSION}) ON CONFLICT DO NOTHING",
-        f"CREATE UNLOGGED TABLE IF NOT EXISTS {writes} "
-        "(version bigint NOT NULL, b bytea NOT NULL, e bytea NOT NULL)",
-        f'CREATE INDEX IF NOT EXISTS "{p}_writes_version" ON {writes} (version)',
-        f"CREATE TABLE IF NOT EXISTS {marks} (version bigint PRIMARY KEY, at timestamptz NOT NULL)",
-        _ADD_FUNCTION.format(p=p),
-        _COMMIT_FUNCTION.format(
-            p=p, kv=kv, meta=meta, writes=writes, marks=marks, KP=KP, KH=KH,
-            age=MAX_TRANSACTION_AGE, every=PRUNE_EVERY,
-        ),
-    ]
-
-
-#: FoundationDB's atomic add: little-endian, wrapping, sized by the parameter.
-_ADD_FUNCTION = """
-CREATE OR REPLACE FUNCTION "{p}_add"(cur bytea, param bytea) RETURNS bytea
-LANGUAGE plpgsql IMMUTABLE AS $f$
-DECLARE
-  n int := length(param);
-  m int := coalesce(length(cur), 0);
-  digits int[] := '{{}}';
-  carry int := 0;
-  s int;
-BEGIN
-  FOR i IN 0 .. n - 1 LOOP
-    s := get_byte(param, i) + carry + CASE WHEN i < m THEN get_byte(cur, i) ELSE 0 END;
-    digits := digits || (s & 255);
-    carry := s >> 8;
-  END LOOP;
-  RETURN coalesce((SELECT decode(string_agg(lpad(to_hex(d), 2, '0'), '' ORDER BY o), 'hex')
-                   FROM unnest(digits) WITH ORDINALITY AS t(d, o)), ''::bytea);
-END $f$
-"""
-
-#: The commit: conflict check, writes, conflict log, notification; one statement.
-_COMMIT_FUNCTION = """
-CREATE OR REPLACE FUNCTION "{p}_commit"(
-  rv bigint, rb bytea[], re bytea[],
-  cb bytea[], ce bytea[], sk bytea[], sv bytea[], dk bytea[], ak bytea[], ap bytea[],
-  vk bytea[], vkpos int[], vkval bytea[], vvk bytea[], vv bytea[], vvpos int[]
-) RETURNS bigint LANGUAGE plpgsql
--- Every statement here wants an index: the conflict log, unanalysed while it
--- grows, was otherwise scanned whole (1.2 ms a commit at 3,000 rows).
-SET enable_seqscan = off AS $f$
-DECLARE
-  ver bigint;
-  stamp bytea;
-  old bigint;
-  stamped bytea[] := '{{}}';
-BEGIN
-  UPDATE {meta} SET value = value + 1 WHERE name = 'commit_version' RETURNING value INTO ver;
-  IF rv IS NOT NULL THEN
-    IF rv < (SELECT value FROM {meta} WHERE name = 'pruned_version') THEN
-      RAISE EXCEPTION 'transaction too old' USING ERRCODE = '40001', HINT = 'too_old';
-    END IF;
-    IF EXISTS (SELECT 1 FROM {writes} w, unnest(rb, re) AS r(b, e)
-               WHERE w.version > rv AND w.b < r.e AND w.e > r.b) THEN
-      RAISE EXCEPTION 'conflict' USING ERRCODE = '40001', HINT = 'conflict';
-    END IF;
-  END IF;
-  IF cardinality(cb) > 0 THEN
-    DELETE FROM {kv} USING unnest(cb, ce) AS r(b, e)
-      WHERE {KP} >= substring(r.b from 1 for 1024) AND {KP} <= substring(r.e from 1 for 1024)
-        AND k >= r.b AND k < r.e;
-  END IF;
-  IF cardinality(dk) > 0 THEN
-    DELETE FROM {kv} WHERE k = ANY(dk)
-      AND {KP} = ANY(ARRAY(SELECT substring(d from 1 for 1024) FROM unnest(dk) AS d));
-  END IF;
-  IF cardinality(sk) > 0 THEN
-    INSERT INTO {kv} (k, v) SELECT * FROM unnest(sk, sv)
-      ON CONFLICT (({KP}), ({KH})) DO UPDATE SET v = EXCLUDED.v;
-  END IF;
-  FOR i IN 1 .. coalesce(cardinality(ak), 0) LOOP
-    INSERT INTO {kv} (k, v) VALUES (ak[i], ap[i])
-      ON CONFLICT (({KP}), ({KH})) DO UPDATE SET v = "{p}_add"({kv}.v, EXCLUDED.v);
-  END LOOP;
-  IF cardinality(vk) > 0 OR cardinality(vvk) > 0 THEN
-    stamp := int8send(ver) || '\\x0000'::bytea;
-    FOR i IN 1 .. coalesce(cardinality(vk), 0) LOOP
-      stamped := stamped || overlay(vk[i] placing stamp from vkpos[i] + 1 for 10);
-      INSERT INTO {kv} (k, v) VALUES (stamped[i], vkval[i])
-        ON CONFLICT (({KP}), ({KH})) DO UPDATE SET v = EXCLUDED.v;
-    END LOOP;
-    FOR i IN 1 .. coalesce(cardinality(vvk), 0) LOOP
-      INSERT INTO {kv} (k, v) VALUES (vvk[i], overlay(vv[i] placing stamp from vvpos[i] + 1 for 10))
-        ON CONFLICT (({KP}), ({KH})) DO UPDATE SET v = EXCLUDED.v;
-    END LOOP;
-  END IF;
-  INSERT INTO {writes} (version, b, e)
-    SELECT ver, x, x || '\\x00'::bytea FROM unnest(dk || sk || ak || vvk || stamped) AS x
-    UNION ALL SELECT ver, b, e FROM unnest(cb, ce) AS r(b, e);
-  IF ver % {every} = 0 THEN
-    INSERT INTO {marks} VALUES (ver, clock_timestamp());
-    SELECT max(version) INTO old FROM {marks}
-      WHERE at < clock_timestamp() - interval '{age} seconds';
-    IF old IS NOT NULL THEN
-      DELETE FROM {writes} WHERE version <= old;
-      DELETE FROM {marks} WHERE version < old;
-      UPDATE {meta} SET value = old WHERE name = 'pruned_version';
-    END IF;
-  END IF;
-  PERFORM pg_notify('{p}_commits', '');
-  RETURN ver;
-END $f$
-"""
-
-
-def first_line(exc: BaseException) -> str:
-    """The first line of an error's message (libpq's run over several)."""
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
-
-
-def map_pg_error(exc: BaseException, where: str, committing: bool = False) -> StoreError:
-    """Turn a psycopg error into the named store error it stands for.
-
-    Args:
-        exc: the psycopg error.
-        where: the store's description, for the message.
-        committing: the error ended a commit call (a lost connection then
-            leaves the outcome unknown).
-    """
-    import psycopg
-
-    state = getattr(getattr(exc, "diag", None), "sqlstate", None) or ""
-    message = first_line(exc)
-    if state == "40001" and getattr(exc.diag, "message_hint", None) == "too_old":
-        return TransactionTooOld(f"store {where}: the transaction's reads are too old to check")
-    if state in ("40001", "40P01"):
-        return ConflictError(f"store {where}: concurrent commit ({message})")
-    if state == "55P03":
-        return LockTimeout(f"store {where}: lock wait timed out ({message})")
-    if state in ("53100",):
-        return DiskFull(f"store {where}: disk full ({message})")
-    if state == "25006":
-        return ReadOnlyStore(f"store {where}: cannot write ({message})")
-    if state.startswith("57P") or state.startswith("08") or isinstance(exc, psycopg.OperationalError) and not state:
-        if committing:
-            return CommitUnknownResult(
-                f"store {where}: connection lost during commit; it may have committed ({message})"
-            )
-        return ServerGone(f"store {where}: server unreachable or connection lost ({message})")
-    if state.startswith("57014"):
-        return StoreUnavailable(f"store {where}: statement timed out ({message})")
-    return StoreUnavailable(f"store {where}: {message}")
-
-
-def connection_is_broken(exc: BaseException) -> bool:
-    """True when ``exc`` means the connection itself is gone (not one statement)."""
-    import psycopg
-
-    state = getattr(getattr(exc, "diag", None), "sqlstate", None) or ""
-    return isinstance(exc, psycopg.OperationalError) and (not state or state[:2] in ("08", "57"))
-
 
 class PostgresDatabase(Database):
     """A handle on a store in a PostgreSQL database.
@@ -319,7 +129,6 @@ class PostgresDatabase(Database):
         self._closed = False
         self._lone = threading.local()
         self.sql = Statements(prefix)
-        from fdblayer.postgres_transaction import PostgresTransaction  # it imports this module
 
         self._transaction_class = PostgresTransaction
         self._initialize()
@@ -503,49 +312,6 @@ class PostgresDatabase(Database):
             hub.close()
         for conn in idle:
             conn.close()
-
-
-class Statements:
-    """The SQL texts of one prefix (built once per handle)."""
-
-    def __init__(self, p: str) -> None:
-        kv, meta = f'"{p}_kv"', f'"{p}_meta"'
-        self.begin = "BEGIN ISOLATION LEVEL REPEATABLE READ"
-        self.read_version = f"SELECT value FROM {meta} WHERE name = 'commit_version'"
-        self.schema_version = f"SELECT value FROM {meta} WHERE name = 'schema_version'"
-        # Every read returns the commit version first, as (NULL, 8 bytes big-endian).
-        version = f"SELECT NULL::bytea, int8send(value) FROM {meta} WHERE name = 'commit_version'"
-        self.version_only = version
-        self.get = (f"{version} UNION ALL SELECT k, v FROM {kv} "
-                    f"WHERE {KP} = substring(%s from 1 for {KEY_PREFIX_BYTES}) AND k = %s")
-        self.get_many = (f"{version} UNION ALL SELECT k, v FROM {kv} "
-                         f"WHERE {KP} = ANY(%s::bytea[]) AND k = ANY(%s::bytea[])")
-        bounds = (f"{KP} >= substring(%s from 1 for {KEY_PREFIX_BYTES}) "
-                  f"AND {KP} <= substring(%s from 1 for {KEY_PREFIX_BYTES}) AND k >= %s AND k < %s")
-        self.range_asc = (f"({version}) UNION ALL (SELECT k, v FROM {kv} WHERE {bounds} "
-                          f"ORDER BY {KP}, k LIMIT %s)")
-        self.range_desc = (f"({version}) UNION ALL (SELECT k, v FROM {kv} WHERE {bounds} "
-                           f"ORDER BY {KP} DESC, k DESC LIMIT %s)")
-        self.changed_since = (
-            f'SELECT EXISTS (SELECT 1 FROM "{p}_writes" w, unnest(%s::bytea[], %s::bytea[]) AS r(b, e) '
-            "WHERE w.version > %s AND w.b < r.e AND w.e > r.b) "
-            f"OR %s < (SELECT value FROM {meta} WHERE name = 'pruned_version')"
-        )
-        self.commit = (
-            f'SELECT "{p}_commit"(%s, %s::bytea[], %s::bytea[], %s::bytea[], %s::bytea[], '
-            "%s::bytea[], %s::bytea[], %s::bytea[], %s::bytea[], %s::bytea[], "
-            "%s::bytea[], %s::int[], %s::bytea[], %s::bytea[], %s::bytea[], %s::int[])"
-        )
-        self.watched = (
-            f"SELECT NULL::bytea, NULL::bytea, value FROM {meta} WHERE name = 'commit_version' "
-            f"UNION ALL SELECT k, v, NULL FROM {kv} WHERE {KP} = ANY(%s::bytea[]) AND k = ANY(%s::bytea[])"
-        )
-        self.channel = f"{p}_commits"
-
-
-def key_prefixes(keys: List[bytes]) -> List[bytes]:
-    """The index column of each key (its first ``KEY_PREFIX_BYTES`` bytes)."""
-    return [k[:KEY_PREFIX_BYTES] for k in keys]
 
 
 def _redact(conninfo: str) -> str:

@@ -57,7 +57,7 @@ from fdblayer.interface import (
     check_write_key,
     splice_versionstamp,
 )
-from fdblayer.postgres_backend import connection_is_broken, key_prefixes, map_pg_error
+from fdblayer.postgres_sql import connection_is_broken, key_prefixes, map_pg_error
 from fdblayer.postgres_own_writes import OwnWrites
 from fdblayer.selectors import END_OF_KEYSPACE, KeyOrSelector, KeySelector, KeyValue, to_selector
 from fdblayer.forks import ForkEpoch

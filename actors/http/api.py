@@ -41,15 +41,22 @@ import threading
 import time
 from http import HTTPStatus
 from typing import Any, Callable, Iterable
-from urllib.parse import parse_qs, parse_qsl, unquote
+from urllib.parse import parse_qsl
 
 from supervision.exceptions import CallFailed, CallTimeout, NoProc, NodeDown
 from supervision.reports import report
 
-from actors.errors import ActorsError
-from actors.http import metrics, monitoring, queue_routes
-
-from actors.http import status_page
+from actors.http import metrics, monitoring, queue_routes, status_page
+from actors.http.request import (  # noqa: F401 - re-exported: the app's vocabulary
+    MAX_BODY,
+    MAX_JSON_DEPTH,
+    HttpError,
+    Html,
+    Request,
+    Text,
+    json_depth,
+    not_allowed,
+)
 from actors.http.auth import COOKIE_NAME, Auth
 from actors.node.config import RUNTIME_KEYS, ConfigError, ConfigWriteError, format_value, parse_runtime_value
 from actors.node.policy import Forbidden, JobPolicy
@@ -59,124 +66,12 @@ log = logging.getLogger(__name__)
 
 VERSION = "3.3.3"
 VENDOR = {"name": "otpjobs", "version": "0.1.0"}
-#: Largest request body the app reads (CouchDB's is max_http_request_size).
-MAX_BODY = 1 << 20
 #: [replicator] keys the scheduler changes at run time.
 REPLICATOR_KEYS = RUNTIME_KEYS["replicator"]
 #: Request header that keeps a ``_config`` change out of the config file (CouchDB's).
 PERSIST_HEADER = "X-Couch-Persist"
-#: Deepest JSON body (containers inside containers) a request may send: the
-#: store's limit for documents and job data (``fdblayer.jobs.codec.MAX_DEPTH``),
-#: well below what pickling a job spec to the scheduler can take.
-MAX_JSON_DEPTH = 256
 
 NOT_ADMIN = "You are not a server admin."
-
-
-class HttpError(ActorsError):
-    """An answer other than success: status, CouchDB error and reason."""
-
-    def __init__(self, status: int, error: str, reason: str | None = "", headers: list | None = None) -> None:
-        super().__init__(f"{status} {error}: {reason}")
-        self.status, self.error, self.reason, self.headers = status, error, reason, headers or []
-
-    def body(self) -> dict:
-        return {"error": self.error} if self.reason is None else {"error": self.error, "reason": self.reason}
-
-
-def not_allowed(methods: str) -> HttpError:
-    return HttpError(405, "method_not_allowed", f"Only {methods} allowed", [("Allow", methods)])
-
-
-class Text(str):
-    """A plain-text answer (Prometheus exposition format)."""
-
-
-class Html(str):
-    """An HTML answer (the status page), sent with a policy that allows no script."""
-
-
-class Request:
-    """What a handler needs from the WSGI environ."""
-
-    def __init__(self, environ: dict) -> None:
-        self.environ = environ
-        self.method = environ["REQUEST_METHOD"].upper()
-        raw = environ.get("RAW_URI") or environ.get("REQUEST_URI") or (environ.get("PATH_INFO", "/") + (
-            "?" + environ["QUERY_STRING"] if environ.get("QUERY_STRING") else ""))
-        if "://" in raw.split("?", 1)[0]:  # absolute-form request target
-            raw = "/" + raw.split("://", 1)[1].partition("/")[2]
-        path, _, query = raw.partition("?")
-        self.path = path
-        self.segments = [unquote(s) for s in path.split("/") if s]
-        self.query = parse_qs(query, keep_blank_values=True)
-        self.user: str | None = None
-        self.new_cookie: str | None = None
-        #: Extra response headers a handler sets (Location...).
-        self.response_headers: list[tuple[str, str]] = []
-
-    def header(self, name: str) -> str:
-        return self.environ.get("HTTP_" + name.upper().replace("-", "_"), "")
-
-    def cookie(self, name: str) -> str | None:
-        for part in self.header("Cookie").split(";"):
-            key, sep, value = part.strip().partition("=")
-            if sep and key == name:
-                return value.strip('"')
-        return None
-
-    def body(self) -> bytes:
-        try:
-            length = int(self.environ.get("CONTENT_LENGTH") or 0)
-        except ValueError:
-            raise HttpError(400, "bad_request", "Invalid Content-Length") from None
-        if length > MAX_BODY:
-            raise HttpError(413, "too_large", "the request entity is too large")
-        data = self.environ["wsgi.input"].read(length) if length > 0 else b""
-        return data
-
-    def json(self) -> Any:
-        """The body as JSON (``null`` when empty).
-
-        Raises:
-            HttpError: 400 ``bad_request`` for a body that is not UTF-8, or not JSON
-                (the reason says where)
-                or that nests deeper than :data:`MAX_JSON_DEPTH`.
-        """
-        too_deep = HttpError(400, "bad_request", f"JSON nested deeper than {MAX_JSON_DEPTH} levels")
-        try:
-            value = json.loads((self.body() or b"null").decode("utf-8"))
-        except UnicodeDecodeError as exc:
-            raise HttpError(400, "bad_request", f"the body is not UTF-8: {exc.reason} at byte {exc.start}") from None
-        except json.JSONDecodeError as exc:
-            raise HttpError(400, "bad_request",
-                            f"the body is not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
-        except ValueError:  # what json rejects beyond its grammar (e.g. a number of too many digits)
-            raise HttpError(400, "bad_request", "the body is not JSON the server can read") from None
-        except RecursionError:  # deeper than the parser goes
-            raise too_deep from None
-        if json_depth(value) > MAX_JSON_DEPTH:
-            raise too_deep
-        return value
-
-    @property
-    def content_type(self) -> str:
-        return self.environ.get("CONTENT_TYPE", "").split(";")[0].strip().lower()
-
-
-def json_depth(value: Any) -> int:
-    """How many containers deep a parsed JSON value nests (0 for a scalar), without recursing."""
-    deepest = 0
-    stack = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, dict):
-            item = item.values()
-        elif not isinstance(item, list):
-            continue
-        deepest = max(deepest, depth)
-        stack.extend((child, depth + 1) for child in item)
-    return deepest
 
 
 class App:
