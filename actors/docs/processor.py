@@ -35,6 +35,7 @@ waits for the next tick, and adds its jobs to the new scheduler.
 from __future__ import annotations
 
 import enum
+import functools
 import hashlib
 import logging
 import time
@@ -51,7 +52,7 @@ from supervision.waker import Waker
 
 from actors.node.config import node_name
 from actors.names import JOBS_SERVER
-from actors.scheduler.protocol import AddJob, Jobs, JobStates, RemoveJob, Reschedule
+from actors.scheduler.protocol import AddJob, Jobs, JobStates, RemoveJob, RemoveJobs, Reschedule
 from actors.scheduler.core import InvalidJobSpec, reason_text
 from actors.scheduler.sup import SCHEDULER_NAME
 from actors.scheduler.fence import LeaseFence
@@ -79,6 +80,8 @@ CALL_TIMEOUT = 10.0
 #: Accepts per round before the actor lets other messages in.
 ACCEPT_BATCH = 200
 MAX_TICK = 2.0
+#: Seconds before a RemoveJob the scheduler did not answer is sent again.
+REMOVE_RETRY = 1.0
 #: What a call to a scheduler that is restarting raises.
 SCHEDULER_DOWN = (NoProc, CallTimeout, CallFailed)
 
@@ -144,6 +147,7 @@ class DocProcessor(GenServer):
         self._timer: int | None = None
         self._renew_timer: int | None = None
         self.waker = Waker(self, self._accept_more)
+        self._removing: set[str] = set()  # jobs of documents given up, not yet confirmed removed
         self.counters = dict.fromkeys(("accepted", "renewed", "renew_rounds", "lost", "given_up"), 0)
         self.renew_ms = 0.0
         activity.set_type_timeout(self.db, DEFAULT_LAYOUT, docs.DOCS_TYPE, self.timeout)
@@ -198,6 +202,7 @@ class DocProcessor(GenServer):
     def _accept_more(self) -> None:
         accepted = 0
         while accepted < ACCEPT_BATCH:
+            asked_at = time.monotonic()  # the lease holds from no later than this
             try:
                 found, watch = self._accept_one(self.db, self.node_name, time.time())
             except fdblayer.StoreError as exc:  # the next tick's safety net tries again
@@ -205,7 +210,7 @@ class DocProcessor(GenServer):
                 break
             if found is not None:
                 lease, doc = found
-                self.owned[lease.job.id] = Owned(lease, scheduler_spec(doc, time.time()))
+                self.owned[lease.job.id] = Owned(lease, scheduler_spec(doc, time.time()), renewed_at=asked_at)
                 self.counters["accepted"] += 1
                 log.info("Doc %s/%s: accepted rev %s", lease.db_name, lease.doc_id, lease.rev)
                 accepted += 1
@@ -270,6 +275,7 @@ class DocProcessor(GenServer):
         if not leases:
             return
         t0 = time.perf_counter()
+        asked_at = time.monotonic()  # a lease renewed by this call holds from no later than now
         try:
             outcomes = docs.renew(self.db, leases, states, done, time.time(), timeout=self.store_timeout)
         except fdblayer.StoreError as exc:
@@ -279,12 +285,13 @@ class DocProcessor(GenServer):
         finally:
             self.renew_ms = (time.perf_counter() - t0) * 1000
         self.counters["renew_rounds"] += 1
-        self._apply(outcomes, states)
+        self._apply(outcomes, states, asked_at)
 
     def _give_up_old_leases(self) -> None:
         """Stop the jobs of leases unrenewed for half the owner timeout: they
         must not run on once another node may have taken the document."""
         now = time.monotonic()
+        gone = []
         for jid, o in list(self.owned.items()):
             age = now - o.renewed_at
             if age < self.timeout / 2.0:
@@ -292,12 +299,16 @@ class DocProcessor(GenServer):
             del self.owned[jid]
             self.counters["given_up"] += 1
             log.warning("doc_lease_given_up doc=%s/%s unrenewed_for=%.1f", o.lease.db_name, o.lease.doc_id, age)
-            if o.added_to is not None and self.sched is not None:
-                self.call_async(self.sched, RemoveJob(o.spec["id"]), self._removed, CALL_TIMEOUT)
+            if o.added_to is not None:
+                gone.append(o.spec["id"])
+        self._remove_jobs(gone)
 
-    def _apply(self, outcomes: dict, states: dict) -> None:
-        """Keep the renewed leases; forget (and stop) the documents lost or done."""
-        now = time.monotonic()
+    def _apply(self, outcomes: dict, states: dict, asked_at: float) -> None:
+        """Keep the renewed leases (as renewed when the call began:
+        ``asked_at``, so a slow or paused call never stretches the fence);
+        forget (and stop) the documents lost or done."""
+        now = asked_at
+        gone = []
         for jid, (outcome, lease) in outcomes.items():
             o = self.owned.get(jid)
             if o is None:
@@ -312,9 +323,40 @@ class DocProcessor(GenServer):
             if outcome == docs.LOST:
                 self.counters["lost"] += 1
             log.info("Doc %s/%s: %s", o.lease.db_name, o.lease.doc_id, outcome)
-            if outcome != docs.DONE and o.added_to is not None and self.sched is not None:
-                self.call_async(self.sched, RemoveJob(o.spec["id"]), self._removed, CALL_TIMEOUT)
+            if outcome != docs.DONE and o.added_to is not None:
+                gone.append(o.spec["id"])
+        self._remove_jobs(gone)
         self._move_fence()
+
+    def _remove_jobs(self, job_ids: list[str]) -> None:
+        """Remove the jobs of documents this node gave up, in one call; until
+        the scheduler confirms it, the fence does not move: such a job must
+        not run again under a renewed fence (the scheduler would restart it
+        if it was pending, fenced or rotated out)."""
+        if not job_ids or self.sched is None:
+            return
+        self._removing.update(job_ids)
+        for i in range(0, len(job_ids), RemoveJobs.MAX_JOBS):
+            chunk = list(job_ids[i:i + RemoveJobs.MAX_JOBS])
+            self.call_async(self.sched, RemoveJobs(chunk), functools.partial(self._jobs_removed, chunk), CALL_TIMEOUT)
+
+    def _jobs_removed(self, job_ids: list[str], _value: Any, error: Exception | None) -> None:
+        if error is not None:
+            log.warning("doc_job_unremoved jobs=%d reason=%r: retried, the lease fence waits", len(job_ids), error)
+            self.start_timer(REMOVE_RETRY, functools.partial(self._retry_removal, job_ids), real=True)
+            return
+        self._removing.difference_update(job_ids)
+        if not self._removing:
+            self._move_fence()
+
+    def _retry_removal(self, job_ids: list[str]) -> None:
+        mine = {o.spec["id"] for o in self.owned.values()}
+        again = [j for j in job_ids if j not in mine]  # a document this node holds again keeps its job
+        self._removing.difference_update(j for j in job_ids if j in mine)
+        if again:
+            self._remove_jobs(again)
+        elif not self._removing:
+            self._move_fence()
 
     def _move_fence(self) -> None:
         """Document jobs may run until the oldest renewal plus FENCE_SHARE of
@@ -322,7 +364,7 @@ class DocProcessor(GenServer):
         fence that had expired and holds again asks the scheduler for a
         reschedule: the jobs it stopped run again now, not at the next
         interval."""
-        if not self.owned:
+        if not self.owned or self._removing:
             return
         now = time.monotonic()
         expired = self.fence.deadline() <= now

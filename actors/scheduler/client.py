@@ -6,6 +6,7 @@ from typing import Any
 from actors.scheduler.protocol import (
     AddJob,
     RemoveJob,
+    RemoveJobs,
     Reschedule,
     Jobs,
     JobsPage,
@@ -63,6 +64,10 @@ class SchedulerClient:
 
     def job_summary(self, job_id: Any) -> dict | None:
         return self.call(JobSummary(job_id))
+
+    def remove_jobs(self, job_ids: list) -> int:
+        """Remove each job of ``job_ids`` in one call; how many there were."""
+        return self.call(RemoveJobs(job_ids))
 
     def job_states(self, job_ids: list) -> dict:
         """``{id: (job_summary, stats) or None}`` for each of ``job_ids`` in one call."""

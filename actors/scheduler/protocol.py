@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["AddJob", "RemoveJob", "Reschedule", "Jobs", "JobsPage", "GetJob", "JobSummary", "JobStates", "JobAddress", "HealthThreshold", "GetStats", "GetSettings", "SetSetting", "LoadJobs", "CountRunning", "HOST_NAME", "DEFAULT_HOSTS"]
+__all__ = ["AddJob", "RemoveJob", "RemoveJobs", "Reschedule", "Jobs", "JobsPage", "GetJob", "JobSummary", "JobStates", "JobAddress", "HealthThreshold", "GetStats", "GetSettings", "SetSetting", "LoadJobs", "CountRunning", "HOST_NAME", "DEFAULT_HOSTS"]
 
 #: Registered name of job host ``i`` of the scheduler named "scheduler" (a
 #: scheduler named N has hosts "N.host.i").
@@ -31,6 +31,16 @@ class RemoveJob:
     """Stop and forget a job; answers True if there was one."""
 
     job_id: Any
+
+
+@dataclass(frozen=True)
+class RemoveJobs:
+    """Stop and forget each job of ``job_ids`` (a list of at most MAX_JOBS
+    str ids) in one call; answers how many there were."""
+
+    job_ids: list
+
+    MAX_JOBS = 10_000
 
 
 @dataclass(frozen=True)

@@ -84,6 +84,7 @@ from actors.scheduler.protocol import (
     HOST_NAME,
     AddJob,
     RemoveJob,
+    RemoveJobs,
     Reschedule,
     Jobs,
     JobsPage,
@@ -302,6 +303,8 @@ class Scheduler(GenServer):
                 return False
             self.adopted.discard(msg.job_id)
             return core.remove_job(msg.job_id)
+        if isinstance(msg, RemoveJobs):
+            return self._remove_jobs(msg.job_ids)
         if isinstance(msg, Reschedule):
             self._reschedule()
             return "ok"
@@ -427,6 +430,16 @@ class Scheduler(GenServer):
         if msg.has_checkpoint:
             changes["checkpoint"] = msg.checkpoint
         self.core.table.update(job, **changes)
+
+    def _remove_jobs(self, job_ids: Any) -> int:
+        if not isinstance(job_ids, list) or len(job_ids) > RemoveJobs.MAX_JOBS \
+                or not all(isinstance(i, str) for i in job_ids):
+            raise InvalidRequest("job_ids", job_ids, f"must be a list of at most {RemoveJobs.MAX_JOBS} str ids")
+        removed = 0
+        for job_id in job_ids:
+            self.adopted.discard(job_id)
+            removed += self.core.remove_job(job_id)
+        return removed
 
     def _job_states(self, job_ids: Any) -> dict:
         if not isinstance(job_ids, list) or len(job_ids) > JobStates.MAX_STATES \

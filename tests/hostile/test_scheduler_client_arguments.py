@@ -120,3 +120,15 @@ def test_a_bad_row_loads_nothing(n, bad) -> None:
     rows = [{"spec": {"id": "a", "handler": IDLE}, "history": [("added", 1.0, None)]}, bad]
     assert isinstance(answered(n, lambda: n.s.load_jobs(rows)), (InvalidRequest, InvalidJobSpec))
     assert n.s.jobs() == before
+
+
+@pytest.mark.parametrize("job_ids", ["abc", None, [["x"]], [1], ["ok"] * 10_001], ids=lambda v: repr(v)[:20])
+def test_bad_removal_lists_are_invalid_requests(n, job_ids) -> None:
+    assert isinstance(answered(n, lambda: n.s.remove_jobs(job_ids)), InvalidRequest)
+
+
+def test_remove_jobs_removes_each_in_one_call(n) -> None:
+    n.s.add_job({"id": "r1", "handler": IDLE})
+    n.s.add_job({"id": "r2", "handler": IDLE})
+    assert answered(n, lambda: n.s.remove_jobs(["r1", "r2", "gone"])) == 2
+    assert n.s.job_summary("r1") is None and n.s.job_summary("r2") is None
