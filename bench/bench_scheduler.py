@@ -195,7 +195,13 @@ def bench_docs(n: int, store: str, max_jobs: int = 500) -> dict:
         for i in range(0, n, 500):
             put_many(db, [f"doc{j:05d}" for j in range(i, min(n, i + 500))])
         added = time.perf_counter() - t0
-        _wait(lambda: sum(s["owned"] for s in stats()) == n, f"{n} documents owned", 600)
+        def all_owned() -> bool:
+            try:
+                return sum(s["owned"] for s in stats()) == n
+            except Exception:  # noqa: BLE001 - a processor busy accepting answers late: ask again
+                return False
+
+        _wait(all_owned, f"{n} documents owned", 900)
         owned = time.perf_counter() - t0
         first = stats()
         t1 = time.perf_counter()
