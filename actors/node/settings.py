@@ -29,11 +29,12 @@ class Setting:
     """One key of one section.
 
     ``kind``: ``"int"`` (a whole number; ``unit`` ``"ms"`` for a timer's
-    milliseconds, capped at :data:`MAX_MSEC`; ``"s"`` for seconds; ``"port"``
-    for a TCP port), ``"str"``, or ``"list"`` (comma-separated entries,
-    each checked by ``check``). ``low``: the smallest int (the seed's
-    scheduler accepts max_jobs 0 but not a zero churn, interval, history or
-    threshold; a zero period would make a queue check spin).
+    milliseconds, ``"s"`` for seconds, ``"port"`` for a TCP port), ``"str"``,
+    or ``"list"`` (comma-separated entries, each checked by ``check``).
+    ``low`` and ``high``: the int's bounds (the seed's scheduler accepts
+    max_jobs 0 but not a zero churn, interval, history or threshold; a zero
+    period would make a queue check spin; a timer's milliseconds stop at
+    :data:`MAX_MSEC`, a port at 65535; None: no upper bound).
     ``may_be_infinity``: ``infinity`` is a value (no timeout).
     ``runtime``: it changes while the node runs (``_config``), else only in
     the file. ``check``: extra rule for a str or a list entry, returning why
@@ -46,13 +47,19 @@ class Setting:
     default: Any
     unit: str = ""
     low: int = 0
+    high: int | None = None
     may_be_empty: bool = False
     may_be_infinity: bool = False
     runtime: bool = False
     check: Callable[[str], str | None] | None = None
 
 
+#: The largest value of each unit that has one.
+_UNIT_HIGH = {"ms": MAX_MSEC, "port": 65535}
+
+
 def _int(section: str, key: str, default: Any, unit: str = "", low: int = 0, **more: Any) -> Setting:
+    more.setdefault("high", _UNIT_HIGH.get(unit))
     return Setting(section, key, "int", default, unit=unit, low=low, **more)
 
 
@@ -97,8 +104,8 @@ SCHEMA: tuple[Setting, ...] = (
     _cj("type_monitor_timeout_msec", INFINITY, low=1, may_be_infinity=True),
     _cj("type_check_period_msec", 15000, low=1),
     _cj("type_check_max_jitter_msec", 5000),
-    _int("worker", "concurrency", 4, low=1),
-    _int("worker", "max_attempts", 3, low=1),
+    _int("worker", "concurrency", 4, low=1, high=1024),
+    _int("worker", "max_attempts", 3, low=1, high=1000),
     _int("worker", "grace", 30, unit="s"),
     _int("worker", "type_timeout", 30, unit="s", low=1),
 )
@@ -152,10 +159,9 @@ def parse(setting: Setting, raw: Any, list_check: Callable[[Setting, str], list[
     value = int(text)
     if value < setting.low:
         raise ValueError(f"must be >= {setting.low}")
-    if setting.unit == "port" and value > 65535:
-        raise ValueError("must be a TCP port (<= 65535)")
-    if setting.unit == "ms" and value > MAX_MSEC:
-        raise ValueError(f"must be <= {MAX_MSEC} ms")
+    if setting.high is not None and value > setting.high:
+        raise ValueError("must be a TCP port (<= 65535)" if setting.unit == "port"
+                         else f"must be <= {setting.high}{' ms' if setting.unit == 'ms' else ''}")
     return value
 
 

@@ -83,14 +83,16 @@ def prepare(spec: HostSpec) -> None:
     from fdblayer.jobs import api
     from fdblayer.jobs.exceptions import InvalidArgument
 
+    from actors.node.settings import lookup
     from actors.workers.client import schedule
 
     if not spec.types:
         raise InvalidArgument("a worker host needs at least one TYPE=package.module:callable")
-    if spec.concurrency < 1 or spec.concurrency > 1024:
-        raise InvalidArgument(f"concurrency must be from 1 to 1024, not {spec.concurrency}")
-    if spec.max_attempts < 1 or spec.max_attempts > 1000:
-        raise InvalidArgument(f"max attempts must be from 1 to 1000, not {spec.max_attempts}")
+    for key, value in (("concurrency", spec.concurrency), ("max_attempts", spec.max_attempts)):
+        setting = lookup("worker", key)  # the bounds of the [worker] setting it overrides
+        if value < setting.low or value > setting.high:
+            raise InvalidArgument(f"{key.replace('_', ' ')} must be from {setting.low} to {setting.high}, "
+                                  f"not {value}")
     unknown = set(spec.periodic) - set(spec.types)
     if unknown:
         raise InvalidArgument(f"periodic type(s) {sorted(unknown)} have no handler on this host")

@@ -25,9 +25,12 @@ def test_each_default_parses_to_itself_and_each_bound_holds(setting):
         parse_value(setting.section, setting.key, setting.low - 1)
     with pytest.raises(ConfigError, match="integer"):
         parse_value(setting.section, setting.key, "1.5")
-    if setting.unit == "ms":
-        with pytest.raises(ConfigError, match="ms"):
-            parse_value(setting.section, setting.key, settings.MAX_MSEC + 1)
+    if setting.high is not None:
+        assert parse_value(setting.section, setting.key, setting.high) == setting.high
+        with pytest.raises(ConfigError, match=f"<= {setting.high}"):
+            parse_value(setting.section, setting.key, setting.high + 1)
+    if setting.unit in ("ms", "port"):
+        assert setting.high == {"ms": settings.MAX_MSEC, "port": 65535}[setting.unit]
 
 
 def test_a_section_is_typed_once_in_seconds():
