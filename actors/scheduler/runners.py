@@ -71,8 +71,7 @@ class Runners:
     def __init__(self, scheduler: "Scheduler", host_names: list[str]) -> None:
         self.scheduler = scheduler
         self.actors = ActorRunner(scheduler, self)
-        self.hosts = HostRunner(scheduler, self)
-        self.hosts.set_names(host_names)
+        self.hosts = HostRunner(scheduler, self, host_names)
         # run key (its monitor ref, or its Starting token) -> the job's row when stopped
         self.ending: dict[Any, JobRow] = {}
         self.tokens = itertools.count(1)
@@ -194,11 +193,9 @@ class ActorRunner:
 class HostRunner:
     """Runs jobs as threads of the node's job hosts (registered ``host_names``)."""
 
-    def __init__(self, scheduler: "Scheduler", runners: Runners) -> None:
+    def __init__(self, scheduler: "Scheduler", runners: Runners, host_names: list[str]) -> None:
         self.scheduler = scheduler
         self.runners = runners
-
-    def set_names(self, host_names: list[str]) -> None:
         self.names = list(host_names)
         self.addrs: list[Any] = [None] * len(self.names)
         self.monitors: dict[str, int] = {}  # monitor ref -> host index
