@@ -69,7 +69,14 @@ MAX_INFO_TEXT = 2_000
 Tx = Union[Database, Transaction]
 
 
-class DocState(str, enum.Enum):
+class _Named(str, enum.Enum):
+    """A str-valued enum that prints as its value (in messages and logs)."""
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class DocState(_Named):
     """A document's state, as CouchDB's ``_scheduler/docs`` reports it."""
 
     INITIALIZING = "initializing"
@@ -79,9 +86,6 @@ class DocState(str, enum.Enum):
     CRASHING = "crashing"
     COMPLETED = "completed"
     FAILED = "failed"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 STATES = tuple(s.value for s in DocState)
@@ -509,16 +513,13 @@ def accept(tr: Transaction, node: str, now: float) -> tuple[Optional[tuple[Lease
     return (Lease(job, db_name, doc_id, doc.rev), doc), None
 
 
-class RenewOutcome(str, enum.Enum):
+class RenewOutcome(_Named):
     """What :func:`renew` did with one lease."""
 
     KEPT = "kept"
     DONE = "done"
     CHANGED = "changed"
     LOST = "lost"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 KEPT, DONE, CHANGED, LOST = RenewOutcome.KEPT, RenewOutcome.DONE, RenewOutcome.CHANGED, RenewOutcome.LOST
