@@ -212,7 +212,7 @@ class DocProcessor(GenServer):
                 lease, doc = found
                 self.owned[lease.job.id] = Owned(lease, scheduler_spec(doc, time.time()), renewed_at=asked_at)
                 self.counters["accepted"] += 1
-                log.info("Doc %s/%s: accepted rev %s", lease.db_name, lease.doc_id, lease.rev)
+                log.info("doc_accepted doc=%s/%s rev=%s", lease.db_name, lease.doc_id, lease.rev)
                 accepted += 1
             elif watch is not None:
                 self._arm_watch(watch)
@@ -322,7 +322,7 @@ class DocProcessor(GenServer):
             del self.owned[jid]
             if outcome == docs.LOST:
                 self.counters["lost"] += 1
-            log.info("Doc %s/%s: %s", o.lease.db_name, o.lease.doc_id, outcome)
+            log.info("doc_released doc=%s/%s outcome=%s", o.lease.db_name, o.lease.doc_id, outcome)
             if outcome != docs.DONE and o.added_to is not None:
                 gone.append(o.spec["id"])
         self._remove_jobs(gone)

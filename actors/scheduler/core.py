@@ -321,7 +321,7 @@ class Scheduling:
         crash or a backoff, started by a later reschedule once its lease is
         renewed; anything else is a crash."""
         if reason == "normal":
-            log.info("Job %s: completed normally", job.id)
+            log.info("job_completed job=%r", job.id)
             self.table.delete(job.id)
         elif reason == LEASE_EXPIRED:
             log.warning("job_fenced job=%r: its lease may have run out, pending again", job.id)
@@ -333,7 +333,7 @@ class Scheduling:
         """A transient job is removed; a permanent one records the crash and
         pending jobs may take its slot."""
         if job.spec.transient:
-            log.error("Job %s: transient job failed, removing. Error: %s", job.id, reason_text(reason))
+            log.error("job_transient_failed job=%r reason=%s: removed", job.id, reason_text(reason))
             self.table.delete(job.id)
             return
         self.update_state_crashed(job, reason)
@@ -409,7 +409,7 @@ class Scheduling:
         try:
             pid, monitor = self.runner.start(job)
         except JobStartError as exc:
-            log.warning("Job %s: failed to start: %s", job.id, reason_text(exc.reason))
+            log.warning("job_start_failed job=%r reason=%s", job.id, reason_text(exc.reason))
             self.update_state_crashed(job, exc.reason)
             return
         self.update_state_started(job, pid, monitor)

@@ -185,7 +185,7 @@ class JobHost(GenServer):
             except JobStopping:
                 run.outcome = "shutdown" if run.stop.is_set() else "normal"
             except Exception as exc:  # noqa: BLE001 - the handler's crash is the job's exit reason
-                log.error("Job %s: handler %s crashed: %r", run.spec.id, path, exc)
+                log.error("job_handler_crashed job=%r handler=%s reason=%r", run.spec.id, path, exc)
                 run.outcome = portable(exc)
             except BaseException as exc:  # noqa: BLE001 - SystemExit and friends end the job too
                 run.outcome = HandlerExit(repr(exc))

@@ -233,7 +233,7 @@ class SchedulerJob(GenServer):
         if self.thread is None and not self.adopted:
             # The scheduler gave up on this start (its call timed out): nobody
             # tracks this actor, so it leaves instead of holding a process.
-            log.warning("Job %s: never told to run; exiting", self.spec.id)
+            log.warning("job_never_run job=%r: exiting", self.spec.id)
             self.stop("normal")
 
     def format_status(self) -> dict:
@@ -261,7 +261,7 @@ class SchedulerJob(GenServer):
         if self.thread is not None and self.thread.is_alive():
             self.thread.join(STOP_GRACE)
             if self.thread.is_alive():
-                log.warning("Job %s: handler did not stop within %.1fs", self.spec.id, STOP_GRACE)
+                log.warning("job_stop_overdue job=%r grace=%.1f", self.spec.id, STOP_GRACE)
         self._drain()
         self._publish()
 
@@ -284,7 +284,7 @@ class SchedulerJob(GenServer):
         except JobStopping:
             self.outcome = LEASE_EXPIRED if ctx.fenced and not self.stop_event.is_set() else "shutdown"
         except Exception as exc:  # noqa: BLE001 - the handler's crash is the job's exit reason
-            log.error("Job %s: handler %s crashed: %r", self.spec.id, path, exc)
+            log.error("job_handler_crashed job=%r handler=%s reason=%r", self.spec.id, path, exc)
             self.outcome = exc
         except BaseException as exc:  # noqa: BLE001 - SystemExit and friends end the job too
             self.outcome = HandlerExit(repr(exc))

@@ -108,7 +108,7 @@ def copy_batch(tr: Any, source: Any, job_id: str, session: str, begin: bytes, en
                 tr.set(key, value)
                 written += 1
             except (KeyOutsideLegalRange, KeyTooLarge, StoreTypeError, ValueTooLarge) as exc:
-                log.warning("Job %s: cannot write %r: %s", job_id, key[:80], exc)
+                log.warning("job_write_failed job=%r key=%r reason=%s", job_id, key[:80], exc)
                 failures += 1
     for key in existing:
         tr.clear(key)

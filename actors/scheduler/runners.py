@@ -117,7 +117,7 @@ class Runners:
         try:
             pid, monitor = self._for(waiting).start(waiting)
         except JobStartError as exc:
-            log.warning("Job %s: failed to start: %s", waiting.id, reason_text(exc.reason))
+            log.warning("job_start_failed job=%r reason=%s", waiting.id, reason_text(exc.reason))
             core.update_state_crashed(waiting, exc.reason)
             return
         core.table.update(waiting, pid=pid, monitor=monitor)
@@ -270,7 +270,7 @@ class HostRunner:
         s = self.scheduler
         job = s.core.table.get(handle.job_id)
         if job is not None and job.pid == handle:
-            log.warning("Job %s: failed to start on %s: %s", handle.job_id, handle.host, reason_text(error))
+            log.warning("job_start_failed job=%r host=%s reason=%s", handle.job_id, handle.host, reason_text(error))
             self.released(handle)
             s.core.update_state_crashed(job, reason_text(error))
 

@@ -251,7 +251,7 @@ class Scheduler(GenServer):
             self.adopted.add(spec.id)
             if not details["running"]:
                 self.send(addr, Cast(RunJob(self.myAddress)))
-            log.info("Job %s: adopted, already running as %s", spec.id, addr)
+            log.info("job_adopted job=%r pid=%s", spec.id, addr)
         else:
             log.warning("could not adopt job actor %s: %r", addr, error)
         self._adopted_one(index)
@@ -501,7 +501,7 @@ class Scheduler(GenServer):
         wanted = job is not None and job.pid == token
         if error is not None:
             if wanted:
-                log.warning("Job %s: failed to start: %s", token.job_id, reason_text(error))
+                log.warning("job_start_failed job=%r reason=%s", token.job_id, reason_text(error))
                 self.core.update_state_crashed(job, reason_text(error))
             self.core.runner.ended(token)
             return
