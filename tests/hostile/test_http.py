@@ -68,7 +68,7 @@ WORDS = ["_scheduler", "jobs", "docs", "_replicator", "_replicate", "_node", "_l
          "_config", "replicator", "couch_jobs", "max_jobs", "interval", "_session", "_up", "_utils", "index.html",
          "couch_replicator", "seed", "nope", "_all_dbs", "..", ".", "~", "%", "%%", "%z", "%zz", "%00", "%ff",
          "%C3%28", "%ED%A0%80", "%2F", "%2f_replicator", "a%2Fb", "+", ";", "x;y=z", "@", ":", "!", "$", "'", "()",
-         "*", "_", "__", "a" * 300]
+         "*", "_", "__", "a" * 300, "_jobs", "_workers", "_retry", "state", "pending", "finished"]
 #: Path segments: known words, junk escapes and percent-encoded odd text.
 path_segment = st.one_of(st.sampled_from(WORDS), S.odd_text.map(segment))
 #: Query strings: known keys with junk values, and junk pairs.

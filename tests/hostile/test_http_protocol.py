@@ -42,6 +42,7 @@ JSON_ENDPOINTS = [
     ("PUT", "/_node/_local/_config/replicator/max_jobs"),
     ("PUT", "/_node/_local/_config/couch_jobs/type_check_period_msec"),
     ("POST", "/_session"),
+    ("POST", "/_jobs/hostile"),
 ]
 #: The CouchDB error of each status waitress refuses a request with.
 WAITRESS_ERRORS = {400: "bad_request", 413: "too_large", 431: "too_large", 501: "not_implemented"}
@@ -88,6 +89,7 @@ def test_json_deeper_than_the_store_takes_is_a_bad_request(n, depth) -> None:
         ("POST", "/_replicate", b'{"handler": "%s", "options": %s}' % (IDLE.encode(), options)),
         ("PUT", "/_replicator/deep", b'{"handler": "%s", "x": %s}' % (IDLE.encode(), options)),
         ("POST", "/_session", b'{"name": %s, "password": "p"}' % options),
+        ("POST", "/_jobs/hostile", b'{"data": {"x": %s}}' % options),
     ]:
         before = n.store.snapshot()
         reply = request(n.http_port, method, path, body)
