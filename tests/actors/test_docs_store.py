@@ -9,8 +9,6 @@ import fdblayer
 from actors import docs, jobs
 from fdblayer import docs as store_docs
 
-from .jobs_fixtures import dump
-
 IDLE = {"handler": "tests.actors.scheduler_fixtures:idle", "continuous": True}
 
 
@@ -49,26 +47,6 @@ def test_list_is_sorted_paged_and_filtered(db):
     assert docs.list_docs(db, states=["running"]) == (0, [])
     with pytest.raises(docs.InvalidArgument):
         docs.list_docs(db, states=["bogus"])
-
-
-@pytest.mark.parametrize("db_name, doc_id, body, error", [
-    ("_replicator", "_design", IDLE, docs.InvalidArgument),
-    ("elsewhere", "x", IDLE, docs.InvalidArgument),
-    ("_replicator", "", IDLE, docs.InvalidArgument),
-    ("_replicator", "x", ["not", "a", "dict"], docs.InvalidArgument),
-    ("_replicator", "x", {"source": "only"}, docs.InvalidArgument),
-    ("_replicator", "x", {"handler": "no-colon"}, docs.InvalidArgument),
-    ("_replicator", "x", {"handler": "m:f", "continuous": "yes"}, docs.InvalidArgument),
-    ("_replicator", "x", {"handler": "m:f", "options": {"s": {1, 2}}}, docs.EncodingError),
-    ("_replicator", "x", {"handler": "m:f", "blob": "x" * 70_000}, docs.EncodingError),
-    ("_replicator", "x" * 20_000, IDLE, docs.InvalidArgument),
-])
-def test_bad_input_writes_nothing(db, db_name, doc_id, body, error):
-    docs.put(db, "_replicator", "keep", IDLE)
-    before = dump(db)
-    with pytest.raises(error):
-        docs.put(db, db_name, doc_id, body)
-    assert dump(db) == before
 
 
 def test_accept_renew_and_a_replaced_doc_going_back_to_the_queue(db):

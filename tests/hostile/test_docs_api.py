@@ -14,7 +14,7 @@ import json
 from typing import Any, Callable
 
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
 import fdblayer
@@ -86,6 +86,7 @@ bad_doc_id = st.one_of(
 
 @SOME
 @given(bad=bad_db_name)
+@example(bad="elsewhere")
 def test_a_bad_database_name_is_an_invalid_argument(d, bad) -> None:
     for call in [lambda: docs.put(d.db, bad, "x", BODY), lambda: docs.get(d.db, bad, "kept"),
                  lambda: docs.delete(d.db, bad, "kept")]:
@@ -94,6 +95,9 @@ def test_a_bad_database_name_is_an_invalid_argument(d, bad) -> None:
 
 @SOME
 @given(bad=bad_doc_id)
+@example(bad="_design")
+@example(bad="")
+@example(bad="x" * 20_000)
 def test_a_bad_doc_id_is_an_invalid_argument(d, bad) -> None:
     for call in [lambda: docs.put(d.db, DB, bad, BODY), lambda: docs.get(d.db, DB, bad),
                  lambda: docs.delete(d.db, DB, bad)]:
@@ -139,6 +143,12 @@ bad_body = st.one_of(
 
 @SOME
 @given(body=bad_body, doc_id=st.sampled_from(["kept", "new"]))
+@example(body=["not", "a", "dict"], doc_id="new")
+@example(body={"source": "only"}, doc_id="new")
+@example(body={"handler": "no-colon"}, doc_id="new")
+@example(body={"handler": "m:f", "continuous": "yes"}, doc_id="new")
+@example(body={"handler": "m:f", "options": {"s": {1, 2}}}, doc_id="new")
+@example(body={"handler": "m:f", "blob": "x" * 70_000}, doc_id="new")
 def test_a_bad_body_is_refused_and_writes_nothing(d, body, doc_id) -> None:
     d.refused(lambda: docs.put(d.db, DB, doc_id, body))
     d.refused(lambda: docs.put(d.db, DB, doc_id, body, rev=d.rev, check_rev=True))
