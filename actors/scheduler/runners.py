@@ -121,6 +121,7 @@ class Runners:
             core.update_state_crashed(waiting, exc.reason)
             return
         core.table.update(waiting, pid=pid, monitor=monitor)
+        self.pump()  # a process job's start is queued: send it now (this may run in a call's callback)
 
     def ending_jobs(self) -> list[JobRow]:
         """Rows of stopped runs still ending whose id is no longer in the table."""

@@ -411,6 +411,10 @@ class Scheduler(GenServer):
 
     # ----------------------------------------------------- casts / info
     def handle_cast(self, msg: Any) -> None:
+        self._handle_cast(msg)
+        self.core.runner.pump()  # a job's end may have queued a process job's start
+
+    def _handle_cast(self, msg: Any) -> None:
         if isinstance(msg, JobProgress):
             self._progress(msg)
             return

@@ -95,15 +95,16 @@ def test_a_malformed_start_is_refused_and_the_host_runs_on(h):
     wait_until(lambda: h.live_job_actors() == 1, what="the hosts still run jobs")
 
 
-def test_a_removed_job_is_listed_until_its_code_ended_and_a_job_of_its_id_waits_for_it(h):
+@pytest.mark.parametrize("isolation", ["thread", "process"])
+def test_a_removed_job_is_listed_until_its_code_ended_and_a_job_of_its_id_waits_for_it(h, isolation):
     """Removing only asks a job to stop: the scheduler keeps listing it (and
     counts it as ``ending``) until its code returned, and the same id added
     again meanwhile starts only after that: one node never runs two copies."""
-    h.s.add_job(h.spec("L", handler="lingering", linger=1.0))
+    h.s.add_job(h.spec("L", handler="lingering", isolation=isolation, linger=1.0))
     wait_until(lambda: h.events("start"), what="L running")
     h.s.remove_job("L")
     assert [j["id"] for j in h.s.jobs()] == ["L"] and h.s.stats()["ending"] == 1, "still running its cleanup"
-    h.s.add_job(h.spec("L", handler="lingering", linger=0.0))
+    h.s.add_job(h.spec("L", handler="lingering", isolation=isolation, linger=0.0))
     assert h.s.job_summary("L")["state"] == "running", "it holds its slot while it waits"
     wait_until(lambda: len(h.events("start")) == 2 and h.events("end"), 10, what="the old L ended, the new one started")
     first_end = float(h.events("end")[0].split()[-1])
