@@ -144,10 +144,10 @@ def _start_doc_node(url: str, workdir: Path, name: str, max_jobs: int):
     cfg.write_text(f"[replicator]\nmax_jobs = {max_jobs}\nhandlers = tests.actors.scheduler_fixtures\n")
     root = Path(__file__).resolve().parents[1]
     env = dict(os.environ, PYTHONPATH=str(root), OTPJOBS_RUNTIME_DIR=str(workdir))
-    log = open(workdir / f"{name}.log", "w")
-    proc = subprocess.Popen([sys.executable, "-m", "actors", "node", "start", "--store", url, "--port", str(port),
-                             "--config", str(cfg), "--log-level", "warning", "--http-port", "0"],
-                            cwd=str(root), env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    with open(workdir / f"{name}.log", "w") as log:  # the node keeps its own copy of the descriptor
+        proc = subprocess.Popen([sys.executable, "-m", "actors", "node", "start", "--store", url, "--port", str(port),
+                                 "--config", str(cfg), "--log-level", "warning", "--http-port", "0"],
+                                cwd=str(root), env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     return proc, port
 
 

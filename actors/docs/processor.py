@@ -52,7 +52,7 @@ from supervision.waker import Waker
 
 from actors.node.config import node_name
 from actors.names import JOBS_SERVER
-from actors.scheduler.protocol import AddJob, Jobs, JobStates, RemoveJob, RemoveJobs, Reschedule
+from actors.scheduler.protocol import MAX_IDS, AddJob, Jobs, JobStates, RemoveJob, RemoveJobs, Reschedule
 from actors.scheduler.core import InvalidJobSpec, reason_text
 from actors.scheduler.sup import SCHEDULER_NAME
 from actors.scheduler.fence import LeaseFence
@@ -336,8 +336,8 @@ class DocProcessor(GenServer):
         if not job_ids or self.sched is None:
             return
         self._removing.update(job_ids)
-        for i in range(0, len(job_ids), RemoveJobs.MAX_JOBS):
-            chunk = list(job_ids[i:i + RemoveJobs.MAX_JOBS])
+        for i in range(0, len(job_ids), MAX_IDS):
+            chunk = list(job_ids[i:i + MAX_IDS])
             self.call_async(self.sched, RemoveJobs(chunk), functools.partial(self._jobs_removed, chunk), CALL_TIMEOUT)
 
     def _jobs_removed(self, job_ids: list[str], _value: Any, error: Exception | None) -> None:
@@ -372,7 +372,7 @@ class DocProcessor(GenServer):
         self.fence.set(deadline)
         if expired and deadline > now and self.sched is not None:
             log.info("doc_fence_restored leases=%d", len(self.owned))
-            self.call_async(self.sched, Reschedule(), self._removed, CALL_TIMEOUT)
+            self.call_async(self.sched, Reschedule(), self._answered, CALL_TIMEOUT)
 
     def _arm_tick(self) -> None:
         self.cancel_timer(self._timer)
@@ -416,9 +416,9 @@ class DocProcessor(GenServer):
                                "info": {"error": reason_text(exc)}}
         added = {o.spec["id"]: jid for jid, o in self.owned.items() if o.added_to == here and jid not in done}
         ids = list(added)
-        for chunk in range(0, len(ids), JobStates.MAX_STATES):
+        for chunk in range(0, len(ids), MAX_IDS):
             try:  # the owned jobs' states and stats only, in one call (not every job's dict)
-                answers = yield Request(sched, JobStates(ids[chunk:chunk + JobStates.MAX_STATES]), CALL_TIMEOUT)
+                answers = yield Request(sched, JobStates(ids[chunk:chunk + MAX_IDS]), CALL_TIMEOUT)
             except SCHEDULER_DOWN as exc:  # it restarts: the next tick adds the jobs to the new one
                 log.warning("doc_processor: scheduler unavailable (%r); next tick", exc)
                 break
@@ -457,7 +457,8 @@ class DocProcessor(GenServer):
             self._arm_tick()
 
     @staticmethod
-    def _removed(_value: Any, error: Exception | None) -> None:
+    def _answered(_value: Any, error: Exception | None) -> None:
+        """A scheduler call whose answer only matters if it failed (logged)."""
         if error is not None:
             log.warning("doc_processor: scheduler call failed: %r", error)
 

@@ -51,7 +51,7 @@ from typing import Any
 from actors.errors import ActorsError
 from actors.names import CONFIG_SERVER  # noqa: F401 - re-exported
 from actors.node import settings as schema
-from actors.node.settings import INFINITY, MAX_MSEC, SettingsChanged  # noqa: F401 - re-exported
+from actors.node.settings import INFINITY, MAX_MSEC, SettingsChanged, split_list  # noqa: F401 - re-exported
 
 #: ``{section: {key: default}}``, read off :data:`actors.node.settings.SCHEMA`.
 DEFAULTS: dict[str, dict[str, Any]] = schema.defaults()
@@ -81,44 +81,9 @@ def parse_value(section: str, key: str, raw: Any) -> Any:
     if setting is None:
         raise ConfigError(section, key, raw, "unknown setting")
     try:
-        return schema.parse(setting, raw, _check_list)
+        return schema.parse(setting, raw)
     except ValueError as exc:
         raise ConfigError(section, key, raw, str(exc)) from None
-
-
-def split_list(raw: str) -> list[str]:
-    """The entries of a comma-separated value (stripped; empty ones dropped)."""
-    return [entry.strip() for entry in raw.split(",") if entry.strip()]
-
-
-_URL_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*")
-
-
-def _check_list(setting: schema.Setting, raw: str) -> list[str]:
-    """The entries of a list setting, each checked.
-
-    ``handlers``: ``package.module`` or ``package.module:callable`` (dotted
-    Python identifiers). ``stores``: a URL prefix (``scheme://...``, not
-    ``sqlite:``, whose files are given by their directory) or a directory.
-
-    Raises:
-        ValueError: naming the first malformed entry.
-    """
-    entries = split_list(raw)
-    for entry in entries:
-        if setting.key == "handlers":
-            module, sep, attr = entry.partition(":")
-            if not schema.dotted(module) or sep and not schema.dotted(attr):
-                raise ValueError(f"entry {entry!r} is not 'package.module' or 'package.module:callable'")
-        elif "://" in entry:
-            scheme = entry.partition("://")[0]
-            if not _URL_SCHEME.fullmatch(scheme):
-                raise ValueError(f"entry {entry!r} is not a URL prefix (scheme://...) or a directory")
-            if scheme.lower() == "sqlite":
-                raise ValueError(f"entry {entry!r}: give the directory holding SQLite stores, not a sqlite: URL")
-        elif "\0" in entry:
-            raise ValueError(f"entry {entry!r} is not a directory")
-    return entries
 
 
 def parse_runtime_value(section: str, key: str, raw: Any) -> Any:

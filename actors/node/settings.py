@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 __all__ = ["Setting", "SCHEMA", "INFINITY", "MAX_MSEC", "LOG_LEVELS", "lookup", "parse", "defaults",
-           "runtime_keys", "seconds", "CouchJobsSettings", "couch_jobs_settings", "SettingsChanged"]
+           "runtime_keys", "seconds", "split_list", "CouchJobsSettings", "couch_jobs_settings", "SettingsChanged"]
 
 INFINITY = "infinity"
 #: Largest millisecond value (Erlang's erlang:send_after limit, 2^32 - 1).
@@ -37,8 +37,8 @@ class Setting:
     :data:`MAX_MSEC`, a port at 65535; None: no upper bound).
     ``may_be_infinity``: ``infinity`` is a value (no timeout).
     ``runtime``: it changes while the node runs (``_config``), else only in
-    the file. ``check``: extra rule for a str or a list entry, returning why
-    a value is wrong or None.
+    the file. ``check``: extra rule for a str, or for each entry of a list,
+    returning why it is wrong or None.
     """
 
     section: str
@@ -78,6 +78,35 @@ def dotted(text: str) -> bool:
     return all(part.isidentifier() for part in text.split("."))
 
 
+def _handler_entry(entry: str) -> str | None:
+    module, sep, attr = entry.partition(":")
+    if not dotted(module) or sep and not dotted(attr):
+        return f"entry {entry!r} is not 'package.module' or 'package.module:callable'"
+    return None
+
+
+_URL_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*")
+
+
+def _store_entry(entry: str) -> str | None:
+    """A URL prefix (``scheme://...``, not ``sqlite:``, whose files are given
+    by their directory) or a directory."""
+    if "://" in entry:
+        scheme = entry.partition("://")[0]
+        if not _URL_SCHEME.fullmatch(scheme):
+            return f"entry {entry!r} is not a URL prefix (scheme://...) or a directory"
+        if scheme.lower() == "sqlite":
+            return f"entry {entry!r}: give the directory holding SQLite stores, not a sqlite: URL"
+    elif "\0" in entry:
+        return f"entry {entry!r} is not a directory"
+    return None
+
+
+def split_list(raw: str) -> list[str]:
+    """The entries of a comma-separated value (stripped; empty ones dropped)."""
+    return [entry.strip() for entry in raw.split(",") if entry.strip()]
+
+
 def _cj(key: str, default: Any, low: int = 0, **more: Any) -> Setting:
     return _int("couch_jobs", key, default, unit="ms", low=low, runtime=True, **more)
 
@@ -97,8 +126,8 @@ SCHEMA: tuple[Setting, ...] = (
     _int("replicator", "max_history", 20, low=1, runtime=True),
     _int("replicator", "health_threshold", 120, unit="s", low=1, runtime=True),
     _int("replicator", "doc_owner_timeout", 30, unit="s"),
-    Setting("replicator", "handlers", "list", ""),
-    Setting("replicator", "stores", "list", ""),
+    Setting("replicator", "handlers", "list", "", check=_handler_entry),
+    Setting("replicator", "stores", "list", "", check=_store_entry),
     _cj("activity_monitor_max_jitter_msec", 10000),
     _cj("type_monitor_holdoff_msec", 50),
     _cj("type_monitor_timeout_msec", INFINITY, low=1, may_be_infinity=True),
@@ -136,17 +165,22 @@ def runtime_keys() -> dict[str, tuple[str, ...]]:
     return out
 
 
-def parse(setting: Setting, raw: Any, list_check: Callable[[Setting, str], list[str]]) -> Any:
+def parse(setting: Setting, raw: Any) -> Any:
     """Validate and convert ``raw`` (str from a file or HTTP, int from code).
 
-    Returns the value, or raises ValueError with why it is wrong (the
-    caller names section, key and value). ``list_check`` splits and checks
-    a list's entries (it knows the handler and store rules).
+    Returns the value (a list as its entries joined by ", "), or raises
+    ValueError with why it is wrong, naming the first bad entry of a list
+    (the caller names section, key and value).
     """
     if setting.kind == "list":
         if not isinstance(raw, str):
             raise ValueError("must be a string (comma-separated entries)")
-        return ", ".join(list_check(setting, raw))
+        entries = split_list(raw)
+        for entry in entries:
+            why = setting.check(entry) if setting.check is not None else None
+            if why is not None:
+                raise ValueError(why)
+        return ", ".join(entries)
     if isinstance(raw, bool) or not isinstance(raw, (str, int)):
         raise ValueError("must be a string" if setting.kind == "str" else "must be an integer")
     if setting.kind == "str":

@@ -37,7 +37,7 @@ from supervision.reasons import portable
 from supervision.waker import Waker
 
 from actors.scheduler.core import JobSpec
-from actors.scheduler.fence import LEASE_EXPIRED, LeaseFence
+from actors.scheduler.fence import LeaseFence
 from actors.scheduler.model import InvalidJobSpec
 from actors.scheduler.protocol import DEFAULT_HOSTS, HOST_NAME, CountRunning
 from actors.scheduler.job import (PUBLISH_INTERVAL, REPLICATE_HANDLER, STOP_GRACE, HandlerExit, JobContext,
@@ -192,8 +192,7 @@ class JobHost(GenServer):
         except JobStopping:  # raised by the host just as the handler returned
             run.outcome = "shutdown"
         finally:
-            if run.outcome in ("normal", "shutdown") and ctx.fenced and not run.stop.is_set():
-                run.outcome = LEASE_EXPIRED  # it returned because the lease may be gone: not done
+            run.outcome = ctx.exit_reason(run.outcome)
             run.done = True
             self.waker.wake()
 

@@ -136,6 +136,15 @@ class JobContext:
         expired (:mod:`actors.scheduler.fence`): checkpoint and return."""
         return self._stop.is_set() or self.fenced
 
+    def exit_reason(self, reason: Any) -> Any:
+        """The reason a job whose handler ended with ``reason`` exits with:
+        ``lease_expired`` instead of ``normal`` or ``shutdown`` when it
+        returned because the fence ran out, not because it was asked to
+        stop (its document may be another node's: not done)."""
+        if reason in ("normal", "shutdown") and self.fenced and not self._stop.is_set():
+            return LEASE_EXPIRED
+        return reason
+
     @property
     def fenced(self) -> bool:
         """True once the node's leases may have run out: another node may run this document."""
@@ -280,9 +289,9 @@ class SchedulerJob(GenServer):
         try:
             handler = resolve_handler(path)
             handler(ctx)
-            self.outcome = LEASE_EXPIRED if ctx.fenced and not self.stop_event.is_set() else "normal"
+            self.outcome = ctx.exit_reason("normal")
         except JobStopping:
-            self.outcome = LEASE_EXPIRED if ctx.fenced and not self.stop_event.is_set() else "shutdown"
+            self.outcome = ctx.exit_reason("shutdown")
         except Exception as exc:  # noqa: BLE001 - the handler's crash is the job's exit reason
             log.error("job_handler_crashed job=%r handler=%s reason=%r", self.spec.id, path, exc)
             self.outcome = exc

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["AddJob", "RemoveJob", "RemoveJobs", "Reschedule", "Jobs", "JobsPage", "GetJob", "JobSummary", "JobStates", "JobAddress", "HealthThreshold", "GetStats", "GetSettings", "SetSetting", "LoadJobs", "CountRunning", "HOST_NAME", "DEFAULT_HOSTS"]
+__all__ = ["AddJob", "RemoveJob", "RemoveJobs", "Reschedule", "Jobs", "JobsPage", "GetJob", "JobSummary", "JobStates", "JobAddress", "HealthThreshold", "GetStats", "GetSettings", "SetSetting", "LoadJobs", "CountRunning", "HOST_NAME", "DEFAULT_HOSTS", "MAX_IDS"]
 
 #: Registered name of job host ``i`` of the scheduler named "scheduler" (a
 #: scheduler named N has hosts "N.host.i").
@@ -33,14 +33,16 @@ class RemoveJob:
     job_id: Any
 
 
+#: Most job ids one ``RemoveJobs`` or ``JobStates`` call may carry.
+MAX_IDS = 10_000
+
+
 @dataclass(frozen=True)
 class RemoveJobs:
-    """Stop and forget each job of ``job_ids`` (a list of at most MAX_JOBS
-    str ids) in one call; answers how many there were."""
+    """Stop and forget each job of ``job_ids`` (a list of at most
+    :data:`MAX_IDS` str ids) in one call; answers how many there were."""
 
     job_ids: list
-
-    MAX_JOBS = 10_000
 
 
 @dataclass(frozen=True)
@@ -64,13 +66,11 @@ class JobsPage:
 
 @dataclass(frozen=True)
 class JobStates:
-    """For each id of ``job_ids`` (a list of str, at most MAX_STATES), the
+    """For each id of ``job_ids`` (a list of at most :data:`MAX_IDS` str ids), the
     pair ``(JobSummary's answer, the job's reported stats)``, or None if the
     job is not in the table: one call where a caller owns many jobs."""
 
     job_ids: list
-
-    MAX_STATES = 10_000
 
 
 @dataclass(frozen=True)

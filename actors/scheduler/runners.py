@@ -74,13 +74,14 @@ class Runners:
         self.hosts = HostRunner(scheduler, self, host_names)
         # run key (its monitor ref, or its Starting token) -> the job's row when stopped
         self.ending: dict[Any, JobRow] = {}
+        self._ending_ids: collections.Counter = collections.Counter()  # job id -> its runs in ``ending``
         self.tokens = itertools.count(1)
 
     def _for(self, job: JobRow) -> "ActorRunner | HostRunner":
         return self.actors if job.spec.isolation == "process" else self.hosts
 
     def start(self, job: JobRow) -> tuple[Any, Any]:
-        if any(row.id == job.id for row in self.ending.values()):
+        if self._ending_ids[job.id]:
             return Waiting(job.id, next(self.tokens)), None
         return self._for(job).start(job)
 
@@ -100,6 +101,8 @@ class Runners:
         """The run of ``job`` was told to stop; its code may still run.
         Returns the run's key for :meth:`ended`."""
         key = job.monitor if job.monitor is not None else job.pid
+        if key not in self.ending:
+            self._ending_ids[job.id] += 1
         self.ending[key] = job
         return key
 
@@ -108,11 +111,14 @@ class Runners:
         job = self.ending.pop(key, None)
         if job is None:
             return
+        self._ending_ids[job.id] -= 1
+        if not self._ending_ids[job.id]:
+            del self._ending_ids[job.id]
         core = self.scheduler.core
         waiting = core.table.get(job.id)
         if waiting is None or not isinstance(waiting.pid, Waiting):
             return
-        if any(row.id == job.id for row in self.ending.values()):
+        if self._ending_ids[job.id]:
             return  # another stopped run of the id still ends
         try:
             pid, monitor = self._for(waiting).start(waiting)

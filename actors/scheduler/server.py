@@ -78,10 +78,11 @@ from actors.scheduler.core import (
 )
 from actors.scheduler.host import HostedJob, JobExited
 from actors.scheduler.job import GetDetails, JobProgress, RunJob, check_runnable
-from actors.scheduler.runners import START_TIMEOUT, Runners, Starting
+from actors.scheduler.runners import Runners, Starting
 from actors.scheduler.protocol import (
     DEFAULT_HOSTS,
     HOST_NAME,
+    MAX_IDS,
     AddJob,
     RemoveJob,
     RemoveJobs,
@@ -435,22 +436,23 @@ class Scheduler(GenServer):
             changes["checkpoint"] = msg.checkpoint
         self.core.table.update(job, **changes)
 
+    @staticmethod
+    def _check_ids(job_ids: Any) -> list:
+        """``job_ids`` if it is a list of at most MAX_IDS str ids, else InvalidRequest."""
+        if not isinstance(job_ids, list) or len(job_ids) > MAX_IDS or not all(isinstance(i, str) for i in job_ids):
+            raise InvalidRequest("job_ids", job_ids, f"must be a list of at most {MAX_IDS} str ids")
+        return job_ids
+
     def _remove_jobs(self, job_ids: Any) -> int:
-        if not isinstance(job_ids, list) or len(job_ids) > RemoveJobs.MAX_JOBS \
-                or not all(isinstance(i, str) for i in job_ids):
-            raise InvalidRequest("job_ids", job_ids, f"must be a list of at most {RemoveJobs.MAX_JOBS} str ids")
         removed = 0
-        for job_id in job_ids:
+        for job_id in self._check_ids(job_ids):
             self.adopted.discard(job_id)
             removed += self.core.remove_job(job_id)
         return removed
 
     def _job_states(self, job_ids: Any) -> dict:
-        if not isinstance(job_ids, list) or len(job_ids) > JobStates.MAX_STATES \
-                or not all(isinstance(i, str) for i in job_ids):
-            raise InvalidRequest("job_ids", job_ids, f"must be a list of at most {JobStates.MAX_STATES} str ids")
         out = {}
-        for job_id in job_ids:
+        for job_id in self._check_ids(job_ids):
             job = self._job(job_id)
             out[job_id] = None if job is None else (self.core.job_summary(job.id), dict(job.stats))
         return out
