@@ -207,6 +207,44 @@ def kill_latency(peer: OursPeer, samples: int) -> dict[str, float]:
     return {"kill_to_rerun_p50_ms": statistics.median(gaps), "kill_to_rerun_max_ms": max(gaps)}
 
 
+def store_ceiling(durability: str, count: int, batch: int = 32) -> dict[str, float]:
+    """The store's part alone: ``count`` jobs (added first) claimed and ended
+    ``batch`` at a time by the dispatcher's own step transaction, in this
+    process, with no actor, message or handler: the most one dispatcher can
+    drain. Returns jobs/s and microseconds per job."""
+    import tempfile
+
+    from actors.workers.dispatcher import _step  # the transaction a dispatcher's step runs
+
+    with tempfile.TemporaryDirectory(prefix="bench-ceiling-") as tmp:
+        db = fdblayer.open(f"sqlite:///{tmp}/store.db?synchronous={durability}")
+        jobs.set_type_timeout(db, JOB_TYPE, 30)
+        _enqueue_many(db, count)
+        outcomes: list = []
+        done = 0
+        t = time.perf_counter()
+        while True:
+            _, (claimed,) = _step(db, outcomes, [(JOB_TYPE, batch, 3)], time.time(), "ceiling")
+            done += len(outcomes)
+            if not claimed.claimed:
+                break
+            outcomes = [work.Outcome(c.job, "ok", None, seconds=0.0) for c in claimed.claimed]
+        seconds = time.perf_counter() - t
+        db.close()
+    return {"jobs_per_s": done / seconds, "us_per_job": 1e6 * seconds / done}
+
+
+def _enqueue_many(db: Any, count: int, chunk: int = 5000) -> None:
+    from fdblayer.interface import transactional
+
+    @transactional
+    def add(tr: Any, n: int) -> None:
+        for _ in range(n):
+            jobs.enqueue(tr, JOB_TYPE)
+    for start in range(0, count, chunk):
+        add(db, min(chunk, count - start))
+
+
 def ratios(rows: list[dict]) -> None:
     """Ours / each peer, cell by cell, and ours' scaling of sleep10."""
     ours = {(r["scenario"], r["durability"], r["handler"], r["workers"]): r["jobs_per_s"]
@@ -265,6 +303,12 @@ def main() -> int:
     for peer, reason in unavailable.items():
         print(f"{peer}: not available: {reason}")
     ratios(rows)
+    if "ours" in args.peers:
+        print("\nthe store alone (the dispatcher's step transaction in a loop, batches of 32, no actors):")
+        for durability in args.durability:
+            ceiling = store_ceiling(durability, args.jobs)
+            print(f"  {durability:<6} {ceiling['jobs_per_s']:9,.0f} jobs/s, {ceiling['us_per_job']:.1f} us a job "
+                  "(claim + finish: 5 rows written, 2 cleared, 4 read a job)")
     if args.latency:
         lat = latency(args.latency)
         print("\nours, idle pool of 4 (NORMAL): " + ", ".join(f"{k} {v:.1f}" for k, v in lat.items()))

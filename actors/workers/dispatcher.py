@@ -144,6 +144,7 @@ class Dispatcher(GenServer):
         self.outcomes: list = []
         self.tokens = 0
         self.run_seconds = 1.0  # a moving average of handler run times: until measured, assume slow
+        self.measured = False
         self.prefetch = 1
         self.flush_queued = False
         self.draining = False
@@ -231,7 +232,9 @@ class Dispatcher(GenServer):
         for done in msg.done:
             running = by_token.pop(done.token, None)
             if running is not None:
-                self.run_seconds = 0.8 * self.run_seconds + 0.2 * max(0.0, done.seconds)
+                seconds = max(0.0, done.seconds)  # the first measure replaces the assumption
+                self.run_seconds = 0.8 * self.run_seconds + 0.2 * seconds if self.measured else seconds
+                self.measured = True
                 self._end_attempt(running, done.error, done.result, seconds=done.seconds)
         self.prefetch = prefetch_for(self.run_seconds)
         self.inflight[msg.worker] = [r for r in runs if r.token in by_token]

@@ -28,8 +28,8 @@ from fdblayer.interface import Transaction, strinc, transactional
 from fdblayer.jobs.job import JobState
 from fdblayer.jobs.keys import JobType, Layout
 
-__all__ = ["FIELDS", "EVENTS", "RUN_BUCKETS", "SCHEDULED_CAP", "bump", "read", "recount", "tally", "observe_run",
-           "read_events"]
+__all__ = ["FIELDS", "EVENTS", "RUN_BUCKETS", "SCHEDULED_CAP", "Tally", "bump", "read", "recount", "tally",
+           "observe_run", "read_events"]
 
 #: The counters a type keeps.
 FIELDS = ("jobs", "pending", "running", "failed")
@@ -50,6 +50,49 @@ def bump(tr: Transaction, layout: Layout, job_type: JobType, name: str, n: int =
     """Add ``n`` (may be negative) to one of the type's counters."""
     if n:
         tr.add(layout.count_key(job_type, name), _PACK.pack(n))
+
+
+class Tally:
+    """The counter bumps and watch stamps of a batch of transitions, written once.
+
+    A transition of many jobs in one transaction (a worker pool's claim or
+    complete) bumps the same few counters and stamps the same watch keys
+    once per job; collected here, they are written once per key by
+    :meth:`write`, which the batch calls before its transaction commits.
+    What is written is what the bumps one by one would have written.
+    """
+
+    __slots__ = ("bumps", "stamped", "enqueued")
+
+    def __init__(self) -> None:
+        self.bumps: dict = {}
+        self.stamped: set = set()
+        self.enqueued: dict = {}
+
+    def bump(self, job_type: JobType, name: str, n: int = 1) -> None:
+        """:func:`bump`, deferred."""
+        key = (job_type, name)
+        self.bumps[key] = self.bumps.get(key, 0) + n
+
+    def stamp(self, job_type: JobType) -> None:
+        """``rows.update_watch``, deferred (one stamp a type)."""
+        self.stamped.add(job_type)
+
+    def enqueue(self, job_type: JobType) -> None:
+        """The pending watch's bump of ``pending.enqueue``, deferred."""
+        self.enqueued[job_type] = self.enqueued.get(job_type, 0) + 1
+
+    def write(self, tr: Transaction, layout: Layout) -> None:
+        """Write what was collected (and forget it)."""
+        from fdblayer.jobs import rows  # rows imports this module
+
+        for (job_type, name), n in self.bumps.items():
+            bump(tr, layout, job_type, name, n)
+        for job_type, n in self.enqueued.items():
+            tr.add(layout.watches_pending_key(job_type), _PACK.pack(n))
+        for job_type in self.stamped:
+            rows.update_watch(tr, layout, job_type)
+        self.bumps, self.stamped, self.enqueued = {}, set(), {}
 
 
 @transactional
@@ -97,15 +140,15 @@ def tally(tr: Transaction, layout: Layout, job_type: JobType) -> dict:
     return {"jobs": len(jobs), "pending": pending, "running": running, "failed": failed}
 
 
-def observe_run(tr: Transaction, layout: Layout, job_type: JobType, seconds: float) -> None:
+def observe_run(tally: Tally, job_type: JobType, seconds: float) -> None:
     """Count one handler call of ``seconds`` in the type's run-time histogram
     (buckets as :data:`RUN_BUCKETS`, a count and a sum in microseconds)."""
     if not seconds >= 0:  # unknown (or NaN): not observed
         return
     bucket = next((i for i, bound in enumerate(RUN_BUCKETS) if seconds <= bound), len(RUN_BUCKETS))
-    bump(tr, layout, job_type, f"run_le_{bucket}")
-    bump(tr, layout, job_type, "run_count")
-    bump(tr, layout, job_type, "run_sum_us", int(min(seconds, 1e9) * 1e6))
+    tally.bump(job_type, f"run_le_{bucket}")
+    tally.bump(job_type, "run_count")
+    tally.bump(job_type, "run_sum_us", int(min(seconds, 1e9) * 1e6))
 
 
 @transactional

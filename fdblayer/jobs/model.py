@@ -37,7 +37,6 @@ from __future__ import annotations
 import logging
 import os
 import random
-import dataclasses
 from typing import Callable, Iterable, Optional
 
 import fdb.tuple
@@ -529,7 +528,7 @@ def _resubmit(
             from fdblayer.jobs import work  # it imports this module
 
             counts.bump(tr, layout, job_type, "failed", -1)
-            tr.set(work_key, dataclasses.replace(work.WorkRecord.unpack(tr.get(work_key)), outcome=None).pack())
+            tr.set(work_key, work.WorkRecord.unpack(tr.get(work_key))._replace(outcome=None).pack())
         return rows.maybe_enqueue(tr, layout, job_type, job_id, new_time, True, new_data, key)
     if state is JobState.PENDING:
         value = JobValue(PENDING_SEQ, None, new_time, False, new_data)

@@ -62,7 +62,8 @@ _ONE = struct.pack("<q", 1)
 
 
 def enqueue(
-    tr: Transaction, layout: Layout, job_type: JobType, sched_time: int, job_id: str
+    tr: Transaction, layout: Layout, job_type: JobType, sched_time: int, job_id: str,
+    tally: Optional[counts.Tally] = None,
 ) -> None:
     """Put a job in its type's pending queue and wake the type's watchers.
 
@@ -72,8 +73,13 @@ def enqueue(
         job_type: The job type.
         sched_time: The job's scheduled time.
         job_id: The job id.
+        tally: Bump the counter and the watch through it (None: at once).
     """
     tr.set(layout.pending_key(job_type, sched_time, job_id), b"")
+    if tally is not None:
+        tally.enqueue(job_type)
+        tally.bump(job_type, "pending")
+        return
     tr.add(layout.watches_pending_key(job_type), _ONE)
     counts.bump(tr, layout, job_type, "pending")
 

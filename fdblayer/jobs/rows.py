@@ -74,14 +74,16 @@ def maybe_enqueue(
     enqueue: bool,
     data: bytes,
     key: Optional[bytes] = None,
+    tally: Optional[counts.Tally] = None,
 ) -> JobValue:
-    """Write the job as pending (and enqueue it) or as finished."""
+    """Write the job as pending (and enqueue it) or as finished (counters
+    and watches bumped at once, or by ``tally``)."""
     if key is None:
         key = layout.data_key(job_type, job_id)
     if enqueue:
         value = JobValue(PENDING_SEQ, None, sched_time, False, data)
         set_job_val(tr, key, value)
-        pending.enqueue(tr, layout, job_type, sched_time, job_id)
+        pending.enqueue(tr, layout, job_type, sched_time, job_id, tally)
     else:
         value = JobValue(None, None, sched_time, False, data)
         set_job_val(tr, key, value)
@@ -114,22 +116,31 @@ def update_activity(
     old_seq: Seq,
     data: bytes,
     user_version: int = 0,
+    tally: Optional[counts.Tally] = None,
 ) -> None:
     """Move the job's ACTIVITY row to this commit's versionstamp (with the
     same ``user_version`` as the job's seq)."""
-    clear_activity(tr, layout, job_type, old_seq)
-    counts.bump(tr, layout, job_type, "running")
+    clear_activity(tr, layout, job_type, old_seq, tally)
     tr.set_versionstamped_key(
         layout.activity_key_stamped(job_type, user_version), pack_activity_value(job_id, data)
     )
-    update_watch(tr, layout, job_type)
+    if tally is None:
+        counts.bump(tr, layout, job_type, "running")
+        update_watch(tr, layout, job_type)
+    else:
+        tally.bump(job_type, "running")
+        tally.stamp(job_type)
 
 
-def clear_activity(tr: Transaction, layout: Layout, job_type: JobType, seq: Seq) -> None:
+def clear_activity(tr: Transaction, layout: Layout, job_type: JobType, seq: Seq,
+                   tally: Optional[counts.Tally] = None) -> None:
     """Clear a running job's ACTIVITY row (nothing for other states)."""
     if isinstance(seq, fdb.tuple.Versionstamp):
         tr.clear(layout.activity_key(job_type, seq))
-        counts.bump(tr, layout, job_type, "running", -1)
+        if tally is None:
+            counts.bump(tr, layout, job_type, "running", -1)
+        else:
+            tally.bump(job_type, "running", -1)
 
 
 def update_watch(tr: Transaction, layout: Layout, job_type: JobType) -> None:

@@ -35,17 +35,18 @@ talks to anything but the transaction; it knows nothing of actors.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import random
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any, NamedTuple, Optional
 
 import fdb.tuple
 import msgpack
 
 from fdblayer.interface import Transaction, strinc, transactional
-from fdblayer.jobs import counts, failures, fasttuple, pending, rows
+from fdblayer.jobs import counts, failures, pending, rows
 from fdblayer.jobs.codec import JobValue, report_bad_row, running_seq, unpack_job_value
 from fdblayer.jobs.exceptions import EncodingError, Halt, NoTypeTimeout
 from fdblayer.jobs.job import Job, JobState, job_state
@@ -67,24 +68,29 @@ FAILED = "failed"
 WORKER_LOST = "WorkerLost"
 
 
-@dataclass(frozen=True)
-class WorkRecord:
-    """A job's work record (see the module docstring for the stored form)."""
+class WorkRecord(NamedTuple):
+    """A job's work record (see the module docstring for the stored form).
+
+    A named tuple, as :class:`~fdblayer.jobs.codec.JobValue`: a pool makes
+    two per job, and a tuple is built several times faster than a frozen
+    dataclass. Its ``progress`` is never changed in place (a merge makes a
+    new dict).
+    """
 
     attempt: int = 0
     max_attempts: Optional[int] = None
     outcome: Optional[str] = None
     result: Optional[bytes] = None
     error: Optional[dict] = None
-    progress: dict = field(default_factory=dict)
+    progress: dict = {}  # noqa: RUF012 - never mutated: shared safely
     worker: Optional[str] = None
     started: Optional[float] = None
     ended: Optional[float] = None
 
     def pack(self) -> bytes:
-        return msgpack.packb({"a": self.attempt, "m": self.max_attempts, "o": self.outcome, "r": self.result,
-                              "e": self.error, "p": self.progress, "w": self.worker, "s": self.started,
-                              "f": self.ended}, use_bin_type=True)
+        return _PACKB({"a": self.attempt, "m": self.max_attempts, "o": self.outcome, "r": self.result,
+                       "e": self.error, "p": self.progress, "w": self.worker, "s": self.started,
+                       "f": self.ended})
 
     @classmethod
     def unpack(cls, raw: Optional[bytes], where: Any = None) -> "WorkRecord":
@@ -92,7 +98,7 @@ class WorkRecord:
         if raw is None:
             return cls()
         try:
-            d = msgpack.unpackb(raw, raw=False)
+            d = _UNPACKB(raw)
             record = cls(int(d.get("a") or 0), _opt_int(d.get("m")), _opt_str(d.get("o")), _opt_bytes(d.get("r")),
                          d.get("e") if isinstance(d.get("e"), dict) else None,
                          d.get("p") if isinstance(d.get("p"), dict) else {},
@@ -101,6 +107,21 @@ class WorkRecord:
             logger.warning("work_record_unreadable job=%r error=%r", where, exc)
             return cls()
         return record
+
+    def begin_attempt(self, worker: str, now: float) -> "WorkRecord":
+        """The record of its next attempt, started by ``worker`` at ``now``."""
+        return WorkRecord(self.attempt + 1, self.max_attempts, None, self.result, self.error, {}, worker, now, None)
+
+    def end_attempt(self, outcome: Optional[str], result: Optional[bytes], error: Optional[dict],
+              now: float) -> "WorkRecord":
+        """The record of its attempt ended at ``now``: finished (``outcome``) or
+        to be retried (``outcome`` None, ``result`` kept)."""
+        return WorkRecord(self.attempt, self.max_attempts, outcome, result, error, self.progress, self.worker,
+                          self.started, now)
+
+
+_PACKB = functools.partial(msgpack.packb, use_bin_type=True)  # a Packer is not thread-safe: one per call
+_UNPACKB = functools.partial(msgpack.unpackb, raw=False)
 
 
 def _opt_int(v: Any) -> Optional[int]:
@@ -216,20 +237,23 @@ def claim(tr: Transaction, layout: Layout, job_type: JobType, now: float, limit:
         data_keys = [layout.data_key(job_type, i) for i in ids]
         work_keys = [layout.work_key(job_type, i) for i in ids]
         raws = tr.get_many(data_keys + work_keys)
-        counts.bump(tr, layout, job_type, "pending", -len(ids))
-        counts.bump(tr, layout, job_type, "started", len(ids))
+        tally = counts.Tally()
+        locks = os.urandom(16 * len(ids)).hex()  # one system call for the batch's new locks
+        tally.bump(job_type, "pending", -len(ids))
+        tally.bump(job_type, "started", len(ids))
         for n, (key, job_id) in enumerate(zip(keys, ids)):
             tr.add_read_conflict_key(key)
             tr.clear(key)
             got = _claim_one(tr, layout, job_type, job_id, data_keys[n], raws[n], raws[len(ids) + n],
-                             now, worker, default_max)
+                             now, worker, default_max, tally, locks[32 * n:32 * n + 32])
             (claimed if isinstance(got, Claimed) else exhausted).append(got)
         exhausted = [e for e in exhausted if e is not None]
         if exhausted:
-            counts.bump(tr, layout, job_type, "failed", len(exhausted))
-            counts.bump(tr, layout, job_type, "failed_final", len(exhausted))
-            counts.bump(tr, layout, job_type, "started", -len(exhausted))  # never started: their attempts were used up
-            rows.update_watch(tr, layout, job_type)
+            tally.bump(job_type, "failed", len(exhausted))
+            tally.bump(job_type, "failed_final", len(exhausted))
+            tally.bump(job_type, "started", -len(exhausted))  # never started: their attempts were used up
+            tally.stamp(job_type)
+        tally.write(tr, layout)
     if found >= limit:
         return ClaimResult(claimed, exhausted, None, None)
     later = tr.snapshot.get_range(due_end, strinc(prefix), limit=1)
@@ -239,7 +263,7 @@ def claim(tr: Transaction, layout: Layout, job_type: JobType, now: float, limit:
 
 def _claim_one(tr: Transaction, layout: Layout, job_type: JobType, job_id: str, key: bytes,
                raw: Optional[bytes], raw_work: Optional[bytes], now: float, worker: str,
-               default_max: int) -> Any:
+               default_max: int, tally: counts.Tally, lock: str) -> Any:
     """Claim one dequeued job: a Claimed, its id (exhausted), or None (inconsistent row)."""
     current = None if raw is None else rows.job_val_or_none(key, raw)
     if current is None or current.lock is not None:
@@ -254,16 +278,14 @@ def _claim_one(tr: Transaction, layout: Layout, job_type: JobType, job_id: str, 
         error = record.error or {"type": WORKER_LOST, "message": (
             f"attempt {record.attempt} of {max_attempts} ended without an outcome (its worker died)"),
             "traceback": ""}
-        rows.maybe_enqueue(tr, layout, job_type, job_id, current.sched_time, False, current.data, key)
-        tr.set(work_key, replace(record, outcome=FAILED, error=error, ended=now).pack())
+        rows.maybe_enqueue(tr, layout, job_type, job_id, current.sched_time, False, current.data, key, tally)
+        tr.set(work_key, record.end_attempt(FAILED, record.result, error, now).pack())
         failures.record(tr, layout, job_type, job_id, now)
         return job_id
-    lock = os.urandom(16).hex()
     uv = rows.next_user_version(tr)
     rows.set_job_val(tr, key, JobValue(running_seq(uv), lock, current.sched_time, False, current.data))
-    rows.update_activity(tr, layout, job_type, job_id, None, current.data, uv)
-    tr.set(work_key, replace(record, attempt=attempt, outcome=None, worker=worker, started=now,
-                             ended=None, progress={}).pack())
+    rows.update_activity(tr, layout, job_type, job_id, None, current.data, uv, tally)
+    tr.set(work_key, record.begin_attempt(worker, now).pack())
     return Claimed(Job(job_type, job_id, lock, current.sched_time, False), current.data, attempt, max_attempts)
 
 
@@ -294,34 +316,37 @@ def complete(tr: Transaction, layout: Layout, outcomes: list, now: float) -> lis
     whatever the outcome, as couch_jobs' ``finish`` does.
     """
     lost = []
-    stamped = set()
+    tally = counts.Tally()
     for outcome, held in zip(outcomes, _held(tr, layout, [o.job for o in outcomes])):
         if held is None:
             lost.append(outcome.job)
             continue
         job, key, current, record = held
         work_key = layout.work_key(job.type, job.id)
-        counts.observe_run(tr, layout, job.type, outcome.seconds)
-        counts.bump(tr, layout, job.type, {"ok": "succeeded", "retry": "retried"}.get(outcome.kind, "failed_final"))
-        rows.clear_activity(tr, layout, job.type, current.seq)
-        stamped.add(job.type)
+        counts.observe_run(tally, job.type, outcome.seconds)
+        tally.bump(job.type, _EVENT_OF_KIND.get(outcome.kind, "failed_final"))
+        rows.clear_activity(tr, layout, job.type, current.seq, tally)
+        tally.stamp(job.type)
         if current.resubmit:
-            rows.maybe_enqueue(tr, layout, job.type, job.id, current.sched_time, True, current.data, key)
+            rows.maybe_enqueue(tr, layout, job.type, job.id, current.sched_time, True, current.data, key, tally)
             tr.set(work_key, WorkRecord(max_attempts=record.max_attempts).pack())
         elif outcome.kind == "retry":
-            rows.maybe_enqueue(tr, layout, job.type, job.id, outcome.retry_at, True, current.data, key)
-            tr.set(work_key, replace(record, error=outcome.error, ended=now).pack())
+            rows.maybe_enqueue(tr, layout, job.type, job.id, outcome.retry_at, True, current.data, key, tally)
+            tr.set(work_key, record.end_attempt(None, record.result, outcome.error, now).pack())
         else:
-            rows.maybe_enqueue(tr, layout, job.type, job.id, current.sched_time, False, current.data, key)
-            ok = outcome.kind == "ok"
-            if not ok:
-                counts.bump(tr, layout, job.type, "failed")
+            rows.maybe_enqueue(tr, layout, job.type, job.id, current.sched_time, False, current.data, key, tally)
+            if outcome.kind == "ok":
+                tr.set(work_key, record.end_attempt(SUCCEEDED, outcome.result, None, now).pack())
+            else:
+                tally.bump(job.type, "failed")
                 failures.record(tr, layout, job.type, job.id, now)
-            tr.set(work_key, replace(record, outcome=SUCCEEDED if ok else FAILED, result=outcome.result if ok else None,
-                                     error=None if ok else outcome.error, ended=now).pack())
-    for job_type in stamped:
-        rows.update_watch(tr, layout, job_type)
+                tr.set(work_key, record.end_attempt(FAILED, None, outcome.error, now).pack())
+    tally.write(tr, layout)
     return lost
+
+
+#: The event counter each outcome kind bumps (any other: ``failed_final``).
+_EVENT_OF_KIND = {"ok": "succeeded", "retry": "retried"}
 
 
 @transactional
@@ -329,6 +354,7 @@ def renew(tr: Transaction, layout: Layout, jobs: list) -> list:
     """Renew the lease of many running jobs (a fresh activity stamp, data
     untouched); returns the jobs whose lock was lost."""
     lost = []
+    tally = counts.Tally()
     for job, held in zip(jobs, _held(tr, layout, jobs)):
         if held is None:
             lost.append(job)
@@ -337,7 +363,8 @@ def renew(tr: Transaction, layout: Layout, jobs: list) -> list:
         uv = rows.next_user_version(tr)
         rows.set_job_val(tr, key, JobValue(running_seq(uv), current.lock, current.sched_time, current.resubmit,
                                            current.data))
-        rows.update_activity(tr, layout, job.type, job.id, current.seq, current.data, uv)
+        rows.update_activity(tr, layout, job.type, job.id, current.seq, current.data, uv, tally)
+    tally.write(tr, layout)
     return lost
 
 
@@ -346,17 +373,19 @@ def release(tr: Transaction, layout: Layout, jobs: list) -> int:
     """Put claimed jobs that never started back in the queue, due now, their
     attempt not counted; returns how many were still held."""
     released = 0
+    tally = counts.Tally()
     for held in _held(tr, layout, jobs):
         if held is None:
             continue
         job, key, current, record = held
-        rows.clear_activity(tr, layout, job.type, current.seq)
-        rows.maybe_enqueue(tr, layout, job.type, job.id, current.sched_time, True, current.data, key)
+        rows.clear_activity(tr, layout, job.type, current.seq, tally)
+        rows.maybe_enqueue(tr, layout, job.type, job.id, current.sched_time, True, current.data, key, tally)
         tr.set(layout.work_key(job.type, job.id),
-               replace(record, attempt=max(0, record.attempt - 1), started=None, worker=None).pack())
+               record._replace(attempt=max(0, record.attempt - 1), started=None, worker=None).pack())
         released += 1
     for job_type in {job.type for job in jobs}:
-        rows.update_watch(tr, layout, job_type)
+        tally.stamp(job_type)
+    tally.write(tr, layout)
     return released
 
 
@@ -379,7 +408,7 @@ def set_progress(tr: Transaction, layout: Layout, job: Job, fields: dict, limit:
     if size > limit:
         raise EncodingError(f"the merged progress encodes to {size} bytes; at most {limit}",
                             job_type=job.type, job_id=job.id)
-    tr.set(layout.work_key(job.type, job.id), replace(record, progress=progress).pack())
+    tr.set(layout.work_key(job.type, job.id), record._replace(progress=progress).pack())
     return progress
 
 
