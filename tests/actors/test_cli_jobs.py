@@ -109,20 +109,6 @@ def test_clearing_an_unknown_or_reserved_type_says_so(store):
     assert jobs.get_type_timeout(db, "_replicator_docs") == 30
 
 
-@pytest.mark.parametrize("text,says", [
-    ("port = 5\n", "line 1: a setting before any [section] header: 'port = 5'"),
-    ("[node]\nport = 5\nport = 6\n", "line 3: [node] port is set twice"),
-    ("[node]\nport\n", "line 2: not a 'key = value' setting: 'port'"),
-    ("[node]\n[node]\n", "line 2: section [node] appears twice"),
-])
-def test_a_malformed_config_file_is_one_line_naming_file_and_line(tmp_path, text, says):
-    ini = tmp_path / "node.ini"
-    ini.write_text(text)
-    for command in (["jobs", "list"], ["node", "start"], ["worker", "t=m:f"]):
-        out = cli(*command, "--config", str(ini))
-        assert out.returncode == 2 and out.stderr.strip() == f"otpjobs: error: config file {ini}, {says}", out.stderr
-
-
 def test_add_takes_data_from_a_file_or_stdin_and_a_delay(store, tmp_path):
     url, db = store
     jobs.set_type_timeout(db, "t", 30)

@@ -190,10 +190,6 @@ def test_config_change_takes_effect_in_the_scheduler(n, jobs) -> None:
         assert n.request("GET", "/_node/_local/_config/replicator").json()["max_jobs"] == "1"
         n.s.reschedule()
         wait_until(lambda: n.s.stats()["running"] == 1, what="the scheduler trimmed to max_jobs=1")
-        bad = n.request("PUT", "/_node/_local/_config/replicator/max_jobs", "-3")
-        assert bad.status == 400 and bad.json()["error"] == "bad_request" and "max_jobs" in bad.json()["reason"]
-        assert n.request("PUT", "/_node/_local/_config/replicator/max_jobs", 3).status == 400  # not a string
-        assert n.request("PUT", "/_node/_local/_config/replicator/bogus", "1").status == 400
         assert n.request("PUT", "/_node/_local/_config/replicator/interval", "5000").json() == "60000"
         assert n.s.settings()["interval"] == 5000
     finally:
@@ -205,7 +201,6 @@ def test_config_change_takes_effect_in_the_scheduler(n, jobs) -> None:
     # (test_http_config.py changes them on a node that does)
     r = n.request("PUT", "/_node/_local/_config/couch_jobs/type_check_period_msec", "1000")
     assert r.status == 503 and r.json()["error"] == "service_unavailable"
-    assert n.request("PUT", "/_node/_local/_config/couch_jobs/type_check_period_msec", "0").status == 400
     assert n.request("PUT", "/_node/_local/_config/node/port", "1").status == 403
     assert n.request("GET", "/_node/_local/_config/couch_jobs/bogus").status == 404
 

@@ -114,14 +114,6 @@ def test_status_of_a_port_with_no_node_starts_nothing(node):
         assert s.connect_ex(("127.0.0.1", node.port)) != 0, "no actor system was started by the client"
 
 
-def test_bad_config_value_is_a_clear_error(node, tmp_path):
-    ini = tmp_path / "bad.ini"
-    ini.write_text("[replicator]\nmax_jobs = lots\n")
-    result = node.cli("node", "start", "--config", str(ini), "--port", str(node.port))
-    assert result.returncode == 2
-    assert "[replicator] max_jobs = 'lots': must be an integer" in result.stderr
-
-
 def test_jobs_and_types_commands_round_trip(node):
     assert node.cli("jobs", "add", "t", "j1", "{}", "--store", node.store).returncode == 2, \
         "adding to a type with no timeout is refused"

@@ -266,14 +266,12 @@ def test_remove_and_replace_a_hosted_job_end_its_thread(h) -> None:
         h.s.job("x")
 
 
-def test_settings_change_at_run_time_with_validation(h) -> None:
+def test_settings_change_at_run_time(h) -> None:
+    """Bad values: tests/hostile/test_scheduler_client.py."""
     assert h.s.set_setting("max_churn", 5) == 5
     assert h.s.set_setting("max_history", "7") == 7
-    for key, value in [("max_churn", 0), ("interval", -5), ("max_jobs", "many"), ("bogus", 1), ("max_jobs", True),
-                       ("max_jobs", 2.0), (["max_jobs"], 1), ("interval", 2**32), ("doc_owner_timeout", 5)]:
-        with pytest.raises(InvalidSetting):
-            h.s.set_setting(key, value)
-    assert h.s.settings()["max_churn"] == 5 and h.s.health_threshold() == 120
+    assert h.s.settings()["max_churn"] == 5 and h.s.settings()["max_history"] == 7
+    assert h.s.health_threshold() == 120
 
 
 # ------------------------------------------------------------ restarts

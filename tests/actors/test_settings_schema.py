@@ -43,6 +43,23 @@ def test_a_section_is_typed_once_in_seconds():
         typed.type_check_period = 2.0  # frozen
 
 
+def test_every_section_has_a_frozen_record_with_units_converted():
+    config = Config()
+    config.set("replicator", "interval", "2500")
+    config.set("replicator", "handlers", "myapp.jobs, other.mod:run")
+    config.set("worker", "grace", "12")
+    assert set(settings.RECORDS) == {s.section for s in settings.SCHEMA}
+    node, replicator, worker = config.node, config.replicator, config.worker
+    assert (node.port, node.http_port, node.bind_address, node.log_level, node.app) == (1900, 5984, "127.0.0.1",
+                                                                                      "info", "")
+    assert replicator.interval == 2.5 and replicator.health_threshold == 120.0  # ms and s: both seconds
+    assert replicator.handlers == ("myapp.jobs", "other.mod:run") and replicator.stores == ()
+    assert (worker.concurrency, worker.max_attempts, worker.grace, worker.type_timeout) == (4, 3, 12.0, 30.0)
+    assert config.couch_jobs == settings.couch_jobs_settings(config.values["couch_jobs"])
+    with pytest.raises(AttributeError):
+        config.node.port = 1  # frozen: a change goes through Config.set (validated)
+
+
 def test_a_change_applies_only_over_an_older_generation():
     change = CouchJobsChanged(dict(DEFAULTS["couch_jobs"]), 7)
     assert change.newer_than(6) and not change.newer_than(7) and not change.newer_than(8)

@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -39,7 +37,6 @@ from .http import describe, is_couch_error, request
 
 pytestmark = pytest.mark.timeout(300)
 
-ROOT = Path(__file__).resolve().parents[2]
 #: Handler modules (written by the ``modules`` fixture); none is in any config but the configured node's.
 EVIL, ALLOWED, EXACT = "policy_evil_mod", "policy_allowed_mod", "policy_exact_mod"
 #: Allowed by the configured node, but no such module exists.
@@ -386,28 +383,3 @@ def test_a_malformed_body_is_still_a_bad_request_first(plain) -> None:
     # ...and a well-formed one naming what is not allowed is a 403.
     forbidden(plain.request("POST", "/_replicate", {"handler": "a.b:c"}), "handler", "a.b:c")
     assert plain.jobs() == []
-
-
-# --------------------------------------------------------------- node start
-
-
-@pytest.mark.parametrize("line, message", [
-    ("handlers = myapp.jobs, not a handler!",
-     "[replicator] handlers = 'myapp.jobs, not a handler!': entry 'not a handler!' is not 'package.module' or "
-     "'package.module:callable'"),
-    ("handlers = os:",
-     "[replicator] handlers = 'os:': entry 'os:' is not 'package.module' or 'package.module:callable'"),
-    ("stores = sqlite:////var/lib/otpjobs",
-     "[replicator] stores = 'sqlite:////var/lib/otpjobs': entry 'sqlite:////var/lib/otpjobs': give the directory "
-     "holding SQLite stores, not a sqlite: URL"),
-])
-def test_a_malformed_entry_is_a_clear_config_error_at_node_start(tmp_path, line, message) -> None:
-    ini = tmp_path / "bad.ini"
-    ini.write_text(f"[replicator]\n{line}\n")
-    env = dict(os.environ, OTPJOBS_RUNTIME_DIR=str(tmp_path / "run"), THESPLOG_FILE=str(tmp_path / "thespian.log"))
-    result = subprocess.run([sys.executable, "-m", "actors", "node", "start", "--config", str(ini), "--port",
-                             str(free_port()), "--store", sqlite(tmp_path / "store.db")],
-                            cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
-    assert result.returncode == 2, result.stderr
-    assert f"otpjobs: error: {message}\n" in result.stderr, result.stderr
-    assert not (tmp_path / "store.db").exists()

@@ -15,6 +15,7 @@ from __future__ import annotations
 import enum
 import math
 import socket
+import time
 from typing import Any, Callable
 
 import pytest
@@ -69,11 +70,14 @@ def q(tmp_path_factory):
         queue.store.close()
 
 
-def _fake_subscription() -> jobs.Subscription:
+def _fake_port() -> int:
     with socket.socket() as s:  # a port nothing listens on: no call may get that far
         s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    return jobs.Subscription("ref", T, "p", None, port)
+        return s.getsockname()[1]
+
+
+def _fake_subscription() -> jobs.Subscription:
+    return jobs.Subscription("ref", T, "p", None, _fake_port())
 
 
 #: What the tests below call with hostile arguments, by public name.
@@ -269,7 +273,7 @@ needs_add_many = pytest.mark.skipif(not hasattr(jobs, "add_many"), reason="no jo
 def many_with_one_bad(draw) -> tuple[Any, type[BaseException]]:
     """Good (id, data) pairs with one bad thing among them, and the error it must give."""
     pairs = draw(st.lists(st.tuples(S.odd_id, S.json_data), max_size=4, unique_by=lambda p: p[0]))
-    kind = draw(st.sampled_from(["data", "id", "dup", "pair", "container", "notdict"]))
+    kind = draw(st.sampled_from(["data", "id", "dup", "pair", "container", "notdict", "big"]))
     if kind == "container":
         return draw(st.one_of(st.text(max_size=3), st.binary(max_size=3), st.integers(), st.none(), st.floats(),
                               st.builds(S.Opaque))), jobs.InvalidArgument
@@ -277,6 +281,9 @@ def many_with_one_bad(draw) -> tuple[Any, type[BaseException]]:
     if kind == "data":
         pairs.insert(at, (draw(S.odd_id.filter(lambda i: i not in dict(pairs))), draw(S.data_with_one_bad_value())))
         error: type[BaseException] = jobs.EncodingError
+    elif kind == "big":  # one job's data over the value limit
+        pairs.insert(at, (draw(S.odd_id.filter(lambda i: i not in dict(pairs))), {"s": "x" * (MAX_VALUE_SIZE + 1)}))
+        error = jobs.EncodingError
     elif kind == "notdict":
         pairs.insert(at, ("notdict", draw(st.one_of(st.lists(st.integers(), max_size=2), st.text(max_size=2),
                                                      st.integers(), st.none()))))
@@ -411,6 +418,48 @@ def test_unknown_jobs_and_types_are_not_found(q, job_id) -> None:
         q.refused(call, jobs.Halt)
     err = q.refused(lambda: jobs.add(q.db, ("nope", job_id), "j", {}), jobs.NoTypeTimeout)
     assert err.job_type == ("nope", job_id)
+
+
+def test_a_job_of_an_undeclared_type_is_refused_at_once(q) -> None:
+    t = time.monotonic()
+    q.refused(lambda: jobs.accept(q.db, "nope", timeout=30), jobs.NoTypeTimeout)  # as add: never a wait
+    assert time.monotonic() - t < 5
+    for call in [lambda: jobs.subscribe(q.db, "nope", "p", node=_fake_port()),
+                 lambda: jobs.subscribe(q.db, T, "missing", node=_fake_port())]:
+        q.refused(call, jobs.NotFound)  # read from the store before any node is called
+    assert jobs.get_type_timeout(q.db, "nope") is None
+
+
+# ------------------------------------------------------------ what errors say
+
+
+def test_errors_say_what_is_wrong(q) -> None:
+    for bad, message in [("", "job id must not be empty"), (5, "job id must be a str, not int: 5"),
+                         ("\ud800", "job id is not valid UTF-8 (a lone surrogate?): '\\ud800'")]:
+        assert str(q.refused(lambda: jobs.add(q.db, T, bad, {}), jobs.InvalidArgument)) == message
+    err = q.refused(lambda: jobs.add(q.db, T, "j" * 10_001, {}), jobs.InvalidArgument)
+    assert str(err).startswith("job type and id are too long: the job's longest key would be 10,")
+    assert str(err).endswith(" bytes, over the store's limit of 10,000")
+    err = q.refused(lambda: jobs.set_type_timeout(q.db, ("t", "x" * 10_001), 5), jobs.InvalidArgument)
+    assert str(err).startswith("job type is too long: the job's longest key would be ")
+    with pytest.raises(jobs.EncodingError, match=r"set at data\['a'\]\[1\]"):
+        encode_data({"a": [1, {2}]})
+    with pytest.raises(jobs.EncodingError, match="keys must be str"):
+        encode_data({"a": {3: 1}})
+
+
+def test_an_error_inside_a_transaction_leaves_its_earlier_writes_to_the_caller(q) -> None:
+    tr = q.db.create_transaction()
+    jobs.add(tr, RT, "good", {})
+    with pytest.raises(jobs.EncodingError):
+        jobs.add(tr, RT, "bad", {"a": {1, 2}})
+    tr.commit()
+    try:
+        assert jobs.get_job_state(q.db, RT, "good") == "pending"
+        with pytest.raises(jobs.NotFound):
+            jobs.get_job_state(q.db, RT, "bad")
+    finally:
+        jobs.remove(q.db, RT, "good")
 
 
 # ------------------------------------------------------------ other arguments

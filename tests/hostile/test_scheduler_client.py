@@ -197,6 +197,15 @@ def test_nan_setting_is_not_an_integer(n, unchanged) -> None:
     refused(n, lambda: n.s.set_setting("max_jobs", math.nan), InvalidSetting)
 
 
+@pytest.mark.parametrize("key, value", [
+    ("max_churn", 0), ("interval", 0), ("interval", 2**32),  # out of the schema's bounds (a timer's limit)
+    ("max_jobs", 2.0), ("max_jobs", True), (["max_jobs"], 1),
+    ("doc_owner_timeout", 5),  # the config file's only: not a scheduler setting
+], ids=repr)
+def test_values_out_of_bounds_or_of_another_kind_are_refused(n, unchanged, key, value) -> None:
+    refused(n, lambda: n.s.set_setting(key, value), InvalidSetting)
+
+
 @pytest.mark.parametrize("message", [("bogus",), {"add_job": 1}, "reschedule!", 42, None])
 def test_unknown_calls_casts_and_infos_are_ignored_as_in_the_seed(n, unchanged, message) -> None:
     """The seed's scheduler ignores messages it does not know; ours answers an
