@@ -146,7 +146,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     from actors.workers import host
 
     cfg = config_mod.load(args.config, {("node", "store"): args.store, ("node", "log_level"): args.log_level})
-    level = getattr(logging, cfg.get("node", "log_level").upper())
+    level = getattr(logging, cfg.node.log_level.upper())
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s pid=%(process)d %(message)s")
     return host.run(host.spec_from_config(cfg, args.assignments, args.cron, args), args.port, level)
 
@@ -167,7 +167,7 @@ def _db(args: argparse.Namespace, existing: bool = False) -> Any:
     import fdblayer
     from fdblayer.urls import parse_store_url
 
-    url = _config(args).get("node", "store")
+    url = _config(args).node.store
     if existing:
         parsed = parse_store_url(url)
         if parsed.scheme == "sqlite" and not os.path.exists(parsed.path):
@@ -190,7 +190,7 @@ def cmd_node_start(args: argparse.Namespace) -> int:
     from actors.node import root as node
 
     cfg = _config(args)
-    logging.basicConfig(level=getattr(logging, cfg.get("node", "log_level").upper()),
+    logging.basicConfig(level=getattr(logging, cfg.node.log_level.upper()),
                         format="%(asctime)s %(levelname)s %(name)s pid=%(process)d %(message)s")
     if args.workers:
         from actors.workers.handlers import parse_assignments
@@ -203,7 +203,7 @@ def cmd_node_stop(args: argparse.Namespace) -> int:
     from supervision.system import _read_runtime, port_open, stop_node
     from supervision.registry import pid_alive
 
-    port = _config(args).get("node", "port")
+    port = _config(args).node.port
     info = _read_runtime(port) or {}
     owner = info.get("owner")
     if owner and pid_alive(owner) and owner != os.getpid():
@@ -223,7 +223,7 @@ def cmd_node_stop(args: argparse.Namespace) -> int:
 def cmd_node_status(args: argparse.Namespace) -> int:
     from supervision import NodeDown, connect
 
-    port = _config(args).get("node", "port")
+    port = _config(args).node.port
     try:
         client = connect(port)
         children = client.which_children(client.node)

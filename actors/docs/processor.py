@@ -481,11 +481,7 @@ def doc_children(config: Any, *, fence: str | None = None) -> list[ChildSpec]:
     Reads ``[node] store``, ``[node] port`` (the node's name in documents)
     and ``[replicator] doc_owner_timeout`` (seconds, default 30).
     """
-    try:
-        timeout = config.get("replicator", "doc_owner_timeout")
-    except KeyError:
-        timeout = docs.DEFAULT_OWNER_TIMEOUT
-    args = {"store": config.get("node", "store"), "timeout": timeout or docs.DEFAULT_OWNER_TIMEOUT,
+    args = {"store": config.node.store, "timeout": config.replicator.doc_owner_timeout or docs.DEFAULT_OWNER_TIMEOUT,
             "node_name": node_name(config),
             "scheduler": SCHEDULER_NAME, "fence": fence}
     return [ChildSpec("doc_processor", DocProcessor, args, name=DOC_PROCESSOR_NAME, shutdown=10.0)]

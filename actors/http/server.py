@@ -193,14 +193,14 @@ def http_children(config: Any, *, admin_port: int | None = None, config_path: st
             start, so sessions survive a restart of the HTTP process only).
     """
     args = {
-        "admin_port": admin_port if admin_port is not None else config.get("node", "port"),
-        "port": config.get("node", "http_port"),
-        "bind_address": config.get("node", "bind_address"),
+        "admin_port": admin_port if admin_port is not None else config.node.port,
+        "port": config.node.http_port,
+        "bind_address": config.node.bind_address,
         "config_path": config_path if config_path is not None else getattr(config, "path", None),
         "secret": secret or os.urandom(32).hex(),
         "config": {"couch_jobs": config.section("couch_jobs")},
         "session_timeout": SESSION_TIMEOUT,
-        "store": config.get("node", "store"),
+        "store": config.node.store,
         "node_name": node_name(config),
         "policy": JobPolicy.from_config(config).to_dict(),
     }

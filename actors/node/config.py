@@ -134,6 +134,26 @@ class Config:
         """A copy of one section."""
         return dict(self.values[section])
 
+    @property
+    def node(self) -> schema.NodeSettings:
+        """``[node]`` as a typed record (see :func:`actors.node.settings.typed`)."""
+        return schema.typed("node", self.values["node"])
+
+    @property
+    def replicator(self) -> schema.ReplicatorSettings:
+        """``[replicator]`` as a typed record, times in seconds."""
+        return schema.typed("replicator", self.values["replicator"])
+
+    @property
+    def couch_jobs(self) -> schema.CouchJobsSettings:
+        """``[couch_jobs]`` as a typed record, times in seconds."""
+        return schema.typed("couch_jobs", self.values["couch_jobs"])
+
+    @property
+    def worker(self) -> schema.WorkerSettings:
+        """``[worker]`` as a typed record, times in seconds."""
+        return schema.typed("worker", self.values["worker"])
+
 
 def load(path: str | Path | None = None, overrides: dict[tuple[str, str], Any] | None = None) -> Config:
     """Read an INI file (if given) over the defaults, then apply ``overrides``.
@@ -394,4 +414,4 @@ def node_name(config: Config) -> str:
     (CouchDB shows ``node1@127.0.0.1``); unique per host and port."""
     import socket
 
-    return f"otpjobs-{config.get('node', 'port')}@{socket.gethostname()}"
+    return f"otpjobs-{config.node.port}@{socket.gethostname()}"

@@ -76,8 +76,7 @@ class JobPolicy:
         Relative directories are taken from the working directory (the
         node's, where relative store URLs point too).
         """
-        return cls.from_entries(config.get("replicator", "handlers"), config.get("replicator", "stores"),
-                                config.get("node", "store"))
+        return cls.from_entries(config.replicator.handlers, config.replicator.stores, config.node.store)
 
     @classmethod
     def from_entries(cls, handlers: str | list[str] = "", stores: str | list[str] = "",

@@ -43,7 +43,7 @@ def root_children(config: Config) -> list:
     from actors.scheduler.fence import fence_path
     from actors.scheduler.sup import scheduler_children
 
-    fence = fence_path(config.get("node", "port"))
+    fence = fence_path(config.node.port)
     return (config_children(config) + jobs_children(config, config_server=False)
             + scheduler_children(config, fence=fence) + doc_children(config, fence=fence)
             + http_children(config) + _workers(config))
@@ -81,7 +81,7 @@ def check_http_port(config: Config) -> None:
     Raises:
         PortUnavailable: the HTTP port cannot be bound.
     """
-    http_port, address = config.get("node", "http_port"), config.get("node", "bind_address")
+    http_port, address = config.node.http_port, config.node.bind_address
     if not http_port:
         return  # 0: the system picks a free one
     with socket.socket(socket.AF_INET6 if ":" in address else socket.AF_INET) as probe:
@@ -101,7 +101,7 @@ def with_app(config: Config, builtin: list) -> list:
     Raises:
         AppError: the app cannot be used (see :func:`actors.node.app.load_app`).
     """
-    path = config.get("node", "app")
+    path = config.node.app
     if not path:
         return builtin
     from actors.node.app import load_app
@@ -117,8 +117,8 @@ def run(config: Config) -> int:
             starts, when the node's app, HTTP port, worker handlers or store
             cannot be used.
     """
-    port = config.get("node", "port")
-    store = config.get("node", "store")
+    port = config.node.port
+    store = config.node.store
     children = with_app(config, root_children(config))
     check_http_port(config)
     check_store(store)
@@ -126,11 +126,11 @@ def run(config: Config) -> int:
         from actors.workers.host import prepare, spec_from_config
 
         prepare(spec_from_config(config, [], []))
-    level = getattr(logging, config.get("node", "log_level").upper())
+    level = getattr(logging, config.node.log_level.upper())
     node = start_node(port, ROOT_FLAGS, children, level=level)
     log.info("node_up port=%s store=%s http_port=%s pid=%s supervisor_pid=%s app=%s",
-             port, redact_url(store), config.get("node", "http_port"), os.getpid(), node.pid,
-             config.get("node", "app") or "-")
+             port, redact_url(store), config.node.http_port, os.getpid(), node.pid,
+             config.node.app or "-")
     reason = _wait_for_stop(node)
     if reason == "supervisor_exited":
         log.error("node_down reason=node_supervisor_exited port=%s", port)

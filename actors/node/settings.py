@@ -4,18 +4,20 @@ bounds, default and whether it changes at run time.
 Principle: one table says what a setting is; everything else is derived
 from it. :mod:`actors.node.config` validates file, ``_config`` and code
 values with :func:`parse`, its ``DEFAULTS`` and ``RUNTIME_KEYS`` are read
-off the table, and an actor reading a section gets it as a typed, frozen
-record with the units converted once (:func:`couch_jobs_settings`:
-milliseconds become seconds, ``infinity`` becomes None).
+off the table, and code reading a section gets it as a typed, frozen
+record with the units converted once (:func:`typed`, and ``Config.node``,
+``.replicator``, ``.couch_jobs``, ``.worker``: milliseconds become
+seconds, ``infinity`` becomes None, lists become tuples).
 """
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 __all__ = ["Setting", "SCHEMA", "INFINITY", "MAX_MSEC", "LOG_LEVELS", "lookup", "parse", "defaults",
-           "runtime_keys", "seconds", "split_list", "CouchJobsSettings", "couch_jobs_settings", "SettingsChanged"]
+           "runtime_keys", "seconds", "split_list", "NodeSettings", "ReplicatorSettings", "CouchJobsSettings",
+           "WorkerSettings", "RECORDS", "typed", "couch_jobs_settings", "SettingsChanged"]
 
 INFINITY = "infinity"
 #: Largest millisecond value (Erlang's erlang:send_after limit, 2^32 - 1).
@@ -222,6 +224,33 @@ def seconds(section: str, key: str, value: Any) -> float | None:
 
 
 @dataclass(frozen=True)
+class NodeSettings:
+    """``[node]``: where a node listens, its store, its log level and its app."""
+
+    port: int
+    store: str
+    http_port: int
+    bind_address: str
+    log_level: str  # debug, info, warning or error
+    app: str  # "" for none
+
+
+@dataclass(frozen=True)
+class ReplicatorSettings:
+    """``[replicator]``, times in seconds (the scheduler's own settings calls
+    keep CouchDB's milliseconds for ``interval``), lists as tuples."""
+
+    max_jobs: int
+    max_churn: int
+    interval: float
+    max_history: int
+    health_threshold: float
+    doc_owner_timeout: float
+    handlers: tuple[str, ...]
+    stores: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class CouchJobsSettings:
     """``[couch_jobs]`` as the queue's actors use it, in seconds."""
 
@@ -232,14 +261,39 @@ class CouchJobsSettings:
     type_check_max_jitter: float
 
 
+@dataclass(frozen=True)
+class WorkerSettings:
+    """``[worker]``: a worker host's defaults, times in seconds."""
+
+    concurrency: int
+    max_attempts: int
+    grace: float
+    type_timeout: float
+
+
+#: The record of each schema section.
+RECORDS = {"node": NodeSettings, "replicator": ReplicatorSettings, "couch_jobs": CouchJobsSettings,
+           "worker": WorkerSettings}
+
+
+def typed(section: str, values: dict) -> Any:
+    """The frozen record of a section's values (as parsed): times in seconds
+    (``infinity`` as None), lists as tuples of entries; a ``[couch_jobs]``
+    key loses its ``_msec``."""
+    fields = {}
+    for setting in (s for s in SCHEMA if s.section == section):
+        value = values[setting.key]
+        if setting.kind == "list":
+            value = tuple(split_list(value))
+        elif setting.unit in ("ms", "s"):
+            value = seconds(section, setting.key, value)
+        fields[setting.key.removesuffix("_msec")] = value
+    return RECORDS[section](**fields)
+
+
 def couch_jobs_settings(values: dict) -> CouchJobsSettings:
     """The typed record of a ``[couch_jobs]`` section's values (as parsed)."""
-    return CouchJobsSettings(**{key[:-len("_msec")]: seconds("couch_jobs", key, values[key])
-                                for key in _section_keys("couch_jobs")})
-
-
-def _section_keys(section: str) -> Iterator[str]:
-    return (s.key for s in SCHEMA if s.section == section)
+    return typed("couch_jobs", values)
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ from actors.queue.notifier import NotifierSup
 def jobs_args(config: Config) -> dict:
     """The plain-data args every queue actor gets: store URL and [couch_jobs]
     (the start-time values, used when the node runs no settings keeper)."""
-    return {"store": config.get("node", "store"), "couch_jobs": config.section("couch_jobs")}
+    return {"store": config.node.store, "couch_jobs": config.section("couch_jobs")}
 
 
 def jobs_children(config: Config, *, config_server: bool = True) -> list[ChildSpec]:

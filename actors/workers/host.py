@@ -61,8 +61,8 @@ def spec_from_config(cfg: Any, assignments: list, crons: list, args: Any = None)
 
     def pick(name: str, key: str) -> Any:
         value = getattr(args, name, None)
-        return cfg.get("worker", key) if value is None else value
-    return HostSpec(cfg.get("node", "store"), types, periodic=periodic, concurrency=pick("concurrency", "concurrency"),
+        return getattr(cfg.worker, key) if value is None else value
+    return HostSpec(cfg.node.store, types, periodic=periodic, concurrency=pick("concurrency", "concurrency"),
                     max_attempts=pick("max_attempts", "max_attempts"), type_timeout=pick("timeout", "type_timeout"),
                     grace=pick("grace", "grace"))
 
