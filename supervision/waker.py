@@ -9,6 +9,7 @@ into one call.
 from __future__ import annotations
 
 import os
+import threading
 from typing import Any, Callable
 
 __all__ = ["Waker"]
@@ -26,16 +27,22 @@ class Waker:
         self._actor = actor
         self._callback = callback
         self._r, self._w = os.pipe()
+        self._lock = threading.Lock()  # a wake never writes to a closed (perhaps reused) descriptor
+        self._closed = False
         os.set_blocking(self._r, False)
         os.set_blocking(self._w, False)
         actor.watch_fd(self._r, self._on_readable)
 
     def wake(self) -> None:
-        """Ask for a call of the callback (from any thread; never blocks)."""
-        try:
-            os.write(self._w, b"x")
-        except OSError:
-            pass  # a wake-up is already pending, or the actor is gone
+        """Ask for a call of the callback (from any thread; never blocks;
+        nothing once closed)."""
+        with self._lock:
+            if self._closed:
+                return
+            try:
+                os.write(self._w, b"x")
+            except OSError:
+                pass  # a wake-up is already pending
 
     def _on_readable(self) -> None:
         try:
@@ -47,6 +54,10 @@ class Waker:
 
     def close(self) -> None:
         """Stop watching and close the pipe (the actor is exiting)."""
-        self._actor.unwatch_fd(self._r)
-        os.close(self._r)
-        os.close(self._w)
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._actor.unwatch_fd(self._r)
+            os.close(self._r)
+            os.close(self._w)

@@ -56,7 +56,7 @@ CALL_TIMEOUT = 10.0
 #: a job's end and the next start need no message. How many it holds follows the
 #: handlers' measured run time: enough for about PREFETCH_SECONDS of work, so quick
 #: jobs go in batches and a long job never holds others back (then it is 1).
-MAX_PREFETCH = 32
+MAX_PREFETCH = 128
 PREFETCH_SECONDS = 0.1
 #: Handlers that run this long (seconds, moving mean) get one job per worker at a time.
 LONG_RUN = 0.5
@@ -167,20 +167,16 @@ class Dispatcher(GenServer):
         for child in (yield Request(pool, WhichChildren(), CALL_TIMEOUT)):
             if child.addr is not None:
                 yield Request(pool, TerminateChild(child.addr), CALL_TIMEOUT)
-        started = []
-        for _ in range(self.concurrency):
-            started.append((yield Request(pool, StartChild(None), CALL_TIMEOUT)))
-        return started
-
-    def _pool_started(self, addrs: list) -> None:
-        for addr in addrs:
-            self._adopt(addr)
-        log.info("workers_up host=%s concurrency=%d types=%s", self.host, self.concurrency,
-                 ",".join(map(str, self.order)))
         self.start_timer(self.renew_interval, self._renew, real=True)
         self._check_schedules()
         self._beat()
-        self._kick()
+        for _ in range(self.concurrency):  # each worker gets jobs as soon as it is up, not once all are
+            self._adopt((yield Request(pool, StartChild(None), CALL_TIMEOUT)))
+            self._kick()
+        return len(self.workers)
+
+    def _pool_started(self, started: int) -> None:
+        log.info("workers_up host=%s concurrency=%d types=%s", self.host, started, ",".join(map(str, self.order)))
 
     def _running(self) -> list:
         return [running for _, runs in self.inflight.items() for running in runs]

@@ -34,8 +34,9 @@ __all__ = ["Worker"]
 log = logging.getLogger(__name__)
 
 #: A worker with more jobs queued reports ended runs once this many ended, or
-#: the oldest unreported one ended this many seconds ago (an idle one at once).
-REPORT_BATCH = 16
+#: the oldest unreported one ended this many seconds ago (a timer sees to it
+#: while a long run goes on; an idle worker reports at once).
+REPORT_BATCH = 48
 REPORT_DELAY = 0.05
 #: Report at once when this few jobs are left queued: the refill is on its
 #: way while the last one runs, so a worker seldom waits for work.
@@ -109,7 +110,8 @@ class Worker(GenServer):
             done = self._call(run, ctx)
             with self.cv:
                 self.current = None
-                if not self.ended:
+                first = not self.ended
+                if first:
                     self.ended_since = time.monotonic()
                 self.ended.append(done)
                 # Report at once when about to run dry; else let a few quick runs share one report.
@@ -117,6 +119,10 @@ class Worker(GenServer):
                     time.monotonic() - self.ended_since >= REPORT_DELAY
             if report:
                 self.waker.wake()
+            elif first:  # reported within REPORT_DELAY even if the next run is a long one
+                timer = threading.Timer(REPORT_DELAY, self.waker.wake)
+                timer.daemon = True
+                timer.start()
 
     def _call(self, run: Any, ctx: JobContext) -> JobDone:
         started = time.monotonic()

@@ -69,6 +69,28 @@ def test_prefetch_follows_the_run_time():
     assert prefetch_for(0.5) == prefetch_for(3600) == 1, "a long job never waits behind another"
 
 
+def test_a_quick_result_is_kept_at_once_though_a_long_job_runs_next_in_its_worker(hosts, db):
+    """A worker reports ended runs in batches; one queued behind a long run
+    is still reported within REPORT_DELAY (a timer), not when that run ends."""
+    import fdblayer
+
+    hosts(["nap=handlers_mod:sleepy"], concurrency=1)
+    for _ in range(3):  # measured quick: the worker is then handed several jobs at once
+        jobs.result(db, "nap", jobs.enqueue(db, "nap", {"s": 0}), timeout=20)
+
+    @fdblayer.transactional
+    def three(tr):  # one claim, in id order: quick, long, quick
+        for job_id, seconds in (("a", 0), ("b", 4), ("c", 0)):
+            jobs.enqueue(tr, "nap", {"s": seconds}, id=job_id)
+
+    three(db)
+    asked = time.monotonic()
+    assert jobs.result(db, "nap", "a", timeout=10) == "slept"
+    assert time.monotonic() - asked < 2.0, "a's result waited for b's end"
+    assert jobs.get_job_state(db, "nap", "b") is JobState.RUNNING
+    assert jobs.result(db, "nap", "c", timeout=20) == "slept"
+
+
 def test_backoff_grows_exponentially_with_jitter_and_a_cap():
     import random
 
