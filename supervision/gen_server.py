@@ -244,18 +244,20 @@ class GenServer(Calls, Timers, Actor):
     # -------------------------------------------------------------- calls
     def _on_call(self, call: m.Call) -> None:
         from_ = From(call.ref, call.reply_to)
+        # Open before the handler runs: a handler that answers (``reply``) before
+        # it returns NOREPLY has closed it, and its caller hears nothing more.
+        self._defer(from_)
         try:
             if isinstance(call.msg, m.GetPid):
                 result: Any = os.getpid()
             else:
                 result = self.handle_call(call.msg, from_)
         except Exception as exc:
+            self._open_calls.pop(from_.ref, None)
             self.send(from_.reply_to, m.CallError(from_.ref, self.myAddress, portable(exc)))
             raise
         if result is not NOREPLY:
             self.reply(from_, result)
-        else:
-            self._defer(from_)
 
     def _on_cast(self, cast: m.Cast) -> None:
         self.handle_cast(cast.msg)

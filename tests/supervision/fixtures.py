@@ -69,6 +69,11 @@ class Worker(GenServer):
         if msg == "defer":
             self.deferred = from_
             return NOREPLY
+        if msg == "answer_now":  # answered before the handler returns NOREPLY, as a supervisor's ops are
+            self.reply(from_, "early")
+            return NOREPLY
+        if msg == "open_calls":
+            return sum(1 for ref in self._open_calls if ref != from_.ref)  # this call is open while it runs
         if msg == "has_deferred":
             return getattr(self, "deferred", None) is not None
         if msg == "release":

@@ -83,6 +83,20 @@ def test_a_deferred_call_fails_with_the_reason_when_the_server_exits_first(tree)
     restarted(tree, sup, "w", kids["w"].pid)
 
 
+def test_a_call_answered_before_its_handler_returns_is_not_left_open(tree):
+    """A handler may reply() and then return NOREPLY (a supervisor's refused
+    op does); its caller is answered once, and the server's exit later sends
+    it nothing (an exit used to wait 5 s on a CallError to the gone caller)."""
+    sup, kids = probe_and(tree, tree.w("w", restart="temporary"))
+    addr, pid = kids["w"].addr, kids["w"].pid
+    assert tree.c.call(addr, "answer_now") == "early"
+    assert tree.c.call(addr, "open_calls") == 0
+    tree.c.call(addr, ("stop", "normal"))
+    t = time.monotonic()
+    wait_until(lambda: not alive(pid), 10, "the server's process to exit")
+    assert time.monotonic() - t < 2, "its exit waited on a message to a caller long gone"
+
+
 def _call_outcome(tree, addr, msg):
     try:
         return tree.c.call(addr, msg, timeout=10)
