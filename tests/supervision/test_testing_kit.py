@@ -110,6 +110,19 @@ def test_the_root_giving_up_ends_the_node(otp_node):
     assert not node.alive()
 
 
+def test_a_node_whose_root_gave_up_is_stopped_at_once():
+    """Nothing is left to shut down in order: the stop does not wait on the
+    gone root (it used to wait 5 s for a lookup of it)."""
+    with running_node([worker("a")], {"strategy": "one_for_one", "intensity": 0, "period": 30}) as node:
+        node.kill("a")
+        deadline = time.monotonic() + 10
+        while node.alive() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert not node.alive()
+        stopping = time.monotonic()
+    assert time.monotonic() - stopping < 2
+
+
 def test_a_manual_clock_fires_timers_only_when_advanced(otp_node):
     node = otp_node([ChildSpec("c", W, {"id": "c"}, name="c", clock="manual")])
     node.call("c", ("timer", 60.0, "tick"))
