@@ -34,7 +34,7 @@ import logging
 import math
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Optional, Union
+from typing import Any, Iterable, Optional, Union
 
 import fdb.tuple
 import msgpack

@@ -48,10 +48,10 @@ from fdblayer.interface import (
     VersionstampFuture,
     check_key,
     check_value,
-    check_versionstamp_template,
     check_write_key,
     strinc,
 )
+from fdblayer.limits import check_versionstamp_template
 from fdblayer.selectors import END_OF_KEYSPACE, KeyOrSelector, KeySelector, KeyValue, to_selector
 from fdblayer.watches import Watch
 

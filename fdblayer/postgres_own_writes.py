@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Tuple
 
-from fdblayer.interface import apply_adds
+from fdblayer.limits import apply_adds
 from fdblayer.selectors import KeyValue
 
 __all__ = ["OwnWrites"]

@@ -49,14 +49,12 @@ from fdblayer.interface import (
     Transaction,
     VersionstampFuture,
     add_little_endian,
-    add_params,
-    apply_adds,
     check_key,
     check_value,
-    check_versionstamp_template,
     check_write_key,
     splice_versionstamp,
 )
+from fdblayer.limits import add_params, apply_adds, check_versionstamp_template
 from fdblayer.postgres_sql import connection_is_broken, key_prefixes, map_pg_error
 from fdblayer.postgres_own_writes import OwnWrites
 from fdblayer.selectors import END_OF_KEYSPACE, KeyOrSelector, KeySelector, KeyValue, to_selector

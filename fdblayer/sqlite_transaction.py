@@ -42,14 +42,12 @@ from fdblayer.interface import (
     Transaction,
     VersionstampFuture,
     add_little_endian,
-    add_params,
-    apply_adds,
     check_key,
     check_value,
-    check_versionstamp_template,
     check_write_key,
     splice_versionstamp,
 )
+from fdblayer.limits import add_params, apply_adds, check_versionstamp_template
 from fdblayer.selectors import END_OF_KEYSPACE, KeyOrSelector, KeySelector, KeyValue, to_selector
 from fdblayer.forks import ForkEpoch
 from fdblayer.sqlite_locking import SqliteLocking
