@@ -48,14 +48,12 @@ class Calls:
         self._pending_calls: dict[str, m.Pending] = {}  # calls made, awaiting their answer
         self._open_calls: dict[str, From] = {}  # deferred (NOREPLY) calls not yet answered
 
-    def _defer(self, from_: From) -> None:
-        """Remember a call answered later, so that its caller hears this
-        actor's exit reason if it exits first (as an Erlang caller's monitor
-        does). At most :data:`MAX_OPEN_CALLS` are kept: past that the oldest
-        caller is left to its timeout."""
-        if len(self._open_calls) >= MAX_OPEN_CALLS:
+    def _cap_open_calls(self) -> None:
+        """Keep at most :data:`MAX_OPEN_CALLS` deferred calls (callers told of
+        this actor's exit, as an Erlang caller's monitor tells it): past
+        that the oldest caller is left to its timeout."""
+        while len(self._open_calls) > MAX_OPEN_CALLS:
             del self._open_calls[next(iter(self._open_calls))]
-        self._open_calls[from_.ref] = from_
 
     def reply(self, from_: From, value: Any) -> None:
         """Answer the call identified by ``from_``."""

@@ -244,9 +244,9 @@ class GenServer(Calls, Timers, Actor):
     # -------------------------------------------------------------- calls
     def _on_call(self, call: m.Call) -> None:
         from_ = From(call.ref, call.reply_to)
-        # Open before the handler runs: a handler that answers (``reply``) before
+        # Open while the handler runs: a handler that answers (``reply``) before
         # it returns NOREPLY has closed it, and its caller hears nothing more.
-        self._defer(from_)
+        self._open_calls[from_.ref] = from_
         try:
             if isinstance(call.msg, m.GetPid):
                 result: Any = os.getpid()
@@ -258,6 +258,8 @@ class GenServer(Calls, Timers, Actor):
             raise
         if result is not NOREPLY:
             self.reply(from_, result)
+        elif from_.ref in self._open_calls:  # deferred: answered later, or told of this actor's exit
+            self._cap_open_calls()
 
     def _on_cast(self, cast: m.Cast) -> None:
         self.handle_cast(cast.msg)

@@ -143,9 +143,8 @@ class Dispatcher(GenServer):
         self.buffer: collections.deque = collections.deque()  # claimed, waiting for a worker
         self.outcomes: list = []
         self.tokens = 0
-        self.run_seconds = 1.0  # a moving average of handler run times: until measured, assume slow
-        self.measured = False
-        self.prefetch = 1
+        self.run_seconds: Optional[float] = None  # a moving average of handler run times (None: not measured)
+        self.prefetch = 1  # until measured, one job a worker: assume slow
         self.flush_queued = False
         self.draining = False
         self.drain_from: Any = None
@@ -228,11 +227,11 @@ class Dispatcher(GenServer):
         for done in msg.done:
             running = by_token.pop(done.token, None)
             if running is not None:
-                seconds = max(0.0, done.seconds)  # the first measure replaces the assumption
-                self.run_seconds = 0.8 * self.run_seconds + 0.2 * seconds if self.measured else seconds
-                self.measured = True
+                seconds = max(0.0, done.seconds)
+                self.run_seconds = seconds if self.run_seconds is None else 0.8 * self.run_seconds + 0.2 * seconds
                 self._end_attempt(running, done.error, done.result, seconds=done.seconds)
-        self.prefetch = prefetch_for(self.run_seconds)
+        if self.run_seconds is not None:
+            self.prefetch = prefetch_for(self.run_seconds)
         self.inflight[msg.worker] = [r for r in runs if r.token in by_token]
         self._hand_out(idle_only=True)  # an idle worker need not wait for the step; others get it whole
         self._kick()

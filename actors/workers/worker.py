@@ -33,9 +33,9 @@ __all__ = ["Worker"]
 
 log = logging.getLogger(__name__)
 
-#: A worker with more jobs queued reports ended runs once this many ended, or
-#: the oldest unreported one ended this many seconds ago (a timer sees to it
-#: while a long run goes on; an idle worker reports at once).
+#: A worker with more jobs queued reports ended runs once this many ended, and
+#: while it has work, every REPORT_DELAY seconds (so a quick run's outcome
+#: never waits for a long run after it); an idle worker reports at once.
 REPORT_BATCH = 48
 REPORT_DELAY = 0.05
 #: Report at once when this few jobs are left queued: the refill is on its
@@ -56,7 +56,7 @@ class Worker(GenServer):
         self.current: Optional[tuple] = None  # (run, ctx) of the running handler
         self.reply_to: Any = None
         self.thread: Optional[threading.Thread] = None
-        self.ended_since = 0.0
+        self.tick: Optional[int] = None  # the report timer, armed while there is work
 
     def handle_info(self, msg: Any) -> None:
         if isinstance(msg, RunJobs):
@@ -80,6 +80,17 @@ class Worker(GenServer):
             self.reply_to, self.db_url = batch.reply_to, batch.store
             self.queue.extend(batch.runs)
             self.cv.notify()
+        if self.tick is None:
+            self.tick = self.start_timer(REPORT_DELAY, self._tick, real=True)
+
+    def _tick(self) -> None:
+        """Report what ended since the last report; again later while there is work."""
+        self.tick = None
+        self._report()
+        with self.cv:
+            busy = bool(self.queue) or self.current is not None
+        if busy:
+            self.tick = self.start_timer(REPORT_DELAY, self._tick, real=True)
 
     def _release(self) -> None:
         with self.cv:
@@ -110,19 +121,11 @@ class Worker(GenServer):
             done = self._call(run, ctx)
             with self.cv:
                 self.current = None
-                first = not self.ended
-                if first:
-                    self.ended_since = time.monotonic()
                 self.ended.append(done)
-                # Report at once when about to run dry; else let a few quick runs share one report.
-                report = len(self.queue) <= REPORT_LOW or len(self.ended) >= REPORT_BATCH or \
-                    time.monotonic() - self.ended_since >= REPORT_DELAY
+                # Report at once when about to run dry; else quick runs share one report (or the tick's).
+                report = len(self.queue) <= REPORT_LOW or len(self.ended) >= REPORT_BATCH
             if report:
                 self.waker.wake()
-            elif first:  # reported within REPORT_DELAY even if the next run is a long one
-                timer = threading.Timer(REPORT_DELAY, self.waker.wake)
-                timer.daemon = True
-                timer.start()
 
     def _call(self, run: Any, ctx: JobContext) -> JobDone:
         started = time.monotonic()

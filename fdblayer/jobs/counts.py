@@ -53,46 +53,61 @@ def bump(tr: Transaction, layout: Layout, job_type: JobType, name: str, n: int =
 
 
 class Tally:
-    """The counter bumps and watch stamps of a batch of transitions, written once.
+    """The counter bumps and watch stamps of a transition, written at once or
+    once per key for a whole batch.
 
-    A transition of many jobs in one transaction (a worker pool's claim or
+    A batch of transitions in one transaction (a worker pool's claim or
     complete) bumps the same few counters and stamps the same watch keys
-    once per job; collected here, they are written once per key by
-    :meth:`write`, which the batch calls before its transaction commits.
-    What is written is what the bumps one by one would have written.
+    once per job; a deferred tally collects them and :meth:`write`, called
+    before the transaction commits, writes each key once. What is written
+    is what the bumps one by one would have written. With ``deferred=False``
+    each call writes at once (a single transition).
     """
 
-    __slots__ = ("bumps", "stamped", "enqueued")
+    __slots__ = ("tr", "layout", "deferred", "bumps", "stamped", "enqueued")
 
-    def __init__(self) -> None:
+    def __init__(self, tr: Transaction, layout: Layout, deferred: bool = True) -> None:
+        self.tr, self.layout, self.deferred = tr, layout, deferred
         self.bumps: dict = {}
         self.stamped: set = set()
         self.enqueued: dict = {}
 
     def bump(self, job_type: JobType, name: str, n: int = 1) -> None:
-        """:func:`bump`, deferred."""
+        """:func:`bump`."""
+        if not self.deferred:
+            bump(self.tr, self.layout, job_type, name, n)
+            return
         key = (job_type, name)
         self.bumps[key] = self.bumps.get(key, 0) + n
 
     def stamp(self, job_type: JobType) -> None:
-        """``rows.update_watch``, deferred (one stamp a type)."""
+        """``rows.update_watch`` (deferred: one stamp a type)."""
+        if not self.deferred:
+            self._stamp(job_type)
+            return
         self.stamped.add(job_type)
 
-    def enqueue(self, job_type: JobType) -> None:
-        """The pending watch's bump of ``pending.enqueue``, deferred."""
-        self.enqueued[job_type] = self.enqueued.get(job_type, 0) + 1
+    def enqueue(self, job_type: JobType, n: int = 1) -> None:
+        """The bump of the type's pending watch that ``pending.enqueue`` makes."""
+        if not self.deferred:
+            self.tr.add(self.layout.watches_pending_key(job_type), _PACK.pack(n))
+            return
+        self.enqueued[job_type] = self.enqueued.get(job_type, 0) + n
 
-    def write(self, tr: Transaction, layout: Layout) -> None:
-        """Write what was collected (and forget it)."""
+    def write(self) -> None:
+        """Write what a deferred tally collected (and forget it)."""
+        for (job_type, name), n in self.bumps.items():
+            bump(self.tr, self.layout, job_type, name, n)
+        for job_type, n in self.enqueued.items():
+            self.tr.add(self.layout.watches_pending_key(job_type), _PACK.pack(n))
+        for job_type in self.stamped:
+            self._stamp(job_type)
+        self.bumps, self.stamped, self.enqueued = {}, set(), {}
+
+    def _stamp(self, job_type: JobType) -> None:
         from fdblayer.jobs import rows  # rows imports this module
 
-        for (job_type, name), n in self.bumps.items():
-            bump(tr, layout, job_type, name, n)
-        for job_type, n in self.enqueued.items():
-            tr.add(layout.watches_pending_key(job_type), _PACK.pack(n))
-        for job_type in self.stamped:
-            rows.update_watch(tr, layout, job_type)
-        self.bumps, self.stamped, self.enqueued = {}, set(), {}
+        rows.update_watch(self.tr, self.layout, job_type)
 
 
 @transactional

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import logging
 import random
-import struct
 from typing import Optional
 
 import fdb.tuple
@@ -58,8 +57,6 @@ logger = logging.getLogger(__name__)
 # commit conflicts, so the spread buys nothing there.)
 RANGE_LIMIT = 256
 
-_ONE = struct.pack("<q", 1)
-
 
 def enqueue(
     tr: Transaction, layout: Layout, job_type: JobType, sched_time: int, job_id: str,
@@ -75,13 +72,10 @@ def enqueue(
         job_id: The job id.
         tally: Bump the counter and the watch through it (None: at once).
     """
+    tally = tally or counts.Tally(tr, layout, deferred=False)
     tr.set(layout.pending_key(job_type, sched_time, job_id), b"")
-    if tally is not None:
-        tally.enqueue(job_type)
-        tally.bump(job_type, "pending")
-        return
-    tr.add(layout.watches_pending_key(job_type), _ONE)
-    counts.bump(tr, layout, job_type, "pending")
+    tally.enqueue(job_type)
+    tally.bump(job_type, "pending")
 
 
 def enqueue_many(
@@ -92,8 +86,9 @@ def enqueue_many(
         return
     for job_id in job_ids:
         tr.set(layout.pending_key(job_type, sched_time, job_id), b"")
-    tr.add(layout.watches_pending_key(job_type), struct.pack("<q", len(job_ids)))
-    counts.bump(tr, layout, job_type, "pending", len(job_ids))
+    tally = counts.Tally(tr, layout, deferred=False)
+    tally.enqueue(job_type, len(job_ids))
+    tally.bump(job_type, "pending", len(job_ids))
 
 
 def remove(

@@ -119,17 +119,15 @@ def update_activity(
     tally: Optional[counts.Tally] = None,
 ) -> None:
     """Move the job's ACTIVITY row to this commit's versionstamp (with the
-    same ``user_version`` as the job's seq)."""
+    same ``user_version`` as the job's seq); counters and watches bumped at
+    once, or by ``tally``."""
+    tally = tally or counts.Tally(tr, layout, deferred=False)
     clear_activity(tr, layout, job_type, old_seq, tally)
     tr.set_versionstamped_key(
         layout.activity_key_stamped(job_type, user_version), pack_activity_value(job_id, data)
     )
-    if tally is None:
-        counts.bump(tr, layout, job_type, "running")
-        update_watch(tr, layout, job_type)
-    else:
-        tally.bump(job_type, "running")
-        tally.stamp(job_type)
+    tally.bump(job_type, "running")
+    tally.stamp(job_type)
 
 
 def clear_activity(tr: Transaction, layout: Layout, job_type: JobType, seq: Seq,
@@ -137,10 +135,7 @@ def clear_activity(tr: Transaction, layout: Layout, job_type: JobType, seq: Seq,
     """Clear a running job's ACTIVITY row (nothing for other states)."""
     if isinstance(seq, fdb.tuple.Versionstamp):
         tr.clear(layout.activity_key(job_type, seq))
-        if tally is None:
-            counts.bump(tr, layout, job_type, "running", -1)
-        else:
-            tally.bump(job_type, "running", -1)
+        (tally or counts.Tally(tr, layout, deferred=False)).bump(job_type, "running", -1)
 
 
 def update_watch(tr: Transaction, layout: Layout, job_type: JobType) -> None:

@@ -113,7 +113,7 @@ class WorkRecord(NamedTuple):
         return WorkRecord(self.attempt + 1, self.max_attempts, None, self.result, self.error, {}, worker, now, None)
 
     def end_attempt(self, outcome: Optional[str], result: Optional[bytes], error: Optional[dict],
-              now: float) -> "WorkRecord":
+                    now: float) -> "WorkRecord":
         """The record of its attempt ended at ``now``: finished (``outcome``) or
         to be retried (``outcome`` None, ``result`` kept)."""
         return WorkRecord(self.attempt, self.max_attempts, outcome, result, error, self.progress, self.worker,
@@ -237,7 +237,7 @@ def claim(tr: Transaction, layout: Layout, job_type: JobType, now: float, limit:
         data_keys = [layout.data_key(job_type, i) for i in ids]
         work_keys = [layout.work_key(job_type, i) for i in ids]
         raws = tr.get_many(data_keys + work_keys)
-        tally = counts.Tally()
+        tally = counts.Tally(tr, layout)
         locks = os.urandom(16 * len(ids)).hex()  # one system call for the batch's new locks
         tally.bump(job_type, "pending", -len(ids))
         tally.bump(job_type, "started", len(ids))
@@ -253,7 +253,7 @@ def claim(tr: Transaction, layout: Layout, job_type: JobType, now: float, limit:
             tally.bump(job_type, "failed_final", len(exhausted))
             tally.bump(job_type, "started", -len(exhausted))  # never started: their attempts were used up
             tally.stamp(job_type)
-        tally.write(tr, layout)
+        tally.write()
     if found >= limit:
         return ClaimResult(claimed, exhausted, None, None)
     later = tr.snapshot.get_range(due_end, strinc(prefix), limit=1)
@@ -316,7 +316,7 @@ def complete(tr: Transaction, layout: Layout, outcomes: list, now: float) -> lis
     whatever the outcome, as couch_jobs' ``finish`` does.
     """
     lost = []
-    tally = counts.Tally()
+    tally = counts.Tally(tr, layout)
     for outcome, held in zip(outcomes, _held(tr, layout, [o.job for o in outcomes])):
         if held is None:
             lost.append(outcome.job)
@@ -341,7 +341,7 @@ def complete(tr: Transaction, layout: Layout, outcomes: list, now: float) -> lis
                 tally.bump(job.type, "failed")
                 failures.record(tr, layout, job.type, job.id, now)
                 tr.set(work_key, record.end_attempt(FAILED, None, outcome.error, now).pack())
-    tally.write(tr, layout)
+    tally.write()
     return lost
 
 
@@ -354,7 +354,7 @@ def renew(tr: Transaction, layout: Layout, jobs: list) -> list:
     """Renew the lease of many running jobs (a fresh activity stamp, data
     untouched); returns the jobs whose lock was lost."""
     lost = []
-    tally = counts.Tally()
+    tally = counts.Tally(tr, layout)
     for job, held in zip(jobs, _held(tr, layout, jobs)):
         if held is None:
             lost.append(job)
@@ -364,7 +364,7 @@ def renew(tr: Transaction, layout: Layout, jobs: list) -> list:
         rows.set_job_val(tr, key, JobValue(running_seq(uv), current.lock, current.sched_time, current.resubmit,
                                            current.data))
         rows.update_activity(tr, layout, job.type, job.id, current.seq, current.data, uv, tally)
-    tally.write(tr, layout)
+    tally.write()
     return lost
 
 
@@ -373,7 +373,7 @@ def release(tr: Transaction, layout: Layout, jobs: list) -> int:
     """Put claimed jobs that never started back in the queue, due now, their
     attempt not counted; returns how many were still held."""
     released = 0
-    tally = counts.Tally()
+    tally = counts.Tally(tr, layout)
     for held in _held(tr, layout, jobs):
         if held is None:
             continue
@@ -385,7 +385,7 @@ def release(tr: Transaction, layout: Layout, jobs: list) -> int:
         released += 1
     for job_type in {job.type for job in jobs}:
         tally.stamp(job_type)
-    tally.write(tr, layout)
+    tally.write()
     return released
 
 
