@@ -63,10 +63,8 @@ from typing import Any, Dict, List, Optional
 from fdblayer.exceptions import InvalidTransactionState, StoreUnavailable
 from fdblayer.forks import ForkEpoch
 from fdblayer.interface import Database
-from fdblayer.postgres_sql import (  # noqa: F401 - re-exported for the backend's callers
+from fdblayer.postgres_sql import (
     KEY_PREFIX_BYTES,
-    MAX_TRANSACTION_AGE,
-    PRUNE_EVERY,
     SCHEMA_VERSION,
     Statements,
     check_prefix,

@@ -47,16 +47,7 @@ from supervision.exceptions import CallFailed, CallTimeout, NoProc, NodeDown
 from supervision.reports import report
 
 from actors.http import metrics, monitoring, queue_routes, status_page
-from actors.http.request import (  # noqa: F401 - re-exported: the app's vocabulary
-    MAX_BODY,
-    MAX_JSON_DEPTH,
-    HttpError,
-    Html,
-    Request,
-    Text,
-    json_depth,
-    not_allowed,
-)
+from actors.http.request import HttpError, Html, Request, Text, not_allowed
 from actors.http.auth import COOKIE_NAME, Auth
 from actors.node.config import RUNTIME_KEYS, ConfigError, ConfigWriteError, format_value, parse_runtime_value
 from actors.node.policy import Forbidden, JobPolicy

@@ -51,7 +51,7 @@ from typing import Any
 from actors.errors import ActorsError
 from actors.names import CONFIG_SERVER  # noqa: F401 - re-exported
 from actors.node import settings as schema
-from actors.node.settings import INFINITY, MAX_MSEC, SettingsChanged, split_list  # noqa: F401 - re-exported
+from actors.node.settings import SettingsChanged
 
 #: ``{section: {key: default}}``, read off :data:`actors.node.settings.SCHEMA`.
 DEFAULTS: dict[str, dict[str, Any]] = schema.defaults()

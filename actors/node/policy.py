@@ -31,7 +31,8 @@ from typing import Any, Mapping
 from urllib.parse import unquote
 
 from actors.errors import ActorsError
-from actors.node.config import Config, split_list
+from actors.node.config import Config
+from actors.node.settings import split_list
 from actors.scheduler.job import REPLICATE_HANDLER
 from fdblayer.exceptions import InvalidStoreURL
 from fdblayer.urls import parse_store_url

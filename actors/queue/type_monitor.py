@@ -25,7 +25,8 @@ from fdblayer.jobs.keys import DEFAULT_LAYOUT
 from supervision import GenServer
 from supervision.waker import Waker
 
-from actors.node.config import INFINITY, CouchJobsChanged, GetCouchJobsInUse
+from actors.node.config import CouchJobsChanged, GetCouchJobsInUse
+from actors.node.settings import INFINITY
 from actors.node.settings import couch_jobs_settings
 
 

@@ -229,7 +229,7 @@ class Settings:
         Raises:
             InvalidSetting: unknown key, not an integer (an int or its
                 decimal text), or out of range (max_jobs >= 0, the others
-                >= 1; interval at most ``actors.node.config.MAX_MSEC`` ms, a timer's
+                >= 1; interval at most ``actors.node.settings.MAX_MSEC`` ms, a timer's
                 limit; none longer than 20 digits).
         """
         if not isinstance(key, str) or key not in {f.name for f in dataclasses.fields(self)}:

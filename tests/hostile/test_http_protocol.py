@@ -3,7 +3,7 @@ can hold, and the requests waitress refuses before the app sees them.
 
 One node for the module (the ``n`` fixture of ``conftest.py``). What holds:
 
-1. A JSON body nested deeper than ``actors.http.api.MAX_JSON_DEPTH`` (the
+1. A JSON body nested deeper than ``actors.http.request.MAX_JSON_DEPTH`` (the
    store's limit for documents and job data), up to far beyond Python's
    recursion limit, is a 400 ``bad_request`` on every endpoint that reads
    JSON; nothing is written, nothing crashes. A body exactly that deep is
@@ -26,7 +26,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from actors.http.api import MAX_BODY, MAX_JSON_DEPTH
+from actors.http.request import MAX_BODY, MAX_JSON_DEPTH
 
 from .http import Reply, describe, exchange, is_couch_error, request, request_bytes
 from .node import IDLE
