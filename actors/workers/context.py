@@ -12,12 +12,14 @@ import threading
 import traceback as tb
 from typing import Any, Callable, Optional
 
+import msgpack
+
 from fdblayer.jobs import work
 from fdblayer.jobs.codec import decode_data, encode_data
 from fdblayer.jobs.exceptions import CorruptValue, EncodingError, Halt, InvalidArgument
 from fdblayer.jobs.keys import DEFAULT_LAYOUT
 
-__all__ = ["JobContext", "encode_result", "decode_result", "describe_error",
+__all__ = ["JobContext", "UnstorableResult", "encode_result", "decode_result", "describe_error",
            "RESULT_LIMIT", "PROGRESS_LIMIT", "TRACEBACK_LIMIT", "MESSAGE_LIMIT"]
 
 #: Bounds of what a job's work record keeps (it must fit one store value).
@@ -83,19 +85,56 @@ class JobContext:
         return f"JobContext(type={self.type!r}, id={self.id!r}, attempt={self.attempt})"
 
 
+class UnstorableResult(EncodingError):
+    """A handler returned a value the store cannot keep: not JSON-compatible,
+    or encoding to more than :data:`RESULT_LIMIT` bytes.
+
+    Running the handler again would return the same kind of value (and
+    repeat its side effects), so :func:`describe_error` marks its error
+    ``final``: the attempt ends the job, failed, whatever attempts are left.
+    """
+
+
 def encode_result(value: Any) -> bytes:
     """A handler's return value as stored (JSON values; at most RESULT_LIMIT bytes).
 
     Raises:
-        EncodingError: not JSON-compatible, or too large.
+        UnstorableResult: not JSON-compatible, or too large (the message
+            names the result, where in it the bad value is, and the limit).
     """
     try:
         encoded = encode_data({"result": value})
-    except InvalidArgument as exc:
-        raise EncodingError(str(exc)) from None
+    except (EncodingError, InvalidArgument) as exc:
+        size = _packed_size(value)
+        if size is not None and size > RESULT_LIMIT and "encodes to" in str(exc):
+            raise UnstorableResult(_too_large(size)) from None
+        raise UnstorableResult(_not_json(str(exc))) from None
+    except Exception as exc:  # noqa: BLE001 - a value whose own methods raise while it is walked
+        raise UnstorableResult(_not_json(f"it cannot be encoded: {type(exc).__name__}: {exc}")) from None
     if len(encoded) > RESULT_LIMIT:
-        raise EncodingError(f"the result encodes to {len(encoded)} bytes; at most {RESULT_LIMIT}")
+        raise UnstorableResult(_too_large(len(encoded)))
     return encoded
+
+
+def _packed_size(value: Any) -> Optional[int]:
+    """Bytes of the stored form of a result msgpack can pack, else None."""
+    try:
+        return len(msgpack.packb({"result": value}, use_bin_type=True))
+    except Exception:  # noqa: BLE001 - not packable: not a size problem
+        return None
+
+
+def _too_large(size: int) -> str:
+    return (f"the handler's result is not storable: it encodes to {size:,} bytes; "
+            f"results are limited to {RESULT_LIMIT:,} bytes (store large outputs elsewhere "
+            "and return a reference)")
+
+
+def _not_json(why: str) -> str:
+    """The codec's reason, told of the result: ``job data: set at data['result']['x'] ...``
+    becomes ``a set at result['x'] ...``."""
+    why = why.removeprefix("job data: ").replace("data['result']", "result")
+    return f"the handler's result is not storable: {why}; results are JSON values of at most {RESULT_LIMIT:,} bytes"
 
 
 def decode_result(encoded: Optional[bytes]) -> Any:
@@ -113,7 +152,9 @@ def decode_result(encoded: Optional[bytes]) -> Any:
 
 
 def describe_error(exc: BaseException) -> dict:
-    """``{"type", "message", "traceback"}`` of an exception, each bounded."""
+    """``{"type", "message", "traceback"}`` of an exception, each bounded; an
+    :class:`UnstorableResult` adds ``"final": True`` (the dispatcher then
+    fails the job at once instead of retrying it)."""
     text = "".join(tb.format_exception(type(exc), exc, exc.__traceback__))
     if len(text) > TRACEBACK_LIMIT:
         text = "...\n" + text[-TRACEBACK_LIMIT:]
@@ -121,4 +162,7 @@ def describe_error(exc: BaseException) -> dict:
         message = str(exc)
     except Exception:  # noqa: BLE001 - a __str__ that raises still gives an error
         message = f"<unprintable {type(exc).__name__}>"
-    return {"type": type(exc).__name__, "message": message[:MESSAGE_LIMIT], "traceback": text}
+    error = {"type": type(exc).__name__, "message": message[:MESSAGE_LIMIT], "traceback": text}
+    if isinstance(exc, UnstorableResult):
+        error["final"] = True
+    return error

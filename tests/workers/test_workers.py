@@ -1,6 +1,7 @@
 """Worker hosts run as users run them: real processes, real handler modules, real SIGKILLs."""
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import signal
@@ -107,7 +108,68 @@ def test_an_unencodable_result_fails_the_attempt(hosts, db):
     job_id = jobs.enqueue(db, "bad", {})
     with pytest.raises(jobs.JobFailed) as info:
         jobs.result(db, "bad", job_id, timeout=20)
-    assert info.value.error_type == "EncodingError"
+    assert info.value.error_type == "UnstorableResult"
+    assert "result['not json']" in info.value.error_message and "job data" not in info.value.error_message
+
+
+@pytest.mark.parametrize("value, says", [
+    ({1, 2}, "set at result is not a JSON-compatible value"),
+    ({"when": datetime.datetime(2024, 1, 1)}, "datetime at result['when'] is not a JSON-compatible value"),
+    ({"rows": [1, object()]}, "object at result['rows'][1] is not"),
+    ({1: "x"}, "key 1 at result is a int"),
+    ("x" * 70_000, "it encodes to 70,013 bytes; results are limited to 64,000 bytes"),
+    ("x" * 200_000, "it encodes to 200,013 bytes; results are limited to 64,000 bytes"),
+])
+def test_an_unstorable_result_is_named_as_the_result_with_the_limit_and_is_final(value, says):
+    from actors.workers.context import RESULT_LIMIT, UnstorableResult, describe_error, encode_result
+    from fdblayer.jobs.exceptions import EncodingError
+
+    with pytest.raises(UnstorableResult) as info:
+        encode_result(value)
+    message = str(info.value)
+    assert message.startswith("the handler's result is not storable: ") and says in message, message
+    assert f"{RESULT_LIMIT:,} bytes" in message and "job data" not in message and "data[" not in message
+    assert isinstance(info.value, EncodingError), "callers catching EncodingError still catch it"
+    error = describe_error(info.value)
+    assert error["type"] == "UnstorableResult" and error["message"] == message and error["final"] is True
+    assert "final" not in describe_error(ValueError("a handler's own error")), "only an unstorable result is final"
+    assert "final" not in describe_error(EncodingError("ctx.progress() too large")), "nor other encoding errors"
+
+
+#: A handler that records each run (its side effect) and returns what cannot be stored.
+UNSTORABLE = '''
+import datetime, json, os
+
+def unstorable(ctx):
+    with open(os.environ["RUN_LOG"], "a") as f:
+        f.write(json.dumps({"id": ctx.id, "event": "start", "attempt": ctx.attempt}) + "\\n")
+    kind = ctx.data["kind"]
+    if kind == "set":
+        return {"tags": {"a", "b"}}
+    if kind == "datetime":
+        return datetime.datetime.now()
+    return "x" * 70_000
+'''
+
+
+# Passes once the dispatcher ends an attempt whose error says "final" without
+# a retry (the dispatcher's side of issue 27, item 7); before that the job
+# runs max_attempts (3) times.
+def test_an_unstorable_result_fails_the_job_at_once_and_runs_exactly_once(hosts, db, workdir):
+    (workdir / "unstorable_mod.py").write_text(UNSTORABLE)
+    run_log = workdir / "runs.jsonl"
+    hosts(["unstorable=unstorable_mod:unstorable"], run_log=run_log)  # the default max attempts: 3
+    ids = {kind: jobs.enqueue(db, "unstorable", {"kind": kind}) for kind in ("set", "datetime", "big")}
+    for kind, job_id in ids.items():
+        with pytest.raises(jobs.JobFailed) as info:
+            jobs.result(db, "unstorable", job_id, timeout=30)
+        failed = info.value
+        assert failed.error_type == "UnstorableResult" and failed.attempts == 1, (kind, failed)
+        assert "the handler's result is not storable" in failed.error_message and "64,000 bytes" in failed.error_message
+        assert jobs.status(db, "unstorable", job_id).outcome == "failed"
+    time.sleep(1.5)  # a retry would be due by now (the first backoff is 0.5-1 s)
+    started = sorted(r["id"] for r in runs(run_log))
+    assert started == sorted(ids.values()), "each handler ran exactly once: its side effects were not repeated"
 
 
 def test_a_delayed_job_never_starts_early(hosts, db, workdir):
