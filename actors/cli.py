@@ -275,8 +275,12 @@ def cmd_jobs_result(args: argparse.Namespace) -> int:
     try:
         value = client.result(_db(args, existing=True), _job_type(args.type), args.job_id, timeout=args.timeout)
     except client.JobFailed as exc:
-        print(json.dumps({"error": exc.error_type, "message": exc.error_message, "attempts": exc.attempts}))
-        return 1
+        # stdout: one JSON line (the traceback among its fields); stderr: the traceback as Python prints it.
+        print(json.dumps({"error": exc.error_type, "message": exc.error_message, "attempts": exc.attempts,
+                          "traceback": exc.traceback}))
+        if exc.traceback:
+            print(exc.traceback.rstrip("\n"), file=sys.stderr)
+        return _fail(exc.message, 1)
     except TimeoutError as exc:
         return _fail(str(exc), 1)
     print(json.dumps(value))

@@ -123,6 +123,10 @@ def test_add_takes_data_from_a_file_or_stdin_and_a_delay(store, tmp_path):
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
 
 
+TRACEBACK = ('Traceback (most recent call last):\n  File "/app/tasks.py", line 3, in charge\n'
+             '    raise ValueError("nope")\nValueError: nope\n')
+
+
 def test_result_and_retry_of_a_pool_job(store):
     from actors.workers.context import encode_result
     from fdblayer.jobs import work
@@ -135,11 +139,15 @@ def test_result_and_retry_of_a_pool_job(store):
     claimed = {c.job.id: c for c in work.claim(db, L, "p", time.time(), 5, "h", 3).claimed}
     work.complete(db, L, [work.Outcome(claimed["ok"].job, "ok", encode_result(7)),
                           work.Outcome(claimed["bad"].job, "fail", None,
-                                       {"type": "ValueError", "message": "nope", "traceback": ""})], time.time())
+                                       {"type": "ValueError", "message": "nope", "traceback": TRACEBACK})],
+                  time.time())
     ok = cli("jobs", "result", "p", "ok", "--timeout", "5", "--store", url)
     assert ok.returncode == 0 and json.loads(ok.stdout) == 7
     bad = cli("jobs", "result", "p", "bad", "--timeout", "5", "--store", url)
     assert bad.returncode == 1 and json.loads(bad.stdout)["error"] == "ValueError"
+    assert json.loads(bad.stdout)["traceback"] == TRACEBACK, "the traceback is among the JSON fields"
+    assert TRACEBACK.rstrip() in bad.stderr, "and printed as Python prints it"
+    assert "failed after 1 attempt(s): ValueError: nope" in bad.stderr
     assert cli("jobs", "retry", "p", "bad", "--store", url).returncode == 0
     assert jobs.get_job_state(db, "p", "bad").value == "pending" and jobs.status(db, "p", "bad").attempt == 0
     again = cli("jobs", "retry", "p", "bad", "--store", url)
