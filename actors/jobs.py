@@ -2,11 +2,13 @@
 
 It re-exports :mod:`actors.queue.client` (the seed's couch_jobs calls and
 subscriptions) and :mod:`actors.workers.client` (``enqueue``, ``result``,
-``status``, ``schedule``, ``unschedule`` and ``JobFailed``). See there for
+``status``, ``schedule``, ``unschedule``, ``schedules`` and ``JobFailed``). See there for
 every call.
 """
 from actors.queue.client import *  # noqa: F401,F403
 from actors.queue.client import __all__ as _queue_all
-from actors.workers.client import JobFailed, JobStatus, enqueue, result, schedule, status, unschedule  # noqa: F401
+from actors.workers.client import (  # noqa: F401
+    JobFailed, JobStatus, enqueue, result, schedule, schedules, status, unschedule)
 
-__all__ = list(_queue_all) + ["JobFailed", "JobStatus", "enqueue", "result", "schedule", "status", "unschedule"]
+__all__ = list(_queue_all) + ["JobFailed", "JobStatus", "enqueue", "result", "schedule", "schedules", "status",
+                              "unschedule"]

@@ -10,7 +10,9 @@
 * ``GET /_jobs/{type}/{id}``: one job whole, with its result.
 * ``POST /_jobs/{type}`` ``{"data", "id"?, "delay"?, "at"?, "max_attempts"?}``
   adds a job for the worker pools (201 ``{"ok": true, "id"}``; an id that
-  exists follows the queue's resubmit rules); ``DELETE /_jobs/{type}/{id}``
+  exists follows the queue's resubmit rules; a type with no activity
+  timeout yet is declared with the default, 30 s, in the same transaction,
+  as ``jobs.enqueue`` does, so a producer needs no worker up first); ``DELETE /_jobs/{type}/{id}``
   removes one; ``POST /_jobs/{type}/{id}/_retry`` puts a finished (or
   failed) job back with a fresh attempt count (409 for a job not finished).
   Validated as the Python API is: a bad field is a 400 that writes nothing.
@@ -19,7 +21,8 @@
   attempt, for}], counts, last_beat, age, alive``).
 
 Errors are CouchDB-shaped: 400 ``bad_request`` for a bad parameter, 404
-``not_found`` for a type with no timeout or a job that does not exist.
+``not_found`` for a job that does not exist or a GET of a type with no
+timeout.
 """
 from __future__ import annotations
 

@@ -8,7 +8,10 @@ reachable, as with the rest of :mod:`actors.jobs`::
 
 ``enqueue`` follows the queue's rules for an id that exists (a pending job
 is rescheduled, a finished one runs again with a fresh attempt count, a
-running one runs again once its attempt ends). Scheduled times are whole
+running one runs again once its attempt ends), and works before any worker
+host ever ran: a type with no activity timeout yet is declared with
+``[worker] type_timeout``'s default (30 s) in the enqueue's own transaction.
+(The couch_jobs-level ``add`` keeps the seed's rule: ``NoTypeTimeout``.) Scheduled times are whole
 seconds, as couch_jobs' are: ``delay`` and ``at`` are rounded up, so a job
 never starts early.
 """
@@ -21,20 +24,26 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from fdblayer.interface import Database, Transaction, transactional
-from fdblayer.jobs import work
+from fdblayer.jobs import activity, work
 from fdblayer.jobs.codec import decode_data
 from fdblayer.jobs.exceptions import InvalidArgument, JobFailed, NotFound
 from fdblayer.jobs.job import JobState
 from fdblayer.jobs.keys import DEFAULT_LAYOUT
 from fdblayer.jobs.validate import INT_MAX, check_id, check_key_size, check_timeout, check_type
 
+from actors.node.settings import lookup
 from actors.workers.context import decode_result
-from actors.workers.schedule import check_cron
+from actors.workers.schedule import check_cron, next_tick
 
-__all__ = ["JobFailed", "JobStatus", "enqueue", "result", "status", "schedule", "unschedule", "MAX_ATTEMPTS"]
+__all__ = ["JobFailed", "JobStatus", "enqueue", "result", "status", "schedule", "unschedule", "schedules",
+           "MAX_ATTEMPTS", "DEFAULT_TYPE_TIMEOUT", "declare_type"]
 
 #: The most attempts a job may be given.
 MAX_ATTEMPTS = 1000
+
+#: The activity timeout (seconds) an enqueue gives a type that has none: the
+#: default of ``[worker] type_timeout``, as a worker host gives the types it serves.
+DEFAULT_TYPE_TIMEOUT = float(lookup("worker", "type_timeout").default)
 
 
 def _check_db(db: Any, what: str) -> Database:
@@ -79,8 +88,9 @@ def enqueue(db: Any, type: Any, data: Optional[dict] = None, *, id: Optional[str
 
     Args:
         db: a Database, or a Transaction to join.
-        type: the job type (it must have a type timeout: ``set_type_timeout``,
-            or a worker host serving it, creates one).
+        type: the job type; one with no activity timeout yet gets
+            :data:`DEFAULT_TYPE_TIMEOUT` in the same transaction (a worker
+            host serving it, or ``set_type_timeout``, may set another).
         data: the handler's ``ctx.data``, a dict of JSON values (None: ``{}``).
         id: the job id; None makes a fresh one (32 hex digits).
         delay: seconds from now before the job is due.
@@ -91,7 +101,7 @@ def enqueue(db: Any, type: Any, data: Optional[dict] = None, *, id: Optional[str
     Raises:
         InvalidArgument: a bad argument (nothing is written).
         EncodingError: ``data`` is not JSON-compatible or too large.
-        NoTypeTimeout: ``type`` has no type timeout.
+        NoTypeTimeout: the stored timeout of ``type`` is unreadable (corrupt).
     """
     from fdblayer.jobs.api import _check_tx, _encode  # one encoder, one tx check for the whole API
 
@@ -102,8 +112,31 @@ def enqueue(db: Any, type: Any, data: Optional[dict] = None, *, id: Optional[str
     sched_time = _sched_time(delay, at, time.time())
     max_attempts = check_max_attempts(max_attempts)
     encoded = _encode({} if data is None else data, type, job_id)
-    work.enqueue(db, DEFAULT_LAYOUT, type, job_id, encoded, sched_time, max_attempts)
+    _declare_and_enqueue(db, type, job_id, encoded, sched_time, max_attempts)
     return job_id
+
+
+@transactional
+def _declare_and_enqueue(tr: Transaction, job_type: Any, job_id: str, encoded: bytes, sched_time: int,
+                         max_attempts: Optional[int]) -> None:
+    declare_type(tr, job_type)
+    work.enqueue(tr, DEFAULT_LAYOUT, job_type, job_id, encoded, sched_time, max_attempts)
+
+
+def declare_type(tr: Transaction, job_type: Any, timeout: float = DEFAULT_TYPE_TIMEOUT) -> bool:
+    """Give ``job_type`` an activity timeout in ``tr`` unless it has one
+    (a stored one, even unreadable, is left as it is); True if it did.
+
+    Two producers declaring the same new type at once both write the same
+    value; one racing ``set_type_timeout`` conflicts with this read, so the
+    type never silently loses a timeout someone set.
+    """
+    key = DEFAULT_LAYOUT.activity_timeout_key(job_type)
+    if tr.snapshot.get(key) is not None:
+        return False
+    tr.add_read_conflict_key(key)
+    activity.set_type_timeout(tr, DEFAULT_LAYOUT, job_type, timeout)
+    return True
 
 
 @dataclass(frozen=True)
@@ -228,9 +261,36 @@ def schedule(db: Any, type: Any, cron: str, data: Optional[dict] = None) -> None
     work.set_schedule(db, DEFAULT_LAYOUT, type, cron, encoded, int(time.time()))
 
 
-def unschedule(db: Any, type: Any) -> None:
-    """Remove a job type's periodic schedule (its jobs stay)."""
+def unschedule(db: Any, type: Any) -> bool:
+    """Remove a job type's periodic schedule (its jobs stay); True if it had one."""
     _check_db(db, "unschedule")
     check_type(type)
     check_key_size(DEFAULT_LAYOUT, type)
-    work.clear_schedule(db, DEFAULT_LAYOUT, type)
+    return _unschedule(db, type)
+
+
+@transactional
+def _unschedule(tr: Transaction, job_type: Any) -> bool:
+    if tr.get(DEFAULT_LAYOUT.schedule_key(job_type)) is None:
+        return False
+    work.clear_schedule(tr, DEFAULT_LAYOUT, job_type)
+    return True
+
+
+def schedules(db: Any, now: Optional[float] = None) -> list:
+    """The periodic schedules kept in the store (they outlive the hosts and
+    calls that set them, until :func:`unschedule`), in type order: dicts of
+    ``type``, ``cron``, ``data`` (None if unreadable), ``last_tick`` (the last
+    tick enqueued, or the time the schedule was set) and ``next_tick``
+    (seconds since the epoch; None for a cron expression that no longer reads)."""
+    _check_db(db, "schedules")
+    now = time.time() if now is None else now
+    out = []
+    for job_type, sched in work.get_schedules(db, DEFAULT_LAYOUT).items():
+        try:
+            data = decode_data(sched.data)
+        except Exception:  # noqa: BLE001 - a damaged stored value is shown as unreadable, never fatal
+            data = None
+        out.append({"type": job_type, "cron": sched.cron, "data": data, "last_tick": sched.last,
+                    "next_tick": next_tick(sched.cron, now)})
+    return out

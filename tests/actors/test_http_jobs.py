@@ -52,6 +52,7 @@ def filled(n):
     ends += [work.Outcome(claimed["w0"].job, "ok", b"\x01"),
              work.Outcome(claimed["w1"].job, "fail", None, {"type": "ValueError", "message": "bad", "traceback": ""})]
     work.complete(db, L, ends, time.time())
+    work.mark_started(db, L, [(claimed["w2"].job, time.time())])  # its handler runs: running, not claimed
     return node, db
 
 
@@ -117,12 +118,22 @@ def test_bad_writes_change_nothing(filled):
             ("POST", "/_jobs/mail", {"x": 1}, 400), ("POST", "/_jobs/mail", [1], 400),
             ("POST", "/_jobs/mail", {"data": [1, 2]}, 400), ("POST", "/_jobs/mail", {"data": {}, "delay": -5}, 400),
             ("POST", "/_jobs/mail", {"data": {}, "max_attempts": 0}, 400),
-            ("POST", "/_jobs/nosuch", {"data": {}}, 404), ("DELETE", "/_jobs/mail/nosuch", None, 404),
+            ("POST", "/_jobs/nosuch", {"data": [1]}, 400), ("DELETE", "/_jobs/mail/nosuch", None, 404),
             ("POST", "/_jobs/mail/w2/_retry", None, 409), ("POST", "/_jobs/mail/nosuch/_retry", None, 404)]:
         reply = node.request(method, path, body)
         assert reply.status == status, (method, path, body, reply.status, reply.json())
         assert reply.json()["error"] and reply.json().get("reason") is not None
     assert get(node, "/_jobs/mail?limit=1000") == before
+    assert get(node, "/_jobs/nosuch", 404)["error"] == "not_found", "a refused POST declares no type"
+
+
+def test_a_post_on_a_new_type_declares_it_with_the_default_timeout(filled):
+    node, db = filled
+    assert jobs.get_type_timeout(db, "fresh-over-http") is None
+    reply = node.request("POST", "/_jobs/fresh-over-http", {"data": {"n": 1}, "id": "first"})
+    assert reply.status == 201 and reply.json() == {"ok": True, "id": "first"}
+    assert jobs.get_type_timeout(db, "fresh-over-http") == 30.0
+    assert get(node, "/_jobs/fresh-over-http/first")["state"] == "pending"
 
 
 def test_add_remove_and_retry_over_http(filled):

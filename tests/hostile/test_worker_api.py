@@ -44,9 +44,35 @@ def test_enqueue_refuses_bad_types(w, job_type):
     unchanged(store, lambda: jobs.enqueue(db, job_type, {}), jobs.JobsError)
 
 
-def test_enqueue_of_an_unknown_type_is_no_type_timeout(w):
+def test_enqueue_of_a_new_type_declares_it_with_the_default_timeout_in_its_transaction(w):
+    from actors.node.settings import lookup
+    from actors.workers.client import DEFAULT_TYPE_TIMEOUT
+
     store, db = w
-    unchanged(store, lambda: jobs.enqueue(db, "never-declared", {}), jobs.NoTypeTimeout)
+    assert DEFAULT_TYPE_TIMEOUT == lookup("worker", "type_timeout").default == 30, "[worker] type_timeout's default"
+    job_id = jobs.enqueue(db, "first-enqueue", {"n": 1})
+    assert jobs.get_type_timeout(db, "first-enqueue") == 30.0
+    assert jobs.status(db, "first-enqueue", job_id).state == "pending"
+    jobs.set_type_timeout(db, "first-enqueue", 7)
+    jobs.enqueue(db, "first-enqueue", {"n": 2})
+    assert jobs.get_type_timeout(db, "first-enqueue") == 7.0, "a type's own timeout is kept"
+    tr = db.create_transaction()
+    jobs.enqueue(tr, "joined-then-cancelled", {})
+    tr.cancel()
+    assert jobs.get_type_timeout(db, "joined-then-cancelled") is None, "declared in the enqueue's transaction only"
+
+
+def test_a_refused_enqueue_of_a_new_type_declares_nothing(w):
+    store, db = w
+    unchanged(store, lambda: jobs.enqueue(db, "never-declared", {"bad": object()}), jobs.EncodingError)
+    unchanged(store, lambda: jobs.enqueue(db, "never-declared", {}, delay=-1), jobs.InvalidArgument)
+    assert jobs.get_type_timeout(db, "never-declared") is None
+
+
+def test_the_couch_jobs_add_keeps_the_seeds_rule(w):
+    store, db = w
+    unchanged(store, lambda: jobs.add(db, "never-declared", "j", {}), jobs.NoTypeTimeout)
+    unchanged(store, lambda: jobs.add_many(db, "never-declared", {"j": {}}), jobs.NoTypeTimeout)
 
 
 @pytest.mark.parametrize("call", [
