@@ -1,11 +1,15 @@
 """The ``otpjobs`` console command (also ``python -m actors``).
 
     otpjobs node start [--store URL] [--config FILE] [--http-port N] [--port N] [--app MOD:CALLABLE]
+                       [--workers TYPE=MOD:CALLABLE ...]
     otpjobs node stop [--port N]
     otpjobs node status [--port N]
-    otpjobs jobs add TYPE JOB_ID [DATA_JSON] [--scheduled-time T] [--store URL]
-    otpjobs jobs list [TYPE] [--store URL]
-    otpjobs jobs remove TYPE JOB_ID [--store URL]
+    otpjobs worker [--concurrency N] [--max-attempts N] [--grace S] [--timeout S] [--cron TYPE=EXPR]
+                   [--port N] [--store URL] TYPE=MOD:CALLABLE ...
+    otpjobs workers list [--store URL]
+    otpjobs jobs add TYPE JOB_ID [DATA_JSON] [--scheduled-time T | --delay S] [--store URL]
+    otpjobs jobs list [TYPE] | remove TYPE JOB_ID | watch TYPE JOB_ID | result TYPE JOB_ID | retry TYPE JOB_ID
+    otpjobs jobs stats | schedules | unschedule TYPE [--store URL]
     otpjobs types set-timeout TYPE SECONDS | clear-timeout TYPE | list [--store URL]
     otpjobs docs add DOC_ID BODY_JSON [--db DB] [--store URL]
     otpjobs docs get DOC_ID | remove DOC_ID | list [--limit N --skip N --states S] [--db DB] [--store URL]
@@ -18,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import os
 import signal
 import sys
@@ -34,6 +39,39 @@ def _store_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", help="INI config file")
 
 
+def _seconds(text: str) -> float:
+    """A duration on the command line: a finite number of seconds >= 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds >= 0, not {text!r}")
+    return value
+
+
+def _timeout_seconds(text: str) -> float:
+    """A type's activity timeout on the command line: seconds > 0 (bounded as the API bounds it)."""
+    from fdblayer.jobs.exceptions import InvalidArgument
+    from fdblayer.jobs.validate import check_type_timeout
+
+    try:
+        return check_type_timeout(float(text))
+    except (ValueError, InvalidArgument):
+        raise argparse.ArgumentTypeError(f"must be a number of seconds > 0 (at most 1e8), not {text!r}") from None
+
+
+def _epoch(text: str) -> int:
+    """A scheduled time on the command line: whole seconds since the epoch, >= 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not whole seconds since the epoch: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be whole seconds since the epoch (>= 0), not {text!r}")
+    return value
+
+
 def _port_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--port", type=int, help=f"node admin port (default {DEFAULT_PORT})")
     p.add_argument("--config", help="INI config file")
@@ -42,7 +80,7 @@ def _port_arg(p: argparse.ArgumentParser) -> None:
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand."""
     parser = argparse.ArgumentParser(prog="otpjobs", description="Durable background jobs under OTP-style supervision.")
-    groups = parser.add_subparsers(dest="group", required=True, metavar="{node,worker,jobs,types,docs}")
+    groups = parser.add_subparsers(dest="group", required=True, metavar="{node,worker,workers,jobs,types,docs}")
 
     node = groups.add_parser("node", help="run and control a node").add_subparsers(dest="cmd", required=True)
     start = node.add_parser("start", help="run a node in the foreground")
@@ -67,8 +105,9 @@ def build_parser() -> argparse.ArgumentParser:
     add.add_argument("type")
     add.add_argument("job_id")
     add.add_argument("data", nargs="?", default="{}", help="job data: JSON, @file, or - for standard input")
-    add.add_argument("--scheduled-time", type=int, default=0, help="due time, whole seconds since the epoch")
-    add.add_argument("--delay", type=float, default=None, help="due in this many seconds")
+    when = add.add_mutually_exclusive_group()
+    when.add_argument("--scheduled-time", type=_epoch, default=0, help="due time, whole seconds since the epoch")
+    when.add_argument("--delay", type=_seconds, default=None, help="due in this many seconds")
     _store_arg(add)
     lst = jobs.add_parser("list", help="list jobs (of one type)")
     lst.add_argument("type", nargs="?")
@@ -80,13 +119,18 @@ def build_parser() -> argparse.ArgumentParser:
     res = jobs.add_parser("result", help="wait for a pool job's result (exit 1 if it failed for good)")
     res.add_argument("type")
     res.add_argument("job_id")
-    res.add_argument("--timeout", type=float, default=None)
+    res.add_argument("--timeout", type=_seconds, default=None)
     _store_arg(res)
     rt = jobs.add_parser("retry", help="put a finished or failed job back in the queue")
     rt.add_argument("type")
     rt.add_argument("job_id")
     _store_arg(rt)
     _store_arg(jobs.add_parser("stats", help="per type: timeout and counts of each state (as GET /_jobs)"))
+    _store_arg(jobs.add_parser("schedules", help="the periodic schedules kept in the store: type, cron, "
+                                                  "last and next tick"))
+    unsched = jobs.add_parser("unschedule", help="remove a type's periodic schedule (its jobs stay)")
+    unsched.add_argument("type")
+    _store_arg(unsched)
     watch = jobs.add_parser("watch", help="print a job's state changes until it finishes")
     watch.add_argument("type")
     watch.add_argument("job_id")
@@ -96,7 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
     types = groups.add_parser("types", help="job types and their activity timeouts").add_subparsers(dest="cmd", required=True)
     st = types.add_parser("set-timeout", help="create a type / set its activity timeout")
     st.add_argument("type")
-    st.add_argument("seconds", type=float)
+    st.add_argument("seconds", type=_timeout_seconds)
     _store_arg(st)
     ct = types.add_parser("clear-timeout", help="remove a type's timeout")
     ct.add_argument("type")
@@ -134,8 +178,9 @@ def _worker_parser(groups: Any) -> None:
     _store_arg(w)
     w.add_argument("--concurrency", "-c", type=int, help="worker processes (default 4)")
     w.add_argument("--max-attempts", type=int, help="attempts per job unless the job says (default 3)")
-    w.add_argument("--grace", type=float, help="seconds running handlers get on SIGTERM (default 30)")
-    w.add_argument("--timeout", type=float, help="activity timeout of a type that has none (default 30 s)")
+    w.add_argument("--grace", type=_seconds, help="seconds running handlers get on SIGTERM (default 30)")
+    w.add_argument("--timeout", type=_timeout_seconds,
+                   help="activity timeout of a type that has none (default 30 s)")
     w.add_argument("--cron", action="append", default=[], metavar="TYPE=EXPR",
                    help="a periodic schedule of a type, e.g. 'report=*/5 * * * *' (repeat it; also [periodic])")
     w.add_argument("--port", type=int, help="the host's admin port (default: a free one)")
@@ -148,7 +193,12 @@ def cmd_worker(args: argparse.Namespace) -> int:
     cfg = config_mod.load(args.config, {("node", "store"): args.store, ("node", "log_level"): args.log_level})
     level = getattr(logging, cfg.node.log_level.upper())
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s pid=%(process)d %(message)s")
-    return host.run(host.spec_from_config(cfg, args.assignments, args.cron, args), args.port, level)
+    spec = host.spec_from_config(cfg, args.assignments, args.cron, args)
+    from actors.workers.schedule import check_cron
+
+    for cron in spec.periodic.values():
+        check_cron(cron)  # before host.run opens (and creates) the store: a refused command leaves no file
+    return host.run(spec, args.port, level)
 
 
 def _config(args: argparse.Namespace) -> config_mod.Config:
@@ -238,22 +288,19 @@ def cmd_node_status(args: argparse.Namespace) -> int:
 
 # ----------------------------------------------------------------- jobs
 def cmd_jobs_add(args: argparse.Namespace) -> int:
-    from fdblayer import jobs
+    """Add (or resubmit) a job as ``jobs.enqueue`` does: a type with no
+    activity timeout yet is declared with the default (30 s)."""
+    from actors.workers import client
 
     text = _data_text(args.data)
     try:
         data = json.loads(text)
     except ValueError as exc:
         raise SystemExit(_fail(f"job data is not JSON: {exc}", 2))
-    scheduled = args.scheduled_time
-    if args.delay is not None:
-        from fdblayer.jobs.validate import check_timeout
-
-        delay = check_timeout(args.delay, "--delay")
-        if delay is None:
-            raise SystemExit(_fail("--delay must be under 10^8 seconds", 2))
-        scheduled = int(time.time() + delay + 0.999999)
-    jobs.add(_db(args), _job_type(args.type), args.job_id, data, scheduled)
+    if not isinstance(data, dict):
+        raise SystemExit(_fail(f"job data must be a JSON object, not {type(data).__name__}", 2))
+    client.enqueue(_db(args), _job_type(args.type), data, id=args.job_id, delay=args.delay,
+                   at=args.scheduled_time or None)
     print(f"added {args.type}/{args.job_id}")
     return 0
 
@@ -402,6 +449,36 @@ def cmd_jobs_stats(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_jobs_schedules(args: argparse.Namespace) -> int:
+    """One JSON line per periodic schedule in the store: type, cron, last and next tick."""
+    from actors.workers import client
+
+    for entry in client.schedules(_db(args, existing=True)):
+        print(json.dumps({"type": entry["type"], "cron": entry["cron"],
+                          "last_tick": entry["last_tick"], "last_tick_utc": _utc(entry["last_tick"]),
+                          "next_tick": entry["next_tick"], "next_tick_utc": _utc(entry["next_tick"]),
+                          "data": entry["data"]}))
+    return 0
+
+
+def _utc(epoch: Any) -> Any:
+    """Seconds since the epoch as ISO 8601 UTC (None stays None)."""
+    if epoch is None:
+        return None
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))
+
+
+def cmd_jobs_unschedule(args: argparse.Namespace) -> int:
+    """Remove a type's periodic schedule from the store (its jobs stay)."""
+    from actors.workers import client
+
+    job_type = _job_type(args.type)
+    if not client.unschedule(_db(args, existing=True), job_type):
+        return _fail(f"job type {job_type!r} has no periodic schedule", 1)
+    print(f"unscheduled {args.type}")
+    return 0
+
+
 def cmd_workers_list(args: argparse.Namespace) -> int:
     """One JSON line per worker host: its last heartbeat (what ``GET /_workers`` shows)."""
     from fdblayer.jobs import hosts
@@ -466,6 +543,7 @@ COMMANDS: dict[tuple[str, str], Callable[[argparse.Namespace], int]] = {
     ("node", "start"): cmd_node_start, ("node", "stop"): cmd_node_stop, ("node", "status"): cmd_node_status,
     ("jobs", "add"): cmd_jobs_add, ("jobs", "list"): cmd_jobs_list, ("jobs", "remove"): cmd_jobs_remove,
     ("jobs", "watch"): cmd_jobs_watch, ("jobs", "stats"): cmd_jobs_stats,
+    ("jobs", "schedules"): cmd_jobs_schedules, ("jobs", "unschedule"): cmd_jobs_unschedule,
     ("jobs", "result"): cmd_jobs_result, ("jobs", "retry"): cmd_jobs_retry, ("workers", "list"): cmd_workers_list,
     ("types", "set-timeout"): cmd_types_set_timeout, ("types", "clear-timeout"): cmd_types_clear_timeout,
     ("types", "list"): cmd_types_list,

