@@ -1,18 +1,30 @@
 """A worker host's dispatcher: claims due jobs in batches and hands them to its pool.
 
 Principle: the store has one writer at a time (SQLite) or conflicts between
-hosts (FoundationDB), so a host never lets each worker poll. One actor, the
-dispatcher, ends every finished attempt and claims the next jobs for every
-idle worker in one transaction; renews the lease of every job it holds in
-one transaction per interval; and waits on the store (a pending watch per
-type, a timer at the next scheduled time), never on a polling loop.
+hosts (FoundationDB, PostgreSQL), so a host never lets each worker poll.
+One actor, the dispatcher, ends every finished attempt and claims the next
+jobs for every idle worker in one transaction; renews the lease of every
+job it holds in one transaction per interval; and waits on the store (a
+pending watch per type, a timer at the next scheduled time), never on a
+polling loop.
 
-It monitors its workers: a worker that dies holding a job (SIGKILL, OOM,
-an exception escaping the runner) is restarted by the pool's supervisor,
-and its job is ended at once as a failed attempt (retried after a backoff
-or failed for good), not after the type's activity timeout. A job whose
-lock is lost (removed, or re-enqueued elsewhere) is told to stop, and its
-late outcome is discarded: nothing is finished twice.
+It knows what each worker does, exactly: a worker writes a record on its
+report channel (:mod:`actors.workers.channel`) before each handler call
+and after it, and the records outlive the worker. So a worker that dies
+(SIGKILL, OOM, ``os._exit``) fails the attempt of the one run it was in
+(retried at once, or failed for good when its attempts are used up), the
+runs it ended keep their outcomes, and the runs it never started go to
+other workers, their attempt not counted. A run queued behind a handler
+that turned out long is taken back and handed to a worker that is free,
+so a due job never waits behind another while a worker idles.
+
+It is also the host's lifeline: every type timeout it re-enqueues the
+jobs of its types whose lease expired (a host or dispatcher that died
+without a node on the store), in one serializable transaction, so of two
+hosts doing it at once one does. A restarted dispatcher takes back what
+its predecessor in the same host held. A job whose lock is lost
+(removed, or re-enqueued elsewhere) is told to stop, and its late outcome
+is discarded: nothing is finished twice.
 
 args: ``{"store", "host", "concurrency", "types": {type: {"handler",
 "max_attempts"}}, "max_attempts", "backoff": [base, cap], "pool"}``.
@@ -34,15 +46,18 @@ from fdblayer.interface import Transaction, transactional
 from fdblayer.jobs import activity, hosts, work
 from fdblayer.jobs.keys import DEFAULT_LAYOUT
 from supervision import NOREPLY, Down, GenServer, Request
+from supervision.addrmap import AddrMap
 from supervision.messages import WhereIs
 from supervision.supervisor import StartChild, TerminateChild, WhichChildren
-from supervision.addrmap import AddrMap
+from supervision.system import runtime_dir
 from supervision.waker import Waker
 
-from actors.workers.protocol import Drain, GetStatus, JobsDone, Release, Released, RunJob, RunJobs, StopJob
+from actors.workers import channel
+from actors.workers.channel import Channel
+from actors.workers.protocol import Drain, GetStatus, Release, RunJob, RunJobs, StopJob, TakeBack
 from actors.workers.schedule import next_tick, previous_tick
 
-__all__ = ["Dispatcher", "retry_delay"]
+__all__ = ["Dispatcher", "retry_delay", "prefetch_for"]
 
 log = logging.getLogger("otpjobs.workers")
 
@@ -62,6 +77,15 @@ PREFETCH_SECONDS = 0.1
 LONG_RUN = 0.5
 #: Seconds before a step that failed on a store error runs again.
 STEP_RETRY = 0.5
+#: While handlers run, the dispatcher looks at them this often (seconds): a run
+#: longer than STUCK_AFTER (or twice the mean run) holds no queued job (they are
+#: taken back for free workers), and a start older than MARK_AFTER is written to
+#: the store (the job shows as running, and its attempt counts if its host dies).
+WATCH_RUNS = 0.02
+STUCK_AFTER = 0.02
+MARK_AFTER = 0.05
+#: A type's lifeline check runs every type timeout, times 1 to 1 + this.
+LIFELINE_JITTER = 0.1
 
 
 def prefetch_for(run_seconds: float) -> int:
@@ -84,13 +108,32 @@ def retry_delay(attempt: int, base: float, cap: float, rng: random.Random | None
 
 @dataclass
 class Running:
-    """A job handed to a worker (or waiting for one, ``worker`` None)."""
+    """A job this host claimed: in the buffer (``worker`` None) or handed to a
+    worker; ``started`` (epoch s) once its handler started, ``seen`` (the
+    dispatcher's monotonic clock) when it learned so."""
 
     claimed: work.Claimed
     token: int
     worker: Any = None
-    started: float = 0.0
+    started: Optional[float] = None
+    seen: float = 0.0
+    marked: bool = False
     lost: bool = False
+
+
+@dataclass
+class Slot:
+    """One worker as the dispatcher sees it: its runs in the order it runs
+    them (the first may be in its handler: ``current``), its channel, and
+    whether it owes a RELEASED record (a take-back or release was sent)."""
+
+    addr: Any
+    ref: Any
+    channel: Channel
+    n: int
+    runs: dict = field(default_factory=dict)  # token -> Running, in order
+    current: Optional[Running] = None
+    owes_release: int = 0
 
 
 @dataclass
@@ -108,13 +151,17 @@ class TypeSlot:
     tick_timer: Optional[int] = None
     tick_at: Optional[float] = None
     fired: bool = field(default=False)
+    lifeline_vs: Any = None
 
 
 @transactional
-def _step(tr: Transaction, outcomes: list, claims: list, now: float, worker: str) -> tuple[list, list]:
-    """End ``outcomes`` and claim for ``claims`` = ``[(type, limit, default_max)]``,
-    one transaction. Returns ``(lost jobs, [ClaimResult per claim])``."""
-    lost = work.complete(tr, DEFAULT_LAYOUT, outcomes, now) if outcomes else []
+def _step(tr: Transaction, outcomes: list, starts: list, claims: list, now: float,
+          worker: str) -> tuple[list, list]:
+    """Record ``starts``, end ``outcomes`` and claim for ``claims`` =
+    ``[(type, limit, default_max)]``, one transaction. Returns ``(lost jobs,
+    [ClaimResult per claim])``."""
+    lost = work.mark_started(tr, DEFAULT_LAYOUT, starts) if starts else []
+    lost += work.complete(tr, DEFAULT_LAYOUT, outcomes, now) if outcomes else []
     results = [work.claim(tr, DEFAULT_LAYOUT, t, now, limit, worker, default_max)
                for t, limit, default_max in claims]
     return lost, results
@@ -138,14 +185,18 @@ class Dispatcher(GenServer):
                                             float(timeout))
         self.order = list(self.types)
         self.pool: Any = None
-        self.workers = AddrMap()  # worker address -> monitor ref (addresses do not hash)
-        self.inflight = AddrMap()  # worker address -> its Running jobs, in the order it runs them
+        self.rundir = runtime_dir()
+        channel.clear_stale(self.rundir)
+        self.slots = AddrMap()  # worker address -> Slot (addresses do not hash)
+        self.slot_count = 0
         self.buffer: collections.deque = collections.deque()  # claimed, waiting for a worker
         self.outcomes: list = []
+        self.to_mark: dict = {}  # token -> Running started, its start not yet written
         self.tokens = 0
         self.run_seconds: Optional[float] = None  # a moving average of handler run times (None: not measured)
         self.prefetch = 1  # until measured, one job a worker: assume slow
         self.flush_queued = False
+        self.watching_runs = False
         self.draining = False
         self.drain_from: Any = None
         self.drain_timer: Optional[int] = None
@@ -155,6 +206,17 @@ class Dispatcher(GenServer):
                                   min([MAX_RENEW_INTERVAL] + [s.timeout / 4 for s in self.types.values()]))
         self.run_task(self._start_pool(), self._pool_started)
         return None
+
+    def _recover(self) -> None:
+        """Take back what a predecessor in this host held (its workers are
+        stopped before this one's start): never started, the attempt is
+        given back; started, it counts."""
+        for job_type in self.types:
+            ids = work.requeue_held_by(self.db, DEFAULT_LAYOUT, job_type, self.host)
+            if ids:
+                self.stats["recovered"] += len(ids)
+                log.warning("jobs_recovered host=%s type=%s count=%d jobs=%s", self.host, job_type, len(ids),
+                            _short(",".join(ids)))
 
     # ---------------------------------------------------------------- the pool
     def _start_pool(self):
@@ -166,25 +228,31 @@ class Dispatcher(GenServer):
         for child in (yield Request(pool, WhichChildren(), CALL_TIMEOUT)):
             if child.addr is not None:
                 yield Request(pool, TerminateChild(child.addr), CALL_TIMEOUT)
+        self._recover()  # only now: no worker of a predecessor still runs a handler
         self.start_timer(self.renew_interval, self._renew, real=True)
+        for job_type in self.types:
+            self._lifeline(job_type)
         self._check_schedules()
         self._beat()
         for _ in range(self.concurrency):  # each worker gets jobs as soon as it is up, not once all are
             self._adopt((yield Request(pool, StartChild(None), CALL_TIMEOUT)))
             self._kick()
-        return len(self.workers)
+        return len(self.slots)
 
     def _pool_started(self, started: int) -> None:
         log.info("workers_up host=%s concurrency=%d types=%s", self.host, started, ",".join(map(str, self.order)))
 
-    def _running(self) -> list:
-        return [running for _, runs in self.inflight.items() for running in runs]
+    def _held(self) -> list:
+        """Every job handed to a worker and not ended."""
+        return [r for _, slot in self.slots.items() for r in slot.runs.values()]
 
     def _adopt(self, addr: Any) -> None:
-        if addr is None or addr in self.workers:
+        if addr is None or addr in self.slots:
             return
-        self.workers[addr] = self.monitor(addr)
-        self.inflight[addr] = []
+        self.slot_count += 1
+        slot = Slot(addr, self.monitor(addr), Channel(self.rundir, str(self.slot_count)), self.slot_count)
+        self.slots[addr] = slot
+        self.watch_fd(slot.channel.fd, lambda: self._read_channel(slot))
 
     def _find_replacements(self, tries: int) -> None:
         """Adopt the workers the pool restarted (it does so within milliseconds)."""
@@ -192,18 +260,15 @@ class Dispatcher(GenServer):
             if error is None:
                 for child in children:
                     self._adopt(child.addr)
-            if len(self.workers) < self.concurrency and tries > 0:
+            if len(self.slots) < self.concurrency and tries > 0 and not self.draining:
                 self.start_timer(0.05, lambda: self._find_replacements(tries - 1), real=True)
             self._hand_out()
+            self._kick()
         self.call_async(self.pool, WhichChildren(), listed, CALL_TIMEOUT)
 
     # ---------------------------------------------------------------- messages
     def handle_info(self, msg: Any) -> None:
-        if isinstance(msg, JobsDone):
-            self._jobs_done(msg)
-        elif isinstance(msg, Released):
-            self._released(msg)
-        elif isinstance(msg, Down):
+        if isinstance(msg, Down):
             self._worker_down(msg)
         elif isinstance(msg, _Flush):
             self.flush_queued = False
@@ -218,50 +283,108 @@ class Dispatcher(GenServer):
             return self._drain(msg, from_)
         return super().handle_call(msg, from_)
 
-    def _jobs_done(self, msg: JobsDone) -> None:
-        runs = self.inflight.get(msg.worker)
-        if runs is None:
-            return
-        self.stats["done_msgs"] += 1
-        by_token = {r.token: r for r in runs}
-        for done in msg.done:
-            running = by_token.pop(done.token, None)
-            if running is not None:
-                seconds = max(0.0, done.seconds)
-                self.run_seconds = seconds if self.run_seconds is None else 0.8 * self.run_seconds + 0.2 * seconds
-                self._end_attempt(running, done.error, done.result, seconds=done.seconds)
-        if self.run_seconds is not None:
+    # ---------------------------------------------------------------- what workers report
+    def _read_channel(self, slot: Slot) -> None:
+        """Take in what a worker wrote on its channel since the last read."""
+        ended = released = False
+        for record in slot.channel.read():
+            if record.kind == channel.START:
+                self._run_started(slot, record.token, record.value)
+            elif record.kind == channel.END:
+                ended = self._run_ended(slot, record.token, *record.value) or ended
+            else:
+                released = True
+                self._runs_released(slot, record.value)
+        if ended and self.run_seconds is not None:
             self.prefetch = prefetch_for(self.run_seconds)
-        self.inflight[msg.worker] = [r for r in runs if r.token in by_token]
-        self._hand_out(idle_only=True)  # an idle worker need not wait for the step; others get it whole
-        self._kick()
-        self._check_drained()
+        if ended or released:
+            self._hand_out(idle_only=not released)  # an idle worker need not wait for the step
+            self._kick()
+            self._check_drained()
 
-    def _released(self, msg: Released) -> None:
-        """A worker gave back jobs it had not started (a drain): back to the queue, uncounted."""
-        runs = self.inflight.get(msg.worker) or []
-        dropped = set(msg.tokens)
-        back = [r for r in runs if r.token in dropped and not r.lost]
-        self.inflight[msg.worker] = [r for r in runs if r.token not in dropped]
-        if back:
-            self.stats["released"] += work.release(self.db, DEFAULT_LAYOUT, [r.claimed.job for r in back])
-        self._check_drained()
+    def _run_started(self, slot: Slot, token: int, wall: float) -> None:
+        running = slot.runs.get(token)
+        if running is None:
+            return
+        running.started, running.seen = wall, time.monotonic()
+        slot.current = running
+        self.to_mark[token] = running
+        if not self.watching_runs:
+            self.watching_runs = True
+            self.start_timer(WATCH_RUNS, self._watch_runs, real=True)
+
+    def _run_ended(self, slot: Slot, token: int, seconds: float, result: Any, error: Any) -> bool:
+        running = slot.runs.pop(token, None)
+        if running is None:
+            return False
+        if slot.current is running:
+            slot.current = None
+        self.to_mark.pop(token, None)
+        seconds = max(0.0, seconds)
+        self.run_seconds = seconds if self.run_seconds is None else 0.8 * self.run_seconds + 0.2 * seconds
+        self._end_attempt(running, error, result, seconds=seconds)
+        return True
+
+    def _runs_released(self, slot: Slot, tokens: tuple) -> None:
+        """A worker gave back runs it had not started: to other workers, or
+        back to the queue (uncounted) when the host drains or the job is lost."""
+        slot.owes_release = max(0, slot.owes_release - 1)
+        back = [r for r in (slot.runs.pop(t, None) for t in tokens) if r is not None and not r.lost]
+        for running in back:
+            running.worker = None
+        if self.draining:
+            self._release([r.claimed.job for r in back])
+        else:
+            self.buffer.extendleft(reversed(back))  # first in line: they were claimed first
+
+    def _watch_runs(self) -> None:
+        """Every WATCH_RUNS while handlers run: take queued runs back from
+        workers whose handler runs long; write starts that are not brief."""
+        now = time.monotonic()
+        busy = False
+        for _, slot in self.slots.items():
+            if slot.current is None:
+                continue
+            busy = True
+            if self._stuck(slot, now) and len(slot.runs) > 1 and not slot.owes_release and not self.draining:
+                slot.owes_release += 1
+                self.stats["taken_back"] += len(slot.runs) - 1
+                self.send(slot.addr, TakeBack())
+        if any(now - r.seen > MARK_AFTER for r in self.to_mark.values()):
+            self._kick()
+        self.watching_runs = busy
+        if busy:
+            self.start_timer(WATCH_RUNS, self._watch_runs, real=True)
+
+    def _stuck(self, slot: Slot, now: float) -> bool:
+        current = slot.current
+        return current is not None and now - current.seen > max(STUCK_AFTER, 2 * (self.run_seconds or 0.0))
 
     def _worker_down(self, down: Down) -> None:
-        if self.workers.pop(down.addr, None) is None:
+        slot = self.slots.get(down.addr)
+        if slot is None:
             return
-        runs = self.inflight.pop(down.addr, None) or []
-        unstarted = [r for r in runs[1:] if not r.lost]
-        if unstarted:  # queued in the dead worker, never started: back in the queue, uncounted
-            self.stats["released"] += work.release(self.db, DEFAULT_LAYOUT, [r.claimed.job for r in unstarted])
-        running = runs[0] if runs else None
+        self._read_channel(slot)  # everything it wrote before it died
+        self.slots.pop(down.addr)
+        self.unwatch_fd(slot.channel.fd)
+        slot.channel.close()
+        running = slot.current
+        unstarted = [r for r in slot.runs.values() if r is not running and not r.lost]
+        for r in unstarted:
+            r.worker = None
+        if unstarted:  # queued in the dead worker, never started: to another worker, uncounted
+            if self.draining:
+                self._release([r.claimed.job for r in unstarted])
+            else:
+                self.buffer.extendleft(reversed(unstarted))
         if running is not None:
+            self.to_mark.pop(running.token, None)
             log.warning("worker_died host=%s type=%s job=%s attempt=%d reason=%r", self.host,
                         running.claimed.job.type, running.claimed.job.id, running.claimed.attempt, down.reason)
             error = {"type": "WorkerDied", "message": f"the worker running the job exited: {down.reason!r}",
                      "traceback": ""}
             self._end_attempt(running, error, None, retry_now=True)
-            self._kick()
+        self._kick()
         if not self.draining:
             self._find_replacements(40)
         self._check_drained()
@@ -273,23 +396,24 @@ class Dispatcher(GenServer):
         if running.lost:
             log.info("job_outcome_discarded host=%s type=%s job=%s reason=lock_lost", self.host, job.type, job.id)
             return
+        started = running.started
         if error is None:
             self.stats["succeeded"] += 1
-            self.outcomes.append(work.Outcome(job, "ok", result, seconds=seconds))
+            self.outcomes.append(work.Outcome(job, "ok", result, seconds=seconds, started=started))
             return
-        if claimed.attempt < claimed.max_attempts:
+        if claimed.attempt < claimed.max_attempts and not error.get("final"):
             delay = 0.0 if retry_now else retry_delay(claimed.attempt, *self.backoff)
             retry_at = math.ceil(time.time() + delay) if delay > 0 else 0
             self.stats["retried"] += 1
             log.warning("job_retry host=%s type=%s job=%s attempt=%d/%d in=%.1fs error=%s: %s", self.host,
                         job.type, job.id, claimed.attempt, claimed.max_attempts, delay, error.get("type"),
                         _short(error.get("message")))
-            self.outcomes.append(work.Outcome(job, "retry", None, error, retry_at, seconds))
+            self.outcomes.append(work.Outcome(job, "retry", None, error, retry_at, seconds, started))
             return
         self.stats["failed"] += 1
         log.error("job_failed host=%s type=%s job=%s attempts=%d error=%s: %s", self.host, job.type, job.id,
                   claimed.attempt, error.get("type"), _short(error.get("message")))
-        self.outcomes.append(work.Outcome(job, "fail", None, error, seconds=seconds))
+        self.outcomes.append(work.Outcome(job, "fail", None, error, seconds=seconds, started=started))
 
     # ---------------------------------------------------------------- the step
     def _kick(self) -> None:
@@ -302,8 +426,19 @@ class Dispatcher(GenServer):
         if self.draining or self.pool is None:
             return 0
         below = self._refill_below()
-        room = sum(self.prefetch - len(runs) for _, runs in self.inflight.items() if len(runs) <= below)
+        now = time.monotonic()
+        room = sum(self.prefetch - len(slot.runs) for _, slot in self.slots.items()
+                   if len(slot.runs) <= below and not self._stuck(slot, now))
         return room + self.concurrency - len(self.buffer)
+
+    def _starts_due(self) -> list:
+        """Starts to write in this step: those older than MARK_AFTER (a brief
+        run's start is written with its end)."""
+        now = time.monotonic()
+        due = [r for r in self.to_mark.values() if now - r.seen > MARK_AFTER and not r.lost]
+        for r in due:
+            del self.to_mark[r.token]
+        return due
 
     def _flush(self) -> None:
         want = self._want()
@@ -313,17 +448,21 @@ class Dispatcher(GenServer):
                 slot = self.types[job_type]
                 if slot.maybe_work:
                     claims.append((job_type, want, slot.max_attempts))
-        if not claims and not self.outcomes:
+        starts = self._starts_due()
+        if not claims and not self.outcomes and not starts:
             return
         outcomes, self.outcomes = self.outcomes, []
         now = time.time()
         try:
             t0 = time.perf_counter()
-            lost, results = _step(self.db, outcomes, claims, now, self.host)
+            lost, results = _step(self.db, outcomes, [(r.claimed.job, r.started) for r in starts], claims, now,
+                                  self.host)
             self.stats["steps"] += 1
             self.stats["step_ms"] += (time.perf_counter() - t0) * 1000
         except Exception as exc:  # noqa: BLE001 - a store error (disk full, busy) delays the step
             self.outcomes = outcomes + self.outcomes  # nothing was written: try again shortly
+            for r in starts:
+                self.to_mark.setdefault(r.token, r)
             log.warning("step_failed host=%s error=%r (retrying in %.1fs)", self.host, exc, STEP_RETRY)
             self.start_timer(STEP_RETRY, self._kick, real=True)
             return
@@ -393,42 +532,70 @@ class Dispatcher(GenServer):
 
     def _hand_out(self, idle_only: bool = False) -> None:
         """Give buffered jobs to the least loaded workers that are low (or,
-        with ``idle_only``, empty), one message per worker."""
+        with ``idle_only``, empty), one message per worker; never to a worker
+        whose handler runs long (a job must not wait behind it)."""
         if not self.buffer or self.draining:
             return
         below = 0 if idle_only else self._refill_below()
-        heap = [(len(runs), n, addr) for n, (addr, runs) in enumerate(self.inflight.items()) if len(runs) <= below]
+        now = time.monotonic()
+        heap = [(len(slot.runs), slot.n, slot) for _, slot in self.slots.items()
+                if len(slot.runs) <= below and not slot.owes_release and not self._stuck(slot, now)]
         heapq.heapify(heap)
         batches: dict = {}
-        now = time.time()
         while self.buffer and heap and heap[0][0] < self.prefetch:
-            load, n, addr = heapq.heappop(heap)
+            load, n, slot = heapq.heappop(heap)
             running = self.buffer.popleft()
-            running.worker, running.started = addr, now
-            self.inflight[addr].append(running)
+            if running.lost:
+                continue
+            running.worker = slot.addr
+            slot.runs[running.token] = running
             c = running.claimed
-            batches.setdefault(n, (addr, []))[1].append(
+            batches.setdefault(n, (slot, []))[1].append(
                 RunJob(running.token, c.job, c.data, c.attempt, c.max_attempts, self.types[c.job.type].handler))
-            heapq.heappush(heap, (load + 1, n, addr))
-        for addr, runs in batches.values():
+            heapq.heappush(heap, (load + 1, n, slot))
+        for slot, runs in batches.values():
             self.stats["run_msgs"] += 1
-            self.send(addr, RunJobs(tuple(runs), self.store, self.myAddress))
+            self.send(slot.addr, RunJobs(tuple(runs), self.store, str(slot.channel.path)))
 
     # ---------------------------------------------------------------- leases
     def _renew(self) -> None:
-        held = self._running() + list(self.buffer)
-        held = [r for r in held if not r.lost]
-        if held:
-            lost = {(j.type, j.id, j.lock) for j in work.renew(self.db, DEFAULT_LAYOUT, [r.claimed.job for r in held])}
-            for running in held:
-                j = running.claimed.job
-                if (j.type, j.id, j.lock) in lost:
-                    running.lost = True
-                    log.info("job_lost host=%s type=%s job=%s (removed or re-enqueued)", self.host, j.type, j.id)
-                    if running.worker is not None:
-                        self.send(running.worker, StopJob(running.token))
-            self.buffer = collections.deque(r for r in self.buffer if not r.lost)
+        held = [r for r in self._held() + list(self.buffer) if not r.lost]
+        try:
+            if held:
+                lost_jobs = work.renew(self.db, DEFAULT_LAYOUT, [r.claimed.job for r in held])
+                self._lost({(j.type, j.id, j.lock) for j in lost_jobs}, held)
+        except Exception as exc:  # noqa: BLE001 - a lease has four renewals of slack: try again soon
+            log.warning("renew_failed host=%s held=%d error=%r", self.host, len(held), exc)
+            self.start_timer(min(self.renew_interval, STEP_RETRY), self._renew, real=True)
+            return
         self.start_timer(self.renew_interval, self._renew, real=True)
+
+    def _lost(self, lost: set, held: list) -> None:
+        for running in held:
+            j = running.claimed.job
+            if (j.type, j.id, j.lock) in lost:
+                running.lost = True
+                log.info("job_lost host=%s type=%s job=%s (removed or re-enqueued)", self.host, j.type, j.id)
+                if running.worker is not None:
+                    self.send(running.worker, StopJob(running.token))
+        self.buffer = collections.deque(r for r in self.buffer if not r.lost)
+
+    def _lifeline(self, job_type: Any) -> None:
+        """Re-enqueue the type's jobs whose lease expired (their host or
+        dispatcher died): the activity monitor's check, run by every host."""
+        slot = self.types[job_type]
+        try:
+            slot.lifeline_vs, ids = activity.check_inactive(self.db, DEFAULT_LAYOUT, job_type, slot.lifeline_vs)
+            slot.timeout = activity.get_type_timeout(self.db, DEFAULT_LAYOUT, job_type) or slot.timeout
+        except Exception as exc:  # noqa: BLE001 - a store hiccup delays the check, never stops the host
+            log.warning("lifeline_failed host=%s type=%s error=%r", self.host, job_type, exc)
+            ids = []
+        if ids:
+            self.stats["reenqueued"] += len(ids)
+            log.warning("jobs_reenqueued host=%s type=%s reason=lease_expired count=%d jobs=%s", self.host,
+                        job_type, len(ids), _short(",".join(ids)))
+        self.start_timer(slot.timeout * (1 + random.random() * LIFELINE_JITTER),
+                         lambda: self._lifeline(job_type), real=True)
 
     # ---------------------------------------------------------------- heartbeat
     def _beat(self) -> None:
@@ -488,39 +655,54 @@ class Dispatcher(GenServer):
             log.info("tick_enqueued host=%s type=%s job=%s", self.host, job_type, job_id)
 
     # ---------------------------------------------------------------- shutdown
+    def _release(self, jobs: list) -> None:
+        """Put held jobs back in the queue, uncounted; a store error leaves
+        them to the lifeline (their leases expire)."""
+        if not jobs:
+            return
+        try:
+            self.stats["released"] += work.release(self.db, DEFAULT_LAYOUT, jobs)
+        except Exception as exc:  # noqa: BLE001 - nothing is lost: the lease runs out and they come back
+            log.warning("release_failed host=%s count=%d error=%r", self.host, len(jobs), exc)
+
     def _drain(self, msg: Drain, from_: Any) -> Any:
         self.draining = True
-        waiting = [r.claimed.job for r in self.buffer]
+        waiting = [r.claimed.job for r in self.buffer if not r.lost]
         self.buffer.clear()
-        released = work.release(self.db, DEFAULT_LAYOUT, waiting) if waiting else 0
-        for addr, runs in self.inflight.items():
-            if runs:
-                self.send(addr, Release())
-        log.info("workers_draining host=%s held=%d released=%d grace=%.1fs", self.host, len(self._running()),
-                 released, msg.grace)
-        self.stats["released"] += released
+        before = self.stats["released"]
+        self._release(waiting)
+        for _, slot in self.slots.items():
+            if slot.runs:
+                slot.owes_release += 1
+                self.send(slot.addr, Release())
+        log.info("workers_draining host=%s held=%d released=%d grace=%.1fs", self.host, len(self._held()),
+                 self.stats["released"] - before, msg.grace)
         self.drain_from = from_
-        if not self._running():
+        if not self._busy():
             self._drained()
             return NOREPLY
         self.drain_timer = self.start_timer(max(0.0, msg.grace), self._grace_over, real=True)
         return NOREPLY
 
+    def _busy(self) -> bool:
+        return any(slot.runs or slot.owes_release for _, slot in self.slots.items())
+
     def _grace_over(self) -> None:
         self.drain_timer = None
-        late = [r for r in self._running() if not r.lost]
-        released = work.release(self.db, DEFAULT_LAYOUT, [r.claimed.job for r in late]) if late else 0
+        late = [r for r in self._held() if not r.lost]
         for running in late:
             log.warning("job_released host=%s type=%s job=%s reason=grace_over", self.host,
                         running.claimed.job.type, running.claimed.job.id)
             running.lost = True
-        self.stats["released"] += released
-        for addr, _ in self.inflight.items():
-            self.inflight[addr] = []
+        self._release([r.claimed.job for r in late])
+        for _, slot in self.slots.items():
+            slot.runs.clear()
+            slot.current = None
+            slot.owes_release = 0
         self._drained()
 
     def _check_drained(self) -> None:
-        if self.drain_from is not None and not self._running():
+        if self.drain_from is not None and not self._busy():
             self._drained()
 
     def _drained(self) -> None:
@@ -528,7 +710,11 @@ class Dispatcher(GenServer):
             return
         if self.outcomes:
             outcomes, self.outcomes = self.outcomes, []
-            lost = work.complete(self.db, DEFAULT_LAYOUT, outcomes, time.time())
+            try:
+                lost = work.complete(self.db, DEFAULT_LAYOUT, outcomes, time.time())
+            except Exception as exc:  # noqa: BLE001 - the jobs come back when their leases run out
+                log.warning("drain_complete_failed host=%s count=%d error=%r", self.host, len(outcomes), exc)
+                lost = []
             for job in lost:
                 log.info("job_outcome_discarded host=%s type=%s job=%s reason=lock_lost", self.host, job.type,
                          job.id)
@@ -544,8 +730,10 @@ class Dispatcher(GenServer):
             hosts.forget(self.db, DEFAULT_LAYOUT, self.host)  # a clean stop: no stale beat left behind
         except Exception as exc:  # noqa: BLE001 - readers age it out anyway
             log.warning("forget_failed host=%s error=%r", self.host, exc)
-        for _, ref in self.workers.items():  # the pool need not tell a gone dispatcher of its workers' ends
-            self.demonitor(ref)
+        for _, slot in self.slots.items():  # the pool need not tell a gone dispatcher of its workers' ends
+            self.demonitor(slot.ref)
+            self.unwatch_fd(slot.channel.fd)
+            slot.channel.close()
         for slot in self.types.values():
             if slot.watch is not None:
                 slot.watch.cancel()
@@ -554,17 +742,19 @@ class Dispatcher(GenServer):
     # ---------------------------------------------------------------- status
     def _status(self) -> dict:
         now = time.time()
+        running = [r for _, slot in self.slots.items() for r in ([slot.current] if slot.current else [])]
         return {
             "host": self.host, "pid": os.getpid(), "concurrency": self.concurrency,
-            "types": [str(t) for t in self.order], "workers": len(self.workers),
-            "busy": sum(1 for _, runs in self.inflight.items() if runs),
-            "buffered": len(self.buffer), "draining": self.draining, "counts": dict(self.stats),
+            "types": [str(t) for t in self.order], "workers": len(self.slots),
+            "busy": len(running), "buffered": len(self.buffer),
+            "claimed": len(self.buffer) + sum(len(slot.runs) for _, slot in self.slots.items()) - len(running),
+            "draining": self.draining, "counts": dict(self.stats),
             "running": [{"type": r.claimed.job.type, "id": r.claimed.job.id, "attempt": r.claimed.attempt,
-                         "for": round(now - r.started, 3)} for _, runs in self.inflight.items() for r in runs[:1]],
+                         "for": round(now - (r.started or now), 3)} for r in running],
         }
 
     def format_status(self) -> dict:
-        return {"host": self.host, "held": len(self._running()), "buffered": len(self.buffer)}
+        return {"host": self.host, "held": len(self._held()), "buffered": len(self.buffer)}
 
 
 @dataclass(frozen=True)

@@ -114,7 +114,8 @@ def prepare(spec: HostSpec) -> None:
 
 def host_args(spec: HostSpec) -> dict:
     """The worker tree's args for :func:`~actors.workers.sup.workers_children`."""
-    return {"store": spec.store, "concurrency": spec.concurrency, "max_attempts": spec.max_attempts,
+    return {"store": spec.store, "host": f"{socket.gethostname()}:{os.getpid()}",  # kept by a restarted dispatcher
+            "concurrency": spec.concurrency, "max_attempts": spec.max_attempts,
             "backoff": list(spec.backoff),
             "types": {t: {"handler": h} for t, h in spec.types.items()}}
 

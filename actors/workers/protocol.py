@@ -1,16 +1,17 @@
 """Messages between a worker host's dispatcher, its workers and its clients.
 
 Plain frozen dataclasses, pickled across processes. The dispatcher sends a
-worker :class:`RunJob` and :class:`StopJob`; a worker answers each run
-with one :class:`JobDone`. Clients call the dispatcher with :class:`Drain`
-and :class:`GetStatus`.
+worker :class:`RunJobs`, :class:`StopJob`, :class:`TakeBack` and
+:class:`Release`; a worker answers on its report channel
+(:mod:`actors.workers.channel`), not with messages. Clients call the
+dispatcher with :class:`Drain` and :class:`GetStatus`.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Optional
 
-__all__ = ["RunJob", "RunJobs", "StopJob", "JobDone", "JobsDone", "Release", "Released", "Drain", "GetStatus"]
+__all__ = ["RunJob", "RunJobs", "StopJob", "TakeBack", "Release", "Drain", "GetStatus"]
 
 
 @dataclass(frozen=True, repr=False)
@@ -32,28 +33,27 @@ class RunJob:
 class RunJobs:
     """Info to a worker: run these, in order, one at a time (a worker holds a
     few so that a job's end and the next job's start need no message), with
-    the store at ``store``; answer :class:`JobsDone` to ``reply_to``."""
+    the store at ``store``; record each start and end on the pipe named
+    ``channel``."""
 
     runs: tuple
     store: str
-    reply_to: Any
+    channel: str
 
     def __repr__(self) -> str:  # Thespian formats every message it sends: keep that cheap
         return f"RunJobs(n={len(self.runs)})"
 
 
 @dataclass(frozen=True)
-class Release:
-    """Info to a worker: drop the jobs not yet started and answer
-    :class:`Released`; tell the running handler to stop."""
+class TakeBack:
+    """Info to a worker: hand back the runs not yet started (a RELEASED
+    record); the running handler goes on."""
 
 
 @dataclass(frozen=True)
-class Released:
-    """Info to the dispatcher: the tokens a worker dropped without starting them."""
-
-    worker: Any
-    tokens: tuple
+class Release:
+    """Info to a worker: hand back the runs not yet started (a RELEASED
+    record) and tell the running handler to stop (a drain)."""
 
 
 @dataclass(frozen=True)
@@ -62,35 +62,6 @@ class StopJob:
     host is shutting down (its handler sees ``ctx.stopping``)."""
 
     token: int
-
-
-@dataclass(frozen=True, repr=False)
-class JobDone:
-    """Info to the dispatcher: the run of ``token`` ended.
-
-    ``result`` is the encoded return value when ``error`` is None; ``error``
-    is ``{"type", "message", "traceback"}`` when the handler raised (or its
-    return value could not be encoded).
-    """
-
-    token: int
-    result: Optional[bytes] = None
-    error: Optional[dict] = None
-    seconds: float = 0.0
-
-    def __repr__(self) -> str:
-        return f"JobDone(token={self.token}, ok={self.error is None})"
-
-
-@dataclass(frozen=True, repr=False)
-class JobsDone:
-    """Info to the dispatcher: the runs a worker ended since its last report."""
-
-    worker: Any
-    done: tuple
-
-    def __repr__(self) -> str:
-        return f"JobsDone(n={len(self.done)})"
 
 
 @dataclass(frozen=True)

@@ -3,8 +3,9 @@
 The pool is a simple_one_for_one supervisor of permanent workers, so a
 worker that dies is restarted at once; the dispatcher starts them and
 adopts the restarted ones. A dispatcher crash restarts only the
-dispatcher, which clears the pool and starts it afresh (the jobs it held
-come back after their type's timeout); a pool crash restarts both.
+dispatcher, which clears the pool, takes back the jobs its predecessor
+held (by the host's name) and starts the pool afresh; a pool crash
+restarts both.
 """
 from __future__ import annotations
 
@@ -23,7 +24,9 @@ class WorkerPool(Supervisor):
     """simple_one_for_one of :class:`~actors.workers.worker.Worker`."""
 
     def children(self, args: Any) -> tuple:
-        flags = SupFlags("simple_one_for_one", intensity=max(10, 2 * int(args or 1)), period=5)
+        # A worker dies with the job that killed it (its attempt fails, and max_attempts
+        # bounds it), so poison jobs among many must not take the pool down.
+        flags = SupFlags("simple_one_for_one", intensity=max(50, 10 * int(args or 1)), period=10)
         return flags, [ChildSpec("worker", Worker, None, restart="permanent", shutdown="brutal_kill")]
 
 

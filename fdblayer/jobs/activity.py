@@ -19,7 +19,7 @@ from typing import Iterable, Optional
 import fdb.tuple
 
 from fdblayer.interface import Transaction, transactional
-from fdblayer.jobs import counts, rows
+from fdblayer.jobs import counts, work
 from fdblayer.jobs.codec import decode_data, report_bad_row, unpack_activity_value_or_none
 from fdblayer.jobs.validate import MAX_TYPE_TIMEOUT
 from fdblayer.jobs.keys import ACTIVITY_TIMEOUT, JobType, Layout
@@ -195,7 +195,8 @@ def get_inactive_since(
 def re_enqueue_inactive(
     tr: Transaction, layout: Layout, job_type: JobType, job_ids: Iterable[str]
 ) -> list[str]:
-    """Put running jobs back in the pending queue; their locks become stale.
+    """Put running jobs back in the pending queue; their locks become stale
+    (a worker pool's job as :func:`fdblayer.jobs.work.requeue_silent` says).
 
     Ids of jobs that are gone or no longer running are skipped (the seed
     re-enqueued any job that still existed).
@@ -203,20 +204,9 @@ def re_enqueue_inactive(
     Returns:
         The ids that were re-enqueued.
     """
-    done = []
-    for job_id in job_ids:
-        key = layout.data_key(job_type, job_id)
-        current = rows.get_job_val(tr, key)
-        if current is None or current.lock is None:
-            continue
-        rows.clear_activity(tr, layout, job_type, current.seq)
-        rows.maybe_enqueue(
-            tr, layout, job_type, job_id, current.sched_time, True, current.data, key
-        )
-        done.append(job_id)
-    if done:
-        rows.update_watch(tr, layout, job_type)
-        counts.bump(tr, layout, job_type, "reenqueued", len(done))
+    tally = counts.Tally(tr, layout)
+    done = [job_id for job_id in job_ids if work.requeue_silent(tr, layout, job_type, job_id, tally)]
+    tally.write()
     return done
 
 

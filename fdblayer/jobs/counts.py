@@ -6,6 +6,8 @@ Data model (beside the couch_jobs rows)::
     (JOBS, COUNTS, type, "jobs")     = int64 LE   jobs of the type (any state)
     (JOBS, COUNTS, type, "pending")  = int64 LE   rows in its PENDING index
     (JOBS, COUNTS, type, "running")  = int64 LE   rows in its ACTIVITY index
+    (JOBS, COUNTS, type, "claimed")  = int64 LE   of those, worker-pool jobs a host
+                                                  claimed whose handler has not started
     (JOBS, COUNTS, type, "failed")   = int64 LE   finished jobs whose worker-pool
                                                   outcome is ``failed``
     (JOBS, COUNTS, type, "counted")  = b"1"       the counters above are exact
@@ -16,7 +18,7 @@ SQLite: coalesced per transaction), so a counter is exact whenever the
 ``counted`` mark is there. A store written before the counters existed
 (or repaired by hand) has no mark: the first :func:`read` counts the rows
 once, in its own transaction, and sets the mark. ``finished`` is ``jobs -
-pending - running``; ``scheduled`` (pending, not yet due) is counted from
+pending - running``; :func:`read` shows ``running - claimed`` as running; ``scheduled`` (pending, not yet due) is counted from
 the pending index, which is ordered by time, up to :data:`SCHEDULED_CAP`.
 """
 from __future__ import annotations
@@ -32,10 +34,10 @@ __all__ = ["FIELDS", "EVENTS", "RUN_BUCKETS", "SCHEDULED_CAP", "Tally", "bump", 
            "observe_run", "read_events"]
 
 #: The counters a type keeps.
-FIELDS = ("jobs", "pending", "running", "failed")
+FIELDS = ("jobs", "pending", "running", "claimed", "failed")
 #: Counters of events since the type's first (never decremented): jobs added
-#: (new, or finished and added again), attempts started (accept or a pool's
-#: claim), and the pools' outcomes: succeeded, failed for good, retried; and
+#: (new, or finished and added again), attempts started (an accept, or a pool
+#: handler's start), and the pools' outcomes: succeeded, failed for good, retried; and
 #: jobs re-enqueued by the activity monitor.
 EVENTS = ("added", "started", "succeeded", "failed_final", "retried", "reenqueued")
 #: Upper bounds (seconds) of the run-time histogram of the pools' handler calls.
@@ -112,9 +114,11 @@ class Tally:
 
 @transactional
 def read(tr: Transaction, layout: Layout, job_type: JobType, now: float) -> dict:
-    """The type's counts: ``jobs, pending, scheduled, running, finished,
-    failed`` and ``scheduled_capped`` (True when more than
-    :data:`SCHEDULED_CAP` jobs are not yet due).
+    """The type's counts: ``jobs, pending, scheduled, claimed, running,
+    finished, failed`` and ``scheduled_capped`` (True when more than
+    :data:`SCHEDULED_CAP` jobs are not yet due). ``running`` counts the
+    jobs whose handler (or hand-written worker) runs; ``claimed`` the pools'
+    jobs held by a host whose handler has not started.
 
     Counts the rows once first when the type was never counted.
     """
@@ -128,7 +132,8 @@ def read(tr: Transaction, layout: Layout, job_type: JobType, now: float) -> dict
                                    limit=SCHEDULED_CAP + 1)
     return {"jobs": values["jobs"], "pending": values["pending"],
             "scheduled": min(len(future), SCHEDULED_CAP), "scheduled_capped": len(future) > SCHEDULED_CAP,
-            "running": values["running"],
+            "claimed": min(values["claimed"], values["running"]),
+            "running": max(0, values["running"] - values["claimed"]),
             "finished": max(0, values["jobs"] - values["pending"] - values["running"]),
             "failed": values["failed"]}
 
@@ -152,7 +157,10 @@ def tally(tr: Transaction, layout: Layout, job_type: JobType) -> dict:
     finished = [job_id for job_id, (_, state, _) in jobs.items() if state is JobState.FINISHED]
     failed = sum(1 for entry in work.read_many(tr, layout, job_type, finished)
                  if entry is not None and entry[2].outcome == work.FAILED)
-    return {"jobs": len(jobs), "pending": pending, "running": running, "failed": failed}
+    held = [job_id for job_id, (_, state, _) in jobs.items() if state is JobState.RUNNING]
+    claimed = sum(1 for entry in work.read_many(tr, layout, job_type, held)
+                  if entry is not None and work.claimed_only(entry[2]))
+    return {"jobs": len(jobs), "pending": pending, "running": running, "claimed": claimed, "failed": failed}
 
 
 def observe_run(tally: Tally, job_type: JobType, seconds: float) -> None:

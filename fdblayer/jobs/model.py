@@ -197,6 +197,8 @@ def remove(tr: Transaction, layout: Layout, job_type: JobType, job_id: str) -> N
     work_key = layout.work_key(job_type, job_id)
     if state is JobState.FINISHED and _failed(tr.get(work_key)):
         counts.bump(tr, layout, job_type, "failed", -1)
+    elif state is JobState.RUNNING and _claimed_only(tr.get(work_key)):
+        counts.bump(tr, layout, job_type, "claimed", -1)
     tr.clear(work_key)  # the worker pools' record goes with the job
     rows.update_watch(tr, layout, job_type)
 
@@ -469,6 +471,13 @@ def _failed(raw_work: Optional[bytes]) -> bool:
     from fdblayer.jobs import work  # it imports this module
 
     return raw_work is not None and work.WorkRecord.unpack(raw_work).outcome == work.FAILED
+
+
+def _claimed_only(raw_work: Optional[bytes]) -> bool:
+    """True if a running job's pool record says it was claimed and has not started."""
+    from fdblayer.jobs import work  # it imports this module
+
+    return raw_work is not None and work.claimed_only(work.WorkRecord.unpack(raw_work))
 
 
 def _job_info(job_type: JobType, job_id: str, value: JobValue) -> JobInfo:

@@ -8,26 +8,37 @@ as every transition of the job::
     (P, WORK, type, job_id) = {"a": attempts started, "m": max attempts or None,
                                "o": outcome ("succeeded" | "failed") or None,
                                "r": encoded result or None, "e": last error or None,
-                               "p": progress fields, "w": worker, "s": started, "f": ended}
+                               "p": progress fields, "w": worker host, "k": claimed,
+                               "s": handler started, "f": ended}
     (P, SCHEDULES, type) = {"c": cron expression, "d": encoded data, "l": last tick}
 
 A pool's dispatcher moves many jobs per transaction, so the store's one
 writer is not the limit of a pool:
 
-=============  =========================================================
-:func:`claim`  due pending jobs -> running under new locks, attempt + 1
-               (a job whose attempts are used up -> finished, failed)
-:func:`complete`  running -> finished (succeeded or failed), or -> pending
-               at a retry time; a job whose lock was lost is left alone
-:func:`renew`  running -> running with a fresh activity stamp (the lease)
-:func:`release`  running -> pending now, attempt - 1 (claimed, never run)
-=============  =========================================================
+=================  =====================================================
+:func:`claim`      due pending jobs -> running under new locks, attempt + 1,
+                   *claimed* (a job whose attempts are used up -> finished,
+                   failed)
+:func:`mark_started`  claimed -> started (its handler runs), at the time
+                   the handler started
+:func:`complete`   running -> finished (succeeded or failed), or -> pending
+                   at a retry time; a job whose lock was lost is left alone
+:func:`renew`      running -> running with a fresh activity stamp (the lease)
+:func:`release`    running -> pending now, attempt - 1 (never started, or
+                   given back at a drain)
+:func:`requeue_silent`  running, lease expired -> pending now: attempt - 1
+                   if its handler never started, else the attempt counts
+=================  =====================================================
 
-Attempts are counted when a job is claimed, so an attempt whose worker
-died (SIGKILL, OOM, the machine lost) still counts: a job that kills its
-worker every time ends failed instead of looping. A record that cannot be
-decoded (a bad value written behind the API's back) reads as a fresh one
-and is logged: a stored value never stops a dispatcher.
+A pool's job held by a host is *claimed* from its claim until its handler
+starts (``worker`` set, ``started`` None), then *started*; the type's
+``claimed`` counter counts the former, so ``running - claimed`` handlers
+run. Attempts are counted when a job is claimed and given back when it
+is released without starting, so an attempt whose handler started and
+whose worker died (SIGKILL, OOM, the machine lost) counts: a job that
+kills its worker every time ends failed instead of looping. A record
+that cannot be decoded (a bad value written behind the API's back) reads
+as a fresh one and is logged: a stored value never stops a dispatcher.
 
 Like :mod:`fdblayer.jobs.model`, nothing here validates arguments, sleeps or
 talks to anything but the transaction; it knows nothing of actors.
@@ -47,7 +58,8 @@ import msgpack
 
 from fdblayer.interface import Transaction, strinc, transactional
 from fdblayer.jobs import counts, failures, pending, rows
-from fdblayer.jobs.codec import JobValue, report_bad_row, running_seq, unpack_job_value
+from fdblayer.jobs.codec import (JobValue, report_bad_row, running_seq, unpack_activity_value_or_none,
+                                 unpack_job_value)
 from fdblayer.jobs.exceptions import EncodingError, Halt, NoTypeTimeout
 from fdblayer.jobs.job import Job, JobState, job_state
 from fdblayer.jobs.keys import JobType, Layout
@@ -55,7 +67,9 @@ from fdblayer.watches import Watch
 
 __all__ = [
     "SUCCEEDED", "FAILED", "WorkRecord", "Claimed", "ClaimResult", "Outcome", "Schedule",
-    "enqueue", "claim", "complete", "renew", "release", "set_progress", "read", "read_many",
+    "enqueue", "claim", "mark_started", "complete", "renew", "release", "requeue_silent", "requeue_held_by",
+    "claimed_only",
+    "set_progress", "read", "read_many",
     "set_schedule", "clear_schedule", "get_schedules", "fire_tick",
 ]
 
@@ -86,11 +100,12 @@ class WorkRecord(NamedTuple):
     worker: Optional[str] = None
     started: Optional[float] = None
     ended: Optional[float] = None
+    claimed: Optional[float] = None
 
     def pack(self) -> bytes:
         return _PACKB({"a": self.attempt, "m": self.max_attempts, "o": self.outcome, "r": self.result,
                        "e": self.error, "p": self.progress, "w": self.worker, "s": self.started,
-                       "f": self.ended})
+                       "f": self.ended, "k": self.claimed})
 
     @classmethod
     def unpack(cls, raw: Optional[bytes], where: Any = None) -> "WorkRecord":
@@ -102,22 +117,39 @@ class WorkRecord(NamedTuple):
             record = cls(int(d.get("a") or 0), _opt_int(d.get("m")), _opt_str(d.get("o")), _opt_bytes(d.get("r")),
                          d.get("e") if isinstance(d.get("e"), dict) else None,
                          d.get("p") if isinstance(d.get("p"), dict) else {},
-                         _opt_str(d.get("w")), _opt_float(d.get("s")), _opt_float(d.get("f")))
+                         _opt_str(d.get("w")), _opt_float(d.get("s")), _opt_float(d.get("f")),
+                         _opt_float(d.get("k")))
         except Exception as exc:  # noqa: BLE001 - survive a bad stored value: log it, start afresh
             logger.warning("work_record_unreadable job=%r error=%r", where, exc)
             return cls()
         return record
 
     def begin_attempt(self, worker: str, now: float) -> "WorkRecord":
-        """The record of its next attempt, started by ``worker`` at ``now``."""
-        return WorkRecord(self.attempt + 1, self.max_attempts, None, self.result, self.error, {}, worker, now, None)
+        """The record of its next attempt, claimed by ``worker`` at ``now`` (not started)."""
+        return WorkRecord(self.attempt + 1, self.max_attempts, None, self.result, self.error, {}, worker, None,
+                          None, now)
 
     def end_attempt(self, outcome: Optional[str], result: Optional[bytes], error: Optional[dict],
-                    now: float) -> "WorkRecord":
+                    now: float, started: Optional[float] = None) -> "WorkRecord":
         """The record of its attempt ended at ``now``: finished (``outcome``) or
-        to be retried (``outcome`` None, ``result`` kept)."""
+        to be retried (``outcome`` None, ``result`` kept); ``started`` fills
+        in a start not recorded yet."""
         return WorkRecord(self.attempt, self.max_attempts, outcome, result, error, self.progress, self.worker,
-                          self.started, now)
+                          _first(self.started, started, now), now, self.claimed)
+
+    def unclaimed(self) -> "WorkRecord":
+        """The record of an attempt given back without counting it."""
+        return self._replace(attempt=max(0, self.attempt - 1), started=None, worker=None, claimed=None)
+
+
+def _first(*values: Optional[float]) -> Optional[float]:
+    return next((v for v in values if v is not None), None)
+
+
+def claimed_only(record: WorkRecord) -> bool:
+    """True for the record of a job a host claimed whose handler has not
+    started (read together with the job being running)."""
+    return record.worker is not None and record.started is None and record.outcome is None
 
 
 _PACKB = functools.partial(msgpack.packb, use_bin_type=True)  # a Packer is not thread-safe: one per call
@@ -178,6 +210,7 @@ class Outcome(NamedTuple):
     error: Optional[dict] = None
     retry_at: int = 0
     seconds: float = -1.0  #: how long the handler ran (-1: unknown)
+    started: Optional[float] = None  #: when the handler started (epoch s), if known
 
 
 # ---------------------------------------------------------------- producing
@@ -240,7 +273,6 @@ def claim(tr: Transaction, layout: Layout, job_type: JobType, now: float, limit:
         tally = counts.Tally(tr, layout)
         locks = os.urandom(16 * len(ids)).hex()  # one system call for the batch's new locks
         tally.bump(job_type, "pending", -len(ids))
-        tally.bump(job_type, "started", len(ids))
         for n, (key, job_id) in enumerate(zip(keys, ids)):
             tr.add_read_conflict_key(key)
             tr.clear(key)
@@ -248,10 +280,10 @@ def claim(tr: Transaction, layout: Layout, job_type: JobType, now: float, limit:
                              now, worker, default_max, tally, locks[32 * n:32 * n + 32])
             (claimed if isinstance(got, Claimed) else exhausted).append(got)
         exhausted = [e for e in exhausted if e is not None]
+        tally.bump(job_type, "claimed", len(claimed))
         if exhausted:
             tally.bump(job_type, "failed", len(exhausted))
             tally.bump(job_type, "failed_final", len(exhausted))
-            tally.bump(job_type, "started", -len(exhausted))  # never started: their attempts were used up
             tally.stamp(job_type)
         tally.write()
     if found >= limit:
@@ -306,6 +338,32 @@ def _held(tr: Transaction, layout: Layout, jobs: list) -> list:
     return held
 
 
+def _count_start(tally: counts.Tally, job_type: JobType, record: WorkRecord) -> None:
+    """A claimed job's handler started (or its attempt ends before the start
+    was recorded): one less claimed, one more start."""
+    if claimed_only(record):
+        tally.bump(job_type, "claimed", -1)
+        tally.bump(job_type, "started")
+
+
+@transactional
+def mark_started(tr: Transaction, layout: Layout, starts: list) -> list:
+    """Record that the handlers of ``starts`` = ``[(job, epoch seconds)]``
+    started; returns the jobs whose lock was lost (left alone)."""
+    lost = []
+    tally = counts.Tally(tr, layout)
+    for (job, when), held in zip(starts, _held(tr, layout, [job for job, _ in starts])):
+        if held is None:
+            lost.append(job)
+            continue
+        record = held[3]
+        if claimed_only(record):
+            _count_start(tally, job.type, record)
+            tr.set(layout.work_key(job.type, job.id), record._replace(started=when).pack())
+    tally.write()
+    return lost
+
+
 @transactional
 def complete(tr: Transaction, layout: Layout, outcomes: list, now: float) -> list:
     """End many attempts (:class:`Outcome`); returns the jobs whose lock was lost.
@@ -323,6 +381,7 @@ def complete(tr: Transaction, layout: Layout, outcomes: list, now: float) -> lis
             continue
         job, key, current, record = held
         work_key = layout.work_key(job.type, job.id)
+        _count_start(tally, job.type, record)
         counts.observe_run(tally, job.type, outcome.seconds)
         tally.bump(job.type, _EVENT_OF_KIND.get(outcome.kind, "failed_final"))
         rows.clear_activity(tr, layout, job.type, current.seq, tally)
@@ -332,15 +391,15 @@ def complete(tr: Transaction, layout: Layout, outcomes: list, now: float) -> lis
             tr.set(work_key, WorkRecord(max_attempts=record.max_attempts).pack())
         elif outcome.kind == "retry":
             rows.maybe_enqueue(tr, layout, job.type, job.id, outcome.retry_at, True, current.data, key, tally)
-            tr.set(work_key, record.end_attempt(None, record.result, outcome.error, now).pack())
+            tr.set(work_key, record.end_attempt(None, record.result, outcome.error, now, outcome.started).pack())
         else:
             rows.maybe_enqueue(tr, layout, job.type, job.id, current.sched_time, False, current.data, key, tally)
             if outcome.kind == "ok":
-                tr.set(work_key, record.end_attempt(SUCCEEDED, outcome.result, None, now).pack())
+                tr.set(work_key, record.end_attempt(SUCCEEDED, outcome.result, None, now, outcome.started).pack())
             else:
                 tally.bump(job.type, "failed")
                 failures.record(tr, layout, job.type, job.id, now)
-                tr.set(work_key, record.end_attempt(FAILED, None, outcome.error, now).pack())
+                tr.set(work_key, record.end_attempt(FAILED, None, outcome.error, now, outcome.started).pack())
     tally.write()
     return lost
 
@@ -370,23 +429,68 @@ def renew(tr: Transaction, layout: Layout, jobs: list) -> list:
 
 @transactional
 def release(tr: Transaction, layout: Layout, jobs: list) -> int:
-    """Put claimed jobs that never started back in the queue, due now, their
-    attempt not counted; returns how many were still held."""
+    """Put held jobs back in the queue, due now, their attempt not counted
+    (claimed and never started, or given back at a drain); returns how many
+    were still held."""
     released = 0
     tally = counts.Tally(tr, layout)
     for held in _held(tr, layout, jobs):
         if held is None:
             continue
         job, key, current, record = held
+        if claimed_only(record):
+            tally.bump(job.type, "claimed", -1)
         rows.clear_activity(tr, layout, job.type, current.seq, tally)
         rows.maybe_enqueue(tr, layout, job.type, job.id, current.sched_time, True, current.data, key, tally)
-        tr.set(layout.work_key(job.type, job.id),
-               record._replace(attempt=max(0, record.attempt - 1), started=None, worker=None).pack())
+        tr.set(layout.work_key(job.type, job.id), record.unclaimed().pack())
         released += 1
     for job_type in {job.type for job in jobs}:
         tally.stamp(job_type)
     tally.write()
     return released
+
+
+def requeue_silent(tr: Transaction, layout: Layout, job_type: JobType, job_id: str,
+                   tally: counts.Tally) -> bool:
+    """Put a running job whose lease expired back in the queue, due now (the
+    activity monitors' and the hosts' lifeline re-enqueue); its lock becomes
+    stale. A pool's job whose handler never started gets its attempt back;
+    one whose handler started keeps it (its next claim fails it for good if
+    its attempts are used up). Returns False (nothing written) if the job
+    is gone or not running."""
+    key = layout.data_key(job_type, job_id)
+    current = rows.get_job_val(tr, key)
+    if current is None or current.lock is None:
+        return False
+    work_key = layout.work_key(job_type, job_id)
+    raw_work = tr.get(work_key)
+    if raw_work is not None:
+        record = WorkRecord.unpack(raw_work, job_id)
+        if claimed_only(record):
+            tally.bump(job_type, "claimed", -1)
+            tr.set(work_key, record.unclaimed().pack())
+    rows.clear_activity(tr, layout, job_type, current.seq, tally)
+    rows.maybe_enqueue(tr, layout, job_type, job_id, current.sched_time, True, current.data, key, tally)
+    tally.bump(job_type, "reenqueued")
+    tally.stamp(job_type)
+    return True
+
+
+@transactional
+def requeue_held_by(tr: Transaction, layout: Layout, job_type: JobType, worker: str) -> list:
+    """:func:`requeue_silent` every running job of ``job_type`` that host
+    ``worker`` holds (a restarted dispatcher takes back what its
+    predecessor claimed); returns their ids."""
+    prefix = layout.activity_prefix(job_type)
+    found = (unpack_activity_value_or_none(kv.key, kv.value) for kv in tr.get_range(prefix, prefix + b"\xff"))
+    ids = [row[0] for row in found if row is not None]
+    raws = tr.get_many([layout.work_key(job_type, job_id) for job_id in ids])
+    tally = counts.Tally(tr, layout)
+    done = [job_id for job_id, raw in zip(ids, raws)
+            if raw is not None and WorkRecord.unpack(raw, job_id).worker == worker
+            and requeue_silent(tr, layout, job_type, job_id, tally)]
+    tally.write()
+    return done
 
 
 @transactional

@@ -1,0 +1,231 @@
+"""The report channel from a worker to its dispatcher: a named pipe per worker.
+
+Principle: what a worker did must outlive the worker. A worker writes a
+record to its pipe *before* a handler starts (``START``) and right after
+it returns or raises (``END``, with the outcome), and lists the runs it
+hands back unstarted (``RELEASED``). A pipe keeps what was written after
+the writer died, so when a worker is killed (SIGKILL, OOM, ``os._exit``)
+its dispatcher reads every record it wrote and knows exactly which run
+was in its handler (a ``START`` without an ``END``: that attempt is the
+one that failed), which runs ended (their outcomes are kept) and which
+never started (handed to another worker, their attempt not counted).
+No message is lost in a transport queue of the dead process, and a write
+is a system call, not a pickled actor message, so the channel is also the
+fast path for outcomes.
+
+The dispatcher makes the pipe (:class:`Channel`, mode 0600 in the private
+runtime directory), holds its read end and one write end of its own (so a
+read never sees end-of-file, even between workers), and unlinks its name
+once the worker's first record arrives. The worker opens it by name
+(:class:`Writer`). Records are ``kind (1 byte), token (int64), length
+(uint32), payload``; a pipe has one writer process, whose two threads
+write whole records under a lock.
+"""
+from __future__ import annotations
+
+import errno
+import fcntl
+import logging
+import os
+import struct
+import threading
+from pathlib import Path
+from typing import Any, Iterator, NamedTuple, Optional
+
+import msgpack
+
+__all__ = ["START", "END", "RELEASED", "Record", "Channel", "Writer", "clear_stale"]
+
+log = logging.getLogger("otpjobs.workers")
+
+START = ord("S")
+END = ord("E")
+RELEASED = ord("R")
+
+_HEADER = struct.Struct("<BqI")
+_START = struct.Struct("<d")
+#: Linux's F_SETPIPE_SZ: a larger pipe lets a worker run ahead of a busy dispatcher.
+_F_SETPIPE_SZ = 1031
+PIPE_SIZE = 1 << 20
+_PREFIX = "ch-"
+
+
+class Record(NamedTuple):
+    """One record read from a channel.
+
+    ``START``: ``value`` is the wall time the handler started. ``END``:
+    ``value`` is ``(seconds, result bytes or None, error dict or None)``.
+    ``RELEASED``: ``value`` is the tuple of tokens given back unstarted
+    (``token`` is 0).
+    """
+
+    kind: int
+    token: int
+    value: Any
+
+
+class Channel:
+    """The dispatcher's end of one worker's pipe, made in ``directory``.
+
+    Raises:
+        OSError: the pipe cannot be made (the directory is not writable).
+    """
+
+    def __init__(self, directory: Path, name: str) -> None:
+        self.path = Path(directory) / f"{_PREFIX}{os.getpid()}-{name}"
+        os.mkfifo(self.path, 0o600)
+        self.fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
+        self._keep = os.open(self.path, os.O_WRONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
+        try:
+            fcntl.fcntl(self.fd, _F_SETPIPE_SZ, PIPE_SIZE)
+        except OSError:
+            pass  # the system's limit is lower: the default size works, only slower
+        self._buf = bytearray()
+        self._named = True
+
+    def read(self) -> list[Record]:
+        """Every whole record written so far (a partial one waits for its rest)."""
+        chunks = []
+        while True:
+            try:
+                chunk = os.read(self.fd, PIPE_SIZE)
+            except BlockingIOError:
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+        if chunks:
+            self._buf += b"".join(chunks)
+            if self._named:
+                self.unlink()  # the worker has it open: no one else needs the name
+        return list(self._parse())
+
+    def _parse(self) -> Iterator[Record]:
+        buf, pos, size = self._buf, 0, len(self._buf)
+        while size - pos >= _HEADER.size:
+            kind, token, length = _HEADER.unpack_from(buf, pos)
+            end = pos + _HEADER.size + length
+            if end > size:
+                break
+            payload = bytes(buf[pos + _HEADER.size:end])
+            pos = end
+            record = _decode(kind, token, payload)
+            if record is not None:
+                yield record
+        del buf[:pos]
+
+    def unlink(self) -> None:
+        """Remove the pipe's name (it stays usable through the open ends)."""
+        self._named = False
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+
+    def close(self) -> None:
+        """Close both ends and remove the name."""
+        if self._named:
+            self.unlink()
+        for fd in (self.fd, self._keep):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+def _decode(kind: int, token: int, payload: bytes) -> Optional[Record]:
+    try:
+        if kind == START:
+            return Record(kind, token, _START.unpack(payload)[0])
+        if kind == END:
+            seconds, result, error = msgpack.unpackb(payload, raw=False)
+            return Record(kind, token, (float(seconds), result, error))
+        if kind == RELEASED:
+            return Record(kind, token, tuple(msgpack.unpackb(payload, raw=False)))
+    except Exception as exc:  # noqa: BLE001 - a record this module did not write is skipped
+        log.warning("channel_record_unreadable kind=%r token=%s error=%r", kind, token, exc)
+        return None
+    log.warning("channel_record_unknown kind=%r token=%s", kind, token)
+    return None
+
+
+class Writer:
+    """A worker's end of its channel, opened by name.
+
+    Writes never raise: once the dispatcher is gone (its successor will
+    stop this worker) records are dropped and :attr:`broken` is True.
+    """
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.broken = False
+        self._lock = threading.Lock()
+        try:
+            self._fd: Optional[int] = os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError as exc:
+            log.warning("channel_unavailable path=%s error=%r", path, exc)
+            self._fd, self.broken = None, True
+
+    def start(self, token: int, wall: float) -> None:
+        """Record that the run of ``token`` is about to call its handler."""
+        self._write(_HEADER.pack(START, token, _START.size) + _START.pack(wall))
+
+    def end(self, token: int, seconds: float, result: Optional[bytes], error: Optional[dict]) -> None:
+        """Record the end of the run of ``token``: its result or its error."""
+        payload = msgpack.packb((seconds, result, error), use_bin_type=True, default=str)
+        self._write(_HEADER.pack(END, token, len(payload)) + payload)
+
+    def released(self, tokens: tuple) -> None:
+        """Record the runs handed back without starting them."""
+        payload = msgpack.packb(list(tokens))
+        self._write(_HEADER.pack(RELEASED, 0, len(payload)) + payload)
+
+    def _write(self, data: bytes) -> None:
+        with self._lock:
+            if self._fd is None:
+                return
+            view = memoryview(data)
+            try:
+                while view:
+                    view = view[os.write(self._fd, view):]
+            except OSError as exc:
+                if exc.errno not in (errno.EPIPE, errno.EBADF):
+                    log.warning("channel_write_failed path=%s error=%r", self.path, exc)
+                self.broken = True
+                self.close_locked()
+
+    def close_locked(self) -> None:
+        if self._fd is not None:
+            try:
+                os.close(self._fd)
+            except OSError:
+                pass
+            self._fd = None
+
+    def close(self) -> None:
+        """Close this end (records written so far stay readable)."""
+        with self._lock:
+            self.close_locked()
+
+
+def clear_stale(directory: Path) -> int:
+    """Remove pipe names left by dispatchers that died before unlinking them
+    (their process is gone); returns how many."""
+    from supervision.procs import pid_alive
+
+    removed = 0
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return 0
+    for name in names:
+        if not name.startswith(_PREFIX):
+            continue
+        pid = name[len(_PREFIX):].split("-", 1)[0]
+        if pid.isdigit() and not pid_alive(int(pid)):
+            try:
+                os.unlink(Path(directory) / name)
+                removed += 1
+            except OSError:
+                pass
+    return removed
