@@ -10,7 +10,8 @@ up to date, so one node's scrape shows the whole store's queue.
 
 * ``couchdb_couch_replicator_jobs_*``: the seed's names, as before, plus the
   ``avg_pending``, ``avg_running`` and ``avg_crashed`` gauges.
-* ``otpjobs_jobs{type, state}``: jobs by state (``scheduled`` is the part
+* ``otpjobs_jobs{type, state}``: jobs by state (``claimed``: held by a worker
+  host, handler not started; ``running``: handler running; ``scheduled`` is the part
   of ``pending`` not yet due).
 * ``otpjobs_job_events_total{type, event}``: jobs added, attempts started,
   outcomes (succeeded, failed_final, retried), re-enqueued.
@@ -44,7 +45,7 @@ SCHEDULER_METRICS = (
     ("avg_running", "gauge", "average age in seconds of running jobs"),
     ("avg_crashed", "gauge", "average age in seconds of crashed jobs"),
 )
-STATES = ("pending", "scheduled", "running", "finished", "failed")
+STATES = ("pending", "scheduled", "claimed", "running", "finished", "failed")
 
 
 class _Collector:

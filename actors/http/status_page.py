@@ -134,7 +134,7 @@ def docs_table(docs: list[Mapping[str, Any]]) -> str:
 
 #: The columns of the queue's types table: (heading, key of a ``GET /_jobs`` entry).
 TYPE_COLUMNS = (("type", "type"), ("timeout (s)", "timeout"), ("pending", "pending"), ("delayed", "scheduled"),
-                ("running", "running"), ("finished", "finished"), ("failed", "failed"))
+                ("claimed", "claimed"), ("running", "running"), ("finished", "finished"), ("failed", "failed"))
 
 
 def _when(seconds: Any, now: float) -> str:

@@ -143,7 +143,10 @@ def declare_type(tr: Transaction, job_type: Any, timeout: float = DEFAULT_TYPE_T
 class JobStatus:
     """A job as a worker pool sees it.
 
-    ``state`` is the queue's (pending, running, finished); ``outcome`` is
+    ``state`` is the queue's (pending, running, finished), or ``claimed``
+    for a job a worker host holds whose handler has not started (then
+    ``worker`` is the host and ``started`` None; ``started`` is when the
+    handler started); ``outcome`` is
     ``"succeeded"`` or ``"failed"`` once finished by a pool (None before, and
     for jobs finished by a hand-written worker); ``error`` the last
     attempt's error (``{"type", "message", "traceback"}``).

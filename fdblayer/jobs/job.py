@@ -29,6 +29,10 @@ class JobState(str, enum.Enum):
     PENDING = "pending"
     RUNNING = "running"
     FINISHED = "finished"
+    #: Only in the worker pools' views (``jobs.status``, ``/_jobs``): a running
+    #: job a host claimed whose handler has not started. The queue's own calls
+    #: (``get_job_state``) say ``running``.
+    CLAIMED = "claimed"
 
     def __str__(self) -> str:
         return self.value

@@ -24,7 +24,7 @@ from fdblayer.jobs.keys import JobType, Layout
 __all__ = ["STATES", "MAX_SCAN", "DATA_PREVIEW", "types_overview", "list_jobs", "job_view", "queue_status"]
 
 #: The states a page may be asked for (``failed``: finished with a failed outcome).
-STATES = ("pending", "running", "finished", "failed")
+STATES = ("pending", "claimed", "running", "finished", "failed")
 #: Rows a page of finished or failed jobs reads at most.
 MAX_SCAN = 20_000
 #: Characters of a job's data (as JSON) shown in a page; ``job_view`` shows it whole.
@@ -47,8 +47,8 @@ def list_jobs(tr: Transaction, layout: Layout, job_type: JobType, state: Optiona
               now: float) -> tuple[int, list[dict]]:
     """``(total, page)``: the type's jobs in ``state`` (None: all), ``skip`` then ``limit``.
 
-    Pending jobs come in due order, running ones least recently active
-    first, the others in id order.
+    Pending jobs come in due order, claimed and running ones least
+    recently active first, the others in id order.
     """
     tally = counts.read(tr, layout, job_type, now)
     if state == "pending":
@@ -56,8 +56,8 @@ def list_jobs(tr: Transaction, layout: Layout, job_type: JobType, state: Optiona
         keys = tr.snapshot.get_range(prefix, strinc(prefix), limit=skip + limit)[skip:]
         ids = [i for i in (_pending_id(kv.key, len(prefix)) for kv in keys) if i is not None]
         return tally["pending"], _views(tr, layout, job_type, ids)
-    if state == "running":
-        return tally["running"], _views(tr, layout, job_type, _running_ids(tr, layout, job_type, limit, skip))
+    if state in ("running", "claimed"):
+        return tally[state], _scan_held(tr, layout, job_type, state, limit, skip)
     if state is None:
         prefix = layout.data_prefix(job_type)
         found = tr.snapshot.get_range(prefix, strinc(prefix), limit=skip + limit)[skip:]
@@ -65,6 +65,22 @@ def list_jobs(tr: Transaction, layout: Layout, job_type: JobType, state: Optiona
         return tally["jobs"], _views(tr, layout, job_type, ids)
     wanted = tally["failed"] if state == "failed" else tally["finished"]
     return wanted, _scan_finished(tr, layout, job_type, state == "failed", limit, skip)
+
+
+def _scan_held(tr: Transaction, layout: Layout, job_type: JobType, state: str, limit: int,
+               skip: int) -> list[dict]:
+    """The views of held jobs in ``state`` (``running``: the handler runs;
+    ``claimed``: not yet), least recently active first, reading at most
+    :data:`MAX_SCAN` rows of the ACTIVITY index."""
+    prefix = layout.activity_prefix(job_type)
+    found = tr.snapshot.get_range(prefix, strinc(prefix), limit=MAX_SCAN)
+    ids = [row[0] for row in (unpack_activity_value_or_none(kv.key, kv.value) for kv in found) if row]
+    out: list[dict] = []
+    for start in range(0, len(ids), 500):
+        out += [v for v in _views(tr, layout, job_type, ids[start:start + 500]) if v["state"] == state]
+        if len(out) >= skip + limit:
+            break
+    return out[skip:skip + limit]
 
 
 def _scan_finished(tr: Transaction, layout: Layout, job_type: JobType, failed_only: bool, limit: int,
@@ -105,8 +121,8 @@ def queue_status(tr: Transaction, layout: Layout, now: float, per_list: int = 10
     for entry in shown:
         job_type = entry["type"]
         if entry.get("running") and len(running) < per_list:
-            ids = _running_ids(tr, layout, job_type, per_list - len(running), 0)
-            running.extend(dict(v, type=job_type) for v in _views(tr, layout, job_type, ids))
+            views = _scan_held(tr, layout, job_type, "running", per_list - len(running), 0)
+            running.extend(dict(v, type=job_type) for v in views)
         if entry.get("failed"):
             ids = failures_index.latest_ids(tr, layout, job_type, per_list)
             failed.extend(dict(v, type=job_type) for v in _views(tr, layout, job_type, ids)
@@ -117,13 +133,6 @@ def queue_status(tr: Transaction, layout: Layout, now: float, per_list: int = 10
     delayed.sort(key=lambda v: v.get("scheduled_time") or 0)
     return {"types": shown, "types_cut": len(all_types) - len(shown), "running": running,
             "failures": failed[:per_list], "delayed": delayed[:per_list]}
-
-
-def _running_ids(tr: Transaction, layout: Layout, job_type: JobType, limit: int, skip: int) -> list[str]:
-    """Ids of the type's running jobs, least recently active first, ``skip`` then ``limit``."""
-    prefix = layout.activity_prefix(job_type)
-    found = tr.snapshot.get_range(prefix, strinc(prefix), limit=skip + limit)[skip:]
-    return [row[0] for row in (unpack_activity_value_or_none(kv.key, kv.value) for kv in found) if row]
 
 
 def _next_delayed(tr: Transaction, layout: Layout, job_type: JobType, now: float, limit: int) -> list[dict]:

@@ -68,7 +68,7 @@ from fdblayer.watches import Watch
 __all__ = [
     "SUCCEEDED", "FAILED", "WorkRecord", "Claimed", "ClaimResult", "Outcome", "Schedule",
     "enqueue", "claim", "mark_started", "complete", "renew", "release", "requeue_silent", "requeue_held_by",
-    "claimed_only",
+    "claimed_only", "pool_state",
     "set_progress", "read", "read_many",
     "set_schedule", "clear_schedule", "get_schedules", "fire_tick",
 ]
@@ -150,6 +150,12 @@ def claimed_only(record: WorkRecord) -> bool:
     """True for the record of a job a host claimed whose handler has not
     started (read together with the job being running)."""
     return record.worker is not None and record.started is None and record.outcome is None
+
+
+def pool_state(state: JobState, record: WorkRecord) -> JobState:
+    """A job's state as the pools show it: ``claimed`` for a running job
+    whose handler has not started, else the queue's state."""
+    return JobState.CLAIMED if state is JobState.RUNNING and claimed_only(record) else state
 
 
 _PACKB = functools.partial(msgpack.packb, use_bin_type=True)  # a Packer is not thread-safe: one per call
@@ -521,12 +527,14 @@ def set_progress(tr: Transaction, layout: Layout, job: Job, fields: dict, limit:
 
 @transactional
 def read(tr: Transaction, layout: Layout, job_type: JobType, job_id: str) -> Optional[tuple]:
-    """``(state, data bytes, record)`` of a job, or None if it does not exist."""
+    """``(state, data bytes, record)`` of a job (the state as :func:`pool_state`
+    says), or None if it does not exist."""
     raw, raw_work = tr.get_many([layout.data_key(job_type, job_id), layout.work_key(job_type, job_id)])
     if raw is None:
         return None
     value = unpack_job_value(raw)
-    return job_state(value.lock, value.seq), value.data, WorkRecord.unpack(raw_work, job_id)
+    record = WorkRecord.unpack(raw_work, job_id)
+    return pool_state(job_state(value.lock, value.seq), record), value.data, record
 
 
 @transactional
@@ -556,7 +564,7 @@ def read_many_tolerant(tr: Transaction, layout: Layout, job_type: JobType, job_i
             out.append(None)
             continue
         record = WorkRecord.unpack(raws[len(job_ids) + n], job_id)
-        out.append((job_state(value.lock, value.seq), value.data, record, value.sched_time))
+        out.append((pool_state(job_state(value.lock, value.seq), record), value.data, record, value.sched_time))
     return out
 
 

@@ -140,7 +140,7 @@ def test_page_shows_the_queue_types_running_jobs_failures_and_delayed_jobs(n) ->
     text = page(n).text
     section = re.search(r'<section id="queues">.*?</section>', text).group(0)
     rows = [re.findall(r"<td>(.*?)</td>", row) for row in re.findall(r'<tr class="queue-type">(.*?)</tr>', section)]
-    assert [QTYPE, "30.0", "1", "1", "1", "1", "1"] in rows
+    assert [QTYPE, "30.0", "1", "1", "0", "1", "1", "1"] in rows  # claimed 0: the held job's handler runs
     running = re.search(r'<table id="running-table">.*?</table>', section).group(0)
     assert f"<code>{INJECTED_TEXT}</code>" in running and "<td>1</td>" in running
     assert INJECTED_TEXT.replace("&quot;", "\\&quot;") in running  # the progress record, escaped as JSON text
