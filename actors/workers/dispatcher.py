@@ -364,9 +364,9 @@ class Dispatcher(GenServer):
         slot = self.slots.get(down.addr)
         if slot is None:
             return
-        self._read_channel(slot)  # everything it wrote before it died
-        self.slots.pop(down.addr)
+        self.slots.pop(down.addr)  # first: nothing is handed to it while its records are read
         self.unwatch_fd(slot.channel.fd)
+        self._read_channel(slot)  # everything it wrote before it died
         slot.channel.close()
         running = slot.current
         unstarted = [r for r in slot.runs.values() if r is not running and not r.lost]

@@ -70,6 +70,8 @@ class Worker(GenServer):
                 if self.writer is not None:
                     self.writer.close()
                 self.writer = Writer(batch.channel)
+                if self.writer.broken:  # no run may start unrecorded: exit, the dispatcher hands them on
+                    raise RuntimeError(f"report channel {batch.channel} cannot be opened")
             self.db_url = batch.store
             self.queue.extend(batch.runs)
             self.cv.notify()
