@@ -224,7 +224,7 @@ def store_ceiling(durability: str, count: int, batch: int = 32) -> dict[str, flo
         done = 0
         t = time.perf_counter()
         while True:
-            _, (claimed,) = _step(db, outcomes, [(JOB_TYPE, batch, 3)], time.time(), "ceiling")
+            _, (claimed,) = _step(db, outcomes, [], [(JOB_TYPE, batch, 3)], time.time(), "ceiling")
             done += len(outcomes)
             if not claimed.claimed:
                 break
