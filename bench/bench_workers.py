@@ -54,6 +54,7 @@ import fdblayer  # noqa: E402
 from actors import jobs  # noqa: E402
 from fdblayer.jobs import pending, work  # noqa: E402
 from fdblayer.jobs.keys import DEFAULT_LAYOUT  # noqa: E402
+from fdblayer.jobs.work_record import SUCCEEDED, WorkRecord  # noqa: E402
 from supervision.system import stop_node  # noqa: E402
 
 JOB_TYPE = "bench"
@@ -117,7 +118,7 @@ class OursPeer(wp.Peer):
         tr = self.db.create_transaction()
         try:
             ok = sum(1 for _, raw in tr.get_range_startswith(prefix)
-                     if work.WorkRecord.unpack(raw).outcome == work.SUCCEEDED)
+                     if WorkRecord.unpack(raw).outcome == SUCCEEDED)
         finally:
             tr.cancel()
         if ok != total:

@@ -29,6 +29,7 @@ from fdblayer.jobs.codec import decode_data
 from fdblayer.jobs.exceptions import InvalidArgument, JobFailed, NotFound
 from fdblayer.jobs.job import JobState
 from fdblayer.jobs.keys import DEFAULT_LAYOUT
+from fdblayer.jobs.work_record import FAILED, SUCCEEDED
 from fdblayer.jobs.validate import INT_MAX, check_id, check_key_size, check_timeout, check_type
 
 from actors.node.settings import lookup
@@ -232,14 +233,14 @@ def result(db: Any, type: Any, id: str, timeout: Optional[float] = None) -> Any:
 
 
 def _finished_value(st: JobStatus) -> Any:
-    if st.outcome == work.FAILED:
+    if st.outcome == FAILED:
         err = st.error or {}
         raise JobFailed(
             f"job {st.id!r} of type {st.type!r} failed after {st.attempt} attempt(s): "
             f"{err.get('type', 'Error')}: {err.get('message', '')}",
             job_type=st.type, job_id=st.id, error_type=err.get("type", ""), error_message=err.get("message", ""),
             traceback=err.get("traceback", ""), attempts=st.attempt)
-    if st.outcome == work.SUCCEEDED:
+    if st.outcome == SUCCEEDED:
         return st.result
     return st.data
 

@@ -19,10 +19,12 @@ from typing import Iterable, Optional
 import fdb.tuple
 
 from fdblayer.interface import Transaction, transactional
-from fdblayer.jobs import counts, work
+from fdblayer.jobs import rows
 from fdblayer.jobs.codec import decode_data, report_bad_row, unpack_activity_value_or_none
 from fdblayer.jobs.validate import MAX_TYPE_TIMEOUT
 from fdblayer.jobs.keys import ACTIVITY_TIMEOUT, JobType, Layout
+from fdblayer.jobs.tally import Tally
+from fdblayer.jobs.work_record import WorkRecord, claimed_only
 from fdblayer.watches import Watch
 
 __all__ = [
@@ -36,6 +38,7 @@ __all__ = [
     "get_active_since",
     "get_inactive_since",
     "re_enqueue_inactive",
+    "requeue_silent",
     "check_inactive",
 ]
 
@@ -196,7 +199,7 @@ def re_enqueue_inactive(
     tr: Transaction, layout: Layout, job_type: JobType, job_ids: Iterable[str]
 ) -> list[str]:
     """Put running jobs back in the pending queue; their locks become stale
-    (a worker pool's job as :func:`fdblayer.jobs.work.requeue_silent` says).
+    (a worker pool's job as :func:`requeue_silent` says).
 
     Ids of jobs that are gone or no longer running are skipped (the seed
     re-enqueued any job that still existed).
@@ -204,10 +207,36 @@ def re_enqueue_inactive(
     Returns:
         The ids that were re-enqueued.
     """
-    tally = counts.Tally(tr, layout)
-    done = [job_id for job_id in job_ids if work.requeue_silent(tr, layout, job_type, job_id, tally)]
+    tally = Tally(tr, layout)
+    done = [job_id for job_id in job_ids if requeue_silent(tr, layout, job_type, job_id, tally)]
     tally.write()
     return done
+
+
+def requeue_silent(tr: Transaction, layout: Layout, job_type: JobType, job_id: str,
+                   tally: Tally) -> bool:
+    """Put a running job whose lease expired back in the queue, due now (the
+    activity monitors' and the hosts' lifeline re-enqueue); its lock becomes
+    stale. A pool's job whose handler never started gets its attempt back;
+    one whose handler started keeps it (its next claim fails it for good if
+    its attempts are used up). Returns False (nothing written) if the job
+    is gone or not running."""
+    key = layout.data_key(job_type, job_id)
+    current = rows.get_job_val(tr, key)
+    if current is None or current.lock is None:
+        return False
+    work_key = layout.work_key(job_type, job_id)
+    raw_work = tr.get(work_key)
+    if raw_work is not None:
+        record = WorkRecord.unpack(raw_work, job_id)
+        if claimed_only(record):
+            tally.bump(job_type, "claimed", -1)
+            tr.set(work_key, record.unclaimed().pack())
+    rows.clear_activity(tr, layout, job_type, current.seq, tally)
+    rows.maybe_enqueue(tr, layout, job_type, job_id, current.sched_time, True, current.data, key, tally)
+    tally.bump(job_type, "reenqueued")
+    tally.stamp(job_type)
+    return True
 
 
 @transactional

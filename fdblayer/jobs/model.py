@@ -42,7 +42,7 @@ from typing import Callable, Iterable, Optional
 import fdb.tuple
 
 from fdblayer.interface import Transaction, transactional
-from fdblayer.jobs import activity, counts, pending, rows
+from fdblayer.jobs import activity, pending, rows
 from fdblayer.jobs.codec import (
     PENDING_SEQ,
     JobValue,
@@ -54,6 +54,8 @@ from fdblayer.jobs.codec import (
 from fdblayer.jobs.exceptions import CorruptValue, Halt, JobsError, NotFound, NoTypeTimeout
 from fdblayer.jobs.job import Job, JobInfo, JobState, job_state
 from fdblayer.jobs.keys import DATA, JobType, Layout
+from fdblayer.jobs.tally import bump, stamp_watch
+from fdblayer.jobs.work_record import FAILED, WorkRecord, claimed_only
 
 __all__ = [
     "add",
@@ -122,8 +124,8 @@ def add(
     current = None if raw is None else rows.job_val_or_none(key, raw)
     if current is not None:
         return _resubmit(tr, layout, job_type, job_id, key, current, sched_time, data)
-    counts.bump(tr, layout, job_type, "jobs")
-    counts.bump(tr, layout, job_type, "added")
+    bump(tr, layout, job_type, "jobs")
+    bump(tr, layout, job_type, "added")
     return rows.maybe_enqueue(tr, layout, job_type, job_id, sched_time, True, data, key)
 
 
@@ -168,8 +170,8 @@ def add_many(
         else:
             _resubmit(tr, layout, job_type, job_id, key, current, sched_time, data)
     pending.enqueue_many(tr, layout, job_type, sched_time, created)
-    counts.bump(tr, layout, job_type, "jobs", len(created))
-    counts.bump(tr, layout, job_type, "added", len(created))
+    bump(tr, layout, job_type, "jobs", len(created))
+    bump(tr, layout, job_type, "added", len(created))
     return len(created)
 
 
@@ -193,14 +195,14 @@ def remove(tr: Transaction, layout: Layout, job_type: JobType, job_id: str) -> N
         pending.remove(tr, layout, job_type, job_id, current.sched_time)
     rows.clear_activity(tr, layout, job_type, current.seq)
     tr.clear(key)
-    counts.bump(tr, layout, job_type, "jobs", -1)
+    bump(tr, layout, job_type, "jobs", -1)
     work_key = layout.work_key(job_type, job_id)
     if state is JobState.FINISHED and _failed(tr.get(work_key)):
-        counts.bump(tr, layout, job_type, "failed", -1)
+        bump(tr, layout, job_type, "failed", -1)
     elif state is JobState.RUNNING and _claimed_only(tr.get(work_key)):
-        counts.bump(tr, layout, job_type, "claimed", -1)
+        bump(tr, layout, job_type, "claimed", -1)
     tr.clear(work_key)  # the worker pools' record goes with the job
-    rows.update_watch(tr, layout, job_type)
+    stamp_watch(tr, layout, job_type)
 
 
 @transactional
@@ -355,7 +357,7 @@ def accept(
         tr, key, JobValue(running_seq(uv), lock, current.sched_time, False, current.data)
     )
     rows.update_activity(tr, layout, job_type, job_id, None, current.data, uv)
-    counts.bump(tr, layout, job_type, "started")
+    bump(tr, layout, job_type, "started")
     job = Job(job_type, job_id, lock, current.sched_time, False)
     return job, current.data
 
@@ -383,7 +385,7 @@ def finish(tr: Transaction, layout: Layout, job: Job, data: Optional[bytes]) -> 
         tr, layout, job.type, job.id, current.sched_time, current.resubmit, new_data, key
     )
     rows.clear_activity(tr, layout, job.type, current.seq)
-    rows.update_watch(tr, layout, job.type)
+    stamp_watch(tr, layout, job.type)
     return value
 
 
@@ -468,16 +470,12 @@ def _missing(job_type: JobType, job_id: str) -> str:
 
 def _failed(raw_work: Optional[bytes]) -> bool:
     """True when a work record says the job failed for good."""
-    from fdblayer.jobs import work  # it imports this module
-
-    return raw_work is not None and work.WorkRecord.unpack(raw_work).outcome == work.FAILED
+    return raw_work is not None and WorkRecord.unpack(raw_work).outcome == FAILED
 
 
 def _claimed_only(raw_work: Optional[bytes]) -> bool:
     """True if a running job's pool record says it was claimed and has not started."""
-    from fdblayer.jobs import work  # it imports this module
-
-    return raw_work is not None and work.claimed_only(work.WorkRecord.unpack(raw_work))
+    return raw_work is not None and claimed_only(WorkRecord.unpack(raw_work))
 
 
 def _job_info(job_type: JobType, job_id: str, value: JobValue) -> JobInfo:
@@ -531,13 +529,11 @@ def _resubmit(
     new_data = current.data if data is None else data
     state = job_state(current.lock, current.seq)
     if state is JobState.FINISHED:
-        counts.bump(tr, layout, job_type, "added")  # a finished job added again
+        bump(tr, layout, job_type, "added")  # a finished job added again
         work_key = layout.work_key(job_type, job_id)
         if _failed(tr.get(work_key)):  # no longer a failed (finished) job: its record says so too
-            from fdblayer.jobs import work  # it imports this module
-
-            counts.bump(tr, layout, job_type, "failed", -1)
-            tr.set(work_key, work.WorkRecord.unpack(tr.get(work_key))._replace(outcome=None).pack())
+            bump(tr, layout, job_type, "failed", -1)
+            tr.set(work_key, WorkRecord.unpack(tr.get(work_key))._replace(outcome=None).pack())
         return rows.maybe_enqueue(tr, layout, job_type, job_id, new_time, True, new_data, key)
     if state is JobState.PENDING:
         value = JobValue(PENDING_SEQ, None, new_time, False, new_data)

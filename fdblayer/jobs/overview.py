@@ -20,6 +20,7 @@ from fdblayer.jobs.codec import decode_data, unpack_activity_value_or_none
 from fdblayer.jobs.exceptions import CorruptValue
 from fdblayer.jobs.job import JobState, job_state
 from fdblayer.jobs.keys import JobType, Layout
+from fdblayer.jobs.work_record import FAILED
 
 __all__ = ["STATES", "MAX_SCAN", "DATA_PREVIEW", "types_overview", "list_jobs", "job_view", "queue_status"]
 
@@ -92,7 +93,7 @@ def _scan_finished(tr: Transaction, layout: Layout, job_type: JobType, failed_on
         job_id = _data_id(kv.key, len(prefix))
         if value is not None and job_id is not None and job_state(value.lock, value.seq) is JobState.FINISHED:
             ids.append(job_id)
-    views = [v for v in _views(tr, layout, job_type, ids) if not failed_only or v["outcome"] == work.FAILED]
+    views = [v for v in _views(tr, layout, job_type, ids) if not failed_only or v["outcome"] == FAILED]
     return views[skip:skip + limit]
 
 
@@ -126,7 +127,7 @@ def queue_status(tr: Transaction, layout: Layout, now: float, per_list: int = 10
         if entry.get("failed"):
             ids = failures_index.latest_ids(tr, layout, job_type, per_list)
             failed.extend(dict(v, type=job_type) for v in _views(tr, layout, job_type, ids)
-                          if v["outcome"] == work.FAILED)
+                          if v["outcome"] == FAILED)
         if entry.get("scheduled"):
             delayed.extend(dict(v, type=job_type) for v in _next_delayed(tr, layout, job_type, now, per_list))
     failed.sort(key=lambda v: v.get("ended") or 0, reverse=True)
@@ -153,7 +154,7 @@ def _views(tr: Transaction, layout: Layout, job_type: JobType, ids: list[str], p
         state, raw_data, record, sched_time = entry
         view = {"id": job_id, "state": state.value, "scheduled_time": sched_time,
                 "attempt": record.attempt, "max_attempts": record.max_attempts, "outcome": record.outcome,
-                "progress": record.progress, "error": record.error if record.outcome == work.FAILED else None,
+                "progress": record.progress, "error": record.error if record.outcome == FAILED else None,
                 "last_error": record.error, "worker": record.worker, "started": record.started,
                 "ended": record.ended, "data": _data(raw_data, preview)}
         if not preview:

@@ -31,9 +31,10 @@ from typing import Optional
 import fdb.tuple
 
 from fdblayer.interface import Transaction
-from fdblayer.jobs import counts, fasttuple
+from fdblayer.jobs import fasttuple
 from fdblayer.jobs.codec import report_bad_row
 from fdblayer.jobs.keys import JobType, Layout
+from fdblayer.jobs.tally import Tally, bump
 from fdblayer.selectors import KeySelector
 from fdblayer.watches import Watch
 
@@ -60,7 +61,7 @@ RANGE_LIMIT = 256
 
 def enqueue(
     tr: Transaction, layout: Layout, job_type: JobType, sched_time: int, job_id: str,
-    tally: Optional[counts.Tally] = None,
+    tally: Optional[Tally] = None,
 ) -> None:
     """Put a job in its type's pending queue and wake the type's watchers.
 
@@ -72,7 +73,7 @@ def enqueue(
         job_id: The job id.
         tally: Bump the counter and the watch through it (None: at once).
     """
-    tally = tally or counts.Tally(tr, layout, deferred=False)
+    tally = tally or Tally(tr, layout, deferred=False)
     tr.set(layout.pending_key(job_type, sched_time, job_id), b"")
     tally.enqueue(job_type)
     tally.bump(job_type, "pending")
@@ -86,7 +87,7 @@ def enqueue_many(
         return
     for job_id in job_ids:
         tr.set(layout.pending_key(job_type, sched_time, job_id), b"")
-    tally = counts.Tally(tr, layout, deferred=False)
+    tally = Tally(tr, layout, deferred=False)
     tally.enqueue(job_type, len(job_ids))
     tally.bump(job_type, "pending", len(job_ids))
 
@@ -96,7 +97,7 @@ def remove(
 ) -> None:
     """Take a pending job out of the pending queue (call it for a pending job only: its count drops)."""
     tr.clear(layout.pending_key(job_type, sched_time, job_id))
-    counts.bump(tr, layout, job_type, "pending", -1)
+    bump(tr, layout, job_type, "pending", -1)
 
 
 def dequeue(
@@ -136,7 +137,7 @@ def dequeue(
     tr.clear(key)
     job_id = _unpack_job_id(layout, job_type, key)
     if job_id is not None:  # a corrupt key was never counted
-        counts.bump(tr, layout, job_type, "pending", -1)
+        bump(tr, layout, job_type, "pending", -1)
     return job_id
 
 

@@ -15,7 +15,7 @@ import fdb.tuple
 
 from fdblayer.interface import Transaction
 from fdblayer.jobs.exceptions import CorruptValue, JobsError
-from fdblayer.jobs import counts, pending
+from fdblayer.jobs import pending
 from fdblayer.jobs.codec import (
     PENDING_SEQ,
     JobValue,
@@ -25,7 +25,8 @@ from fdblayer.jobs.codec import (
     report_bad_row,
     unpack_job_value,
 )
-from fdblayer.jobs.keys import JobType, Layout, new_versionstamp
+from fdblayer.jobs.keys import JobType, Layout
+from fdblayer.jobs.tally import Tally
 
 __all__ = [
     "get_job_val",
@@ -33,12 +34,7 @@ __all__ = [
     "maybe_enqueue",
     "update_activity",
     "clear_activity",
-    "update_watch",
 ]
-
-# The value of a WATCHES_ACTIVITY key: a lone versionstamp, the same bytes
-# for every write (the store fills the placeholder in at commit).
-_STAMPED_WATCH_VALUE = fdb.tuple.pack_with_versionstamp((new_versionstamp(),))
 
 
 def get_job_val(tr: Transaction, key: bytes) -> Optional[JobValue]:
@@ -74,7 +70,7 @@ def maybe_enqueue(
     enqueue: bool,
     data: bytes,
     key: Optional[bytes] = None,
-    tally: Optional[counts.Tally] = None,
+    tally: Optional[Tally] = None,
 ) -> JobValue:
     """Write the job as pending (and enqueue it) or as finished (counters
     and watches bumped at once, or by ``tally``)."""
@@ -116,12 +112,12 @@ def update_activity(
     old_seq: Seq,
     data: bytes,
     user_version: int = 0,
-    tally: Optional[counts.Tally] = None,
+    tally: Optional[Tally] = None,
 ) -> None:
     """Move the job's ACTIVITY row to this commit's versionstamp (with the
     same ``user_version`` as the job's seq); counters and watches bumped at
     once, or by ``tally``."""
-    tally = tally or counts.Tally(tr, layout, deferred=False)
+    tally = tally or Tally(tr, layout, deferred=False)
     clear_activity(tr, layout, job_type, old_seq, tally)
     tr.set_versionstamped_key(
         layout.activity_key_stamped(job_type, user_version), pack_activity_value(job_id, data)
@@ -131,13 +127,8 @@ def update_activity(
 
 
 def clear_activity(tr: Transaction, layout: Layout, job_type: JobType, seq: Seq,
-                   tally: Optional[counts.Tally] = None) -> None:
+                   tally: Optional[Tally] = None) -> None:
     """Clear a running job's ACTIVITY row (nothing for other states)."""
     if isinstance(seq, fdb.tuple.Versionstamp):
         tr.clear(layout.activity_key(job_type, seq))
-        (tally or counts.Tally(tr, layout, deferred=False)).bump(job_type, "running", -1)
-
-
-def update_watch(tr: Transaction, layout: Layout, job_type: JobType) -> None:
-    """Stamp the type's activity watch key, waking notifiers and monitors."""
-    tr.set_versionstamped_value(layout.watches_activity_key(job_type), _STAMPED_WATCH_VALUE)
+        (tally or Tally(tr, layout, deferred=False)).bump(job_type, "running", -1)

@@ -26,7 +26,9 @@ writer is not the limit of a pool:
 :func:`renew`      running -> running with a fresh activity stamp (the lease)
 :func:`release`    running -> pending now, attempt - 1 (never started, or
                    given back at a drain)
-:func:`requeue_silent`  running, lease expired -> pending now: attempt - 1
+:func:`requeue_held_by`  running, held by a host whose dispatcher restarted ->
+                   pending now, as the activity monitors' re-enqueue
+                   (:func:`fdblayer.jobs.activity.requeue_silent`): attempt - 1
                    if its handler never started, else the attempt counts
 =================  =====================================================
 
@@ -57,126 +59,24 @@ import fdb.tuple
 import msgpack
 
 from fdblayer.interface import Transaction, strinc, transactional
-from fdblayer.jobs import counts, failures, pending, rows
+from fdblayer.jobs import activity, failures, model, pending, rows
 from fdblayer.jobs.codec import (JobValue, report_bad_row, running_seq, unpack_activity_value_or_none,
                                  unpack_job_value)
 from fdblayer.jobs.exceptions import EncodingError, Halt, NoTypeTimeout
 from fdblayer.jobs.job import Job, JobState, job_state
-from fdblayer.jobs.keys import JobType, Layout
+from fdblayer.jobs.keys import SCHEDULES, JobType, Layout
+from fdblayer.jobs.tally import Tally, observe_run
+from fdblayer.jobs.work_record import FAILED, SUCCEEDED, WORKER_LOST, WorkRecord, claimed_only, pool_state
 from fdblayer.watches import Watch
 
 __all__ = [
-    "SUCCEEDED", "FAILED", "WorkRecord", "Claimed", "ClaimResult", "Outcome", "Schedule",
-    "enqueue", "claim", "mark_started", "complete", "renew", "release", "requeue_silent", "requeue_held_by",
-    "claimed_only", "pool_state",
+    "Claimed", "ClaimResult", "Outcome", "Schedule",
+    "enqueue", "claim", "mark_started", "complete", "renew", "release", "requeue_held_by",
     "set_progress", "read", "read_many",
     "set_schedule", "clear_schedule", "get_schedules", "fire_tick",
 ]
 
 logger = logging.getLogger(__name__)
-
-SUCCEEDED = "succeeded"
-FAILED = "failed"
-
-#: What a worker that died mid-attempt leaves as the attempt's error.
-WORKER_LOST = "WorkerLost"
-
-
-class WorkRecord(NamedTuple):
-    """A job's work record (see the module docstring for the stored form).
-
-    A named tuple, as :class:`~fdblayer.jobs.codec.JobValue`: a pool makes
-    two per job, and a tuple is built several times faster than a frozen
-    dataclass. Its ``progress`` is never changed in place (a merge makes a
-    new dict).
-    """
-
-    attempt: int = 0
-    max_attempts: Optional[int] = None
-    outcome: Optional[str] = None
-    result: Optional[bytes] = None
-    error: Optional[dict] = None
-    progress: dict = {}  # noqa: RUF012 - never mutated: shared safely
-    worker: Optional[str] = None
-    started: Optional[float] = None
-    ended: Optional[float] = None
-    claimed: Optional[float] = None
-
-    def pack(self) -> bytes:
-        return _PACKB({"a": self.attempt, "m": self.max_attempts, "o": self.outcome, "r": self.result,
-                       "e": self.error, "p": self.progress, "w": self.worker, "s": self.started,
-                       "f": self.ended, "k": self.claimed})
-
-    @classmethod
-    def unpack(cls, raw: Optional[bytes], where: Any = None) -> "WorkRecord":
-        """Decode a stored record; None or an undecodable value is a fresh record."""
-        if raw is None:
-            return cls()
-        try:
-            d = _UNPACKB(raw)
-            record = cls(int(d.get("a") or 0), _opt_int(d.get("m")), _opt_str(d.get("o")), _opt_bytes(d.get("r")),
-                         d.get("e") if isinstance(d.get("e"), dict) else None,
-                         d.get("p") if isinstance(d.get("p"), dict) else {},
-                         _opt_str(d.get("w")), _opt_float(d.get("s")), _opt_float(d.get("f")),
-                         _opt_float(d.get("k")))
-        except Exception as exc:  # noqa: BLE001 - survive a bad stored value: log it, start afresh
-            logger.warning("work_record_unreadable job=%r error=%r", where, exc)
-            return cls()
-        return record
-
-    def begin_attempt(self, worker: str, now: float) -> "WorkRecord":
-        """The record of its next attempt, claimed by ``worker`` at ``now`` (not started)."""
-        return WorkRecord(self.attempt + 1, self.max_attempts, None, self.result, self.error, {}, worker, None,
-                          None, now)
-
-    def end_attempt(self, outcome: Optional[str], result: Optional[bytes], error: Optional[dict],
-                    now: float, started: Optional[float] = None) -> "WorkRecord":
-        """The record of its attempt ended at ``now``: finished (``outcome``) or
-        to be retried (``outcome`` None, ``result`` kept); ``started`` fills
-        in a start not recorded yet."""
-        return WorkRecord(self.attempt, self.max_attempts, outcome, result, error, self.progress, self.worker,
-                          _first(self.started, started, now), now, self.claimed)
-
-    def unclaimed(self) -> "WorkRecord":
-        """The record of an attempt given back without counting it."""
-        return self._replace(attempt=max(0, self.attempt - 1), started=None, worker=None, claimed=None)
-
-
-def _first(*values: Optional[float]) -> Optional[float]:
-    return next((v for v in values if v is not None), None)
-
-
-def claimed_only(record: WorkRecord) -> bool:
-    """True for the record of a job a host claimed whose handler has not
-    started (read together with the job being running)."""
-    return record.worker is not None and record.started is None and record.outcome is None
-
-
-def pool_state(state: JobState, record: WorkRecord) -> JobState:
-    """A job's state as the pools show it: ``claimed`` for a running job
-    whose handler has not started, else the queue's state."""
-    return JobState.CLAIMED if state is JobState.RUNNING and claimed_only(record) else state
-
-
-_PACKB = functools.partial(msgpack.packb, use_bin_type=True)  # a Packer is not thread-safe: one per call
-_UNPACKB = functools.partial(msgpack.unpackb, raw=False)
-
-
-def _opt_int(v: Any) -> Optional[int]:
-    return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else None
-
-
-def _opt_str(v: Any) -> Optional[str]:
-    return v if isinstance(v, str) else None
-
-
-def _opt_bytes(v: Any) -> Optional[bytes]:
-    return v if isinstance(v, bytes) else None
-
-
-def _opt_float(v: Any) -> Optional[float]:
-    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
-
 
 class Claimed(NamedTuple):
     """A job a claim made running: its handle, encoded data and attempt number."""
@@ -236,8 +136,6 @@ def enqueue(tr: Transaction, layout: Layout, job_type: JobType, job_id: str, dat
     Raises:
         NoTypeTimeout: ``job_type`` has no type timeout.
     """
-    from fdblayer.jobs import model  # model imports nothing of this module
-
     value = model.add(tr, layout, job_type, job_id, data, sched_time)
     state = job_state(value.lock, value.seq)
     if state is not JobState.RUNNING:
@@ -276,7 +174,7 @@ def claim(tr: Transaction, layout: Layout, job_type: JobType, now: float, limit:
         data_keys = [layout.data_key(job_type, i) for i in ids]
         work_keys = [layout.work_key(job_type, i) for i in ids]
         raws = tr.get_many(data_keys + work_keys)
-        tally = counts.Tally(tr, layout)
+        tally = Tally(tr, layout)
         locks = os.urandom(16 * len(ids)).hex()  # one system call for the batch's new locks
         tally.bump(job_type, "pending", -len(ids))
         for n, (key, job_id) in enumerate(zip(keys, ids)):
@@ -301,7 +199,7 @@ def claim(tr: Transaction, layout: Layout, job_type: JobType, now: float, limit:
 
 def _claim_one(tr: Transaction, layout: Layout, job_type: JobType, job_id: str, key: bytes,
                raw: Optional[bytes], raw_work: Optional[bytes], now: float, worker: str,
-               default_max: int, tally: counts.Tally, lock: str) -> Any:
+               default_max: int, tally: Tally, lock: str) -> Any:
     """Claim one dequeued job: a Claimed, its id (exhausted), or None (inconsistent row)."""
     current = None if raw is None else rows.job_val_or_none(key, raw)
     if current is None or current.lock is not None:
@@ -344,7 +242,7 @@ def _held(tr: Transaction, layout: Layout, jobs: list) -> list:
     return held
 
 
-def _count_start(tally: counts.Tally, job_type: JobType, record: WorkRecord) -> None:
+def _count_start(tally: Tally, job_type: JobType, record: WorkRecord) -> None:
     """A claimed job's handler started (or its attempt ends before the start
     was recorded): one less claimed, one more start."""
     if claimed_only(record):
@@ -357,7 +255,7 @@ def mark_started(tr: Transaction, layout: Layout, starts: list) -> list:
     """Record that the handlers of ``starts`` = ``[(job, epoch seconds)]``
     started; returns the jobs whose lock was lost (left alone)."""
     lost = []
-    tally = counts.Tally(tr, layout)
+    tally = Tally(tr, layout)
     for (job, when), held in zip(starts, _held(tr, layout, [job for job, _ in starts])):
         if held is None:
             lost.append(job)
@@ -380,7 +278,7 @@ def complete(tr: Transaction, layout: Layout, outcomes: list, now: float) -> lis
     whatever the outcome, as couch_jobs' ``finish`` does.
     """
     lost = []
-    tally = counts.Tally(tr, layout)
+    tally = Tally(tr, layout)
     for outcome, held in zip(outcomes, _held(tr, layout, [o.job for o in outcomes])):
         if held is None:
             lost.append(outcome.job)
@@ -388,7 +286,7 @@ def complete(tr: Transaction, layout: Layout, outcomes: list, now: float) -> lis
         job, key, current, record = held
         work_key = layout.work_key(job.type, job.id)
         _count_start(tally, job.type, record)
-        counts.observe_run(tally, job.type, outcome.seconds)
+        observe_run(tally, job.type, outcome.seconds)
         tally.bump(job.type, _EVENT_OF_KIND.get(outcome.kind, "failed_final"))
         rows.clear_activity(tr, layout, job.type, current.seq, tally)
         tally.stamp(job.type)
@@ -419,7 +317,7 @@ def renew(tr: Transaction, layout: Layout, jobs: list) -> list:
     """Renew the lease of many running jobs (a fresh activity stamp, data
     untouched); returns the jobs whose lock was lost."""
     lost = []
-    tally = counts.Tally(tr, layout)
+    tally = Tally(tr, layout)
     for job, held in zip(jobs, _held(tr, layout, jobs)):
         if held is None:
             lost.append(job)
@@ -439,7 +337,7 @@ def release(tr: Transaction, layout: Layout, jobs: list) -> int:
     (claimed and never started, or given back at a drain); returns how many
     were still held."""
     released = 0
-    tally = counts.Tally(tr, layout)
+    tally = Tally(tr, layout)
     for held in _held(tr, layout, jobs):
         if held is None:
             continue
@@ -456,45 +354,19 @@ def release(tr: Transaction, layout: Layout, jobs: list) -> int:
     return released
 
 
-def requeue_silent(tr: Transaction, layout: Layout, job_type: JobType, job_id: str,
-                   tally: counts.Tally) -> bool:
-    """Put a running job whose lease expired back in the queue, due now (the
-    activity monitors' and the hosts' lifeline re-enqueue); its lock becomes
-    stale. A pool's job whose handler never started gets its attempt back;
-    one whose handler started keeps it (its next claim fails it for good if
-    its attempts are used up). Returns False (nothing written) if the job
-    is gone or not running."""
-    key = layout.data_key(job_type, job_id)
-    current = rows.get_job_val(tr, key)
-    if current is None or current.lock is None:
-        return False
-    work_key = layout.work_key(job_type, job_id)
-    raw_work = tr.get(work_key)
-    if raw_work is not None:
-        record = WorkRecord.unpack(raw_work, job_id)
-        if claimed_only(record):
-            tally.bump(job_type, "claimed", -1)
-            tr.set(work_key, record.unclaimed().pack())
-    rows.clear_activity(tr, layout, job_type, current.seq, tally)
-    rows.maybe_enqueue(tr, layout, job_type, job_id, current.sched_time, True, current.data, key, tally)
-    tally.bump(job_type, "reenqueued")
-    tally.stamp(job_type)
-    return True
-
-
 @transactional
 def requeue_held_by(tr: Transaction, layout: Layout, job_type: JobType, worker: str) -> list:
-    """:func:`requeue_silent` every running job of ``job_type`` that host
+    """:func:`~fdblayer.jobs.activity.requeue_silent` every running job of ``job_type`` that host
     ``worker`` holds (a restarted dispatcher takes back what its
     predecessor claimed); returns their ids."""
     prefix = layout.activity_prefix(job_type)
     found = (unpack_activity_value_or_none(kv.key, kv.value) for kv in tr.get_range(prefix, prefix + b"\xff"))
     ids = [row[0] for row in found if row is not None]
     raws = tr.get_many([layout.work_key(job_type, job_id) for job_id in ids])
-    tally = counts.Tally(tr, layout)
+    tally = Tally(tr, layout)
     done = [job_id for job_id, raw in zip(ids, raws)
             if raw is not None and WorkRecord.unpack(raw, job_id).worker == worker
-            and requeue_silent(tr, layout, job_type, job_id, tally)]
+            and activity.requeue_silent(tr, layout, job_type, job_id, tally)]
     tally.write()
     return done
 
@@ -620,8 +492,6 @@ def clear_schedule(tr: Transaction, layout: Layout, job_type: JobType) -> None:
 @transactional
 def get_schedules(tr: Transaction, layout: Layout) -> dict:
     """Every readable schedule, by job type."""
-    from fdblayer.jobs.keys import SCHEDULES
-
     prefix = layout.subspace(SCHEDULES)
     out = {}
     for key, raw in tr.get_range_startswith(prefix):

@@ -1,0 +1,130 @@
+"""A worker pool's record of a job: attempts, outcome, result, errors, progress.
+
+Data model (beside the couch_jobs rows, written in the same transaction as
+every transition of the job, see :mod:`fdblayer.jobs.work`)::
+
+    (P, WORK, type, job_id) = {"a": attempts started, "m": max attempts or None,
+                               "o": outcome ("succeeded" | "failed") or None,
+                               "r": encoded result or None, "e": last error or None,
+                               "p": progress fields, "w": worker host, "k": claimed,
+                               "s": handler started, "f": ended}
+
+A record that cannot be decoded (a bad value written behind the API's
+back) reads as a fresh one and is logged: a stored value never stops a
+reader. Pure values: nothing here touches a transaction.
+"""
+from __future__ import annotations
+
+import functools
+import logging
+from typing import Any, NamedTuple, Optional
+
+import msgpack
+
+from fdblayer.jobs.job import JobState
+
+__all__ = ["SUCCEEDED", "FAILED", "WORKER_LOST", "WorkRecord", "claimed_only", "pool_state"]
+
+logger = logging.getLogger(__name__)
+
+SUCCEEDED = "succeeded"
+FAILED = "failed"
+
+#: What a worker that died mid-attempt leaves as the attempt's error.
+WORKER_LOST = "WorkerLost"
+
+
+class WorkRecord(NamedTuple):
+    """A job's work record (see the module docstring for the stored form).
+
+    A named tuple, as :class:`~fdblayer.jobs.codec.JobValue`: a pool makes
+    two per job, and a tuple is built several times faster than a frozen
+    dataclass. Its ``progress`` is never changed in place (a merge makes a
+    new dict).
+    """
+
+    attempt: int = 0
+    max_attempts: Optional[int] = None
+    outcome: Optional[str] = None
+    result: Optional[bytes] = None
+    error: Optional[dict] = None
+    progress: dict = {}  # noqa: RUF012 - never mutated: shared safely
+    worker: Optional[str] = None
+    started: Optional[float] = None
+    ended: Optional[float] = None
+    claimed: Optional[float] = None
+
+    def pack(self) -> bytes:
+        return _PACKB({"a": self.attempt, "m": self.max_attempts, "o": self.outcome, "r": self.result,
+                       "e": self.error, "p": self.progress, "w": self.worker, "s": self.started,
+                       "f": self.ended, "k": self.claimed})
+
+    @classmethod
+    def unpack(cls, raw: Optional[bytes], where: Any = None) -> "WorkRecord":
+        """Decode a stored record; None or an undecodable value is a fresh record."""
+        if raw is None:
+            return cls()
+        try:
+            d = _UNPACKB(raw)
+            record = cls(int(d.get("a") or 0), _opt_int(d.get("m")), _opt_str(d.get("o")), _opt_bytes(d.get("r")),
+                         d.get("e") if isinstance(d.get("e"), dict) else None,
+                         d.get("p") if isinstance(d.get("p"), dict) else {},
+                         _opt_str(d.get("w")), _opt_float(d.get("s")), _opt_float(d.get("f")),
+                         _opt_float(d.get("k")))
+        except Exception as exc:  # noqa: BLE001 - survive a bad stored value: log it, start afresh
+            logger.warning("work_record_unreadable job=%r error=%r", where, exc)
+            return cls()
+        return record
+
+    def begin_attempt(self, worker: str, now: float) -> "WorkRecord":
+        """The record of its next attempt, claimed by ``worker`` at ``now`` (not started)."""
+        return WorkRecord(self.attempt + 1, self.max_attempts, None, self.result, self.error, {}, worker, None,
+                          None, now)
+
+    def end_attempt(self, outcome: Optional[str], result: Optional[bytes], error: Optional[dict],
+                    now: float, started: Optional[float] = None) -> "WorkRecord":
+        """The record of its attempt ended at ``now``: finished (``outcome``) or
+        to be retried (``outcome`` None, ``result`` kept); ``started`` fills
+        in a start not recorded yet."""
+        return WorkRecord(self.attempt, self.max_attempts, outcome, result, error, self.progress, self.worker,
+                          _first(self.started, started, now), now, self.claimed)
+
+    def unclaimed(self) -> "WorkRecord":
+        """The record of an attempt given back without counting it."""
+        return self._replace(attempt=max(0, self.attempt - 1), started=None, worker=None, claimed=None)
+
+
+def _first(*values: Optional[float]) -> Optional[float]:
+    return next((v for v in values if v is not None), None)
+
+
+def claimed_only(record: WorkRecord) -> bool:
+    """True for the record of a job a host claimed whose handler has not
+    started (read together with the job being running)."""
+    return record.worker is not None and record.started is None and record.outcome is None
+
+
+def pool_state(state: JobState, record: WorkRecord) -> JobState:
+    """A job's state as the pools show it: ``claimed`` for a running job
+    whose handler has not started, else the queue's state."""
+    return JobState.CLAIMED if state is JobState.RUNNING and claimed_only(record) else state
+
+
+_PACKB = functools.partial(msgpack.packb, use_bin_type=True)  # a Packer is not thread-safe: one per call
+_UNPACKB = functools.partial(msgpack.unpackb, raw=False)
+
+
+def _opt_int(v: Any) -> Optional[int]:
+    return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else None
+
+
+def _opt_str(v: Any) -> Optional[str]:
+    return v if isinstance(v, str) else None
+
+
+def _opt_bytes(v: Any) -> Optional[bytes]:
+    return v if isinstance(v, bytes) else None
+
+
+def _opt_float(v: Any) -> Optional[float]:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
