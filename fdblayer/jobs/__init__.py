@@ -6,12 +6,21 @@ FoundationDB backends. It knows nothing of actors: the per-type activity
 monitors and notifiers (``actors/``) build on the store-level functions of
 :mod:`fdblayer.jobs.model` and :mod:`fdblayer.jobs.activity`.
 
-Modules, one role each: ``api`` (the public calls), ``model`` (the job
-transitions), ``activity`` (types, activity stamps, re-enqueue of silent
-jobs), ``pending`` (the pending queue), ``rows`` (the row writes the
-transitions share), ``keys`` (the key layout),
-``codec`` (data and value encoding), ``validate`` (argument checks),
-``job`` (value types), ``exceptions``.
+Modules, one role each, each importing only those below it (no cycle):
+
+- top: ``api`` (the public calls), ``overview`` (what the views read),
+  ``counts`` (the per-type counters, read or recounted);
+- ``work`` (the worker pools' batch transitions: claim, start, complete,
+  renew, release, schedules), above ``model`` (the couch_jobs
+  transitions), above ``activity`` (types, activity stamps, re-enqueue
+  of silent jobs);
+- ``rows`` (the row writes the transitions share), ``pending`` (the
+  pending queue), ``failures`` (the index of recent failures), ``hosts``
+  (worker hosts' heartbeats);
+- bottom: ``tally`` (counter bumps and watch stamps), ``work_record``
+  (the pools' record of a job), ``keys`` (the key layout), ``codec``
+  (data and value encoding), ``validate`` (argument checks), ``job``
+  (value types), ``exceptions``.
 """
 
 from fdblayer.jobs.api import (
