@@ -26,7 +26,7 @@ from typing import Any, Optional
 from fdblayer.interface import Database, Transaction, transactional
 from fdblayer.jobs import activity, work
 from fdblayer.jobs.codec import decode_data
-from fdblayer.jobs.exceptions import InvalidArgument, JobFailed, NotFound
+from fdblayer.jobs.exceptions import InvalidArgument, JobFailed, NoTypeTimeout, NotFound
 from fdblayer.jobs.job import JobState
 from fdblayer.jobs.keys import DEFAULT_LAYOUT
 from fdblayer.jobs.work_record import FAILED, SUCCEEDED
@@ -120,8 +120,11 @@ def enqueue(db: Any, type: Any, data: Optional[dict] = None, *, id: Optional[str
 @transactional
 def _declare_and_enqueue(tr: Transaction, job_type: Any, job_id: str, encoded: bytes, sched_time: int,
                          max_attempts: Optional[int]) -> None:
-    declare_type(tr, job_type)
-    work.enqueue(tr, DEFAULT_LAYOUT, job_type, job_id, encoded, sched_time, max_attempts)
+    try:  # the add reads the type's timeout anyway: declare only when it says there is none
+        work.enqueue(tr, DEFAULT_LAYOUT, job_type, job_id, encoded, sched_time, max_attempts)
+    except NoTypeTimeout:  # raised before anything is written
+        declare_type(tr, job_type)
+        work.enqueue(tr, DEFAULT_LAYOUT, job_type, job_id, encoded, sched_time, max_attempts)
 
 
 def declare_type(tr: Transaction, job_type: Any, timeout: float = DEFAULT_TYPE_TIMEOUT) -> bool:
