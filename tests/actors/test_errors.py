@@ -1,7 +1,7 @@
 """One error root for ``actors``, and one way for its errors to travel.
 
 Every exception class defined in the package derives from
-:class:`actors.errors.ActorsError` (except the two listed, with why), and
+:class:`actors.errors.ActorsError` (except the three listed, with why), and
 any of them pickles back to an equal error: same class, message and
 attributes, as a call's ``Failure`` carries it to another process.
 """
@@ -24,8 +24,11 @@ from actors.scheduler.model import InvalidRequest, InvalidSetting, JobNotFound
 #: Not ActorsError, on purpose: JobStopping is control flow raised inside a
 #: handler's thread (a BaseException, so ``except Exception`` lets it
 #: through); HandlerError is the queue's InvalidArgument (a worker's
-#: handler path is a bad argument of the jobs API, whose root is fdblayer's).
-OUTSIDE = {"actors.scheduler.job.JobStopping", "actors.workers.handlers.HandlerError"}
+#: handler path is a bad argument of the jobs API, whose root is fdblayer's);
+#: UnstorableResult is the queue's EncodingError (a handler's result, encoded
+#: as job data is, that cannot be stored).
+OUTSIDE = {"actors.scheduler.job.JobStopping", "actors.workers.handlers.HandlerError",
+           "actors.workers.context.UnstorableResult"}
 
 
 def package_errors() -> list[type]:
