@@ -152,9 +152,9 @@ def unstorable(ctx):
 '''
 
 
-# Passes once the dispatcher ends an attempt whose error says "final" without
-# a retry (the dispatcher's side of issue 27, item 7); before that the job
-# runs max_attempts (3) times.
+# Both sides of issue 27, item 7: the worker marks the error "final"
+# (describe_error), the dispatcher then ends the job without a retry (before,
+# it ran max_attempts, 3, times).
 def test_an_unstorable_result_fails_the_job_at_once_and_runs_exactly_once(hosts, db, workdir):
     (workdir / "unstorable_mod.py").write_text(UNSTORABLE)
     run_log = workdir / "runs.jsonl"
