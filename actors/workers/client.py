@@ -153,7 +153,10 @@ class JobStatus:
     handler started); ``outcome`` is
     ``"succeeded"`` or ``"failed"`` once finished by a pool (None before, and
     for jobs finished by a hand-written worker); ``error`` the last
-    attempt's error (``{"type", "message", "traceback"}``).
+    attempt's error (``{"type", "message", "traceback"}``); ``errors`` the
+    error of each failed attempt, oldest first (``{"attempt", "at", "type",
+    "message", "traceback"}``; the newest 10 kept, tracebacks cut to their
+    last 2,000 characters).
     """
 
     type: Any
@@ -169,6 +172,7 @@ class JobStatus:
     worker: Optional[str]
     started: Optional[float]
     ended: Optional[float]
+    errors: tuple = ()
 
 
 def _status_of(job_type: Any, job_id: str, found: Optional[tuple]) -> JobStatus:
@@ -176,7 +180,8 @@ def _status_of(job_type: Any, job_id: str, found: Optional[tuple]) -> JobStatus:
         raise NotFound(f"job {job_id!r} of type {job_type!r} not found", job_type=job_type, job_id=job_id)
     state, data, rec = found
     return JobStatus(job_type, job_id, state, decode_data(data), rec.attempt, rec.max_attempts, rec.outcome,
-                     decode_result(rec.result), rec.error, rec.progress, rec.worker, rec.started, rec.ended)
+                     decode_result(rec.result), rec.error, rec.progress, rec.worker, rec.started, rec.ended,
+                     rec.errors)
 
 
 def status(db: Any, type: Any, id: str) -> JobStatus:

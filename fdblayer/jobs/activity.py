@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import time
 from typing import Iterable, Optional
 
 import fdb.tuple
@@ -24,7 +25,7 @@ from fdblayer.jobs.codec import decode_data, report_bad_row, unpack_activity_val
 from fdblayer.jobs.validate import MAX_TYPE_TIMEOUT
 from fdblayer.jobs.keys import ACTIVITY_TIMEOUT, JobType, Layout
 from fdblayer.jobs.tally import Tally
-from fdblayer.jobs.work_record import WorkRecord, claimed_only
+from fdblayer.jobs.work_record import WORKER_LOST, WorkRecord, claimed_only, with_error
 from fdblayer.watches import Watch
 
 __all__ = [
@@ -232,6 +233,11 @@ def requeue_silent(tr: Transaction, layout: Layout, job_type: JobType, job_id: s
         if claimed_only(record):
             tally.bump(job_type, "claimed", -1)
             tr.set(work_key, record.unclaimed().pack())
+        elif record.worker is not None and record.outcome is None:  # its handler started: the attempt is lost
+            error = {"type": WORKER_LOST, "message": f"attempt {record.attempt} stopped renewing its lease "
+                     f"(its host {record.worker} died or stalled)", "traceback": ""}
+            tr.set(work_key, record._replace(error=error, errors=with_error(record.errors, record.attempt,
+                                                                              time.time(), error)).pack())
     rows.clear_activity(tr, layout, job_type, current.seq, tally)
     rows.maybe_enqueue(tr, layout, job_type, job_id, current.sched_time, True, current.data, key, tally)
     tally.bump(job_type, "reenqueued")

@@ -155,7 +155,8 @@ def _views(tr: Transaction, layout: Layout, job_type: JobType, ids: list[str], p
         view = {"id": job_id, "state": state.value, "scheduled_time": sched_time,
                 "attempt": record.attempt, "max_attempts": record.max_attempts, "outcome": record.outcome,
                 "progress": record.progress, "error": record.error if record.outcome == FAILED else None,
-                "last_error": record.error, "worker": record.worker, "started": record.started,
+                "last_error": record.error, "errors": list(record.errors), "worker": record.worker,
+                "started": record.started,
                 "ended": record.ended, "data": _data(raw_data, preview)}
         if not preview:
             stored = _data(record.result, False) if record.result is not None else None

@@ -66,7 +66,8 @@ from fdblayer.jobs.exceptions import EncodingError, Halt, NoTypeTimeout
 from fdblayer.jobs.job import Job, JobState, job_state
 from fdblayer.jobs.keys import SCHEDULES, JobType, Layout
 from fdblayer.jobs.tally import Tally, observe_run
-from fdblayer.jobs.work_record import FAILED, SUCCEEDED, WORKER_LOST, WorkRecord, claimed_only, pool_state
+from fdblayer.jobs.work_record import (FAILED, SUCCEEDED, WORKER_LOST, WorkRecord, claimed_only, pool_state,
+                                       with_error)
 from fdblayer.watches import Watch
 
 __all__ = [
@@ -211,11 +212,14 @@ def _claim_one(tr: Transaction, layout: Layout, job_type: JobType, job_id: str, 
     max_attempts = record.max_attempts or default_max
     work_key = layout.work_key(job_type, job_id)
     if attempt > max_attempts:
-        error = record.error or {"type": WORKER_LOST, "message": (
+        lost = record.errors and record.errors[-1].get("attempt") == record.attempt  # its loss is in the history
+        error = record.error if lost else {"type": WORKER_LOST, "message": (
             f"attempt {record.attempt} of {max_attempts} ended without an outcome (its worker died)"),
             "traceback": ""}
         rows.maybe_enqueue(tr, layout, job_type, job_id, current.sched_time, False, current.data, key, tally)
-        tr.set(work_key, record.end_attempt(FAILED, record.result, error, now).pack())
+        ended = record.end_attempt(FAILED, record.result, None, now)
+        tr.set(work_key, (ended if lost else ended._replace(
+            error=error, errors=with_error(record.errors, record.attempt, now, error))).pack())
         failures.record(tr, layout, job_type, job_id, now)
         return job_id
     uv = rows.next_user_version(tr)

@@ -7,7 +7,15 @@ every transition of the job, see :mod:`fdblayer.jobs.work`)::
                                "o": outcome ("succeeded" | "failed") or None,
                                "r": encoded result or None, "e": last error or None,
                                "p": progress fields, "w": worker host, "k": claimed,
-                               "s": handler started, "f": ended}
+                               "s": handler started, "f": ended,
+                               "x": [error of each failed attempt, oldest first]}
+
+Each entry of the error history is ``{"attempt", "at", "type", "message",
+"traceback"}``; the newest :data:`ERRORS_KEPT` are kept, their tracebacks
+cut to their last :data:`HISTORY_TRACEBACK` characters (the last error,
+``e``, keeps its own whole), and older entries go first while the history
+would encode to more than :data:`HISTORY_LIMIT` bytes: with the largest
+result and progress a record still fits one store value.
 
 A record that cannot be decoded (a bad value written behind the API's
 back) reads as a fresh one and is logged: a stored value never stops a
@@ -23,7 +31,8 @@ import msgpack
 
 from fdblayer.jobs.job import JobState
 
-__all__ = ["SUCCEEDED", "FAILED", "WORKER_LOST", "WorkRecord", "claimed_only", "pool_state"]
+__all__ = ["SUCCEEDED", "FAILED", "WORKER_LOST", "ERRORS_KEPT", "HISTORY_TRACEBACK", "HISTORY_LIMIT", "WorkRecord",
+           "with_error", "claimed_only", "pool_state"]
 
 logger = logging.getLogger(__name__)
 
@@ -32,6 +41,11 @@ FAILED = "failed"
 
 #: What a worker that died mid-attempt leaves as the attempt's error.
 WORKER_LOST = "WorkerLost"
+#: Failed attempts whose error the history keeps (the newest), the characters
+#: of each traceback kept there, and the bytes the history encodes to at most.
+ERRORS_KEPT = 10
+HISTORY_TRACEBACK = 2_000
+HISTORY_LIMIT = 20_000
 
 
 class WorkRecord(NamedTuple):
@@ -53,11 +67,12 @@ class WorkRecord(NamedTuple):
     started: Optional[float] = None
     ended: Optional[float] = None
     claimed: Optional[float] = None
+    errors: tuple = ()
 
     def pack(self) -> bytes:
         return _PACKB({"a": self.attempt, "m": self.max_attempts, "o": self.outcome, "r": self.result,
                        "e": self.error, "p": self.progress, "w": self.worker, "s": self.started,
-                       "f": self.ended, "k": self.claimed})
+                       "f": self.ended, "k": self.claimed, "x": list(self.errors)})
 
     @classmethod
     def unpack(cls, raw: Optional[bytes], where: Any = None) -> "WorkRecord":
@@ -70,7 +85,7 @@ class WorkRecord(NamedTuple):
                          d.get("e") if isinstance(d.get("e"), dict) else None,
                          d.get("p") if isinstance(d.get("p"), dict) else {},
                          _opt_str(d.get("w")), _opt_float(d.get("s")), _opt_float(d.get("f")),
-                         _opt_float(d.get("k")))
+                         _opt_float(d.get("k")), _errors(d.get("x")))
         except Exception as exc:  # noqa: BLE001 - survive a bad stored value: log it, start afresh
             logger.warning("work_record_unreadable job=%r error=%r", where, exc)
             return cls()
@@ -79,19 +94,42 @@ class WorkRecord(NamedTuple):
     def begin_attempt(self, worker: str, now: float) -> "WorkRecord":
         """The record of its next attempt, claimed by ``worker`` at ``now`` (not started)."""
         return WorkRecord(self.attempt + 1, self.max_attempts, None, self.result, self.error, {}, worker, None,
-                          None, now)
+                          None, now, self.errors)
 
     def end_attempt(self, outcome: Optional[str], result: Optional[bytes], error: Optional[dict],
                     now: float, started: Optional[float] = None) -> "WorkRecord":
         """The record of its attempt ended at ``now``: finished (``outcome``) or
         to be retried (``outcome`` None, ``result`` kept); ``started`` fills
-        in a start not recorded yet."""
+        in a start not recorded yet. A failed attempt's ``error`` joins the
+        error history."""
+        errors = self.errors if error is None else with_error(self.errors, self.attempt, now, error)
         return WorkRecord(self.attempt, self.max_attempts, outcome, result, error, self.progress, self.worker,
-                          _first(self.started, started, now), now, self.claimed)
+                          _first(self.started, started, now), now, self.claimed, errors)
 
     def unclaimed(self) -> "WorkRecord":
         """The record of an attempt given back without counting it."""
         return self._replace(attempt=max(0, self.attempt - 1), started=None, worker=None, claimed=None)
+
+
+def with_error(errors: tuple, attempt: int, at: float, error: dict) -> tuple:
+    """``errors`` with the entry of a failed attempt added, bounded (see the
+    module docstring)."""
+    traceback = str(error.get("traceback") or "")
+    if len(traceback) > HISTORY_TRACEBACK:
+        traceback = "...\n" + traceback[-HISTORY_TRACEBACK:]
+    entry = {"attempt": attempt, "at": at, "type": error.get("type"), "message": error.get("message"),
+             "traceback": traceback}
+    out = (tuple(errors) + (entry,))[-ERRORS_KEPT:]
+    while len(out) > 1 and len(_PACKB(list(out))) > HISTORY_LIMIT:
+        out = out[1:]
+    return out
+
+
+def _errors(value: Any) -> tuple:
+    """A stored error history, its malformed entries dropped."""
+    if not isinstance(value, list):
+        return ()
+    return tuple(e for e in value[-ERRORS_KEPT:] if isinstance(e, dict))
 
 
 def _first(*values: Optional[float]) -> Optional[float]:

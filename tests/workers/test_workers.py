@@ -53,7 +53,11 @@ def test_a_failing_job_is_retried_then_fails_for_good(hosts, db):
     # The first retry waits base (1 s) times a jitter in [0.5, 1), rounded up
     # to a whole second: never less than half a second.
     assert time.time() - started >= 0.5, "the retry waited its backoff"
-    assert jobs.status(db, "flaky", job_id).outcome == "failed"
+    st = jobs.status(db, "flaky", job_id)
+    assert st.outcome == "failed"
+    assert [(e["attempt"], e["type"], e["message"]) for e in st.errors] == [
+        (1, "ValueError", "failed attempt 1"), (2, "ValueError", "failed attempt 2")], "every attempt's error, in order"
+    assert "fail_until" in st.errors[0]["traceback"] and st.errors[0]["at"] <= st.errors[1]["at"]
 
 
 def test_a_retry_can_succeed_and_max_attempts_is_per_job(hosts, db):

@@ -1,0 +1,53 @@
+"""The pools' work record: its error history is bounded so that a record
+with the largest result and progress still fits one store value, and a
+stored record that is not one reads as a fresh one."""
+from __future__ import annotations
+
+import msgpack
+
+from fdblayer.interface import MAX_VALUE_SIZE
+from fdblayer.jobs.work_record import (ERRORS_KEPT, HISTORY_LIMIT, HISTORY_TRACEBACK, WorkRecord,
+                                       with_error)
+
+
+def _error(n: int, tb: int = 10) -> dict:
+    return {"type": "ValueError", "message": f"failed {n}", "traceback": "x" * tb}
+
+
+def test_each_failed_attempt_joins_the_history_oldest_first():
+    record = WorkRecord(attempt=1)
+    for n in range(1, 4):
+        record = record._replace(attempt=n).end_attempt(None, None, _error(n), now=100.0 + n)
+    assert [(e["attempt"], e["message"], e["at"]) for e in record.errors] == [
+        (1, "failed 1", 101.0), (2, "failed 2", 102.0), (3, "failed 3", 103.0)]
+    assert record.end_attempt("succeeded", b"r", None, now=200.0).errors == record.errors, "a success adds nothing"
+    assert WorkRecord.unpack(record.pack()).errors == record.errors
+
+
+def test_the_history_keeps_the_newest_entries_and_cuts_long_tracebacks():
+    errors: tuple = ()
+    for n in range(ERRORS_KEPT + 5):
+        errors = with_error(errors, n, float(n), _error(n, tb=50_000))
+    assert len(errors) <= ERRORS_KEPT and errors[-1]["attempt"] == ERRORS_KEPT + 4
+    assert [e["attempt"] for e in errors] == sorted(e["attempt"] for e in errors)
+    assert all(len(e["traceback"]) <= HISTORY_TRACEBACK + 4 for e in errors)
+    assert len(msgpack.packb(list(errors))) <= HISTORY_LIMIT
+
+
+def test_a_record_with_the_largest_parts_fits_one_store_value():
+    from actors.workers.context import PROGRESS_LIMIT, RESULT_LIMIT, TRACEBACK_LIMIT
+
+    errors: tuple = ()
+    for n in range(ERRORS_KEPT):
+        errors = with_error(errors, n, 1.0, {"type": "E" * 200, "message": "m" * 2_000, "traceback": "t" * 9_000})
+    record = WorkRecord(attempt=1000, max_attempts=1000, outcome="succeeded", result=b"r" * RESULT_LIMIT,
+                        error={"type": "E", "message": "m" * 2_000, "traceback": "t" * TRACEBACK_LIMIT},
+                        progress={"p": "x" * PROGRESS_LIMIT}, worker="h" * 300, started=1.0, ended=2.0,
+                        claimed=0.5, errors=errors)
+    assert len(record.pack()) < MAX_VALUE_SIZE
+
+
+def test_a_malformed_history_reads_as_its_good_entries():
+    raw = msgpack.packb({"a": 2, "x": [{"attempt": 1}, "junk", 3]}, use_bin_type=True)
+    assert WorkRecord.unpack(raw).errors == ({"attempt": 1},)
+    assert WorkRecord.unpack(msgpack.packb({"a": 1, "x": "nope"})).errors == ()
