@@ -6,6 +6,7 @@ A general library (it knows nothing of jobs). Start a node with
 plain :class:`ChildSpec` lists.
 """
 from . import loopback  # noqa: F401 - patch Thespian's bind address first
+from . import drain  # noqa: F401 - and its drain of an exiting actor's last messages
 from .childspec import BRUTAL_KILL, INFINITY, ChildSpec, ChildType, Restart, Strategy, SupFlags
 from .client import Client
 from .clock import Clock, ManualClock

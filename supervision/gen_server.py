@@ -176,7 +176,7 @@ class GenServer(Calls, Timers, Actor):
         if isinstance(msg, ActorExitRequest):
             self._exit(SHUTDOWN, thespian_exiting=True)
         elif isinstance(msg, ChildActorExited):
-            self._on_child_actor_exited(msg.childAddress)
+            self._on_exit_notice(msg.childAddress, sender)
             self._check_silent_children()
         elif isinstance(msg, WakeupMessage):
             self._on_wakeup(msg.payload)
@@ -398,10 +398,43 @@ class GenServer(Calls, Timers, Actor):
     def _on_start_failed(self, msg: m.StartFailed) -> None:
         if msg.addr in self._children:
             self._exit_reasons[msg.addr] = msg.reason
+            self._exit_if_gone(msg.addr)
 
     def _on_ignored(self, msg: m.Ignored) -> None:
         if msg.addr in self._children:
             self._exit_reasons[msg.addr] = IGNORE
+            self._exit_if_gone(msg.addr)
+
+    def _on_exit_notice(self, addr: Any, sender: Any) -> None:
+        """Thespian says a child is gone: the child's own goodbye, or this
+        process's SIGCHLD check.
+
+        Thespian sends the goodbye after the child's last messages, but each
+        message on a connection of its own, so the goodbye can overtake the
+        child's ``Exit`` (or ``StartFailed``): a child that said goodbye has
+        sent one, and its reason is waited for (``LOST_EXIT_GRACE`` at most,
+        then ``killed``), not taken to be ``killed`` at once. A child that
+        vanished without a goodbye (SIGKILL) is handled at once."""
+        child = self._children.get(addr)
+        if child is None:
+            return  # Thespian reports each exit twice; the second is a duplicate.
+        if addr not in self._exit_reasons and (sender == addr or child.get("gone")):
+            if not child.get("gone"):
+                child["gone"] = True
+                self.start_timer(LOST_EXIT_GRACE, lambda: self._exit_overdue(addr), real=True)
+            return
+        self._on_child_actor_exited(addr)
+
+    def _exit_if_gone(self, addr: Any) -> None:
+        """A gone child's reason arrived after its goodbye: its exit now."""
+        child = self._children.get(addr)
+        if child is not None and child.get("gone"):
+            self._on_child_actor_exited(addr)
+
+    def _exit_overdue(self, addr: Any) -> None:
+        if addr in self._children:
+            log.warning("child %s said goodbye, but its exit reason never came; taken as killed", addr)
+            self._on_child_actor_exited(addr)
 
     def _on_child_actor_exited(self, addr: Any) -> None:
         child = self._children.pop(addr, None)
