@@ -4,7 +4,7 @@
                        [--workers TYPE=MOD:CALLABLE ...]
     otpjobs node stop [--port N]
     otpjobs node status [--port N]
-    otpjobs worker [--concurrency N] [--max-attempts N] [--grace S] [--timeout S] [--cron TYPE=EXPR]
+    otpjobs worker [--concurrency N] [--max-attempts N] [--grace S] [--job-timeout S] [--timeout S] [--cron TYPE=EXPR]
                    [--port N] [--store URL] TYPE=MOD:CALLABLE ...
     otpjobs workers list [--store URL]
     otpjobs jobs add TYPE JOB_ID [DATA_JSON] [--scheduled-time T | --delay S] [--store URL]
@@ -178,7 +178,10 @@ def _worker_parser(groups: Any) -> None:
     _store_arg(w)
     w.add_argument("--concurrency", "-c", type=int, help="worker processes (default 4)")
     w.add_argument("--max-attempts", type=int, help="attempts per job unless the job says (default 3)")
-    w.add_argument("--grace", type=_seconds, help="seconds running handlers get on SIGTERM (default 30)")
+    w.add_argument("--grace", type=_seconds, help="seconds running handlers get on SIGTERM, and past their "
+                   "time limit, before they are stopped (default 30)")
+    w.add_argument("--job-timeout", type=_seconds, help="seconds a run may take unless its job or handler "
+                   "says (default 0: no limit)")
     w.add_argument("--timeout", type=_timeout_seconds,
                    help="activity timeout of a type that has none (default 30 s)")
     w.add_argument("--cron", action="append", default=[], metavar="TYPE=EXPR",
@@ -250,16 +253,20 @@ def cmd_node_start(args: argparse.Namespace) -> int:
 
 
 def cmd_node_stop(args: argparse.Namespace) -> int:
-    from supervision.system import _read_runtime, port_open, stop_node
-    from supervision.registry import pid_alive
+    """SIGTERM to the foreground command that runs the node (it drains and
+    stops it), if it is still the process the runtime file recorded (pid
+    and start time); else the node is stopped from here."""
+    from supervision.procs import signal_process
+    from supervision.runtime import read_runtime, recorded_alive
+    from supervision.system import port_open, stop_node
 
     port = _config(args).node.port
-    info = _read_runtime(port) or {}
+    info = read_runtime(port) or {}
     owner = info.get("owner")
-    if owner and pid_alive(owner) and owner != os.getpid():
-        os.kill(owner, signal.SIGTERM)
+    if owner != os.getpid() and recorded_alive(info, "owner") and \
+            signal_process(owner, info.get("owner_start"), signal.SIGTERM):
         deadline = time.monotonic() + 60
-        while (pid_alive(owner) or port_open(port)) and time.monotonic() < deadline:
+        while (recorded_alive(info, "owner") or port_open(port)) and time.monotonic() < deadline:
             time.sleep(0.05)
         print(f"node on port {port} stopped")
         return 0
@@ -563,12 +570,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     from fdblayer.exceptions import StoreError
     from fdblayer.jobs.exceptions import JobsError
     from supervision import SupervisionError
+    from supervision.exceptions import RuntimeDirError
 
     from actors.node.app import AppError
 
     try:
         return COMMANDS[(args.group, args.cmd)](args)
-    except (config_mod.ConfigError, config_mod.ConfigFileError, FileNotFoundError, AppError) as exc:
+    except (config_mod.ConfigError, config_mod.ConfigFileError, FileNotFoundError, AppError,
+            RuntimeDirError) as exc:
         return _fail(str(exc), 2)
     except JobsError as exc:
         return _fail(str(exc), 2 if type(exc).__name__ in ("InvalidArgument", "EncodingError", "NoTypeTimeout",

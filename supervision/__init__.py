@@ -21,6 +21,7 @@ from .exceptions import (
     CallTimeout,
     NodeDown,
     NoProc,
+    RuntimeDirError,
     StartError,
     SupervisionError,
 )
@@ -36,6 +37,6 @@ __all__ = [
     "CallFailed", "CallTimeout", "ChildInfo", "ChildSpec", "ChildType", "Client", "Clock", "DEFER_START",
     "Down", "Exit", "From", "GenServer", "IGNORE", "INFINITY", "KILLED", "ManualClock", "NOPROC",
     "NOREPLY", "NORMAL", "Node", "Request", "NodeAlreadyRunning", "NodeDown", "NodeSupervisor", "NoProc", "Restart",
-    "SHUTDOWN", "StartError", "Strategy", "SupFlags", "Supervisor", "SupervisionError", "connect",
+    "RuntimeDirError", "SHUTDOWN", "StartError", "Strategy", "SupFlags", "Supervisor", "SupervisionError", "connect",
     "is_normal", "reason_name", "start_node", "stop_node",
 ]

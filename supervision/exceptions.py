@@ -129,3 +129,16 @@ class BadInfo(BadMessage):
     """An unknown info message (reason ``bad_info``)."""
 
     kind = "bad_info"
+
+
+class RuntimeDirError(SupervisionError):
+    """The runtime directory (or a file in it) cannot be trusted: nothing was
+    created or signalled. ``path`` is the directory, ``problem`` what is wrong."""
+
+    def __init__(self, path: Any, problem: str) -> None:
+        super().__init__(f"runtime directory {path} {problem}")
+        self.path = str(path)
+        self.problem = problem
+
+    def __reduce__(self):
+        return (type(self), (self.path, self.problem))

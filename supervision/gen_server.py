@@ -48,7 +48,8 @@ from .addrmap import AddrMap, AddrSet
 from .clock import Clock, make_clock
 from .exceptions import BadCall, BadCast, BadInfo
 from .reasons import KILLED, NOPROC, NORMAL, SHUTDOWN, is_normal, portable
-from .procs import die_with_parent, install_fork_hygiene, pid_alive  # noqa: F401 - die_with_parent re-exported
+from .procs import die_with_parent  # noqa: F401 - re-exported
+from .procs import install_fork_hygiene, pid_alive, signal_process, start_time
 from .reports import report
 from .calls import Calls, From, Request  # noqa: F401 - From and Request re-exported
 from .timers import MAX_TIMER_STEP, Timers  # noqa: F401 - MAX_TIMER_STEP re-exported
@@ -393,6 +394,7 @@ class GenServer(Calls, Timers, Actor):
         child = self._children.get(msg.addr)
         if child is not None:
             child["pid"] = msg.pid
+            child["start"] = start_time(msg.pid)  # a later kill_child signals this process only
             self.child_started(msg.addr, msg.pid)
 
     def _on_start_failed(self, msg: m.StartFailed) -> None:
@@ -485,15 +487,15 @@ class GenServer(Calls, Timers, Actor):
             self.send(self.parent, m.Watchers(dead, via=self.myAddress))
 
     def kill_child(self, addr: Any) -> bool:
-        """SIGKILL a child's process (brutal_kill). False if its pid is unknown."""
+        """SIGKILL a child's process (brutal_kill). False if its pid is unknown.
+
+        Only the process that answered Started is signalled (its pid and start
+        time, through a pidfd): never one that took its number since."""
         child = self._children.get(addr)
         pid = child and child.get("pid")
         if not pid:
             return False
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        signal_process(pid, child.get("start"), signal.SIGKILL)
         return True
 
     # ---------------------------------------------------------------- exit

@@ -1,25 +1,156 @@
-"""Facts about OS processes, read from /proc, and a process's tie to its parent."""
+"""Facts about OS processes, read from /proc, and a process's tie to its parent.
+
+A pid alone names no process for long: once a process is gone its number
+is given to the next one. So a process recorded for later (in a runtime
+file, by a supervisor) is recorded with its start time (``/proc/<pid>/stat``
+field 22, clock ticks since boot, with the boot's id), and signalled only
+through a pidfd opened while that start time still matches
+(:func:`signal_process`): the signal cannot reach a process that took the
+number meanwhile.
+"""
 from __future__ import annotations
 
 import ctypes
 import logging
 import os
 import signal
+from typing import Iterable, NamedTuple
 
 log = logging.getLogger(__name__)
 _PR_SET_PDEATHSIG = 1
+
+
+class ProcStat(NamedTuple):
+    """The fields of ``/proc/<pid>/stat`` this package reads."""
+
+    state: str
+    ppid: int
+    pgid: int
+    sid: int
+    start: int  # field 22, starttime: clock ticks after boot
+
+
+def proc_stat(pid: int | None) -> ProcStat | None:
+    """A process's state, parent, group, session and start time; None once it is gone."""
+    if not pid or pid < 0:
+        return None
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        return ProcStat(fields[0].decode(), int(fields[1]), int(fields[2]), int(fields[3]), int(fields[19]))
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def pid_alive(pid: int | None) -> bool:
     """True if ``pid`` is a live (not zombie) process."""
     if not pid:
         return True
+    st = proc_stat(pid)
+    return st is not None and st.state not in ("Z", "X")
+
+
+def start_time(pid: int | None) -> int | None:
+    """The start time of live (not zombie) process ``pid``; None if there is none."""
+    st = proc_stat(pid)
+    return st.start if st is not None and st.state not in ("Z", "X") else None
+
+
+def boot_id() -> str:
+    """This boot's id: start times compare only within one boot."""
     try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            state = f.read().rsplit(b")", 1)[1].split()[0]
-    except (FileNotFoundError, IndexError, ProcessLookupError):
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+def same_process(pid: int | None, start: int | None) -> bool:
+    """True if ``pid`` is alive and is the process that had start time ``start``."""
+    return bool(pid) and start is not None and start_time(pid) == start
+
+
+def open_process(pid: int | None, start: int | None) -> int | None:
+    """A pidfd of the live process ``pid`` whose start time is ``start``, or None.
+
+    The pidfd names that one process for as long as it is open: once the
+    process exits, signals through it fail instead of reaching whoever gets
+    the number next. So the start time, checked after opening it, holds for
+    every later use of the descriptor.
+    """
+    if not pid or start is None:
+        return None
+    try:
+        fd = os.pidfd_open(pid)
+    except OSError:
+        return None
+    if start_time(pid) != start:
+        os.close(fd)
+        return None
+    return fd
+
+
+def signal_process(pid: int | None, start: int | None, sig: int) -> bool:
+    """Send ``sig`` to ``pid`` only if it is the process that started at ``start``.
+
+    Returns:
+        True if the signal was sent; False if that process is gone (the
+        number may belong to another process now: it is left alone).
+    """
+    fd = open_process(pid, start)
+    if fd is None:
         return False
-    return state not in (b"Z", b"X")
+    try:
+        signal.pidfd_send_signal(fd, sig)
+        return True
+    except ProcessLookupError:
+        return False
+    finally:
+        os.close(fd)
+
+
+def held_file(pid: int, dev: int, ino: int) -> str | None:
+    """``/proc/<pid>/fd/<n>`` of a descriptor by which process ``pid`` holds
+    file (``dev``, ``ino``) open (deleted or not); None if it holds none."""
+    try:
+        names = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return None
+    for name in names:
+        path = f"/proc/{pid}/fd/{name}"
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue
+        if st.st_ino == ino and st.st_dev == dev:
+            return path
+    return None
+
+
+def holds_file(pid: int, dev: int, ino: int) -> bool:
+    """True if process ``pid`` has file (``dev``, ``ino``) open (deleted or not)."""
+    return held_file(pid, dev, ino) is not None
+
+
+def file_holders(dev: int, ino: int, among: Iterable[int] | None = None) -> set[int]:
+    """Live processes (of those this one may inspect) holding file (``dev``, ``ino``) open.
+
+    ``among`` limits the search to those pids (default: every process).
+    """
+    if among is None:
+        among = (int(name) for name in os.listdir("/proc") if name.isdigit())
+    return {pid for pid in among if holds_file(pid, dev, ino) and pid_alive(pid)}
+
+
+def group_members(pgid: int) -> set[int]:
+    """Live (not zombie) processes of process group ``pgid``."""
+    out = set()
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            st = proc_stat(int(name))
+            if st is not None and st.pgid == pgid and st.state not in ("Z", "X"):
+                out.add(int(name))
+    return out
 
 
 def die_with_parent(parent_pid: int | None = None) -> None:

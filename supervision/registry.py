@@ -11,32 +11,78 @@ supervising the node's children it
   ``Call`` gets ``noproc``, a ``MonitorRequest`` a ``Down(noproc)``, a
   ``LinkRequest`` an ``Exit(noproc)``, as Erlang does for a dead pid; any
   other message with a ``dead_letter()`` method is answered with the
-  ``(address, message)`` pair it returns (an application's own protocol).
+  ``(address, message)`` pair it returns (an application's own protocol);
+* ties the node to the process that started it (``owner``, a pid and its
+  start time, for a node started with ``die_with_owner``): it watches that
+  process through a pidfd and, once it is gone (``kill -9`` of a foreground
+  ``otpjobs worker`` included), logs ``node_owner_down`` and SIGKILLs the
+  node's process group (the session the admin created, which only the
+  node's processes can be in), itself last.
 """
 from __future__ import annotations
 
 import logging
+import os
+import signal
 from typing import Any
 
 from thespian.actors import DeadEnvelope
 
 from . import messages as m
-from .procs import pid_alive  # noqa: F401 - re-exported
+from .procs import open_process, pid_alive  # noqa: F401 - pid_alive re-exported
 from .reasons import NOPROC
 from .reports import report
 from .supervisor import Supervisor
 
 log = logging.getLogger(__name__)
 
+#: Seconds between the owner's death and the kill: time for the report to reach the log.
+OWNER_DOWN_DELAY = 0.2
+
 
 class NodeSupervisor(Supervisor):
-    """Top-level supervisor with the name registry and dead-letter handling."""
+    """Top-level supervisor with the name registry and dead-letter handling.
+
+    Its args are ``(flags, specs)`` or ``(flags, specs, owner)`` with
+    ``owner`` a ``(pid, start_time)`` pair or None.
+    """
 
     def init(self, args: Any) -> Any:
+        flags, specs, *rest = args
         self._names: dict[str, tuple[Any, int | None]] = {}
         self.node = self.myAddress
         self.handleDeadLetters()
-        return super().init(args)
+        owner = rest[0] if rest else None
+        if owner is not None:
+            self._watch_owner(*owner)
+        return super().init((flags, specs))
+
+    # ------------------------------------------------------------ the owner
+    def _watch_owner(self, pid: int, start: int | None) -> None:
+        self._owner = pid
+        fd = open_process(pid, start)
+        if fd is None:  # gone already (or its number reused: the same)
+            self._owner_down()
+            return
+        self.watch_fd(fd, lambda: self._owner_exited(fd))
+
+    def _owner_exited(self, fd: int) -> None:
+        self.unwatch_fd(fd)
+        os.close(fd)
+        self._owner_down()
+
+    def _owner_down(self) -> None:
+        report("node_owner_down", logging.ERROR, supervisor=self.name, owner=self._owner, action="kill_node")
+        self.start_timer(OWNER_DOWN_DELAY, self._kill_node, real=True)
+
+    def _kill_node(self) -> None:
+        """SIGKILL every process of the node: its process group, the session
+        the admin created (a group can only be joined from its own session,
+        so no process but the node's is in it while this one is)."""
+        pgid = os.getpgid(0)
+        if pgid == os.getsid(0) and pgid > 1:
+            os.killpg(pgid, signal.SIGKILL)
+        os.kill(os.getpid(), signal.SIGKILL)  # not in a session of the node's own: this process only
 
     def _route(self, msg: Any, sender: Any) -> None:
         if isinstance(msg, m.Relay):

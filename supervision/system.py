@@ -2,13 +2,20 @@
 
 A node is one Thespian ``multiprocTCPBase`` actor system whose only
 top-level actor is a :class:`~supervision.registry.NodeSupervisor`. The
-admin process daemonizes, so a node records its processes in a runtime
-file (``<runtime dir>/node-<port>.json``: admin pid and process group) and
+admin process daemonizes, so a node is recorded in its runtime file
+(:mod:`supervision.runtime`: its processes with their start times, and a
+lock that every process of the node holds), and
 
-* :func:`start_node` first removes what a SIGKILLed predecessor on the same
-  port left behind (orphans holding the admin port) instead of hanging;
+* :func:`start_node` first clears what a dead predecessor on the same port
+  left behind (orphans holding the admin port) instead of hanging, killing
+  only processes proven to be that node's: a file whose processes are gone
+  or not ours is removed and nothing is signalled;
+* a node dies with the process that started it (``die_with_owner``, the
+  default): its node supervisor watches that process through a pidfd and
+  kills the node's process group when it is gone, so a killed starter
+  (``kill -9`` of ``otpjobs worker``) leaves nothing running;
 * :func:`stop_node` stops the tree in order, then the actor system, then
-  kills whatever is left in the node's process group;
+  kills whatever is left of the node (proven as above);
 * :func:`connect` never starts an actor system by accident: if no node
   answers on the port it raises :class:`~supervision.exceptions.NodeDown`.
 
@@ -16,25 +23,27 @@ Everything binds 127.0.0.1 (see :mod:`supervision.loopback`).
 """
 from __future__ import annotations
 
-import json
 import logging
 import os
+import select
 import signal
 import socket
-import tempfile
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from . import loopback  # noqa: F401 - must patch Thespian before any ActorSystem
+from . import drain  # noqa: F401 - likewise
 from thespian.actors import ActorSystem, ActorSystemException  # noqa: E402
 
 from . import messages as m  # noqa: E402
+from . import runtime  # noqa: E402
 from .childspec import SupFlags, check_specs  # noqa: E402
 from .client import Client  # noqa: E402
 from .exceptions import NodeDown, StartError, SupervisionError  # noqa: E402
-from .registry import NodeSupervisor, pid_alive  # noqa: E402
+from .procs import pid_alive, proc_stat, start_time  # noqa: E402
+from .registry import NodeSupervisor  # noqa: E402
+from .runtime import read_runtime, runtime_dir, runtime_file  # noqa: E402,F401 - also imported from here
 
 log = logging.getLogger(__name__)
 
@@ -43,20 +52,13 @@ NODE_NAME = "supervision.node"
 DEFAULT_PORT = 1900
 DEFAULT_FLAGS = {"strategy": "one_for_one", "intensity": 3, "period": 10}
 
+#: Older names, still imported by tests and benchmarks.
+_runtime_file = runtime_file
+_read_runtime = read_runtime
+
 
 class NodeAlreadyRunning(SupervisionError):
-    """A live node already answers on that port."""
-
-
-def runtime_dir() -> Path:
-    """Where runtime files live: ``$OTPJOBS_RUNTIME_DIR`` or a per-user temp dir."""
-    path = Path(os.environ.get("OTPJOBS_RUNTIME_DIR") or Path(tempfile.gettempdir()) / f"otpjobs-{os.getuid()}")
-    path.mkdir(parents=True, exist_ok=True)
-    return path
-
-
-def _runtime_file(port: int) -> Path:
-    return runtime_dir() / f"node-{port}.json"
+    """A live node already answers on that port (or is starting there)."""
 
 
 def port_open(port: int, host: str = "127.0.0.1", timeout: float = 0.5) -> bool:
@@ -88,6 +90,7 @@ class Node:
     pid: int
     admin_pid: int
     pgid: int
+    entry: runtime.Entry | None = None  # its runtime file, as created
 
     def client(self) -> Client:
         """A client of this node (same process)."""
@@ -96,6 +99,10 @@ class Node:
     def alive(self) -> bool:
         """True while the node supervisor's process runs."""
         return pid_alive(self.pid)
+
+    def processes(self) -> set[int]:
+        """Every live process of the node (those holding its runtime file)."""
+        return runtime.node_processes(self.entry) if self.entry is not None else set()
 
     def stop(self, timeout: float = 30.0) -> None:
         """Stop the tree in order, then every process of the node."""
@@ -113,55 +120,83 @@ def _wait_port_closed(port: int, timeout: float) -> bool:
     return True
 
 
-def cleanup_stale(port: int) -> bool:
-    """Kill what a dead node left on ``port`` (per its runtime file).
-
-    A node is stale when the process that started it, its node supervisor
-    or its admin port is gone: its whole process group is killed. Returns
-    True if something was cleaned up. A live node is left alone (see
-    NodeAlreadyRunning in start_node).
-    """
-    info = _read_runtime(port)
+def _live(entry: runtime.Entry) -> bool:
+    """True if the node of a held runtime file still runs (or is starting)."""
+    info = entry.info
     if info is None:
+        return True  # unreadable while held: nothing is proven, nothing is done
+    if info.get("die_with_owner") and not runtime.recorded_alive(info, "owner"):
         return False
-    if pid_alive(info.get("owner")) and pid_alive(info.get("pid")) and port_open(port):
+    if not entry.up:
+        return True  # starting, its owner alive
+    return runtime.recorded_alive(info, "pid") and runtime.recorded_alive(info, "admin") and port_open(entry.port)
+
+
+def cleanup_stale(port: int) -> bool:
+    """Clear what a dead node left on ``port`` (per its runtime file).
+
+    A node is stale when its node supervisor, its admin process or its
+    admin port is gone, or the process that started it is (for a node that
+    dies with it). What is
+    done, logged as ``node_cleanup port=... case=...``:
+
+    * ``stale_killed``: processes of the node are left: each process proven
+      to be the node's (see :func:`supervision.runtime.kill_node_processes`)
+      is killed, then the file removed;
+    * ``stale_dead``: no process of the node is left (its lock is free) and
+      the pids it names are unused: the file is removed;
+    * ``not_ours``: no process of the node is left, and the pids or process
+      group it names belong to other processes now: the file is removed and
+      they are left alone;
+    * ``not_a_file``: a symlink or other non-file in its place is removed
+      (never followed).
+
+    Returns True if something was cleared. A live node is left alone (see
+    NodeAlreadyRunning in start_node).
+
+    Raises:
+        RuntimeDirError: the runtime directory is not private.
+    """
+    entry = runtime.examine(port)
+    if entry is None:
         return False
-    _kill_group(info)
-    _runtime_file(port).unlink(missing_ok=True)
+    if not entry.regular:
+        runtime.remove(entry)
+        log.warning("node_cleanup port=%s case=not_a_file path=%s killed=0", port, entry.path)
+        return True
+    if not entry.held:
+        case = "not_ours" if runtime.strangers(entry.record) else "stale_dead"
+        if not runtime.remove(entry):
+            return False
+        log.info("node_cleanup port=%s case=%s killed=0 %s", port, case, runtime.describe(entry.record))
+        return True
+    if _live(entry):
+        return False
+    owner = entry.info.get("owner") if runtime.recorded_alive(entry.info, "owner") else None
+    killed = runtime.kill_node_processes(entry, spare=[owner] if owner else [])
+    runtime.remove(entry)
     _wait_port_closed(port, 10.0)
-    log.info("node_cleanup port=%s pgid=%s", port, info.get("pgid"))
+    log.info("node_cleanup port=%s case=stale_killed killed=%d %s", port, len(killed),
+             runtime.describe(entry.record))
     return True
-
-
-def _read_runtime(port: int) -> dict | None:
-    try:
-        return json.loads(_runtime_file(port).read_text())
-    except (FileNotFoundError, ValueError):
-        return None
-
-
-def _kill_group(info: dict) -> None:
-    pgid = info.get("pgid")
-    if not pgid or pgid == os.getpgid(0):
-        return
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def start_node(port: int = DEFAULT_PORT, flags: Any = None, specs: list | None = None, *,
                level: int = logging.INFO, log_stream: str = "ext://sys.stderr",
-               log_config: dict | None = None, timeout: float = 60.0) -> Node:
+               log_config: dict | None = None, timeout: float = 60.0, die_with_owner: bool = True) -> Node:
     """Start a node whose node supervisor runs ``specs`` under ``flags``.
 
     ``log_config`` (a ``logging.config.dictConfig`` dict, applied in the
     node's logger process) replaces the default one line per record to
-    ``log_stream`` at ``level``.
+    ``log_stream`` at ``level``. With ``die_with_owner`` (the default) the
+    node is killed whole as soon as this process ends, however it ends;
+    without it the node outlives this process until ``stop_node``.
 
     Raises:
         BadChildSpec: malformed flags or specs (checked before anything starts).
-        NodeAlreadyRunning: a live node answers on ``port``.
+        RuntimeDirError: the runtime directory is not private (nothing is
+            created or signalled).
+        NodeAlreadyRunning: a live node answers on ``port``, or one is starting there.
         NodeDown: the port is held by something that is not a node.
         StartError: a child failed to start (nothing is left running).
     """
@@ -169,14 +204,37 @@ def start_node(port: int = DEFAULT_PORT, flags: Any = None, specs: list | None =
     specs = check_specs(flags, list(specs or []))
     cleanup_stale(port)
     if port_open(port):
-        if _read_runtime(port):
+        if read_runtime(port):
             raise NodeAlreadyRunning(f"a node already runs on 127.0.0.1:{port}")
         raise NodeDown(port, "the port is in use by another program")
-    system = ActorSystem(BASE, {"Admin Port": port}, logDefs=log_config or log_defs(level, log_stream),
-                         transientUnique=True)
+    record = runtime.owner_record(die_with_owner)
+    try:
+        fd = runtime.claim(port, record)  # before the fork: every process of the node inherits its lock
+    except FileExistsError:
+        raise NodeAlreadyRunning(f"a node is starting on 127.0.0.1:{port}") from None
+    try:
+        node = _start(port, flags, specs, record, log_config or log_defs(level, log_stream), timeout)
+        info = dict(record, port=port, pid=node.pid, pid_start=start_time(node.pid), admin_pid=node.admin_pid,
+                    admin_start=start_time(node.admin_pid), pgid=node.pgid)
+        runtime.write(fd, info)
+        node.entry = runtime.examine(port)
+    except BaseException:
+        os.close(fd)
+        entry = runtime.examine(port)
+        if entry is not None and entry.regular:
+            runtime.kill_node_processes(entry, timeout=5.0)
+            runtime.remove(entry)
+        raise
+    os.close(fd)  # the node's processes hold it now
+    return node
+
+
+def _start(port: int, flags: SupFlags, specs: list, record: dict, log_config: dict, timeout: float) -> Node:
+    system = ActorSystem(BASE, {"Admin Port": port}, logDefs=log_config, transientUnique=True)
     try:
         address = system.createActor(NodeSupervisor, globalName=NODE_NAME)
-        init = m.Init((flags, specs), None, None, None, NODE_NAME)
+        owner = (record["owner"], record["owner_start"]) if record["die_with_owner"] else None
+        init = m.Init((flags, specs, owner), None, None, None, NODE_NAME)
         answer = system.ask(address, init, timeout)
         if not isinstance(answer, m.Started):
             reason = answer.reason if isinstance(answer, m.StartFailed) else f"no answer in {timeout}s"
@@ -185,16 +243,9 @@ def start_node(port: int = DEFAULT_PORT, flags: Any = None, specs: list | None =
         system.shutdown()
         _wait_port_closed(port, 5.0)
         raise
-    admin_pid = _ppid(answer.pid)
-    node = Node(port, system, address, answer.pid, admin_pid, os.getpgid(admin_pid))
-    _runtime_file(port).write_text(json.dumps(
-        {"pid": node.pid, "admin_pid": admin_pid, "pgid": node.pgid, "owner": os.getpid()}))
-    return node
-
-
-def _ppid(pid: int) -> int:
-    with open(f"/proc/{pid}/stat", "rb") as f:
-        return int(f.read().rsplit(b")", 1)[1].split()[1])
+    st = proc_stat(answer.pid)
+    admin_pid = st.ppid if st is not None else 0
+    return Node(port, system, address, answer.pid, admin_pid, os.getpgid(admin_pid))
 
 
 def connect(port: int = DEFAULT_PORT, timeout: float = 10.0) -> Client:
@@ -202,11 +253,12 @@ def connect(port: int = DEFAULT_PORT, timeout: float = 10.0) -> Client:
 
     Raises:
         NodeDown: no node answers there (no actor system is started).
+        RuntimeDirError: the runtime directory is not private.
     """
     if not port_open(port):
         raise NodeDown(port)
-    info = _read_runtime(port)
-    if info is not None and not pid_alive(info.get("admin_pid")):
+    info = read_runtime(port)
+    if info is not None and "admin_pid" in info and not runtime.recorded_alive(info, "admin"):
         raise NodeDown(port, "the node's admin process is gone")
     try:
         system = ActorSystem(BASE, {"Admin Port": port}, transientUnique=True)
@@ -216,16 +268,20 @@ def connect(port: int = DEFAULT_PORT, timeout: float = 10.0) -> Client:
 
 
 def stop_node(port: int = DEFAULT_PORT, timeout: float = 30.0) -> bool:
-    """Stop the node on ``port``: ordered shutdown, then kill its process group.
+    """Stop the node on ``port``: ordered shutdown, then kill what is left of it.
 
-    Returns once the admin port is free again (a ``start_node`` on it can
-    follow at once); False if no node was running there.
+    Only processes proven to be the node's are killed (see
+    :func:`supervision.runtime.kill_node_processes`). Returns once the admin
+    port is free again (a ``start_node`` on it can follow at once); False if
+    no node was running there.
+
+    Raises:
+        RuntimeDirError: the runtime directory is not private.
     """
-    info = _read_runtime(port)
+    entry = runtime.examine(port)
     if not port_open(port):
-        if info:
-            _kill_group(info)
-            _runtime_file(port).unlink(missing_ok=True)
+        if entry is not None:
+            cleanup_stale(port)
         return False
     try:
         client = connect(port)
@@ -233,14 +289,49 @@ def stop_node(port: int = DEFAULT_PORT, timeout: float = 30.0) -> bool:
         cleanup_stale(port)
         return False
     try:
-        if info is None or pid_alive(info.get("pid")):
+        if entry is None or entry.info is None or runtime.recorded_alive(entry.info, "pid"):
             # Not once the node supervisor is gone: looking it up by its global
             # name would start a new, uninitialized one and wait for its pid.
             client.shutdown_tree(timeout=timeout)
         client.system.shutdown()
     finally:
-        if info:
-            _kill_group(info)
-        _runtime_file(port).unlink(missing_ok=True)
+        if entry is not None and entry.regular:
+            runtime.kill_node_processes(entry)
+            runtime.remove(entry)
         _wait_port_closed(port, 5.0)
     return True
+
+
+def wait_for_stop(node: Node) -> str:
+    """Block until SIGTERM or SIGINT arrives (its name is returned) or the
+    node supervisor's process ends (``"supervisor_exited"``).
+
+    For a foreground command that runs a node: call it from the main thread.
+    """
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(write_fd, False)
+    received: list[str] = []
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        received.append(signal.Signals(signum).name)
+        os.write(write_fd, b"x")
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        pidfd = os.pidfd_open(node.pid)
+    except ProcessLookupError:
+        pidfd = None
+    try:
+        while pidfd is not None:
+            ready, _, _ = select.select([read_fd, pidfd], [], [])
+            if received:
+                return received[0]
+            if pidfd in ready:
+                break
+        return "supervisor_exited"
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+        for fd in (read_fd, write_fd, pidfd):
+            if fd is not None:
+                os.close(fd)

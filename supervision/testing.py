@@ -127,9 +127,14 @@ class NodeHandle:
 
     # ------------------------------------------------------------ faults
     def kill(self, name: Any, sig: int = signal.SIGKILL) -> int:
-        """Send ``sig`` to the child's OS process; returns that pid."""
+        """Send ``sig`` to the child's OS process; returns that pid.
+
+        Raises:
+            AssertionError: that pid is not a process of this node (any more).
+        """
         pid = self.pid(name)
-        os.kill(pid, sig)
+        if not _signal_if(pid, sig, lambda: pid in self.node.processes()):
+            raise AssertionError(f"{name!r} (pid {pid}) is not a process of the test node any more")
         return pid
 
     def exit(self, name: Any, reason: Any) -> None:
@@ -249,28 +254,50 @@ def running_node(specs: list, flags: Any = None, *, level: int = logging.WARNING
 
 
 def _stop_and_check(node: Node, token: str) -> None:
-    """Ordered stop; then every process carrying the token must be gone."""
+    """Ordered stop; then every process of the node must be gone: those
+    holding its runtime file (every process forked in it) and those carrying
+    the token (every program started below it)."""
     if node.alive():  # a root that gave up left no tree to stop (and asking would wait for one)
         with contextlib.suppress(Exception):
             node.client().shutdown_tree(timeout=30)
     with contextlib.suppress(Exception):
         node.system.shutdown()
+
+    def census() -> set:
+        return set(marked_processes(token)) | node.processes()
     deadline = time.monotonic() + 5
-    survivors = marked_processes(token)
+    survivors = census()
     while survivors and time.monotonic() < deadline:
         time.sleep(0.05)
-        survivors = marked_processes(token)
+        survivors = census()
     if not survivors:
         return
-    described = [f"{pid} ({cmdline(pid)})" for pid in survivors]
+    described = [f"{pid} ({cmdline(pid)})" for pid in sorted(survivors)]
     for pid in survivors:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
+        _signal_if(pid, signal.SIGKILL, lambda p=pid: p in census())
     deadline = time.monotonic() + 5
-    while marked_processes(token) and time.monotonic() < deadline:  # gone (or a zombie) before we say so
+    while census() and time.monotonic() < deadline:  # gone (or a zombie) before we say so
         time.sleep(0.02)
     raise LeakedProcesses(f"the test node on port {node.port} left {len(survivors)} process(es) "
                           f"running after its stop (killed now): {', '.join(described)}")
+
+
+def _signal_if(pid: int, sig: int, is_ours: Callable[[], bool]) -> bool:
+    """Send ``sig`` to ``pid`` if ``is_ours()``, asked once a pidfd pins the
+    process: a pid handed to another process meanwhile is never signalled."""
+    try:
+        fd = os.pidfd_open(pid)
+    except OSError:
+        return False
+    try:
+        if not is_ours():
+            return False
+        signal.pidfd_send_signal(fd, sig)
+        return True
+    except ProcessLookupError:
+        return False
+    finally:
+        os.close(fd)
 
 
 def marked_processes(token: str, marker: str = MARKER) -> List[int]:

@@ -149,9 +149,16 @@ def listening_addresses(pids: Iterable[int]) -> set[str]:
 def kill_groups(procs: Iterable[subprocess.Popen], pids: Iterable[int], what: str) -> None:
     """SIGKILL the process group of each of ``procs`` (SIGCONT first, so a
     stopped one dies too), reap them, then wait until no process is left in
-    the group of any of ``pids`` (every process those groups ever had)."""
+    the group of any of ``pids`` (every process those groups ever had).
+
+    A group is signalled only while its leader (the Popen, started in a
+    session of its own) is not reaped yet: its number cannot name another
+    group then. A reaped one's group is left to die with it (a node dies
+    with the command that started it)."""
     procs = list(procs)
     for proc in procs:
+        if proc.returncode is not None:
+            continue
         try:
             os.killpg(proc.pid, signal.SIGCONT)
             os.killpg(proc.pid, signal.SIGKILL)

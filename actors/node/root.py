@@ -4,19 +4,17 @@
 SIGINT (or ``otpjobs node stop``), then stops the tree in order and every
 process of the node. If the node supervisor itself exits (its restart
 intensity was exceeded), the node logs why and exits with status 1, as an
-Erlang node does when its top supervisor dies.
+Erlang node does when its top supervisor dies. If this process is killed,
+the node dies with it (``start_node``'s ``die_with_owner``).
 """
 from __future__ import annotations
 
 import logging
 import os
-import select
-import signal
 import socket
-from typing import Any
 
-import supervision
-from supervision.system import start_node, stop_node
+from supervision.runtime import runtime_dir
+from supervision.system import start_node, stop_node, wait_for_stop
 from fdblayer.urls import redact_url
 
 from actors.errors import ActorsError
@@ -113,10 +111,11 @@ def run(config: Config) -> int:
     """Run a node in the foreground until told to stop; returns the exit status.
 
     Raises:
-        AppError, PortUnavailable, HandlerError, StoreError: before anything
-            starts, when the node's app, HTTP port, worker handlers or store
-            cannot be used.
+        AppError, PortUnavailable, HandlerError, StoreError, RuntimeDirError:
+            before anything starts, when the node's app, HTTP port, worker
+            handlers, store or runtime directory cannot be used.
     """
+    runtime_dir()  # not private: stop here, before a store file or a process is created
     port = config.node.port
     store = config.node.store
     children = with_app(config, root_children(config))
@@ -131,7 +130,7 @@ def run(config: Config) -> int:
     log.info("node_up port=%s store=%s http_port=%s pid=%s supervisor_pid=%s app=%s",
              port, redact_url(store), config.node.http_port, os.getpid(), node.pid,
              config.node.app or "-")
-    reason = _wait_for_stop(node)
+    reason = wait_for_stop(node)
     if reason == "supervisor_exited":
         log.error("node_down reason=node_supervisor_exited port=%s", port)
         stop_node(port)
@@ -141,28 +140,3 @@ def run(config: Config) -> int:
     log.info("node_stopped port=%s", port)
     return 0
 
-
-def _wait_for_stop(node: supervision.Node) -> str:
-    """Block until a stop signal arrives or the node supervisor's process ends."""
-    read_fd, write_fd = os.pipe()
-    os.set_blocking(write_fd, False)
-    received: list[str] = []
-
-    def on_signal(signum: int, _frame: Any) -> None:
-        received.append(signal.Signals(signum).name)
-        os.write(write_fd, b"x")
-
-    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
-    pidfd = os.pidfd_open(node.pid)
-    try:
-        while True:
-            ready, _, _ = select.select([read_fd, pidfd], [], [])
-            if received:
-                return received[0]
-            if pidfd in ready:
-                return "supervisor_exited"
-    finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
-        for fd in (read_fd, write_fd, pidfd):
-            os.close(fd)

@@ -10,18 +10,24 @@ context (:class:`~actors.scheduler.job.JobContext`) reads it at each
 ``stopping``/``wait``/``check``: past the deadline the job is stopping, as
 it would be on a stop, and it ends with reason ``lease_expired``.
 
-The deadline is 8 bytes in a small file of the node's runtime directory,
-shared by memory map: a read is a memory access, not a message. No file
-(a tree without a doc processor, or before it started) means no deadline.
+The deadline is 8 bytes in a small file of the node's runtime directory
+(private to the user, see :mod:`supervision.runtime`), shared by memory
+map: a read is a memory access, not a message. The file is created with
+``O_EXCL`` and opened with ``O_NOFOLLOW``, and must be a regular file of
+the user's: a symlink planted in its place is never followed. No file (a
+tree without a doc processor, or before it started) means no deadline.
 """
 from __future__ import annotations
 
 import math
 import mmap
 import os
+import stat
 import struct
 import time
 from pathlib import Path
+
+from supervision.runtime import open_private
 
 from actors.scheduler.model import LEASE_EXPIRED
 
@@ -33,7 +39,7 @@ _SIZE = struct.calcsize(_FORMAT)
 
 def fence_path(port: int) -> str:
     """The fence file of the node on admin ``port``."""
-    from supervision.system import runtime_dir
+    from supervision.runtime import runtime_dir
 
     return str(Path(runtime_dir()) / f"fence-{port}")
 
@@ -47,9 +53,8 @@ class LeaseFence:
 
     def _mapped(self, create: bool) -> mmap.mmap | None:
         if self._map is None and self.path is not None:
-            try:
-                fd = os.open(self.path, os.O_RDWR | (os.O_CREAT if create else 0), 0o600)
-            except FileNotFoundError:
+            fd = open_private(self.path) if create else self._open_existing()
+            if fd is None:
                 return None
             try:
                 if os.fstat(fd).st_size < _SIZE:
@@ -59,6 +64,18 @@ class LeaseFence:
             finally:
                 os.close(fd)
         return self._map
+
+    def _open_existing(self) -> int | None:
+        """The fence file if it exists and is a regular file of this user's."""
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError:  # missing, or a symlink: no deadline to read
+            return None
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+            os.close(fd)
+            return None
+        return fd
 
     def set(self, deadline: float) -> None:
         """Jobs may run until ``deadline`` (``time.monotonic()`` seconds; inf: no limit)."""

@@ -17,7 +17,8 @@ import socket
 from typing import Any, Optional
 
 from supervision import Client
-from supervision.system import start_node, stop_node
+from supervision.runtime import runtime_dir
+from supervision.system import start_node, stop_node, wait_for_stop
 
 from actors import names
 from actors.workers.handlers import add_cwd_to_path, resolve
@@ -35,10 +36,11 @@ HOST_FLAGS = {"strategy": "one_for_one", "intensity": 3, "period": 10}
 
 class HostSpec:
     """What a host serves: ``types`` (type -> handler path), ``periodic`` (type
-    -> cron), concurrency, default max attempts, type timeout and grace."""
+    -> cron), concurrency, default max attempts, type timeout, grace and
+    default time limit of a run (``job_timeout``, 0: none)."""
 
     def __init__(self, store: str, types: dict, *, periodic: Optional[dict] = None, concurrency: int = 4,
-                 max_attempts: int = 3, type_timeout: float = 30.0, grace: float = 30.0,
+                 max_attempts: int = 3, type_timeout: float = 30.0, grace: float = 30.0, job_timeout: float = 0.0,
                  backoff: tuple = (1.0, 3600.0)) -> None:
         self.store = store
         self.types = dict(types)
@@ -47,6 +49,7 @@ class HostSpec:
         self.max_attempts = max_attempts
         self.type_timeout = type_timeout
         self.grace = grace
+        self.job_timeout = job_timeout
         self.backoff = backoff
 
 
@@ -64,7 +67,7 @@ def spec_from_config(cfg: Any, assignments: list, crons: list, args: Any = None)
         return getattr(cfg.worker, key) if value is None else value
     return HostSpec(cfg.node.store, types, periodic=periodic, concurrency=pick("concurrency", "concurrency"),
                     max_attempts=pick("max_attempts", "max_attempts"), type_timeout=pick("timeout", "type_timeout"),
-                    grace=pick("grace", "grace"))
+                    grace=pick("grace", "grace"), job_timeout=pick("job_timeout", "job_timeout"))
 
 
 def prepare(spec: HostSpec) -> None:
@@ -116,6 +119,7 @@ def host_args(spec: HostSpec) -> dict:
     """The worker tree's args for :func:`~actors.workers.sup.workers_children`."""
     return {"store": spec.store, "host": f"{socket.gethostname()}:{os.getpid()}",  # kept by a restarted dispatcher
             "concurrency": spec.concurrency, "max_attempts": spec.max_attempts,
+            "grace": spec.grace, "job_timeout": spec.job_timeout or None,
             "backoff": list(spec.backoff),
             "types": {t: {"handler": h} for t, h in spec.types.items()}}
 
@@ -134,14 +138,13 @@ def drain(client: Client, grace: float) -> Any:
 
 def run(spec: HostSpec, port: Optional[int] = None, level: int = logging.INFO) -> int:
     """Run a worker host in the foreground until SIGTERM/SIGINT; returns the exit status."""
-    from actors.node.root import _wait_for_stop
-
+    runtime_dir()  # not private: stop here, before a store file or a process is created
     prepare(spec)
     port = port or free_port()
     node = start_node(port, HOST_FLAGS, workers_children(host_args(spec)), level=level)
     log.info("worker_host_up port=%s store=%s concurrency=%d types=%s pid=%s", port, redact_url(spec.store),
              spec.concurrency, ",".join(spec.types), os.getpid())
-    reason = _wait_for_stop(node)
+    reason = wait_for_stop(node)
     if reason == "supervisor_exited":
         log.error("worker_host_down reason=node_supervisor_exited port=%s", port)
         stop_node(port)

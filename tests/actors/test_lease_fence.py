@@ -48,3 +48,23 @@ def test_a_job_without_a_document_is_never_fenced(tmp_path):
     fence.set(time.monotonic() - 1)
     assert context(fence, db_name=None).stopping is False
     assert context(fence).stopping is True
+
+
+def test_a_symlink_planted_as_the_fence_file_is_never_followed(tmp_path):
+    import pytest
+
+    from supervision import RuntimeDirError
+
+    target = tmp_path / "precious"
+    target.write_bytes(b"keep me")
+    (tmp_path / "fence").symlink_to(target)
+    writer, reader = LeaseFence(str(tmp_path / "fence")), LeaseFence(str(tmp_path / "fence"))
+    with pytest.raises(RuntimeDirError):
+        writer.set(time.monotonic() + 10)
+    assert reader.left() == float("inf"), "not read through the link"
+    assert target.read_bytes() == b"keep me"
+    (tmp_path / "fence").unlink()
+    (tmp_path / "fence").symlink_to(tmp_path / "absent")  # dangling: creating it must not create the target
+    with pytest.raises(RuntimeDirError):
+        writer.set(time.monotonic() + 10)
+    assert not (tmp_path / "absent").exists()

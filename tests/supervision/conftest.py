@@ -24,7 +24,7 @@ os.environ["OTPJOBS_RUNTIME_DIR"] = str(_TMP / "runtime")
 import pytest  # noqa: E402
 
 from supervision import ChildSpec, NoProc, start_node  # noqa: E402
-from supervision.system import _runtime_file  # noqa: E402
+from supervision.runtime import runtime_file  # noqa: E402
 from tests import procs  # noqa: E402
 from tests.procs import free_port, group_pids, pid_alive, proc_stat  # noqa: E402,F401 - used by the test modules
 from tests.supervision.fixtures import Probe, Sup, Worker  # noqa: E402
@@ -65,7 +65,7 @@ def assert_node_gone(node: Any, pids: set[int]) -> None:
     """After stop: no process of the node survives and no runtime file is left."""
     wait_until(lambda: not any(alive(p) for p in pids) and not group_pids(node.pgid), 10,
                "the node's processes to exit")
-    assert not _runtime_file(node.port).exists()
+    assert not runtime_file(node.port).exists()
 
 
 def start_test_node(specs: list | None = None, flags: Any = None) -> Any:

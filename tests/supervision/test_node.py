@@ -11,7 +11,9 @@ import time
 import pytest
 
 from supervision import NodeDown, connect
-from supervision.system import _runtime_file, port_open
+from supervision.procs import signal_process, start_time
+from supervision.runtime import runtime_file
+from supervision.system import port_open
 from tests.supervision.conftest import alive, free_port, group_pids, wait_until
 
 ONE = {"strategy": "one_for_one", "intensity": 10, "period": 10}
@@ -77,7 +79,8 @@ from supervision import ChildSpec, start_node
 from tests.supervision.fixtures import Worker
 port, mode = int(sys.argv[1]), sys.argv[2]
 node = start_node(port, {"strategy": "one_for_one", "intensity": 10, "period": 10},
-                  [ChildSpec("w", Worker, {"id": "w"})], level=logging.CRITICAL, timeout=20)
+                  [ChildSpec("w", Worker, {"id": "w"})], level=logging.CRITICAL, timeout=20,
+                  die_with_owner=mode != "leave")
 c = node.client()
 rows = c.which_children(c.node)
 print(json.dumps({"pgid": node.pgid, "admin": node.admin_pid, "pid": node.pid, "w": rows[0].pid}), flush=True)
@@ -98,9 +101,9 @@ def _run_node(port: int, mode: str, tmp_path) -> dict:
 
 def test_node_starts_on_the_port_of_a_sigkilled_predecessor(tmp_path):
     port = free_port()
-    first = _run_node(port, "leave", tmp_path)  # a node left running by a process that exited
+    first = _run_node(port, "leave", tmp_path)  # a node left running (on purpose) by a process that exited
+    old = {pid: start_time(pid) for pid in group_pids(first["pgid"])}  # while it runs: all the node's
     try:
-        old = group_pids(first["pgid"])
         assert first["pid"] in old and first["w"] in old
         os.kill(first["admin"], signal.SIGKILL)
         t = time.monotonic()
@@ -109,12 +112,9 @@ def test_node_starts_on_the_port_of_a_sigkilled_predecessor(tmp_path):
         assert second["pgid"] != first["pgid"]
         wait_until(lambda: not any(alive(p) for p in old), 10, "the predecessor's orphans to be killed")
         wait_until(lambda: not group_pids(second["pgid"]), 10, "the second node's processes to exit")
-        assert not _runtime_file(port).exists()
+        assert not runtime_file(port).exists()
         assert not port_open(port)
     finally:
-        for info in (first,):
-            try:
-                os.killpg(info["pgid"], signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-        _runtime_file(port).unlink(missing_ok=True)
+        for pid, start in old.items():
+            signal_process(pid, start, signal.SIGKILL)
+        runtime_file(port).unlink(missing_ok=True)

@@ -13,7 +13,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from supervision.system import _read_runtime
+from supervision import runtime
 from tests.procs import free_port, group_pids, kill_groups, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -108,6 +108,7 @@ class Host:
         self.proc = subprocess.Popen(cmd, cwd=workdir, env=env, stdout=self.log_file, stderr=subprocess.STDOUT,
                                      start_new_session=True)
         self.node_pgid: int | None = None
+        self.node_entry: runtime.Entry | None = None
 
     def log(self) -> str:
         return self.log_path.read_text()
@@ -115,7 +116,8 @@ class Host:
     def wait_up(self, timeout: float = 30.0) -> "Host":
         wait_until(lambda: "workers_up" in self.log() or self.proc.poll() is not None, timeout, "workers_up")
         assert self.proc.poll() is None, f"host exited {self.proc.returncode}:\n{self.log()}"
-        info = _read_runtime(self.port)
+        self.node_entry = runtime.examine(self.port)
+        info = self.node_entry and self.node_entry.info
         self.node_pgid = info and info.get("pgid")
         return self
 
@@ -142,11 +144,8 @@ class Host:
     def close(self) -> None:
         """Kill whatever is left: the host's session and its actor system's group."""
         pids = [self.proc.pid] + ([self.node_pgid] if self.node_pgid else [])
-        if self.node_pgid:
-            try:
-                os.killpg(self.node_pgid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+        if self.node_entry is not None:
+            runtime.kill_node_processes(self.node_entry)  # only processes proven to be the host's node
         kill_groups([self.proc], pids, "worker host")
         self.log_file.close()
 
