@@ -1,11 +1,14 @@
 """A node: one long-lived actor system holding the supervision tree.
 
 :func:`run` starts a node in the foreground and blocks until SIGTERM or
-SIGINT (or ``otpjobs node stop``), then stops the tree in order and every
-process of the node. If the node supervisor itself exits (its restart
-intensity was exceeded), the node logs why and exits with status 1, as an
-Erlang node does when its top supervisor dies. If this process is killed,
-the node dies with it (``start_node``'s ``die_with_owner``).
+SIGINT (or ``otpjobs node stop``), then drains its worker pool as
+``otpjobs worker`` does (claimed jobs back in the queue at once, running
+handlers see ``ctx.stopping`` and get ``[worker] grace`` seconds), then
+stops the tree in order and every process of the node. If the node
+supervisor itself exits (its restart intensity was exceeded), the node logs
+why and exits with status 1, as an Erlang node does when its top
+supervisor dies. If this process is killed, the node dies with it
+(``start_node``'s ``die_with_owner``).
 """
 from __future__ import annotations
 
@@ -13,6 +16,7 @@ import logging
 import os
 import socket
 
+from supervision import Node
 from supervision.runtime import runtime_dir
 from supervision.system import start_node, stop_node, wait_for_stop
 from fdblayer.urls import redact_url
@@ -136,7 +140,20 @@ def run(config: Config) -> int:
         stop_node(port)
         return 1
     log.info("node_stopping reason=%s port=%s", reason, port)
+    if config.workers:
+        _drain(node, config.worker.grace)
     node.stop()
     log.info("node_stopped port=%s", port)
     return 0
 
+
+def _drain(node: Node, grace: float) -> None:
+    """Drain the node's worker pool before its tree stops (as ``otpjobs worker`` does)."""
+    from actors.workers.host import drain
+
+    try:
+        answer = drain(node.client(), grace)
+        log.info("node_drained port=%s grace=%.1fs %s", node.port, grace,
+                 " ".join(f"{k}={v}" for k, v in answer.items()))
+    except Exception as exc:  # noqa: BLE001 - stop anyway: the store keeps every job
+        log.warning("node_drain_failed port=%s error=%r", node.port, exc)
