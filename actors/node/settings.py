@@ -139,6 +139,7 @@ SCHEMA: tuple[Setting, ...] = (
     _int("worker", "max_attempts", 3, low=1, high=1000),
     _int("worker", "grace", 30, unit="s"),
     _int("worker", "type_timeout", 30, unit="s", low=1),
+    _int("worker", "job_timeout", 0, unit="s"),
 )
 _BY_KEY = {(s.section, s.key): s for s in SCHEMA}
 
@@ -269,6 +270,7 @@ class WorkerSettings:
     max_attempts: int
     grace: float
     type_timeout: float
+    job_timeout: float  #: seconds a run may take; 0: no limit
 
 
 #: The record of each schema section.

@@ -34,6 +34,7 @@ from fdblayer.jobs.validate import INT_MAX, check_id, check_key_size, check_time
 
 from actors.node.settings import lookup
 from actors.workers.context import decode_result
+from actors.workers.control import MAX_DELAY
 from actors.workers.schedule import check_cron, next_tick
 
 __all__ = ["JobFailed", "JobStatus", "enqueue", "result", "status", "schedule", "unschedule", "schedules",
@@ -73,6 +74,16 @@ def _sched_time(delay: Any, at: Any, now: float) -> int:
     return 0 if due <= now else math.ceil(due)
 
 
+def check_time_limit(value: Any) -> Optional[float]:
+    """None, or seconds more than 0 and at most a year."""
+    if value is None:
+        return None
+    seconds = _seconds(value, "timeout")
+    if not 0 < seconds <= MAX_DELAY:
+        raise InvalidArgument(f"timeout must be more than 0 and at most {MAX_DELAY:.0f} seconds, not {value!r:.80}")
+    return seconds
+
+
 def check_max_attempts(value: Any) -> Optional[int]:
     """None, or an int from 1 to :data:`MAX_ATTEMPTS`."""
     if value is None:
@@ -84,7 +95,7 @@ def check_max_attempts(value: Any) -> Optional[int]:
 
 def enqueue(db: Any, type: Any, data: Optional[dict] = None, *, id: Optional[str] = None,
             delay: Optional[float] = None, at: Optional[float] = None,
-            max_attempts: Optional[int] = None) -> str:
+            max_attempts: Optional[int] = None, timeout: Optional[float] = None) -> str:
     """Add a job for a worker pool; returns its id.
 
     Args:
@@ -97,7 +108,12 @@ def enqueue(db: Any, type: Any, data: Optional[dict] = None, *, id: Optional[str
         delay: seconds from now before the job is due.
         at: the time (seconds since the epoch) the job is due.
         max_attempts: attempts before the job fails for good; None: the
-            host's default (3 unless ``--max-attempts``).
+            handler's declared default, else the host's (3 unless
+            ``--max-attempts``).
+        timeout: seconds a run of this job may take (then its handler sees
+            ``ctx.stopping``, and past the host's grace it is stopped: the
+            attempt fails as ``JobTimeout``); None: the handler's declared
+            ``timeout``, else the host's ``--job-timeout`` (none by default).
 
     Raises:
         InvalidArgument: a bad argument (nothing is written).
@@ -112,19 +128,21 @@ def enqueue(db: Any, type: Any, data: Optional[dict] = None, *, id: Optional[str
     check_key_size(DEFAULT_LAYOUT, type, job_id)
     sched_time = _sched_time(delay, at, time.time())
     max_attempts = check_max_attempts(max_attempts)
+    time_limit = check_time_limit(timeout)
     encoded = _encode({} if data is None else data, type, job_id)
-    _declare_and_enqueue(db, type, job_id, encoded, sched_time, max_attempts)
+    _declare_and_enqueue(db, type, job_id, encoded, sched_time, max_attempts, time_limit)
     return job_id
+
 
 
 @transactional
 def _declare_and_enqueue(tr: Transaction, job_type: Any, job_id: str, encoded: bytes, sched_time: int,
-                         max_attempts: Optional[int]) -> None:
+                         max_attempts: Optional[int], time_limit: Optional[float] = None) -> None:
     try:  # the add reads the type's timeout anyway: declare only when it says there is none
-        work.enqueue(tr, DEFAULT_LAYOUT, job_type, job_id, encoded, sched_time, max_attempts)
+        work.enqueue(tr, DEFAULT_LAYOUT, job_type, job_id, encoded, sched_time, max_attempts, time_limit)
     except NoTypeTimeout:  # raised before anything is written
         declare_type(tr, job_type)
-        work.enqueue(tr, DEFAULT_LAYOUT, job_type, job_id, encoded, sched_time, max_attempts)
+        work.enqueue(tr, DEFAULT_LAYOUT, job_type, job_id, encoded, sched_time, max_attempts, time_limit)
 
 
 def declare_type(tr: Transaction, job_type: Any, timeout: float = DEFAULT_TYPE_TIMEOUT) -> bool:

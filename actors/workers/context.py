@@ -19,6 +19,8 @@ from fdblayer.jobs.codec import decode_data, encode_data
 from fdblayer.jobs.exceptions import CorruptValue, EncodingError, Halt, InvalidArgument
 from fdblayer.jobs.keys import DEFAULT_LAYOUT
 
+from actors.workers.control import Cancel, Retry, Snooze
+
 __all__ = ["JobContext", "UnstorableResult", "encode_result", "decode_result", "describe_error",
            "RESULT_LIMIT", "PROGRESS_LIMIT", "TRACEBACK_LIMIT", "MESSAGE_LIMIT"]
 
@@ -153,8 +155,10 @@ def decode_result(encoded: Optional[bytes]) -> Any:
 
 def describe_error(exc: BaseException) -> dict:
     """``{"type", "message", "traceback"}`` of an exception, each bounded; an
-    :class:`UnstorableResult` adds ``"final": True`` (the dispatcher then
-    fails the job at once instead of retrying it)."""
+    :class:`UnstorableResult` or a :class:`~actors.workers.control.Cancel`
+    adds ``"final": True`` (the dispatcher then fails the job at once
+    instead of retrying it), a ``Retry`` ``"retry_in"`` (seconds) and a
+    ``Snooze`` ``"snooze"`` (seconds)."""
     text = "".join(tb.format_exception(type(exc), exc, exc.__traceback__))
     if len(text) > TRACEBACK_LIMIT:
         text = "...\n" + text[-TRACEBACK_LIMIT:]
@@ -162,7 +166,11 @@ def describe_error(exc: BaseException) -> dict:
         message = str(exc)
     except Exception:  # noqa: BLE001 - a __str__ that raises still gives an error
         message = f"<unprintable {type(exc).__name__}>"
-    error = {"type": type(exc).__name__, "message": message[:MESSAGE_LIMIT], "traceback": text}
-    if isinstance(exc, UnstorableResult):
+    error: dict[str, Any] = {"type": type(exc).__name__, "message": message[:MESSAGE_LIMIT], "traceback": text}
+    if isinstance(exc, (UnstorableResult, Cancel)):
         error["final"] = True
+    elif isinstance(exc, Retry):
+        error["retry_in"] = exc.in_seconds
+    elif isinstance(exc, Snooze):
+        error["snooze"] = exc.seconds
     return error

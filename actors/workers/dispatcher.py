@@ -26,8 +26,16 @@ its predecessor in the same host held. A job whose lock is lost
 (removed, or re-enqueued elsewhere) is told to stop, and its late outcome
 is discarded: nothing is finished twice.
 
+A handler steers its job (:mod:`actors.workers.control`): ``Retry`` sets
+the delay, ``Snooze`` puts it back uncounted, ``Cancel`` fails it for
+good. A run past its time limit (the job's own, its handler's declared
+``timeout``, or the host's ``job_timeout``) sees ``ctx.stopping``; past
+the limit and the grace its worker is stopped, and the attempt fails as
+``JobTimeout``.
+
 args: ``{"store", "host", "concurrency", "types": {type: {"handler",
-"max_attempts"}}, "max_attempts", "backoff": [base, cap], "pool"}``.
+"max_attempts"}}, "max_attempts", "backoff": [base, cap], "job_timeout",
+"grace", "pool"}``.
 """
 from __future__ import annotations
 
@@ -54,6 +62,8 @@ from supervision.waker import Waker
 
 from actors.workers import channel
 from actors.workers.channel import Channel
+from actors.workers.control import handler_options
+from actors.workers.handlers import resolve
 from actors.workers.protocol import Drain, GetStatus, Release, RunJob, RunJobs, StopJob, TakeBack
 from actors.workers.schedule import next_tick, previous_tick
 
@@ -119,6 +129,8 @@ class Running:
     seen: float = 0.0
     marked: bool = False
     lost: bool = False
+    timed_out: bool = False  # past its time limit: told to stop
+    killing: bool = False  # past its limit and the grace: its worker is being stopped
 
 
 @dataclass
@@ -143,6 +155,8 @@ class TypeSlot:
     handler: str
     max_attempts: int
     timeout: float = 30.0
+    time_limit: Optional[float] = None
+    backoff: tuple = (1.0, 3600.0)
     maybe_work: bool = True
     watch: Any = None
     due_at: Optional[float] = None
@@ -178,11 +192,15 @@ class Dispatcher(GenServer):
         self.backoff = tuple(args.get("backoff") or (1.0, 3600.0))
         self.pool_name = args["pool"]
         default_max = int(args.get("max_attempts") or 3)
+        self.grace = float(args.get("grace") or 30.0)
         self.types: dict[Any, TypeSlot] = {}
         for job_type, spec in args["types"].items():
             timeout = activity.get_type_timeout(self.db, DEFAULT_LAYOUT, job_type) or 30.0
-            self.types[job_type] = TypeSlot(spec["handler"], int(spec.get("max_attempts") or default_max),
-                                            float(timeout))
+            declared = handler_options(resolve(spec["handler"]))  # imported before the fork: no cost
+            self.types[job_type] = TypeSlot(
+                spec["handler"], int(spec.get("max_attempts") or declared.get("max_attempts") or default_max),
+                float(timeout), declared.get("timeout") or args.get("job_timeout") or None,
+                tuple(declared.get("backoff") or self.backoff))
         self.order = list(self.types)
         self.pool: Any = None
         self.rundir = runtime_dir()
@@ -346,6 +364,7 @@ class Dispatcher(GenServer):
             if slot.current is None:
                 continue
             busy = True
+            self._check_limit(slot, slot.current)
             if self._stuck(slot, now) and len(slot.runs) > 1 and not slot.owes_release and not self.draining:
                 slot.owes_release += 1
                 self.stats["taken_back"] += len(slot.runs) - 1
@@ -355,6 +374,37 @@ class Dispatcher(GenServer):
         self.watching_runs = busy
         if busy:
             self.start_timer(WATCH_RUNS, self._watch_runs, real=True)
+
+    def _limit(self, running: Running) -> Optional[float]:
+        """The time limit of a run: the job's own, else its type's."""
+        return running.claimed.time_limit or self.types[running.claimed.job.type].time_limit
+
+    def _check_limit(self, slot: Slot, running: Running) -> None:
+        """Past its limit a run is told to stop; past the grace too, its worker is stopped."""
+        limit = self._limit(running)
+        if limit is None or running.started is None or running.killing:
+            return
+        over = time.time() - running.started - limit
+        if over > 0 and not running.timed_out:
+            running.timed_out = True
+            log.warning("job_timed_out host=%s type=%s job=%s attempt=%d limit=%gs grace=%gs", self.host,
+                        running.claimed.job.type, running.claimed.job.id, running.claimed.attempt, limit, self.grace)
+            self.send(slot.addr, StopJob(running.token))
+        elif over > self.grace:
+            running.killing = True
+            log.warning("job_killed host=%s type=%s job=%s reason=time_limit", self.host,
+                        running.claimed.job.type, running.claimed.job.id)
+            self.call_async(self.pool, TerminateChild(slot.addr), lambda _r, _e: self._add_worker(), CALL_TIMEOUT)
+
+    def _add_worker(self) -> None:
+        """Start one more worker in the pool (one was stopped, not restarted) and adopt it."""
+        def started(addr: Any, error: Exception | None) -> None:
+            if error is None:
+                self._adopt(addr)
+                self._hand_out()
+                self._kick()
+        if not self.draining:
+            self.call_async(self.pool, StartChild(None), started, CALL_TIMEOUT)
 
     def _stuck(self, slot: Slot, now: float) -> bool:
         current = slot.current
@@ -382,7 +432,7 @@ class Dispatcher(GenServer):
             log.warning("worker_died host=%s type=%s job=%s attempt=%d reason=%r", self.host,
                         running.claimed.job.type, running.claimed.job.id, running.claimed.attempt, down.reason)
             error = {"type": "WorkerDied", "message": f"the worker running the job exited: {down.reason!r}",
-                     "traceback": ""}
+                     "traceback": ""}  # (JobTimeout when the dispatcher stopped it past its time limit)
             self._end_attempt(running, error, None, retry_now=True)
         self._kick()
         if not self.draining:
@@ -401,8 +451,21 @@ class Dispatcher(GenServer):
             self.stats["succeeded"] += 1
             self.outcomes.append(work.Outcome(job, "ok", result, seconds=seconds, started=started))
             return
+        if running.timed_out:
+            error = dict(error, type="JobTimeout", message=f"ran past its time limit of {self._limit(running):g}s "
+                         f"({error.get('type')}: {_short(error.get('message'), 300)})")
+            retry_now = False
+        if isinstance(error.get("snooze"), (int, float)):
+            self.stats["snoozed"] += 1
+            retry_at = math.ceil(time.time() + error["snooze"])
+            log.info("job_snoozed host=%s type=%s job=%s attempt=%d in=%.1fs", self.host, job.type, job.id,
+                     claimed.attempt, error["snooze"])
+            self.outcomes.append(work.Outcome(job, "snooze", None, None, retry_at, seconds, started))
+            return
         if claimed.attempt < claimed.max_attempts and not error.get("final"):
-            delay = 0.0 if retry_now else retry_delay(claimed.attempt, *self.backoff)
+            asked = error.get("retry_in")
+            delay = (0.0 if retry_now else float(asked) if isinstance(asked, (int, float))
+                     else retry_delay(claimed.attempt, *self.types[job.type].backoff))
             retry_at = math.ceil(time.time() + delay) if delay > 0 else 0
             self.stats["retried"] += 1
             log.warning("job_retry host=%s type=%s job=%s attempt=%d/%d in=%.1fs error=%s: %s", self.host,

@@ -39,9 +39,10 @@ __all__ = ["FIELDS", "EVENTS", "SCHEDULED_CAP", "read", "recount", "tally", "rea
 FIELDS = ("jobs", "pending", "running", "claimed", "failed")
 #: Counters of events since the type's first (never decremented): jobs added
 #: (new, or finished and added again), attempts started (an accept, or a pool
-#: handler's start), and the pools' outcomes: succeeded, failed for good, retried; and
+#: handler's start), and the pools' outcomes: succeeded, failed for good, retried,
+#: snoozed (again later, the attempt not counted); and
 #: jobs re-enqueued by the activity monitor.
-EVENTS = ("added", "started", "succeeded", "failed_final", "retried", "reenqueued")
+EVENTS = ("added", "started", "succeeded", "failed_final", "retried", "snoozed", "reenqueued")
 #: At most this many not-yet-due jobs are counted (``scheduled_capped`` says when there are more).
 SCHEDULED_CAP = 10_000
 _MARK = "counted"

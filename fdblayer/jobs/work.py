@@ -86,6 +86,7 @@ class Claimed(NamedTuple):
     data: bytes
     attempt: int
     max_attempts: int
+    time_limit: Optional[float] = None  #: the job's own limit on a run (seconds), if it has one
 
 
 class ClaimResult(NamedTuple):
@@ -107,8 +108,9 @@ class Outcome(NamedTuple):
     """The end of one attempt, for :func:`complete`.
 
     ``kind``: ``"ok"`` (``result`` is the encoded result), ``"retry"`` (back to
-    pending at ``retry_at``) or ``"fail"`` (finished as failed); ``error`` a
-    dict ``{"type", "message", "traceback"}`` for the last two.
+    pending at ``retry_at``), ``"snooze"`` (back to pending at ``retry_at``,
+    the attempt not counted) or ``"fail"`` (finished as failed); ``error`` a
+    dict ``{"type", "message", "traceback"}`` for a retry or a failure.
     """
 
     job: Job
@@ -125,8 +127,9 @@ class Outcome(NamedTuple):
 
 @transactional
 def enqueue(tr: Transaction, layout: Layout, job_type: JobType, job_id: str, data: bytes, sched_time: int,
-            max_attempts: Optional[int]) -> JobState:
-    """Add a job as ``model.add`` does and give it a fresh work record.
+            max_attempts: Optional[int], time_limit: Optional[float] = None) -> JobState:
+    """Add a job as ``model.add`` does and give it a fresh work record
+    (with the job's own ``max_attempts`` and ``time_limit``, if given).
 
     A job that is running keeps its record (it is flagged resubmitted and
     starts afresh when its attempt ends, see :func:`complete`).
@@ -140,7 +143,8 @@ def enqueue(tr: Transaction, layout: Layout, job_type: JobType, job_id: str, dat
     value = model.add(tr, layout, job_type, job_id, data, sched_time)
     state = job_state(value.lock, value.seq)
     if state is not JobState.RUNNING:
-        tr.set(layout.work_key(job_type, job_id), WorkRecord(max_attempts=max_attempts).pack())
+        tr.set(layout.work_key(job_type, job_id),
+               WorkRecord(max_attempts=max_attempts, time_limit=time_limit).pack())
     return state
 
 
@@ -226,7 +230,8 @@ def _claim_one(tr: Transaction, layout: Layout, job_type: JobType, job_id: str, 
     rows.set_job_val(tr, key, JobValue(running_seq(uv), lock, current.sched_time, False, current.data))
     rows.update_activity(tr, layout, job_type, job_id, None, current.data, uv, tally)
     tr.set(work_key, record.begin_attempt(worker, now).pack())
-    return Claimed(Job(job_type, job_id, lock, current.sched_time, False), current.data, attempt, max_attempts)
+    return Claimed(Job(job_type, job_id, lock, current.sched_time, False), current.data, attempt, max_attempts,
+                   record.time_limit)
 
 
 # ---------------------------------------------------------------- ending attempts
@@ -296,10 +301,14 @@ def complete(tr: Transaction, layout: Layout, outcomes: list, now: float) -> lis
         tally.stamp(job.type)
         if current.resubmit:
             rows.maybe_enqueue(tr, layout, job.type, job.id, current.sched_time, True, current.data, key, tally)
-            tr.set(work_key, WorkRecord(max_attempts=record.max_attempts).pack())
+            tr.set(work_key, WorkRecord(max_attempts=record.max_attempts, time_limit=record.time_limit).pack())
         elif outcome.kind == "retry":
             rows.maybe_enqueue(tr, layout, job.type, job.id, outcome.retry_at, True, current.data, key, tally)
             tr.set(work_key, record.end_attempt(None, record.result, outcome.error, now, outcome.started).pack())
+        elif outcome.kind == "snooze":  # again at retry_at, this attempt not counted, no error kept
+            rows.maybe_enqueue(tr, layout, job.type, job.id, outcome.retry_at, True, current.data, key, tally)
+            ended = record.end_attempt(None, record.result, None, now, outcome.started)
+            tr.set(work_key, ended._replace(attempt=max(0, record.attempt - 1), error=record.error).pack())
         else:
             rows.maybe_enqueue(tr, layout, job.type, job.id, current.sched_time, False, current.data, key, tally)
             if outcome.kind == "ok":
@@ -313,7 +322,7 @@ def complete(tr: Transaction, layout: Layout, outcomes: list, now: float) -> lis
 
 
 #: The event counter each outcome kind bumps (any other: ``failed_final``).
-_EVENT_OF_KIND = {"ok": "succeeded", "retry": "retried"}
+_EVENT_OF_KIND = {"ok": "succeeded", "retry": "retried", "snooze": "snoozed"}
 
 
 @transactional

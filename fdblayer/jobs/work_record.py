@@ -8,7 +8,8 @@ every transition of the job, see :mod:`fdblayer.jobs.work`)::
                                "r": encoded result or None, "e": last error or None,
                                "p": progress fields, "w": worker host, "k": claimed,
                                "s": handler started, "f": ended,
-                               "x": [error of each failed attempt, oldest first]}
+                               "x": [error of each failed attempt, oldest first],
+                               "t": the job's limit on a run (seconds) or None}
 
 Each entry of the error history is ``{"attempt", "at", "type", "message",
 "traceback"}``; the newest :data:`ERRORS_KEPT` are kept, their tracebacks
@@ -68,11 +69,12 @@ class WorkRecord(NamedTuple):
     ended: Optional[float] = None
     claimed: Optional[float] = None
     errors: tuple = ()
+    time_limit: Optional[float] = None
 
     def pack(self) -> bytes:
         return _PACKB({"a": self.attempt, "m": self.max_attempts, "o": self.outcome, "r": self.result,
                        "e": self.error, "p": self.progress, "w": self.worker, "s": self.started,
-                       "f": self.ended, "k": self.claimed, "x": list(self.errors)})
+                       "f": self.ended, "k": self.claimed, "x": list(self.errors), "t": self.time_limit})
 
     @classmethod
     def unpack(cls, raw: Optional[bytes], where: Any = None) -> "WorkRecord":
@@ -85,7 +87,7 @@ class WorkRecord(NamedTuple):
                          d.get("e") if isinstance(d.get("e"), dict) else None,
                          d.get("p") if isinstance(d.get("p"), dict) else {},
                          _opt_str(d.get("w")), _opt_float(d.get("s")), _opt_float(d.get("f")),
-                         _opt_float(d.get("k")), _errors(d.get("x")))
+                         _opt_float(d.get("k")), _errors(d.get("x")), _opt_positive(d.get("t")))
         except Exception as exc:  # noqa: BLE001 - survive a bad stored value: log it, start afresh
             logger.warning("work_record_unreadable job=%r error=%r", where, exc)
             return cls()
@@ -94,7 +96,7 @@ class WorkRecord(NamedTuple):
     def begin_attempt(self, worker: str, now: float) -> "WorkRecord":
         """The record of its next attempt, claimed by ``worker`` at ``now`` (not started)."""
         return WorkRecord(self.attempt + 1, self.max_attempts, None, self.result, self.error, {}, worker, None,
-                          None, now, self.errors)
+                          None, now, self.errors, self.time_limit)
 
     def end_attempt(self, outcome: Optional[str], result: Optional[bytes], error: Optional[dict],
                     now: float, started: Optional[float] = None) -> "WorkRecord":
@@ -104,7 +106,7 @@ class WorkRecord(NamedTuple):
         error history."""
         errors = self.errors if error is None else with_error(self.errors, self.attempt, now, error)
         return WorkRecord(self.attempt, self.max_attempts, outcome, result, error, self.progress, self.worker,
-                          _first(self.started, started, now), now, self.claimed, errors)
+                          _first(self.started, started, now), now, self.claimed, errors, self.time_limit)
 
     def unclaimed(self) -> "WorkRecord":
         """The record of an attempt given back without counting it."""
@@ -130,6 +132,11 @@ def _errors(value: Any) -> tuple:
     if not isinstance(value, list):
         return ()
     return tuple(e for e in value[-ERRORS_KEPT:] if isinstance(e, dict))
+
+
+def _opt_positive(v: Any) -> Optional[float]:
+    value = _opt_float(v)
+    return value if value is not None and value > 0 else None
 
 
 def _first(*values: Optional[float]) -> Optional[float]:

@@ -30,7 +30,8 @@ def w(tmp_path_factory):
     {"data": {"bad": object()}}, {"data": [1, 2]}, {"data": {"x": math.nan}}, {"data": {"big": "x" * 200_000}},
     {"id": ""}, {"id": 7}, {"id": "x" * 20_000}, {"delay": -1}, {"delay": math.inf}, {"delay": "soon"},
     {"delay": 1, "at": 2}, {"at": -5}, {"at": 10.0 ** 30}, {"max_attempts": 0}, {"max_attempts": 10 ** 6},
-    {"max_attempts": True}, {"max_attempts": 2.5},
+    {"max_attempts": True}, {"max_attempts": 2.5}, {"timeout": 0}, {"timeout": -1}, {"timeout": math.nan},
+    {"timeout": "1"}, {"timeout": 10.0 ** 12},
 ])
 def test_enqueue_refuses_bad_arguments_and_writes_nothing(w, kwargs):
     store, db = w
@@ -88,6 +89,12 @@ def test_the_couch_jobs_add_keeps_the_seeds_rule(w):
     lambda db: jobs.schedule(db, "never-declared", "* * * * *"),
     lambda db: jobs.unschedule(db, None),
     lambda db: jobs.unschedule("db", T),
+    lambda db: jobs.schedules("not a db"),
+    lambda db: jobs.handler(max_attempts=0),
+    lambda db: jobs.handler(timeout=math.inf),
+    lambda db: jobs.handler(backoff=(1, 2, 3)),
+    lambda db: jobs.Retry(in_seconds=math.nan),
+    lambda db: jobs.Snooze(-1),
 ])
 def test_worker_calls_refuse_bad_arguments_and_write_nothing(w, call):
     store, db = w
