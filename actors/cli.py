@@ -8,7 +8,8 @@
                    [--port N] [--store URL] TYPE=MOD:CALLABLE ...
     otpjobs workers list [--store URL]
     otpjobs jobs add TYPE JOB_ID [DATA_JSON] [--scheduled-time T | --delay S] [--store URL]
-    otpjobs jobs list [TYPE] | remove TYPE JOB_ID | watch TYPE JOB_ID | result TYPE JOB_ID | retry TYPE JOB_ID
+    otpjobs jobs list [TYPE] | remove TYPE JOB_ID | watch TYPE JOB_ID | result TYPE JOB_ID | show TYPE JOB_ID
+                 | retry TYPE JOB_ID
     otpjobs jobs stats | schedules | unschedule TYPE [--store URL]
     otpjobs types set-timeout TYPE SECONDS | clear-timeout TYPE | list [--store URL]
     otpjobs docs add DOC_ID BODY_JSON [--db DB] [--store URL]
@@ -121,6 +122,11 @@ def build_parser() -> argparse.ArgumentParser:
     res.add_argument("job_id")
     res.add_argument("--timeout", type=_seconds, default=None)
     _store_arg(res)
+    show = jobs.add_parser("show", help="one job whole, as GET /_jobs/{type}/{id}: state, attempts, progress, "
+                           "result, the error of every failed attempt")
+    show.add_argument("type")
+    show.add_argument("job_id")
+    _store_arg(show)
     rt = jobs.add_parser("retry", help="put a finished or failed job back in the queue")
     rt.add_argument("type")
     rt.add_argument("job_id")
@@ -341,6 +347,19 @@ def cmd_jobs_result(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_jobs_show(args: argparse.Namespace) -> int:
+    """Print one job whole (``GET /_jobs/{type}/{id}``'s view) as JSON; exit 1 if there is none."""
+    from fdblayer.jobs import overview
+    from fdblayer.jobs.keys import DEFAULT_LAYOUT
+
+    job_type = _job_type(args.type)
+    view = overview.job_view(_db(args, existing=True), DEFAULT_LAYOUT, job_type, args.job_id)
+    if view is None:
+        return _fail(f"no job {args.job_id!r} of type {job_type!r}", 1)
+    print(json.dumps(dict(view, type=job_type), default=str, indent=2))
+    return 0
+
+
 def cmd_jobs_retry(args: argparse.Namespace) -> int:
     """Put a finished (or failed) job back in the queue with a fresh attempt count."""
     from actors.workers import client
@@ -551,7 +570,7 @@ COMMANDS: dict[tuple[str, str], Callable[[argparse.Namespace], int]] = {
     ("jobs", "add"): cmd_jobs_add, ("jobs", "list"): cmd_jobs_list, ("jobs", "remove"): cmd_jobs_remove,
     ("jobs", "watch"): cmd_jobs_watch, ("jobs", "stats"): cmd_jobs_stats,
     ("jobs", "schedules"): cmd_jobs_schedules, ("jobs", "unschedule"): cmd_jobs_unschedule,
-    ("jobs", "result"): cmd_jobs_result, ("jobs", "retry"): cmd_jobs_retry, ("workers", "list"): cmd_workers_list,
+    ("jobs", "result"): cmd_jobs_result, ("jobs", "show"): cmd_jobs_show, ("jobs", "retry"): cmd_jobs_retry, ("workers", "list"): cmd_workers_list,
     ("types", "set-timeout"): cmd_types_set_timeout, ("types", "clear-timeout"): cmd_types_clear_timeout,
     ("types", "list"): cmd_types_list,
     ("docs", "add"): cmd_docs_add, ("docs", "get"): cmd_docs_get, ("docs", "remove"): cmd_docs_remove,

@@ -149,6 +149,13 @@ def test_result_and_retry_of_a_pool_job(store):
     assert json.loads(bad.stdout)["traceback"] == TRACEBACK, "the traceback is among the JSON fields"
     assert TRACEBACK.rstrip() in bad.stderr, "and printed as Python prints it"
     assert "failed after 1 attempt(s): ValueError: nope" in bad.stderr
+    shown = cli("jobs", "show", "p", "bad", "--store", url)
+    assert shown.returncode == 0 and json.loads(shown.stdout)["outcome"] == "failed"
+    assert [(e["attempt"], e["type"], e["message"]) for e in json.loads(shown.stdout)["errors"]] == [
+        (1, "ValueError", "nope")], "every failed attempt's error"
+    assert json.loads(cli("jobs", "show", "p", "ok", "--store", url).stdout)["result"] == 7
+    missing = cli("jobs", "show", "p", "nope", "--store", url)
+    assert missing.returncode == 1 and "no job 'nope'" in missing.stderr
     assert cli("jobs", "retry", "p", "bad", "--store", url).returncode == 0
     assert jobs.get_job_state(db, "p", "bad").value == "pending" and jobs.status(db, "p", "bad").attempt == 0
     again = cli("jobs", "retry", "p", "bad", "--store", url)
