@@ -16,6 +16,7 @@ tuple ``(51,)``, the seed's ``?JOBS``)::
     (P, COUNTS, type, name) = counter, 8 bytes little-endian (see jobs.counts)
     (P, HOSTS, host) = a worker host's heartbeat (see jobs.hosts)
     (P, FAILURES, type, ended_ms, job_id) = b"" (recent failures, see jobs.failures)
+    (P, PAUSED, type) = b"1" while the type is paused (see jobs.work)
 
 In the DATA row, ``seq`` is ``0`` while the job is pending, ``None`` once
 it is finished and the versionstamp of its last accept/update while it is
@@ -48,6 +49,7 @@ __all__ = [
     "COUNTS",
     "HOSTS",
     "FAILURES",
+    "PAUSED",
     "JobType",
     "Layout",
     "DEFAULT_LAYOUT",
@@ -67,6 +69,8 @@ SCHEDULES = 8
 COUNTS = 9
 HOSTS = 10
 FAILURES = 11
+#: 12 is kept for an index of finished jobs.
+PAUSED = 13
 
 JobType = Union[str, int, tuple]
 
@@ -256,6 +260,10 @@ class Layout:
     def counts_prefix(self, job_type: JobType) -> bytes:
         """Return the prefix of every counter of ``job_type``."""
         return self._type_prefix(COUNTS, job_type)
+
+    def paused_key(self, job_type: JobType) -> bytes:
+        """Return the key that exists while ``job_type`` is paused."""
+        return self._type_prefix(PAUSED, job_type)
 
     # FAILURES (per type, by end time: see ``failures``)
 
