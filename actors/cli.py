@@ -10,7 +10,7 @@
     otpjobs jobs add TYPE JOB_ID [DATA_JSON] [--scheduled-time T | --delay S] [--store URL]
     otpjobs jobs list [TYPE] | remove TYPE JOB_ID | watch TYPE JOB_ID | result TYPE JOB_ID | show TYPE JOB_ID
                  | retry TYPE JOB_ID
-    otpjobs jobs stats | schedules | unschedule TYPE [--store URL]
+    otpjobs jobs stats | schedules | unschedule TYPE | pause TYPE | resume TYPE [--store URL]
     otpjobs types set-timeout TYPE SECONDS | clear-timeout TYPE | list [--store URL]
     otpjobs docs add DOC_ID BODY_JSON [--db DB] [--store URL]
     otpjobs docs get DOC_ID | remove DOC_ID | list [--limit N --skip N --states S] [--db DB] [--store URL]
@@ -132,6 +132,11 @@ def build_parser() -> argparse.ArgumentParser:
     rt.add_argument("job_id")
     _store_arg(rt)
     _store_arg(jobs.add_parser("stats", help="per type: timeout and counts of each state (as GET /_jobs)"))
+    for verb, what in (("pause", "no host starts the type's jobs until it is resumed (running ones finish)"),
+                       ("resume", "hosts start the paused type's jobs again")):
+        p = jobs.add_parser(verb, help=what)
+        p.add_argument("type")
+        _store_arg(p)
     _store_arg(jobs.add_parser("schedules", help="the periodic schedules kept in the store: type, cron, "
                                                   "last and next tick"))
     unsched = jobs.add_parser("unschedule", help="remove a type's periodic schedule (its jobs stay)")
@@ -344,6 +349,22 @@ def cmd_jobs_result(args: argparse.Namespace) -> int:
     except TimeoutError as exc:
         return _fail(str(exc), 1)
     print(json.dumps(value))
+    return 0
+
+
+def cmd_jobs_pause(args: argparse.Namespace) -> int:
+    """Pause (``jobs pause``) or resume (``jobs resume``) a type; exit 1 for an unknown type."""
+    from actors.workers import client
+    from fdblayer.jobs.exceptions import NotFound
+
+    job_type = _job_type(args.type)
+    pausing = args.cmd == "pause"
+    try:
+        was = (client.pause if pausing else client.resume)(_db(args, existing=True), job_type)
+    except NotFound as exc:
+        return _fail(exc.message, 1)
+    now = "paused" if pausing else "running"
+    print(f"type {job_type!r} {'was already' if was == pausing else 'is now'} {now}")
     return 0
 
 
@@ -570,7 +591,8 @@ COMMANDS: dict[tuple[str, str], Callable[[argparse.Namespace], int]] = {
     ("jobs", "add"): cmd_jobs_add, ("jobs", "list"): cmd_jobs_list, ("jobs", "remove"): cmd_jobs_remove,
     ("jobs", "watch"): cmd_jobs_watch, ("jobs", "stats"): cmd_jobs_stats,
     ("jobs", "schedules"): cmd_jobs_schedules, ("jobs", "unschedule"): cmd_jobs_unschedule,
-    ("jobs", "result"): cmd_jobs_result, ("jobs", "show"): cmd_jobs_show, ("jobs", "retry"): cmd_jobs_retry, ("workers", "list"): cmd_workers_list,
+    ("jobs", "result"): cmd_jobs_result, ("jobs", "show"): cmd_jobs_show, ("jobs", "pause"): cmd_jobs_pause,
+    ("jobs", "resume"): cmd_jobs_pause, ("jobs", "retry"): cmd_jobs_retry, ("workers", "list"): cmd_workers_list,
     ("types", "set-timeout"): cmd_types_set_timeout, ("types", "clear-timeout"): cmd_types_clear_timeout,
     ("types", "list"): cmd_types_list,
     ("docs", "add"): cmd_docs_add, ("docs", "get"): cmd_docs_get, ("docs", "remove"): cmd_docs_remove,

@@ -9,8 +9,8 @@ a handler uses from :mod:`actors.workers.control` (``Retry``, ``Snooze``,
 from actors.queue.client import *  # noqa: F401,F403
 from actors.queue.client import __all__ as _queue_all
 from actors.workers.client import (  # noqa: F401
-    JobFailed, JobStatus, enqueue, result, schedule, schedules, status, unschedule)
+    JobFailed, JobStatus, enqueue, pause, result, resume, schedule, schedules, status, unschedule)
 from actors.workers.control import Cancel, Retry, Snooze, handler  # noqa: F401
 
 __all__ = list(_queue_all) + ["JobFailed", "JobStatus", "enqueue", "result", "schedule", "schedules", "status",
-                              "unschedule", "Retry", "Snooze", "Cancel", "handler"]
+                              "unschedule", "pause", "resume", "Retry", "Snooze", "Cancel", "handler"]

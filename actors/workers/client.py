@@ -37,7 +37,7 @@ from actors.workers.context import decode_result
 from actors.workers.control import MAX_DELAY
 from actors.workers.schedule import check_cron, next_tick
 
-__all__ = ["JobFailed", "JobStatus", "enqueue", "result", "status", "schedule", "unschedule", "schedules",
+__all__ = ["JobFailed", "JobStatus", "enqueue", "pause", "resume", "result", "status", "schedule", "unschedule", "schedules",
            "MAX_ATTEMPTS", "DEFAULT_TYPE_TIMEOUT", "declare_type"]
 
 #: The most attempts a job may be given.
@@ -200,6 +200,40 @@ def _status_of(job_type: Any, job_id: str, found: Optional[tuple]) -> JobStatus:
     return JobStatus(job_type, job_id, state, decode_data(data), rec.attempt, rec.max_attempts, rec.outcome,
                      decode_result(rec.result), rec.error, rec.progress, rec.worker, rec.started, rec.ended,
                      rec.errors)
+
+
+def pause(db: Any, type: Any) -> bool:
+    """Pause a type: no host starts its jobs (those running finish; jobs a
+    host claimed and had not started go back to the queue; enqueues and
+    periodic ticks go on); returns True if it was paused already.
+
+    Raises:
+        NotFound: no such type (it has no activity timeout).
+        InvalidArgument: a bad argument.
+    """
+    return _set_paused(db, type, True)
+
+
+def resume(db: Any, type: Any) -> bool:
+    """Resume a paused type (hosts waiting on it look again at once);
+    returns True if it was paused.
+
+    Raises:
+        NotFound: no such type.
+        InvalidArgument: a bad argument.
+    """
+    return _set_paused(db, type, False)
+
+
+def _set_paused(db: Any, job_type: Any, paused: bool) -> bool:
+    from fdblayer.jobs.api import _check_tx
+
+    _check_tx(db)
+    check_type(job_type)
+    try:
+        return work.set_paused(db, DEFAULT_LAYOUT, job_type, paused)
+    except NoTypeTimeout:
+        raise NotFound(f"no job type {job_type!r} (it has no activity timeout)", job_type=job_type) from None
 
 
 def status(db: Any, type: Any, id: str) -> JobStatus:

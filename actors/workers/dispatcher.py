@@ -166,6 +166,7 @@ class TypeSlot:
     tick_at: Optional[float] = None
     fired: bool = field(default=False)
     lifeline_vs: Any = None
+    paused: bool = False
 
 
 @transactional
@@ -345,15 +346,28 @@ class Dispatcher(GenServer):
 
     def _runs_released(self, slot: Slot, tokens: tuple) -> None:
         """A worker gave back runs it had not started: to other workers, or
-        back to the queue (uncounted) when the host drains or the job is lost."""
+        back to the queue (uncounted) when the host drains, their type is
+        paused or the job is lost."""
         slot.owes_release = max(0, slot.owes_release - 1)
         back = [r for r in (slot.runs.pop(t, None) for t in tokens) if r is not None and not r.lost]
         for running in back:
             running.worker = None
-        if self.draining:
-            self._release([r.claimed.job for r in back])
-        else:
-            self.buffer.extendleft(reversed(back))  # first in line: they were claimed first
+        held = [r for r in back if self.draining or self.types[r.claimed.job.type].paused]
+        self._release([r.claimed.job for r in held])
+        kept = [r for r in back if not (self.draining or self.types[r.claimed.job.type].paused)]
+        self.buffer.extendleft(reversed(kept))  # first in line: they were claimed first
+
+    def _give_back_type(self, job_type: Any) -> None:
+        """A paused type starts nothing more here: its claimed jobs go back to
+        the queue (uncounted), those queued in workers once they hand them back."""
+        mine = [r for r in self.buffer if r.claimed.job.type == job_type]
+        self.buffer = collections.deque(r for r in self.buffer if r.claimed.job.type != job_type)
+        self._release([r.claimed.job for r in mine if not r.lost])
+        for _, slot in self.slots.items():
+            queued = [r for r in slot.runs.values() if r is not slot.current and r.claimed.job.type == job_type]
+            if queued and not slot.owes_release:
+                slot.owes_release += 1
+                self.send(slot.addr, TakeBack())
 
     def _watch_runs(self) -> None:
         """Every WATCH_RUNS while handlers run: take queued runs back from
@@ -540,6 +554,17 @@ class Dispatcher(GenServer):
 
     def _claimed(self, job_type: Any, limit: int, result: work.ClaimResult, now: float) -> None:
         slot = self.types[job_type]
+        if result.paused:
+            if not slot.paused:
+                slot.paused = True
+                log.info("type_paused host=%s type=%s", self.host, job_type)
+                self._give_back_type(job_type)
+            slot.maybe_work = False
+            self._arm_watch(job_type, slot, result.watch)  # a resume bumps it
+            return
+        if slot.paused:
+            slot.paused = False
+            log.info("type_resumed host=%s type=%s", self.host, job_type)
         for claimed in result.claimed:
             self.tokens += 1
             self.buffer.append(Running(claimed, self.tokens))

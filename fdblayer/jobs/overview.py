@@ -34,10 +34,12 @@ DATA_PREVIEW = 200
 
 @transactional
 def types_overview(tr: Transaction, layout: Layout, now: float) -> list[dict]:
-    """Every type with its activity timeout and counts, in key order."""
+    """Every type with its activity timeout, whether it is paused, and its counts, in key order."""
     out = []
+    paused = work.paused_types(tr, layout)
     for job_type in activity.get_types(tr, layout):
-        entry = {"type": job_type, "timeout": activity.read_type_timeout(tr, layout, job_type)}
+        entry = {"type": job_type, "timeout": activity.read_type_timeout(tr, layout, job_type),
+                 "paused": job_type in paused}
         entry.update(counts.read(tr, layout, job_type, now))
         out.append(entry)
     return out

@@ -64,7 +64,7 @@ from fdblayer.jobs.codec import (JobValue, report_bad_row, running_seq, unpack_a
                                  unpack_job_value)
 from fdblayer.jobs.exceptions import EncodingError, Halt, NoTypeTimeout
 from fdblayer.jobs.job import Job, JobState, job_state
-from fdblayer.jobs.keys import SCHEDULES, JobType, Layout
+from fdblayer.jobs.keys import PAUSED, SCHEDULES, JobType, Layout
 from fdblayer.jobs.tally import Tally, observe_run
 from fdblayer.jobs.work_record import (FAILED, SUCCEEDED, WORKER_LOST, WorkRecord, claimed_only, pool_state,
                                        with_error)
@@ -72,7 +72,7 @@ from fdblayer.watches import Watch
 
 __all__ = [
     "Claimed", "ClaimResult", "Outcome", "Schedule",
-    "enqueue", "claim", "mark_started", "complete", "renew", "release", "requeue_held_by",
+    "enqueue", "claim", "set_paused", "paused_types", "mark_started", "complete", "renew", "release", "requeue_held_by",
     "set_progress", "read", "read_many",
     "set_schedule", "clear_schedule", "get_schedules", "fire_tick",
 ]
@@ -95,13 +95,16 @@ class ClaimResult(NamedTuple):
     ``claimed``: the jobs now running; ``exhausted``: ids finished as failed
     because their attempts were used up; ``next_due``: the scheduled time of
     the earliest pending job not yet due (None if none); ``watch``: fires at
-    the type's next enqueue (only when fewer jobs than asked were claimed).
+    the type's next enqueue (only when fewer jobs than asked were claimed);
+    ``paused``: the type is paused (nothing claimed; the watch fires when
+    it is resumed).
     """
 
     claimed: list
     exhausted: list
     next_due: Optional[int]
     watch: Optional[Watch]
+    paused: bool = False
 
 
 class Outcome(NamedTuple):
@@ -159,8 +162,12 @@ def claim(tr: Transaction, layout: Layout, job_type: JobType, now: float, limit:
     Due means scheduled at or before ``int(now)``. Where the store has
     per-key conflicts, the jobs are picked at random among the first
     :data:`pending.RANGE_LIMIT` due ones so that hosts claiming at once
-    seldom collide (as :func:`pending.dequeue` does).
+    seldom collide (as :func:`pending.dequeue` does). A paused type
+    claims nothing (read with a conflict: a claim that commits after a
+    pause has seen it).
     """
+    if tr.get(layout.paused_key(job_type)) is not None:
+        return ClaimResult([], [], None, pending.watch_pending(tr, layout, job_type), paused=True)
     prefix = layout.pending_prefix(job_type)
     due_end = layout.pending_end(job_type, int(now))
     spread = tr.db.key_conflicts
@@ -382,6 +389,42 @@ def requeue_held_by(tr: Transaction, layout: Layout, job_type: JobType, worker: 
             and activity.requeue_silent(tr, layout, job_type, job_id, tally)]
     tally.write()
     return done
+
+
+@transactional
+def set_paused(tr: Transaction, layout: Layout, job_type: JobType, paused: bool) -> bool:
+    """Pause (no host claims its jobs; running ones go on) or resume a type,
+    waking the hosts waiting on it; returns whether it was paused before.
+
+    Raises:
+        NoTypeTimeout: ``job_type`` has no type timeout (an unknown type).
+    """
+    if tr.get(layout.activity_timeout_key(job_type)) is None:
+        raise NoTypeTimeout(f"job type {job_type!r} has no type timeout: there is no such type", job_type=job_type)
+    key = layout.paused_key(job_type)
+    was = tr.get(key) is not None
+    if paused:
+        tr.set(key, b"1")
+    else:
+        tr.clear(key)
+    if was != paused:
+        Tally(tr, layout, deferred=False).enqueue(job_type)  # the hosts' pending watch: they look again
+    return was
+
+
+@transactional
+def paused_types(tr: Transaction, layout: Layout) -> set:
+    """The types paused now."""
+    prefix = layout.subspace(PAUSED)
+    out = set()
+    for kv in tr.snapshot.get_range(prefix, strinc(prefix)):
+        try:
+            (job_type,) = fdb.tuple.unpack(kv.key, len(prefix))
+        except Exception as exc:  # noqa: BLE001 - a corrupt key is skipped
+            report_bad_row("paused_key", kv.key, repr(exc)[:80])
+            continue
+        out.add(job_type)
+    return out
 
 
 @transactional
