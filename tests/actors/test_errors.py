@@ -26,9 +26,11 @@ from actors.scheduler.model import InvalidRequest, InvalidSetting, JobNotFound
 #: through); HandlerError is the queue's InvalidArgument (a worker's
 #: handler path is a bad argument of the jobs API, whose root is fdblayer's);
 #: UnstorableResult is the queue's EncodingError (a handler's result, encoded
-#: as job data is, that cannot be stored).
+#: as job data is, that cannot be stored); Retry, Snooze and Cancel are
+#: control flow a handler raises to steer its own job, not errors of ours.
 OUTSIDE = {"actors.scheduler.job.JobStopping", "actors.workers.handlers.HandlerError",
-           "actors.workers.context.UnstorableResult"}
+           "actors.workers.context.UnstorableResult", "actors.workers.control.Retry",
+           "actors.workers.control.Snooze", "actors.workers.control.Cancel"}
 
 
 def package_errors() -> list[type]:
