@@ -207,12 +207,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     cfg = config_mod.load(args.config, {("node", "store"): args.store, ("node", "log_level"): args.log_level})
     level = getattr(logging, cfg.node.log_level.upper())
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s pid=%(process)d %(message)s")
-    spec = host.spec_from_config(cfg, args.assignments, args.cron, args)
-    from actors.workers.schedule import check_cron
-
-    for cron in spec.periodic.values():
-        check_cron(cron)  # before host.run opens (and creates) the store: a refused command leaves no file
-    return host.run(spec, args.port, level)
+    return host.run(host.spec_from_config(cfg, args.assignments, args.cron, args), args.port, level)
 
 
 def _config(args: argparse.Namespace) -> config_mod.Config:

@@ -124,11 +124,17 @@ def run(config: Config) -> int:
     store = config.node.store
     children = with_app(config, root_children(config))
     check_http_port(config)
-    check_store(store)
+    spec = None
     if config.workers:
-        from actors.workers.host import prepare, spec_from_config
+        from actors.workers.host import check, spec_from_config
 
-        prepare(spec_from_config(config, [], []))
+        spec = spec_from_config(config, [], [])
+        check(spec)  # a bad handler or cron stops here, before the store file is made
+    check_store(store)
+    if spec is not None:
+        from actors.workers.host import prepare
+
+        prepare(spec)
     level = getattr(logging, config.node.log_level.upper())
     node = start_node(port, ROOT_FLAGS, children, level=level)
     log.info("node_up port=%s store=%s http_port=%s pid=%s supervisor_pid=%s app=%s",

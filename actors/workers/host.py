@@ -26,7 +26,7 @@ from actors.workers.protocol import Drain
 from actors.workers.sup import workers_children
 from fdblayer.urls import redact_url
 
-__all__ = ["HostSpec", "spec_from_config", "prepare", "host_args", "run", "drain"]
+__all__ = ["HostSpec", "spec_from_config", "check", "prepare", "host_args", "run", "drain"]
 
 log = logging.getLogger("otpjobs.workers")
 
@@ -70,24 +70,21 @@ def spec_from_config(cfg: Any, assignments: list, crons: list, args: Any = None)
                     grace=pick("grace", "grace"), job_timeout=pick("job_timeout", "job_timeout"))
 
 
-def prepare(spec: HostSpec) -> None:
-    """Check and set up everything before the host forks.
-
-    Imports every handler (with the current directory on ``sys.path``),
-    gives each type without an activity timeout ``spec.type_timeout``,
-    and stores the periodic schedules.
+def check(spec: HostSpec) -> None:
+    """Check everything about a host that needs no store, before a store
+    file or a process is created: imports every handler (with the current
+    directory on ``sys.path``), reads every cron expression.
 
     Raises:
         HandlerError: a handler cannot be used.
-        InvalidArgument: a bad type, count or cron expression.
-        StoreError: the store cannot be opened.
+        InvalidArgument: a bad type, count or cron expression, or a type
+            reserved for the nodes' documents.
     """
-    import fdblayer
-    from fdblayer.jobs import api
+    from fdblayer.docs import DOCS_TYPE
     from fdblayer.jobs.exceptions import InvalidArgument
 
     from actors.node.settings import lookup
-    from actors.workers.client import schedule
+    from actors.workers.schedule import check_cron
 
     if not spec.types:
         raise InvalidArgument("a worker host needs at least one TYPE=package.module:callable")
@@ -99,9 +96,30 @@ def prepare(spec: HostSpec) -> None:
     unknown = set(spec.periodic) - set(spec.types)
     if unknown:
         raise InvalidArgument(f"periodic type(s) {sorted(unknown)} have no handler on this host")
+    if DOCS_TYPE in spec.types:
+        raise InvalidArgument(f"job type {DOCS_TYPE!r} is reserved for the nodes' documents")
+    for cron in spec.periodic.values():
+        check_cron(cron)
     add_cwd_to_path()
     for path in spec.types.values():
         resolve(path)
+
+
+def prepare(spec: HostSpec) -> None:
+    """Check (:func:`check`) and set up everything before the host forks:
+    gives each type without an activity timeout ``spec.type_timeout`` and
+    stores the periodic schedules.
+
+    Raises:
+        HandlerError, InvalidArgument: as :func:`check`.
+        StoreError: the store cannot be opened.
+    """
+    import fdblayer
+    from fdblayer.jobs import api
+
+    from actors.workers.client import schedule
+
+    check(spec)
     db = fdblayer.open(spec.store)
     try:
         for job_type in spec.types:

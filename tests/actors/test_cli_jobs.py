@@ -235,15 +235,13 @@ REFUSED = {
     "node on a busy HTTP port": (["node", "start", "--http-port", "{busy}"], "is not available"),
     "node with a missing handler": (["node", "start", "--workers", "x=no_such_module:f"],
                                     "no module named 'no_such_module'"),
+    "worker on the documents' reserved type": (["worker", "_replicator_docs=handlers:f"], "is reserved"),
+    "node with a bad [periodic] cron": (["node", "start", "--config", "periodic.ini", "--workers", "x=handlers:f"],
+                                        "not a cron schedule"),
 }
 
 
-@pytest.mark.parametrize("case", [
-    pytest.param(case, marks=pytest.mark.xfail(reason=(
-        "actors/node/root.py run() opens the store (check_store) before host.prepare() resolves the "
-        "handlers: the handler checks belong before check_store"), strict=False))
-    if case == "node with a missing handler" else case
-    for case in REFUSED])
+@pytest.mark.parametrize("case", list(REFUSED))
 def test_a_refused_command_creates_no_store_files(tmp_path, busy_port, case):
     from tests.procs import free_port
 
