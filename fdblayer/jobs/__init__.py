@@ -11,11 +11,13 @@ Modules, one role each, each importing only those below it (no cycle):
 - top: ``api`` (the public calls), ``overview`` (what the views read),
   ``counts`` (the per-type counters, read or recounted);
 - ``work`` (the worker pools' batch transitions: claim, start, complete,
-  renew, release, schedules), above ``model`` (the couch_jobs
+  renew, release, schedules) and ``retention`` (pruning finished pool
+  jobs in batches), above ``model`` (the couch_jobs
   transitions), above ``activity`` (types, activity stamps, re-enqueue
   of silent jobs);
 - ``rows`` (the row writes the transitions share), ``pending`` (the
-  pending queue), ``failures`` (the index of recent failures), ``hosts``
+  pending queue), ``failures`` (the index of recent failures),
+  ``finished`` (the index of finished pool jobs by end time), ``hosts``
   (worker hosts' heartbeats);
 - bottom: ``tally`` (counter bumps and watch stamps), ``work_record``
   (the pools' record of a job), ``keys`` (the key layout), ``codec``

@@ -20,7 +20,7 @@ from fdblayer.jobs import fasttuple
 from fdblayer.jobs.codec import report_bad_row
 from fdblayer.jobs.keys import JobType, Layout
 
-__all__ = ["RETAIN", "record", "latest_ids"]
+__all__ = ["RETAIN", "record", "forget", "latest_ids"]
 
 #: Seconds a failure stays in the index.
 RETAIN = 7 * 86400.0
@@ -30,6 +30,11 @@ def record(tr: Transaction, layout: Layout, job_type: JobType, job_id: str, now:
     """Note that ``job_id`` failed for good at ``now``, and forget failures older than :data:`RETAIN`."""
     tr.set(layout.failure_key(job_type, int(now * 1000), job_id), b"")
     tr.clear_range(layout.failures_prefix(job_type), layout.failures_before(job_type, int((now - RETAIN) * 1000)))
+
+
+def forget(tr: Transaction, layout: Layout, job_type: JobType, job_id: str, ended: float) -> None:
+    """Clear the entry :func:`record` wrote for ``job_id`` failing at ``ended`` (a pruned job's)."""
+    tr.clear(layout.failure_key(job_type, int(ended * 1000), job_id))
 
 
 def latest_ids(tr: Transaction, layout: Layout, job_type: JobType, limit: int) -> list[str]:

@@ -16,6 +16,8 @@ tuple ``(51,)``, the seed's ``?JOBS``)::
     (P, COUNTS, type, name) = counter, 8 bytes little-endian (see jobs.counts)
     (P, HOSTS, host) = a worker host's heartbeat (see jobs.hosts)
     (P, FAILURES, type, ended_ms, job_id) = b"" (recent failures, see jobs.failures)
+    (P, FINISHED, type, outcome, ended_ms, job_id) = b"" (finished pool jobs, see jobs.finished)
+    (P, FINISHED, type, "pruned") = int64 LE ms (pruned up to, see jobs.finished)
     (P, PAUSED, type) = b"1" while the type is paused (see jobs.work)
 
 In the DATA row, ``seq`` is ``0`` while the job is pending, ``None`` once
@@ -49,6 +51,7 @@ __all__ = [
     "COUNTS",
     "HOSTS",
     "FAILURES",
+    "FINISHED",
     "PAUSED",
     "JobType",
     "Layout",
@@ -69,7 +72,7 @@ SCHEDULES = 8
 COUNTS = 9
 HOSTS = 10
 FAILURES = 11
-#: 12 is kept for an index of finished jobs.
+FINISHED = 12
 PAUSED = 13
 
 JobType = Union[str, int, tuple]
@@ -278,6 +281,24 @@ class Layout:
     def failures_prefix(self, job_type: JobType) -> bytes:
         """Return the prefix of every failure key of ``job_type``."""
         return self._type_prefix(FAILURES, job_type)
+
+    # FINISHED (per type and outcome, by end time: see ``finished``)
+
+    def finished_key(self, job_type: JobType, outcome: str, ended_ms: int, job_id: str) -> bytes:
+        """Return the key recording that ``job_id`` finished with ``outcome`` at ``ended_ms``."""
+        return self.finished_prefix(job_type, outcome) + pack_element(ended_ms) + pack_element(job_id)
+
+    def finished_prefix(self, job_type: JobType, outcome: str) -> bytes:
+        """Return the prefix of every finished key of ``job_type`` with ``outcome``."""
+        return self._type_prefix(FINISHED, job_type) + pack_element(outcome)
+
+    def finished_before(self, job_type: JobType, outcome: str, ended_ms: int) -> bytes:
+        """Return the first finished key of ``job_type`` with ``outcome`` at or after ``ended_ms``."""
+        return self.finished_prefix(job_type, outcome) + pack_element(ended_ms)
+
+    def pruned_key(self, job_type: JobType) -> bytes:
+        """Return the key holding the latest end time (ms) of a pruned job of ``job_type``."""
+        return self._type_prefix(FINISHED, job_type) + pack_element("pruned")
 
 
 DEFAULT_LAYOUT = Layout()

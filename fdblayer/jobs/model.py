@@ -42,7 +42,7 @@ from typing import Callable, Iterable, Optional
 import fdb.tuple
 
 from fdblayer.interface import Transaction, transactional
-from fdblayer.jobs import activity, pending, rows
+from fdblayer.jobs import activity, finished, pending, rows
 from fdblayer.jobs.codec import (
     PENDING_SEQ,
     JobValue,
@@ -197,6 +197,8 @@ def remove(tr: Transaction, layout: Layout, job_type: JobType, job_id: str) -> N
     tr.clear(key)
     bump(tr, layout, job_type, "jobs", -1)
     work_key = layout.work_key(job_type, job_id)
+    if state is JobState.FINISHED:
+        finished.forget(tr, layout, job_type, job_id, tr.get(work_key))  # its retention key goes with it
     if state is JobState.FINISHED and _failed(tr.get(work_key)):
         bump(tr, layout, job_type, "failed", -1)
     elif state is JobState.RUNNING and _claimed_only(tr.get(work_key)):
@@ -531,6 +533,7 @@ def _resubmit(
     if state is JobState.FINISHED:
         bump(tr, layout, job_type, "added")  # a finished job added again
         work_key = layout.work_key(job_type, job_id)
+        finished.forget(tr, layout, job_type, job_id, tr.get(work_key))  # no longer finished: not pruned
         if _failed(tr.get(work_key)):  # no longer a failed (finished) job: its record says so too
             bump(tr, layout, job_type, "failed", -1)
             tr.set(work_key, WorkRecord.unpack(tr.get(work_key))._replace(outcome=None).pack())

@@ -59,7 +59,7 @@ import fdb.tuple
 import msgpack
 
 from fdblayer.interface import Transaction, strinc, transactional
-from fdblayer.jobs import activity, failures, model, pending, rows
+from fdblayer.jobs import activity, failures, finished, model, pending, rows
 from fdblayer.jobs.codec import (JobValue, report_bad_row, running_seq, unpack_activity_value_or_none,
                                  unpack_job_value)
 from fdblayer.jobs.exceptions import EncodingError, Halt, NoTypeTimeout
@@ -232,6 +232,7 @@ def _claim_one(tr: Transaction, layout: Layout, job_type: JobType, job_id: str, 
         tr.set(work_key, (ended if lost else ended._replace(
             error=error, errors=with_error(record.errors, record.attempt, now, error))).pack())
         failures.record(tr, layout, job_type, job_id, now)
+        finished.record(tr, layout, job_type, job_id, FAILED, now)
         return job_id
     uv = rows.next_user_version(tr)
     rows.set_job_val(tr, key, JobValue(running_seq(uv), lock, current.sched_time, False, current.data))
@@ -318,6 +319,7 @@ def complete(tr: Transaction, layout: Layout, outcomes: list, now: float) -> lis
             tr.set(work_key, ended._replace(attempt=max(0, record.attempt - 1), error=record.error).pack())
         else:
             rows.maybe_enqueue(tr, layout, job.type, job.id, current.sched_time, False, current.data, key, tally)
+            finished.record(tr, layout, job.type, job.id, SUCCEEDED if outcome.kind == "ok" else FAILED, now)
             if outcome.kind == "ok":
                 tr.set(work_key, record.end_attempt(SUCCEEDED, outcome.result, None, now, outcome.started).pack())
             else:

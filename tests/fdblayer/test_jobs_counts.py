@@ -10,10 +10,12 @@ import time
 import pytest
 
 import fdblayer
-from fdblayer.jobs import activity, api, counts, work
+from fdblayer.jobs import activity, api, counts, finished, model, retention, work
 from fdblayer.jobs.codec import encode_data
 from fdblayer.jobs.exceptions import Halt, NotFound
 from fdblayer.jobs.keys import DEFAULT_LAYOUT as L
+from fdblayer.jobs.job import JobState
+from fdblayer.jobs.work_record import FAILED, SUCCEEDED
 
 T = "counted"
 
@@ -36,6 +38,37 @@ def _check(db) -> None:
     assert got["finished"] == expected["jobs"] - expected["pending"] - expected["running"]
 
 
+def _states(db) -> dict:
+    return {job_id: state for job_id, (_, state, _) in model.get_jobs(db, L, T).items()}
+
+
+def _no_stale_finished_keys(db) -> None:
+    """Every key of the finished index names a finished job with that outcome and end time."""
+    tr = db.create_transaction()
+    try:
+        for outcome in finished.OUTCOMES:
+            for _, ended_ms, job_id in finished.due(tr, L, T, outcome, time.time() + 3600, 10_000):
+                found = work.read(tr, L, T, job_id)
+                assert found is not None and found[0] is JobState.FINISHED, (outcome, job_id, found)
+                assert found[2].outcome == outcome and finished.ms(found[2].ended) == ended_ms
+    finally:
+        tr.cancel()
+
+
+def _prune(db, rng: random.Random) -> None:
+    """Prune (everything finished, or only one outcome, or nothing) in small
+    batches; nothing pending or running goes, and nothing finished stays
+    that was due."""
+    before = _states(db)
+    keep = {SUCCEEDED: rng.choice([0, 3600, None]), FAILED: rng.choice([0, 3600, None])}
+    removed, more = retention.prune_type(db, L, T, keep, time.time() + 1, batch=rng.randrange(1, 4))
+    after = _states(db)
+    gone = set(before) - set(after)
+    assert len(gone) == removed and not more
+    assert all(before[job_id] is JobState.FINISHED for job_id in gone)
+    assert all(after[job_id] is state for job_id, state in before.items() if job_id in after)
+
+
 def _ids(rng: random.Random) -> str:
     return f"j{rng.randrange(12)}"
 
@@ -48,7 +81,8 @@ def test_counts_match_the_rows_after_every_operation(db, seed):
     _check(db)  # the first read counts and marks
     for _ in range(600):
         op = rng.choice(["add", "add_later", "add_many", "remove", "accept", "finish", "update", "resubmit",
-                         "enqueue", "claim", "start", "complete", "release", "reenqueue", "recover"])
+                         "enqueue", "add_pool", "remove_pool", "claim", "start", "complete", "release", "reenqueue",
+                         "recover", "prune"])
         try:
             if op == "add":
                 api.add(db, T, _ids(rng), {"n": 1})
@@ -70,6 +104,12 @@ def test_counts_match_the_rows_after_every_operation(db, seed):
                 held[i] = api.resubmit(db, held[i])
             elif op == "enqueue":
                 work.enqueue(db, L, T, f"w{rng.randrange(6)}", encode_data({}), 0, 2)
+            elif op == "add_pool":  # the couch_jobs add of a pool job: a finished one runs again
+                api.add(db, T, f"w{rng.randrange(6)}", {})
+            elif op == "remove_pool":
+                api.remove(db, T, f"w{rng.randrange(6)}")
+            elif op == "prune":
+                _prune(db, rng)
             elif op == "claim":
                 claimed += work.claim(db, L, T, time.time(), rng.randrange(1, 4), "host", 2).claimed
             elif op == "start" and claimed:
@@ -92,6 +132,7 @@ def test_counts_match_the_rows_after_every_operation(db, seed):
         except (NotFound, Halt):
             pass  # a removed or taken-over job: the op changes nothing
         _check(db)
+        _no_stale_finished_keys(db)
 
 
 def test_a_store_without_counters_is_counted_once_on_first_read(db):
@@ -129,7 +170,61 @@ def test_events_and_the_run_time_histogram(db):
     work.complete(db, L, outcomes, time.time())
     events = counts.read_events(db, L, T)
     assert {k: events[k] for k in counts.EVENTS} == {"added": 3, "started": 3, "succeeded": 1, "failed_final": 1,
-                                                      "retried": 0, "reenqueued": 0}
+                                                      "retried": 0, "snoozed": 0, "reenqueued": 0}
     run = events["run"]
     assert run["count"] == 2 and abs(run["sum"] - 2.003) < 1e-6
     assert dict(run["buckets"])[0.005] == 1 and dict(run["buckets"])[2.5] == 2 and run["buckets"][-1][1] == 2
+
+
+def test_prune_removes_finished_pool_jobs_by_outcome_and_age_in_batches(db):
+    now = time.time()
+    for n in range(12):
+        work.enqueue(db, L, T, f"p{n}", encode_data({}), 0, 1)
+    claimed = work.claim(db, L, T, now, 9, "host", 1).claimed  # three stay pending
+    work.mark_started(db, L, [(claimed[-1].job, now)])  # one running, one claimed: never touched
+    ends = claimed[:7]
+    work.complete(db, L, [work.Outcome(c.job, "ok", b"\x01") for c in ends[:4]], now - 100)
+    work.complete(db, L, [work.Outcome(c.job, "fail", None, {"type": "E"}) for c in ends[4:]], now - 100)
+    api.add(db, T, "hand", {})  # a couch_jobs job finished by a hand-written worker: not a pool job
+    api.finish(db, api.accept(db, T, timeout=0)[0])
+    _check(db)
+    assert retention.prune_type(db, L, T, {SUCCEEDED: 200, FAILED: 200}, now) == (0, False)
+    assert retention.prune_type(db, L, T, {SUCCEEDED: 50, FAILED: None}, now, batch=3, max_batches=1) == (3, True)
+    _check(db)
+    assert retention.prune_type(db, L, T, {SUCCEEDED: 50, FAILED: None}, now, batch=3) == (1, False)
+    assert counts.read(db, L, T, now)["failed"] == 3
+    assert retention.prune_type(db, L, T, {SUCCEEDED: 50, FAILED: 50}, now, batch=2) == (3, False)
+    _check(db)
+    got = counts.read(db, L, T, now)
+    assert (got["jobs"], got["pending"], got["claimed"], got["running"], got["finished"], got["failed"]) == \
+        (6, 3, 1, 1, 1, 0)
+    assert set(_states(db)) == {c.job.id for c in claimed[7:]} | {f"p{n}" for n in range(12)} - \
+        {c.job.id for c in claimed} | {"hand"}
+    tr = db.create_transaction()
+    assert finished.pruned_before(tr, L, T) == pytest.approx(now - 100, abs=0.002)
+    assert not tr.get_range_startswith(L.failures_prefix(T)), "a pruned job's entry in recent failures goes too"
+    tr.cancel()
+
+
+def test_a_job_run_again_before_the_prune_is_left_alone(db):
+    now = time.time()
+    for job_id in ("again", "retried", "removed"):
+        work.enqueue(db, L, T, job_id, encode_data({}), 0, 1)
+    claimed = work.claim(db, L, T, now, 3, "host", 1).claimed
+    work.complete(db, L, [work.Outcome(c.job, "ok" if c.job.id != "retried" else "fail", b"\x01",
+                                       {"type": "E"}) for c in claimed], now - 100)
+    tr = db.create_transaction()  # the pruner's read of the index...
+    due = finished.due(tr, L, T, SUCCEEDED, now, 10) + finished.due(tr, L, T, FAILED, now, 10)
+    tr.cancel()
+    assert sorted(job_id for _, _, job_id in due) == ["again", "removed", "retried"]
+    work.enqueue(db, L, T, "again", encode_data({}), 0, 1)  # ...then the same id enqueued again
+    api.add(db, T, "retried", {})  # and a failed job added again (as `jobs retry`)
+    api.remove(db, T, "removed")
+    stale = db.create_transaction()
+    for key, _, _ in due:  # the keys as a store written before the clearing paths would hold them
+        stale.set(key, b"")
+    stale.commit()
+    assert retention.prune_type(db, L, T, {SUCCEEDED: 0, FAILED: 0}, now) == (0, False)
+    assert _states(db) == {"again": JobState.PENDING, "retried": JobState.PENDING}
+    _check(db)
+    _no_stale_finished_keys(db)
