@@ -35,7 +35,7 @@ the limit and the grace its worker is stopped, and the attempt fails as
 
 args: ``{"store", "host", "concurrency", "types": {type: {"handler",
 "max_attempts"}}, "max_attempts", "backoff": [base, cap], "job_timeout",
-"grace", "pool"}``.
+"grace", "keep_finished", "keep_failed", "pool"}``.
 """
 from __future__ import annotations
 
@@ -194,6 +194,7 @@ class Dispatcher(GenServer):
         self.pool_name = args["pool"]
         default_max = int(args.get("max_attempts") or 3)
         self.grace = float(args.get("grace") or 30.0)
+        self.keep = _retention(args)  # seconds finished and failed jobs are kept, by outcome (None: for ever)
         self.types: dict[Any, TypeSlot] = {}
         for job_type, spec in args["types"].items():
             timeout = activity.get_type_timeout(self.db, DEFAULT_LAYOUT, job_type) or 30.0
@@ -252,6 +253,7 @@ class Dispatcher(GenServer):
         for job_type in self.types:
             self._lifeline(job_type)
         self._check_schedules()
+        self._prune()
         self._beat()
         for _ in range(self.concurrency):  # each worker gets jobs as soon as it is up, not once all are
             self._adopt((yield Request(pool, StartChild(None), CALL_TIMEOUT)))
@@ -685,6 +687,35 @@ class Dispatcher(GenServer):
         self.start_timer(slot.timeout * (1 + random.random() * LIFELINE_JITTER),
                          lambda: self._lifeline(job_type), real=True)
 
+    # ---------------------------------------------------------------- retention
+    def _prune(self) -> None:
+        """Remove the served types' finished and failed jobs past their
+        retention (``keep_finished``, ``keep_failed``): one batch per type
+        and outcome, then again every :data:`PRUNE_EVERY` seconds (a
+        quarter of the shortest retention if less, at least
+        :data:`PRUNE_MIN`), or :data:`PRUNE_AGAIN` after a full batch, so
+        that a backlog goes in bounded transactions with claims and
+        finishes between them."""
+        from fdblayer.jobs import retention
+
+        if all(seconds is None for seconds in self.keep.values()):
+            return
+        more = False
+        for job_type in [] if self.draining else self.order:
+            try:
+                removed, full = retention.prune_type(self.db, DEFAULT_LAYOUT, job_type, self.keep, time.time(),
+                                                     max_batches=1)
+            except Exception as exc:  # noqa: BLE001 - a store hiccup delays the prune, never stops the host
+                log.warning("prune_failed host=%s type=%s error=%r", self.host, job_type, exc)
+                continue
+            more = more or full
+            if removed:
+                self.stats["pruned"] += removed
+                log.info("jobs_pruned host=%s type=%s count=%d", self.host, job_type, removed)
+        shortest = min(seconds for seconds in self.keep.values() if seconds is not None)
+        self.start_timer(PRUNE_AGAIN if more else max(PRUNE_MIN, min(PRUNE_EVERY, shortest / 4)), self._prune,
+                         real=True)
+
     # ---------------------------------------------------------------- heartbeat
     def _beat(self) -> None:
         """Publish this host's status in the store (``GET /_workers``)."""
@@ -848,6 +879,22 @@ class Dispatcher(GenServer):
 @dataclass(frozen=True)
 class _Flush:
     """The dispatcher's message to itself: run one step."""
+
+
+#: Seconds between two prunes of a host's types at most and at least, and
+#: after a batch that was full (more may be due).
+PRUNE_EVERY = 60.0
+PRUNE_MIN = 1.0
+PRUNE_AGAIN = 0.2
+
+
+def _retention(args: dict) -> dict:
+    """Seconds finished jobs are kept, by outcome, from the host's
+    ``keep_finished`` and ``keep_failed`` (absent or 0: None, for ever)."""
+    from fdblayer.jobs.work_record import FAILED, SUCCEEDED
+
+    return {SUCCEEDED: float(args.get("keep_finished") or 0) or None,
+            FAILED: float(args.get("keep_failed") or 0) or None}
 
 
 def _short(text: Any, limit: int = 200) -> str:
