@@ -570,6 +570,8 @@ class Dispatcher(GenServer):
         for claimed in result.claimed:
             self.tokens += 1
             self.buffer.append(Running(claimed, self.tokens))
+        if any(c.priority for c in result.claimed):  # lower first; stable: claim order within a priority
+            self.buffer = collections.deque(sorted(self.buffer, key=lambda r: r.claimed.priority))
         for job_id in result.exhausted:
             self.stats["failed"] += 1
             log.error("job_failed host=%s type=%s job=%s reason=attempts_used_up_by_dead_workers",

@@ -239,7 +239,8 @@ def requeue_silent(tr: Transaction, layout: Layout, job_type: JobType, job_id: s
             tr.set(work_key, record._replace(error=error, errors=with_error(record.errors, record.attempt,
                                                                               time.time(), error)).pack())
     rows.clear_activity(tr, layout, job_type, current.seq, tally)
-    rows.maybe_enqueue(tr, layout, job_type, job_id, current.sched_time, True, current.data, key, tally)
+    rows.maybe_enqueue(tr, layout, job_type, job_id, current.sched_time, True, current.data, key,
+                       tally, current.priority)
     tally.bump(job_type, "reenqueued")
     tally.stamp(job_type)
     return True

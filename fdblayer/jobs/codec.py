@@ -265,6 +265,8 @@ class JobValue(NamedTuple):
         sched_time: The scheduled time, seconds since the epoch (0: now).
         resubmit: Whether a running job is to be re-enqueued when it finishes.
         data: The msgpack-encoded job data.
+        priority: 0 (the default, first) to 9; stored only when not 0, so a
+            row of the seed's shape reads as priority 0.
     """
 
     seq: Seq
@@ -272,6 +274,7 @@ class JobValue(NamedTuple):
     sched_time: int
     resubmit: bool
     data: bytes
+    priority: int = 0
 
     @property
     def stamped(self) -> bool:
@@ -285,8 +288,11 @@ def pack_job_value(value: JobValue) -> bytes:
         # Pending and finished rows: the packed head recurs (concatenative
         # encoding, as for keys), only the data differs.
         head = _unlocked_head(value.seq, value.sched_time, value.resubmit)
-        return head + pack_bytes_element(value.data)
-    fields = (value.seq, value.lock, value.sched_time, value.resubmit, value.data)
+        tail = fdb.tuple.pack((value.priority,)) if value.priority else b""
+        return head + pack_bytes_element(value.data) + tail
+    fields: tuple = (value.seq, value.lock, value.sched_time, value.resubmit, value.data)
+    if value.priority:
+        fields += (value.priority,)
     if value.stamped:
         return fasttuple.pack_with_versionstamp(fields)
     return fasttuple.pack(fields)
@@ -313,13 +319,16 @@ def unpack_job_value(raw: bytes) -> JobValue:
         CorruptValue: ``raw`` is not a job value as this module writes them.
     """
     try:
-        seq, lock, sched_time, resubmit, data = fasttuple.unpack(raw)
+        seq, lock, sched_time, resubmit, data, *more = fasttuple.unpack(raw)
     except Exception as exc:  # noqa: BLE001 - any decoding failure is the same corrupt row
         raise CorruptValue(f"undecodable job value ({_reason(exc)})") from None
+    priority = more[0] if len(more) == 1 else 0
     if not (isinstance(seq, (fdb.tuple.Versionstamp, int, type(None))) and isinstance(lock, (str, type(None)))
-            and isinstance(sched_time, int) and isinstance(resubmit, bool) and isinstance(data, bytes)):
+            and isinstance(sched_time, int) and isinstance(resubmit, bool) and isinstance(data, bytes)
+            and len(more) <= 1 and isinstance(priority, int) and not isinstance(priority, bool)
+            and 0 <= priority <= 9):
         raise CorruptValue("job value of the wrong shape")
-    return JobValue(seq, lock, sched_time, resubmit, data)
+    return JobValue(seq, lock, sched_time, resubmit, data, priority)
 
 
 def _reason(exc: BaseException) -> str:

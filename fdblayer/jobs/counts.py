@@ -27,7 +27,7 @@ from __future__ import annotations
 from typing import Optional
 
 from fdblayer.interface import Transaction, strinc, transactional
-from fdblayer.jobs import model, work
+from fdblayer.jobs import model, pending, work
 from fdblayer.jobs.job import JobState
 from fdblayer.jobs.keys import JobType, Layout
 from fdblayer.jobs.tally import PACK, RUN_BUCKETS
@@ -63,11 +63,15 @@ def read(tr: Transaction, layout: Layout, job_type: JobType, now: float) -> dict
     else:
         raws = tr.snapshot.get_many([layout.count_key(job_type, name) for name in FIELDS])
         values = {name: _unpack(raw) for name, raw in zip(FIELDS, raws)}
-    prefix = layout.pending_prefix(job_type)
-    future = tr.snapshot.get_range(layout.pending_end(job_type, int(now)), strinc(prefix),
-                                   limit=SCHEDULED_CAP + 1)
+    future = 0
+    for priority in [0] + pending.priorities(tr, layout, job_type):
+        prefix = layout.pending_prefix(job_type, priority)
+        future += len(tr.snapshot.get_range(layout.pending_end(job_type, int(now), priority), strinc(prefix),
+                                            limit=SCHEDULED_CAP + 1 - future))
+        if future > SCHEDULED_CAP:
+            break
     return {"jobs": values["jobs"], "pending": values["pending"],
-            "scheduled": min(len(future), SCHEDULED_CAP), "scheduled_capped": len(future) > SCHEDULED_CAP,
+            "scheduled": min(future, SCHEDULED_CAP), "scheduled_capped": future > SCHEDULED_CAP,
             "claimed": min(values["claimed"], values["running"]),
             "running": max(0, values["running"] - values["claimed"]),
             "finished": max(0, values["jobs"] - values["pending"] - values["running"]),

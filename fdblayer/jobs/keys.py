@@ -19,6 +19,9 @@ tuple ``(51,)``, the seed's ``?JOBS``)::
     (P, FINISHED, type, outcome, ended_ms, job_id) = b"" (finished pool jobs, see jobs.finished)
     (P, FINISHED, type, "pruned") = int64 LE ms (pruned up to, see jobs.finished)
     (P, PAUSED, type) = b"1" while the type is paused (see jobs.work)
+    (P, PRIO_PENDING, type, priority, sched_time, job_id) = b""
+                            (the pending queue of priorities 1-9; priority 0, the
+                            default, is the PENDING row above: see jobs.pending)
 
 In the DATA row, ``seq`` is ``0`` while the job is pending, ``None`` once
 it is finished and the versionstamp of its last accept/update while it is
@@ -53,6 +56,8 @@ __all__ = [
     "FAILURES",
     "FINISHED",
     "PAUSED",
+    "PRIO_PENDING",
+    "MAX_PRIORITY",
     "JobType",
     "Layout",
     "DEFAULT_LAYOUT",
@@ -74,6 +79,9 @@ HOSTS = 10
 FAILURES = 11
 FINISHED = 12
 PAUSED = 13
+PRIO_PENDING = 14
+#: Priorities are 0 (the default, first) to MAX_PRIORITY (last), as Oban's.
+MAX_PRIORITY = 9
 
 JobType = Union[str, int, tuple]
 
@@ -171,23 +179,27 @@ class Layout:
 
     # PENDING
 
-    def pending_prefix(self, job_type: JobType) -> bytes:
-        """Return the prefix of the pending queue of ``job_type``."""
+    def pending_prefix(self, job_type: JobType, priority: int = 0) -> bytes:
+        """Return the prefix of the pending queue of ``job_type`` at ``priority``."""
+        if priority:
+            return self._type_prefix(PRIO_PENDING, job_type) + pack_element(priority)
         return self._type_prefix(PENDING, job_type)
 
-    def pending_key(self, job_type: JobType, sched_time: int, job_id: str) -> bytes:
+    def prio_pending_prefix(self, job_type: JobType) -> bytes:
+        """Return the prefix of the pending queues of ``job_type``'s priorities 1-9."""
+        return self._type_prefix(PRIO_PENDING, job_type)
+
+    def pending_key(self, job_type: JobType, sched_time: int, job_id: str, priority: int = 0) -> bytes:
         """Return the pending-queue key of one job."""
-        return self._type_prefix(PENDING, job_type) + pack_element(sched_time) + pack_element(
-            job_id
-        )
+        return self.pending_prefix(job_type, priority) + pack_element(sched_time) + pack_element(job_id)
 
-    def pending_time_prefix(self, job_type: JobType, sched_time: int) -> bytes:
+    def pending_time_prefix(self, job_type: JobType, sched_time: int, priority: int = 0) -> bytes:
         """Return the prefix of the pending jobs scheduled at ``sched_time``."""
-        return self._type_prefix(PENDING, job_type) + pack_element(sched_time)
+        return self.pending_prefix(job_type, priority) + pack_element(sched_time)
 
-    def pending_end(self, job_type: JobType, max_sched_time: int) -> bytes:
+    def pending_end(self, job_type: JobType, max_sched_time: int, priority: int = 0) -> bytes:
         """Return the first key after every job scheduled at or before the time."""
-        return self.pending_time_prefix(job_type, max_sched_time) + b"\xff"
+        return self.pending_time_prefix(job_type, max_sched_time, priority) + b"\xff"
 
     # WATCHES
 

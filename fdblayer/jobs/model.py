@@ -89,6 +89,7 @@ def add(
     job_id: str,
     data: bytes,
     sched_time: int,
+    priority: Optional[int] = None,
 ) -> JobValue:
     """Add a job, or resubmit it if it exists (the seed's ``add/5``).
 
@@ -106,6 +107,8 @@ def add(
         job_id: The job id.
         data: The encoded job data.
         sched_time: The scheduled time (seconds since the epoch, 0: now).
+        priority: 0 (first) to 9 among due jobs (a worker pool's); None:
+            0 for a new job, an existing job's own.
 
     Returns:
         The job's DATA row as it will be committed.
@@ -123,10 +126,10 @@ def add(
         )
     current = None if raw is None else rows.job_val_or_none(key, raw)
     if current is not None:
-        return _resubmit(tr, layout, job_type, job_id, key, current, sched_time, data)
+        return _resubmit(tr, layout, job_type, job_id, key, current, sched_time, data, priority)
     bump(tr, layout, job_type, "jobs")
     bump(tr, layout, job_type, "added")
-    return rows.maybe_enqueue(tr, layout, job_type, job_id, sched_time, True, data, key)
+    return rows.maybe_enqueue(tr, layout, job_type, job_id, sched_time, True, data, key, priority=priority or 0)
 
 
 @transactional
@@ -192,7 +195,7 @@ def remove(tr: Transaction, layout: Layout, job_type: JobType, job_id: str) -> N
         raise NotFound(_missing(job_type, job_id), job_type=job_type, job_id=job_id)
     state = job_state(current.lock, current.seq)
     if state is JobState.PENDING:
-        pending.remove(tr, layout, job_type, job_id, current.sched_time)
+        pending.remove(tr, layout, job_type, job_id, current.sched_time, current.priority)
     rows.clear_activity(tr, layout, job_type, current.seq)
     tr.clear(key)
     bump(tr, layout, job_type, "jobs", -1)
@@ -356,7 +359,7 @@ def accept(
     lock = os.urandom(16).hex()  # 32 hex digits, as uuid4().hex, without the UUID object
     uv = rows.next_user_version(tr)
     rows.set_job_val(
-        tr, key, JobValue(running_seq(uv), lock, current.sched_time, False, current.data)
+        tr, key, JobValue(running_seq(uv), lock, current.sched_time, False, current.data, current.priority)
     )
     rows.update_activity(tr, layout, job_type, job_id, None, current.data, uv)
     bump(tr, layout, job_type, "started")
@@ -384,7 +387,8 @@ def finish(tr: Transaction, layout: Layout, job: Job, data: Optional[bytes]) -> 
     current = _get_job_or_halt(tr, key, job)
     new_data = current.data if data is None else data
     value = rows.maybe_enqueue(
-        tr, layout, job.type, job.id, current.sched_time, current.resubmit, new_data, key
+        tr, layout, job.type, job.id, current.sched_time, current.resubmit, new_data, key,
+        priority=current.priority,
     )
     rows.clear_activity(tr, layout, job.type, current.seq)
     stamp_watch(tr, layout, job.type)
@@ -451,7 +455,7 @@ def update(tr: Transaction, layout: Layout, job: Job, data: Optional[bytes]) -> 
     rows.set_job_val(
         tr,
         key,
-        JobValue(running_seq(uv), current.lock, current.sched_time, current.resubmit, new_data),
+        JobValue(running_seq(uv), current.lock, current.sched_time, current.resubmit, new_data, current.priority),
     )
     rows.update_activity(tr, layout, job.type, job.id, current.seq, new_data, uv)
     return job.replace(resubmit=current.resubmit, scheduled_time=current.sched_time)
@@ -526,9 +530,11 @@ def _resubmit(
     current: JobValue,
     sched_time: Optional[int],
     data: Optional[bytes],
+    priority: Optional[int] = None,
 ) -> JobValue:
     new_time = current.sched_time if sched_time is None else sched_time
     new_data = current.data if data is None else data
+    new_priority = current.priority if priority is None else priority
     state = job_state(current.lock, current.seq)
     if state is JobState.FINISHED:
         bump(tr, layout, job_type, "added")  # a finished job added again
@@ -537,15 +543,16 @@ def _resubmit(
         if _failed(tr.get(work_key)):  # no longer a failed (finished) job: its record says so too
             bump(tr, layout, job_type, "failed", -1)
             tr.set(work_key, WorkRecord.unpack(tr.get(work_key))._replace(outcome=None).pack())
-        return rows.maybe_enqueue(tr, layout, job_type, job_id, new_time, True, new_data, key)
+        return rows.maybe_enqueue(tr, layout, job_type, job_id, new_time, True, new_data, key,
+                                  priority=new_priority)
     if state is JobState.PENDING:
-        value = JobValue(PENDING_SEQ, None, new_time, False, new_data)
-        if new_time != current.sched_time:
-            pending.remove(tr, layout, job_type, job_id, current.sched_time)
-            pending.enqueue(tr, layout, job_type, new_time, job_id)
+        value = JobValue(PENDING_SEQ, None, new_time, False, new_data, new_priority)
+        if new_time != current.sched_time or new_priority != current.priority:
+            pending.remove(tr, layout, job_type, job_id, current.sched_time, current.priority)
+            pending.enqueue(tr, layout, job_type, new_time, job_id, priority=new_priority)
         if value != current:
             rows.set_job_val(tr, key, value)
         return value
-    value = JobValue(current.seq, current.lock, new_time, True, current.data)
+    value = JobValue(current.seq, current.lock, new_time, True, current.data, new_priority)
     rows.set_job_val(tr, key, value)
     return value

@@ -55,9 +55,7 @@ def list_jobs(tr: Transaction, layout: Layout, job_type: JobType, state: Optiona
     """
     tally = counts.read(tr, layout, job_type, now)
     if state == "pending":
-        prefix = layout.pending_prefix(job_type)
-        keys = tr.snapshot.get_range(prefix, strinc(prefix), limit=skip + limit)[skip:]
-        ids = [i for i in (_pending_id(kv.key, len(prefix)) for kv in keys) if i is not None]
+        ids = _pending_ids(tr, layout, job_type, None, skip + limit)[skip:]
         return tally["pending"], _views(tr, layout, job_type, ids)
     if state in ("running", "claimed"):
         return tally[state], _scan_held(tr, layout, job_type, state, limit, skip)
@@ -140,11 +138,21 @@ def queue_status(tr: Transaction, layout: Layout, now: float, per_list: int = 10
 
 def _next_delayed(tr: Transaction, layout: Layout, job_type: JobType, now: float, limit: int) -> list[dict]:
     """The first ``limit`` pending jobs of ``job_type`` not due yet, soonest first."""
-    prefix = layout.pending_prefix(job_type)
-    start = layout.pending_end(job_type, int(now))  # past every job due by now
-    keys = tr.snapshot.get_range(start, strinc(prefix), limit=limit)
-    ids = [i for i in (_pending_id(kv.key, len(prefix)) for kv in keys) if i is not None]
-    return _views(tr, layout, job_type, ids)
+    return _views(tr, layout, job_type, _pending_ids(tr, layout, job_type, int(now), limit))
+
+
+def _pending_ids(tr: Transaction, layout: Layout, job_type: JobType, after: Optional[int], limit: int) -> list:
+    """Ids of the first ``limit`` pending jobs (with ``after``: only those
+    scheduled later), priority 0 first, then 1, 2..., each in due order."""
+    ids: list = []
+    for priority in [0] + pending.priorities(tr, layout, job_type):
+        prefix = layout.pending_prefix(job_type, priority)
+        begin = prefix if after is None else layout.pending_end(job_type, after, priority)
+        keys = tr.snapshot.get_range(begin, strinc(prefix), limit=limit - len(ids))
+        ids += [i for i in (_pending_id(kv.key, len(prefix)) for kv in keys) if i is not None]
+        if len(ids) >= limit:
+            break
+    return ids
 
 
 def _views(tr: Transaction, layout: Layout, job_type: JobType, ids: list[str], preview: bool = True) -> list[dict]:
@@ -153,8 +161,8 @@ def _views(tr: Transaction, layout: Layout, job_type: JobType, ids: list[str], p
     for job_id, entry in zip(ids, work.read_many_tolerant(tr, layout, job_type, ids)):
         if entry is None:
             continue
-        state, raw_data, record, sched_time = entry
-        view = {"id": job_id, "state": state.value, "scheduled_time": sched_time,
+        state, raw_data, record, sched_time, priority = entry
+        view = {"id": job_id, "state": state.value, "scheduled_time": sched_time, "priority": priority,
                 "attempt": record.attempt, "max_attempts": record.max_attempts, "outcome": record.outcome,
                 "progress": record.progress, "error": record.error if record.outcome == FAILED else None,
                 "last_error": record.error, "errors": list(record.errors), "worker": record.worker,

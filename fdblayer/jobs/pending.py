@@ -2,7 +2,11 @@
 
 Principle: a pending job is one empty row ``(P, PENDING, type, sched_time,
 job_id)``, so the queue is ordered by scheduled time and dequeueing is a
-range read. Every enqueue bumps the type's ``WATCHES_PENDING`` counter, the
+range read. A worker pool's job of priority 1 to 9 (0, the default, is
+the seed's row) is the row ``(P, PRIO_PENDING, type, priority,
+sched_time, job_id)``: one queue per priority, read after the lower ones
+(:func:`priorities`), so a type that never uses priorities pays one empty
+range read for them. Every enqueue bumps the type's ``WATCHES_PENDING`` counter, the
 key an idle worker watches, so workers block on the store instead of
 polling.
 
@@ -30,7 +34,7 @@ from typing import Optional
 
 import fdb.tuple
 
-from fdblayer.interface import Transaction
+from fdblayer.interface import Transaction, strinc
 from fdblayer.jobs import fasttuple
 from fdblayer.jobs.codec import report_bad_row
 from fdblayer.jobs.keys import JobType, Layout
@@ -44,6 +48,7 @@ __all__ = [
     "enqueue_many",
     "dequeue",
     "remove",
+    "priorities",
     "pending_count",
     "watch_pending",
 ]
@@ -61,7 +66,7 @@ RANGE_LIMIT = 256
 
 def enqueue(
     tr: Transaction, layout: Layout, job_type: JobType, sched_time: int, job_id: str,
-    tally: Optional[Tally] = None,
+    tally: Optional[Tally] = None, priority: int = 0,
 ) -> None:
     """Put a job in its type's pending queue and wake the type's watchers.
 
@@ -72,9 +77,10 @@ def enqueue(
         sched_time: The job's scheduled time.
         job_id: The job id.
         tally: Bump the counter and the watch through it (None: at once).
+        priority: The job's priority (0 to 9).
     """
     tally = tally or Tally(tr, layout, deferred=False)
-    tr.set(layout.pending_key(job_type, sched_time, job_id), b"")
+    tr.set(layout.pending_key(job_type, sched_time, job_id, priority), b"")
     tally.enqueue(job_type)
     tally.bump(job_type, "pending")
 
@@ -93,10 +99,10 @@ def enqueue_many(
 
 
 def remove(
-    tr: Transaction, layout: Layout, job_type: JobType, job_id: str, sched_time: int
+    tr: Transaction, layout: Layout, job_type: JobType, job_id: str, sched_time: int, priority: int = 0
 ) -> None:
     """Take a pending job out of the pending queue (call it for a pending job only: its count drops)."""
-    tr.clear(layout.pending_key(job_type, sched_time, job_id))
+    tr.clear(layout.pending_key(job_type, sched_time, job_id, priority))
     bump(tr, layout, job_type, "pending", -1)
 
 
@@ -139,6 +145,28 @@ def dequeue(
     if job_id is not None:  # a corrupt key was never counted
         bump(tr, layout, job_type, "pending", -1)
     return job_id
+
+
+def priorities(tr: Transaction, layout: Layout, job_type: JobType) -> list[int]:
+    """The priorities 1-9 that have pending jobs of ``job_type``, lowest
+    first (snapshot reads: one empty range read when there are none)."""
+    prefix = layout.prio_pending_prefix(job_type)
+    found: list[int] = []
+    begin = prefix
+    while True:
+        rows = tr.snapshot.get_range(begin, strinc(prefix), limit=1)
+        if not rows:
+            return found
+        try:
+            priority = fasttuple.unpack(rows[0].key, len(prefix))[0]
+        except Exception as exc:  # noqa: BLE001 - a corrupt key: the rest of the queues are skipped
+            report_bad_row("pending", rows[0].key, repr(exc)[:80])
+            return found
+        if not isinstance(priority, int) or not 0 < priority < 10:
+            report_bad_row("pending", rows[0].key, "not a priority")
+            return found
+        found.append(priority)
+        begin = strinc(layout.pending_prefix(job_type, priority))
 
 
 def _unpack_job_id(layout: Layout, job_type: JobType, key: bytes) -> Optional[str]:

@@ -87,6 +87,7 @@ class Claimed(NamedTuple):
     attempt: int
     max_attempts: int
     time_limit: Optional[float] = None  #: the job's own limit on a run (seconds), if it has one
+    priority: int = 0
 
 
 class ClaimResult(NamedTuple):
@@ -130,9 +131,10 @@ class Outcome(NamedTuple):
 
 @transactional
 def enqueue(tr: Transaction, layout: Layout, job_type: JobType, job_id: str, data: bytes, sched_time: int,
-            max_attempts: Optional[int], time_limit: Optional[float] = None) -> JobState:
-    """Add a job as ``model.add`` does and give it a fresh work record
-    (with the job's own ``max_attempts`` and ``time_limit``, if given).
+            max_attempts: Optional[int], time_limit: Optional[float] = None,
+            priority: Optional[int] = None) -> JobState:
+    """Add a job as ``model.add`` does (at ``priority``) and give it a fresh
+    work record (with the job's own ``max_attempts`` and ``time_limit``).
 
     A job that is running keeps its record (it is flagged resubmitted and
     starts afresh when its attempt ends, see :func:`complete`).
@@ -143,7 +145,7 @@ def enqueue(tr: Transaction, layout: Layout, job_type: JobType, job_id: str, dat
     Raises:
         NoTypeTimeout: ``job_type`` has no type timeout.
     """
-    value = model.add(tr, layout, job_type, job_id, data, sched_time)
+    value = model.add(tr, layout, job_type, job_id, data, sched_time, priority)
     state = job_state(value.lock, value.seq)
     if state is not JobState.RUNNING:
         tr.set(layout.work_key(job_type, job_id),
@@ -162,24 +164,20 @@ def claim(tr: Transaction, layout: Layout, job_type: JobType, now: float, limit:
     Due means scheduled at or before ``int(now)``. Where the store has
     per-key conflicts, the jobs are picked at random among the first
     :data:`pending.RANGE_LIMIT` due ones so that hosts claiming at once
-    seldom collide (as :func:`pending.dequeue` does). A paused type
-    claims nothing (read with a conflict: a claim that commits after a
-    pause has seen it).
+    seldom collide (as :func:`pending.dequeue` does). Priority 0 jobs
+    come first, then those of priority 1, 2... (each queue in due order).
+    A paused type claims nothing (read with a conflict: a claim that
+    commits after a pause has seen it).
     """
     if tr.get(layout.paused_key(job_type)) is not None:
         return ClaimResult([], [], None, pending.watch_pending(tr, layout, job_type), paused=True)
-    prefix = layout.pending_prefix(job_type)
-    due_end = layout.pending_end(job_type, int(now))
-    spread = tr.db.key_conflicts
-    found = tr.snapshot.get_range(prefix, due_end, limit=max(limit, pending.RANGE_LIMIT) if spread else limit)
-    keys = [kv.key for kv in found]
-    if spread and len(keys) > limit:
-        keys = (rng or random).sample(keys, limit)
+    due = _due_keys(tr, layout, job_type, int(now), limit, rng or random)
+    keys = [key for key, _ in due]
     claimed: list[Claimed] = []
     exhausted: list[str] = []
     found = len(keys)
     if keys:
-        ids = [pending.unpack_pending_key(key, len(prefix))[1] for key in keys]
+        ids = [pending.unpack_pending_key(key, prefix_len)[1] for key, prefix_len in due]
         for key in [k for k, i in zip(keys, ids) if i is None]:
             tr.clear(key)  # a corrupt index key names no job: dropped, never claimed
         keys, ids = [k for k, i in zip(keys, ids) if i is not None], [i for i in ids if i is not None]
@@ -204,9 +202,47 @@ def claim(tr: Transaction, layout: Layout, job_type: JobType, now: float, limit:
         tally.write()
     if found >= limit:
         return ClaimResult(claimed, exhausted, None, None)
-    later = tr.snapshot.get_range(due_end, strinc(prefix), limit=1)
-    next_due = pending.unpack_pending_key(later[0].key, len(prefix))[0] if later else None
-    return ClaimResult(claimed, exhausted, next_due, pending.watch_pending(tr, layout, job_type))
+    return ClaimResult(claimed, exhausted, _next_due(tr, layout, job_type, int(now)),
+                       pending.watch_pending(tr, layout, job_type))
+
+
+def _due_keys(tr: Transaction, layout: Layout, job_type: JobType, now: int, limit: int,
+              rng: Any) -> list:
+    """``(key, prefix length)`` of up to ``limit`` due pending jobs, lower
+    priorities first (see :func:`claim`)."""
+    spread = tr.db.key_conflicts
+    out: list = []
+    queues = iter([0])
+    more = True
+    while len(out) < limit:
+        priority = next(queues, None)
+        if priority is None:
+            if not more:
+                break
+            queues, more = iter(pending.priorities(tr, layout, job_type)), False  # read only when needed
+            continue
+        want = limit - len(out)
+        prefix = layout.pending_prefix(job_type, priority)
+        found = tr.snapshot.get_range(prefix, layout.pending_end(job_type, now, priority),
+                                      limit=max(want, pending.RANGE_LIMIT) if spread else want)
+        keys = [kv.key for kv in found]
+        if spread and len(keys) > want:
+            keys = rng.sample(keys, want)
+        out += [(key, len(prefix)) for key in keys]
+    return out
+
+
+def _next_due(tr: Transaction, layout: Layout, job_type: JobType, now: int) -> Optional[int]:
+    """The scheduled time of the earliest pending job not yet due, any priority."""
+    times = []
+    for priority in [0] + pending.priorities(tr, layout, job_type):
+        prefix = layout.pending_prefix(job_type, priority)
+        later = tr.snapshot.get_range(layout.pending_end(job_type, now, priority), strinc(prefix), limit=1)
+        if later:
+            sched_time = pending.unpack_pending_key(later[0].key, len(prefix))[0]
+            if sched_time is not None:
+                times.append(sched_time)
+    return min(times) if times else None
 
 
 def _claim_one(tr: Transaction, layout: Layout, job_type: JobType, job_id: str, key: bytes,
@@ -227,7 +263,8 @@ def _claim_one(tr: Transaction, layout: Layout, job_type: JobType, job_id: str, 
         error = record.error if lost else {"type": WORKER_LOST, "message": (
             f"attempt {record.attempt} of {max_attempts} ended without an outcome (its worker died)"),
             "traceback": ""}
-        rows.maybe_enqueue(tr, layout, job_type, job_id, current.sched_time, False, current.data, key, tally)
+        rows.maybe_enqueue(tr, layout, job_type, job_id, current.sched_time, False, current.data, key,
+                           tally, current.priority)
         ended = record.end_attempt(FAILED, record.result, None, now)
         tr.set(work_key, (ended if lost else ended._replace(
             error=error, errors=with_error(record.errors, record.attempt, now, error))).pack())
@@ -235,11 +272,12 @@ def _claim_one(tr: Transaction, layout: Layout, job_type: JobType, job_id: str, 
         finished.record(tr, layout, job_type, job_id, FAILED, now)
         return job_id
     uv = rows.next_user_version(tr)
-    rows.set_job_val(tr, key, JobValue(running_seq(uv), lock, current.sched_time, False, current.data))
+    rows.set_job_val(tr, key, JobValue(running_seq(uv), lock, current.sched_time, False, current.data,
+                                       current.priority))
     rows.update_activity(tr, layout, job_type, job_id, None, current.data, uv, tally)
     tr.set(work_key, record.begin_attempt(worker, now).pack())
     return Claimed(Job(job_type, job_id, lock, current.sched_time, False), current.data, attempt, max_attempts,
-                   record.time_limit)
+                   record.time_limit, current.priority)
 
 
 # ---------------------------------------------------------------- ending attempts
@@ -308,17 +346,21 @@ def complete(tr: Transaction, layout: Layout, outcomes: list, now: float) -> lis
         rows.clear_activity(tr, layout, job.type, current.seq, tally)
         tally.stamp(job.type)
         if current.resubmit:
-            rows.maybe_enqueue(tr, layout, job.type, job.id, current.sched_time, True, current.data, key, tally)
+            rows.maybe_enqueue(tr, layout, job.type, job.id, current.sched_time, True, current.data, key,
+                               tally, current.priority)
             tr.set(work_key, WorkRecord(max_attempts=record.max_attempts, time_limit=record.time_limit).pack())
         elif outcome.kind == "retry":
-            rows.maybe_enqueue(tr, layout, job.type, job.id, outcome.retry_at, True, current.data, key, tally)
+            rows.maybe_enqueue(tr, layout, job.type, job.id, outcome.retry_at, True, current.data, key,
+                               tally, current.priority)
             tr.set(work_key, record.end_attempt(None, record.result, outcome.error, now, outcome.started).pack())
         elif outcome.kind == "snooze":  # again at retry_at, this attempt not counted, no error kept
-            rows.maybe_enqueue(tr, layout, job.type, job.id, outcome.retry_at, True, current.data, key, tally)
+            rows.maybe_enqueue(tr, layout, job.type, job.id, outcome.retry_at, True, current.data, key,
+                               tally, current.priority)
             ended = record.end_attempt(None, record.result, None, now, outcome.started)
             tr.set(work_key, ended._replace(attempt=max(0, record.attempt - 1), error=record.error).pack())
         else:
-            rows.maybe_enqueue(tr, layout, job.type, job.id, current.sched_time, False, current.data, key, tally)
+            rows.maybe_enqueue(tr, layout, job.type, job.id, current.sched_time, False, current.data, key,
+                               tally, current.priority)
             finished.record(tr, layout, job.type, job.id, SUCCEEDED if outcome.kind == "ok" else FAILED, now)
             if outcome.kind == "ok":
                 tr.set(work_key, record.end_attempt(SUCCEEDED, outcome.result, None, now, outcome.started).pack())
@@ -346,8 +388,7 @@ def renew(tr: Transaction, layout: Layout, jobs: list) -> list:
             continue
         _, key, current, _record = held
         uv = rows.next_user_version(tr)
-        rows.set_job_val(tr, key, JobValue(running_seq(uv), current.lock, current.sched_time, current.resubmit,
-                                           current.data))
+        rows.set_job_val(tr, key, current._replace(seq=running_seq(uv)))
         rows.update_activity(tr, layout, job.type, job.id, current.seq, current.data, uv, tally)
     tally.write()
     return lost
@@ -367,7 +408,8 @@ def release(tr: Transaction, layout: Layout, jobs: list) -> int:
         if claimed_only(record):
             tally.bump(job.type, "claimed", -1)
         rows.clear_activity(tr, layout, job.type, current.seq, tally)
-        rows.maybe_enqueue(tr, layout, job.type, job.id, current.sched_time, True, current.data, key, tally)
+        rows.maybe_enqueue(tr, layout, job.type, job.id, current.sched_time, True, current.data, key,
+                           tally, current.priority)
         tr.set(layout.work_key(job.type, job.id), record.unclaimed().pack())
         released += 1
     for job_type in {job.type for job in jobs}:
@@ -483,8 +525,9 @@ def read_many(tr: Transaction, layout: Layout, job_type: JobType, job_ids: list)
 
 
 def read_many_tolerant(tr: Transaction, layout: Layout, job_type: JobType, job_ids: list) -> list:
-    """``(state, data bytes, record, scheduled time)`` of each job, None for
-    one that is missing or whose row is corrupt (logged once), in order."""
+    """``(state, data bytes, record, scheduled time, priority)`` of each job,
+    None for one that is missing or whose row is corrupt (logged once), in
+    order."""
     keys = [layout.data_key(job_type, i) for i in job_ids]
     raws = tr.snapshot.get_many(keys + [layout.work_key(job_type, i) for i in job_ids])
     out = []
@@ -494,7 +537,8 @@ def read_many_tolerant(tr: Transaction, layout: Layout, job_type: JobType, job_i
             out.append(None)
             continue
         record = WorkRecord.unpack(raws[len(job_ids) + n], job_id)
-        out.append((pool_state(job_state(value.lock, value.seq), record), value.data, record, value.sched_time))
+        out.append((pool_state(job_state(value.lock, value.seq), record), value.data, record, value.sched_time,
+                    value.priority))
     return out
 
 

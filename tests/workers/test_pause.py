@@ -93,3 +93,17 @@ def test_pausing_an_unknown_type_is_an_error_that_changes_nothing(db):
     for bad in (None, 1.5, {"a": 1}):
         with pytest.raises(jobs.InvalidArgument):
             jobs.pause(db, bad)
+
+
+@pytest.mark.slow
+def test_a_priority_0_job_overtakes_queued_priority_5_jobs_on_a_busy_host(hosts, db, started):
+    hosts(["pz=pause_mod:work"], concurrency=1)
+    blocker = jobs.enqueue(db, "pz", {"s": 1.5})
+    wait_for(lambda: blocker in started(), 30, "the worker to be busy")
+    low = [jobs.enqueue(db, "pz", {"s": 0.02}, priority=5, id=f"low-{n:02}") for n in range(30)]
+    urgent = jobs.enqueue(db, "pz", {}, priority=0)
+    assert jobs.result(db, "pz", urgent, timeout=30) == urgent
+    wait_for(lambda: len(started()) == 32, 30, "every job to start")
+    order = started()
+    assert order.index(urgent) <= 3, f"the urgent job started {order.index(urgent)}th of the queued ones"
+    assert [i for i in order if i in low] == low, "equal priorities in due order (then by id)"
