@@ -5,12 +5,13 @@
     otpjobs node stop [--port N]
     otpjobs node status [--port N]
     otpjobs worker [--concurrency N] [--max-attempts N] [--grace S] [--job-timeout S] [--timeout S] [--cron TYPE=EXPR]
-                   [--port N] [--store URL] TYPE=MOD:CALLABLE ...
+                   [--keep-finished S] [--keep-failed S] [--port N] [--store URL] TYPE=MOD:CALLABLE ...
     otpjobs workers list [--store URL]
     otpjobs jobs add TYPE JOB_ID [DATA_JSON] [--scheduled-time T | --delay S] [--store URL]
     otpjobs jobs list [TYPE] | remove TYPE JOB_ID | watch TYPE JOB_ID | result TYPE JOB_ID | show TYPE JOB_ID
                  | retry TYPE JOB_ID
     otpjobs jobs stats | schedules | unschedule TYPE | pause TYPE | resume TYPE [--store URL]
+    otpjobs jobs prune [TYPE] [--older-than S] [--store URL]
     otpjobs types set-timeout TYPE SECONDS | clear-timeout TYPE | list [--store URL]
     otpjobs docs add DOC_ID BODY_JSON [--db DB] [--store URL]
     otpjobs docs get DOC_ID | remove DOC_ID | list [--limit N --skip N --states S] [--db DB] [--store URL]
@@ -137,6 +138,13 @@ def build_parser() -> argparse.ArgumentParser:
         p = jobs.add_parser(verb, help=what)
         p.add_argument("type")
         _store_arg(p)
+    prune = jobs.add_parser("prune", help="remove finished and failed pool jobs past their retention now "
+                            "(hosts do it by themselves; never a pending or running job)")
+    prune.add_argument("type", nargs="?", help="only this type (default: every type)")
+    prune.add_argument("--older-than", type=_seconds, default=None,
+                       help="seconds since a job ended (0: every finished pool job; default: the config's "
+                            "[worker] keep_finished and keep_failed, a day and a week)")
+    _store_arg(prune)
     _store_arg(jobs.add_parser("schedules", help="the periodic schedules kept in the store: type, cron, "
                                                   "last and next tick"))
     unsched = jobs.add_parser("unschedule", help="remove a type's periodic schedule (its jobs stay)")
@@ -193,6 +201,10 @@ def _worker_parser(groups: Any) -> None:
                    "time limit, before they are stopped (default 30)")
     w.add_argument("--job-timeout", type=_seconds, help="seconds a run may take unless its job or handler "
                    "says (default 0: no limit)")
+    w.add_argument("--keep-finished", type=_seconds, help="seconds a succeeded job is kept once finished, "
+                   "then pruned (default a day; 0: for ever)")
+    w.add_argument("--keep-failed", type=_seconds, help="seconds a job that failed for good is kept, then pruned "
+                   "(default a week; 0: for ever)")
     w.add_argument("--timeout", type=_timeout_seconds,
                    help="activity timeout of a type that has none (default 30 s)")
     w.add_argument("--cron", action="append", default=[], metavar="TYPE=EXPR",
@@ -344,6 +356,23 @@ def cmd_jobs_result(args: argparse.Namespace) -> int:
     except TimeoutError as exc:
         return _fail(str(exc), 1)
     print(json.dumps(value))
+    return 0
+
+
+def cmd_jobs_prune(args: argparse.Namespace) -> int:
+    """Remove finished pool jobs past their retention: ``--older-than S``,
+    else the config's ``[worker] keep_finished`` and ``keep_failed``."""
+    from actors.workers import client
+    from fdblayer.jobs.work_record import FAILED, SUCCEEDED
+
+    job_type = None if args.type is None else _job_type(args.type)
+    if args.older_than is not None:
+        keep = {SUCCEEDED: args.older_than, FAILED: args.older_than}
+    else:
+        worker = _config(args).worker
+        keep = {SUCCEEDED: worker.keep_finished or None, FAILED: worker.keep_failed or None}
+    removed = client.prune_kept(_db(args, existing=True), job_type, keep)
+    print(json.dumps({"pruned": removed, "type": job_type}))
     return 0
 
 
@@ -586,7 +615,7 @@ COMMANDS: dict[tuple[str, str], Callable[[argparse.Namespace], int]] = {
     ("jobs", "add"): cmd_jobs_add, ("jobs", "list"): cmd_jobs_list, ("jobs", "remove"): cmd_jobs_remove,
     ("jobs", "watch"): cmd_jobs_watch, ("jobs", "stats"): cmd_jobs_stats,
     ("jobs", "schedules"): cmd_jobs_schedules, ("jobs", "unschedule"): cmd_jobs_unschedule,
-    ("jobs", "result"): cmd_jobs_result, ("jobs", "show"): cmd_jobs_show, ("jobs", "pause"): cmd_jobs_pause,
+    ("jobs", "result"): cmd_jobs_result, ("jobs", "show"): cmd_jobs_show, ("jobs", "pause"): cmd_jobs_pause, ("jobs", "prune"): cmd_jobs_prune,
     ("jobs", "resume"): cmd_jobs_pause, ("jobs", "retry"): cmd_jobs_retry, ("workers", "list"): cmd_workers_list,
     ("types", "set-timeout"): cmd_types_set_timeout, ("types", "clear-timeout"): cmd_types_clear_timeout,
     ("types", "list"): cmd_types_list,

@@ -140,6 +140,8 @@ SCHEMA: tuple[Setting, ...] = (
     _int("worker", "grace", 30, unit="s"),
     _int("worker", "type_timeout", 30, unit="s", low=1),
     _int("worker", "job_timeout", 0, unit="s"),
+    _int("worker", "keep_finished", 86400, unit="s"),
+    _int("worker", "keep_failed", 7 * 86400, unit="s"),
 )
 _BY_KEY = {(s.section, s.key): s for s in SCHEMA}
 
@@ -271,6 +273,8 @@ class WorkerSettings:
     grace: float
     type_timeout: float
     job_timeout: float  #: seconds a run may take; 0: no limit
+    keep_finished: float  #: seconds a succeeded job is kept once finished; 0: for ever
+    keep_failed: float  #: seconds a job that failed for good is kept; 0: for ever
 
 
 #: The record of each schema section.

@@ -37,8 +37,8 @@ from actors.workers.context import decode_result
 from actors.workers.control import MAX_DELAY
 from actors.workers.schedule import check_cron, next_tick
 
-__all__ = ["JobFailed", "JobStatus", "enqueue", "pause", "resume", "result", "status", "schedule", "unschedule", "schedules",
-           "MAX_ATTEMPTS", "DEFAULT_TYPE_TIMEOUT", "declare_type"]
+__all__ = ["JobFailed", "JobStatus", "enqueue", "pause", "resume", "prune", "result", "status", "schedule", "unschedule",
+           "schedules", "MAX_ATTEMPTS", "DEFAULT_TYPE_TIMEOUT", "declare_type"]
 
 #: The most attempts a job may be given.
 MAX_ATTEMPTS = 1000
@@ -202,6 +202,64 @@ def _status_of(job_type: Any, job_id: str, found: Optional[tuple]) -> JobStatus:
                      rec.errors)
 
 
+def _not_found(db: Any, job_type: Any, job_id: str) -> Any:
+    """Raise NotFound for a missing job, saying it may have been pruned when
+    the type's jobs were (one key read, on this path only)."""
+    from fdblayer.jobs import finished
+
+    pruned = transactional(finished.pruned_before)(db, DEFAULT_LAYOUT, job_type)
+    hint = "" if pruned is None else (
+        f" (it may have been pruned: finished jobs of this type are removed after their retention, "
+        f"the latest removed had ended at {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(pruned))})")
+    raise NotFound(f"job {job_id!r} of type {job_type!r} not found{hint}", job_type=job_type, job_id=job_id)
+
+
+def prune(db: Any, type: Any = None, older_than: Optional[float] = None) -> int:
+    """Remove finished pool jobs past their retention now; returns how many.
+
+    Only jobs a worker pool finished (succeeded, or failed for good) go;
+    a pending or running job never does. Batches of at most 500 jobs, each
+    its own transaction (so this takes a Database), every counter kept
+    exact. Hosts do the same by themselves (``[worker] keep_finished`` and
+    ``keep_failed``); this is for a store no host serves, or to free space
+    at once.
+
+    Args:
+        db: a Database.
+        type: the job type; None: every type.
+        older_than: seconds since a job ended (succeeded or failed) for it to
+            go (0: every finished pool job); None: the defaults of ``[worker]
+            keep_finished`` and ``keep_failed`` (a day and a week).
+
+    Raises:
+        InvalidArgument: a bad argument (nothing is removed).
+    """
+    if older_than is None:
+        keep = {SUCCEEDED: float(lookup("worker", "keep_finished").default),
+                FAILED: float(lookup("worker", "keep_failed").default)}
+    else:
+        older_than = _seconds(older_than, "older_than")
+        keep = {SUCCEEDED: older_than, FAILED: older_than}
+    return prune_kept(db, type, keep)
+
+
+def prune_kept(db: Any, type: Any, keep: dict) -> int:
+    """:func:`prune` of one type (None: every type) with ``keep``: seconds a
+    job is kept once ended, by outcome (``"succeeded"``, ``"failed"``;
+    None: for ever), as a host prunes."""
+    from fdblayer.jobs import retention
+
+    _check_db(db, "prune")
+    if type is not None:
+        check_type(type)
+        check_key_size(DEFAULT_LAYOUT, type)
+    if all(seconds is None for seconds in keep.values()):
+        return 0
+    now = time.time()
+    types = activity.get_types(db, DEFAULT_LAYOUT) if type is None else [type]
+    return sum(retention.prune_type(db, DEFAULT_LAYOUT, job_type, keep, now)[0] for job_type in types)
+
+
 def pause(db: Any, type: Any) -> bool:
     """Pause a type: no host starts its jobs (those running finish; jobs a
     host claimed and had not started go back to the queue; enqueues and
@@ -249,7 +307,8 @@ def status(db: Any, type: Any, id: str) -> JobStatus:
     check_type(type)
     check_id(id, type)
     check_key_size(DEFAULT_LAYOUT, type, id)
-    return _status_of(type, id, work.read(db, DEFAULT_LAYOUT, type, id))
+    found = work.read(db, DEFAULT_LAYOUT, type, id)
+    return _status_of(type, id, found) if found is not None else _not_found(db, type, id)
 
 
 @transactional
@@ -270,7 +329,8 @@ def result(db: Any, type: Any, id: str, timeout: Optional[float] = None) -> Any:
         JobFailed: the job failed for good (``error_type``, ``error_message``,
             ``traceback``, ``attempts``).
         TimeoutError: ``timeout`` seconds passed first.
-        NotFound: no such job (or it was removed while waited on).
+        NotFound: no such job (or it was removed while waited on); the
+            message says when it may have been pruned (its type's jobs were).
         InvalidArgument: a bad argument.
     """
     _check_db(db, "result")
@@ -281,7 +341,7 @@ def result(db: Any, type: Any, id: str, timeout: Optional[float] = None) -> Any:
     deadline = None if timeout is None else time.monotonic() + timeout
     while True:
         found, watch = _read_or_watch(db, type, id)
-        st = _status_of(type, id, found)
+        st = _status_of(type, id, found) if found is not None else _not_found(db, type, id)
         if watch is None:
             return _finished_value(st)
         try:

@@ -36,12 +36,15 @@ HOST_FLAGS = {"strategy": "one_for_one", "intensity": 3, "period": 10}
 
 class HostSpec:
     """What a host serves: ``types`` (type -> handler path), ``periodic`` (type
-    -> cron), concurrency, default max attempts, type timeout, grace and
-    default time limit of a run (``job_timeout``, 0: none)."""
+    -> cron), concurrency, default max attempts, type timeout, grace,
+    default time limit of a run (``job_timeout``, 0: none) and the seconds
+    finished and failed jobs are kept (``keep_finished``, ``keep_failed``,
+    0: for ever)."""
 
     def __init__(self, store: str, types: dict, *, periodic: Optional[dict] = None, concurrency: int = 4,
                  max_attempts: int = 3, type_timeout: float = 30.0, grace: float = 30.0, job_timeout: float = 0.0,
-                 backoff: tuple = (1.0, 3600.0)) -> None:
+                 backoff: tuple = (1.0, 3600.0), keep_finished: float = 86400.0,
+                 keep_failed: float = 7 * 86400.0) -> None:
         self.store = store
         self.types = dict(types)
         self.periodic = dict(periodic or {})
@@ -51,6 +54,8 @@ class HostSpec:
         self.grace = grace
         self.job_timeout = job_timeout
         self.backoff = backoff
+        self.keep_finished = keep_finished
+        self.keep_failed = keep_failed
 
 
 def spec_from_config(cfg: Any, assignments: list, crons: list, args: Any = None) -> HostSpec:
@@ -67,7 +72,9 @@ def spec_from_config(cfg: Any, assignments: list, crons: list, args: Any = None)
         return getattr(cfg.worker, key) if value is None else value
     return HostSpec(cfg.node.store, types, periodic=periodic, concurrency=pick("concurrency", "concurrency"),
                     max_attempts=pick("max_attempts", "max_attempts"), type_timeout=pick("timeout", "type_timeout"),
-                    grace=pick("grace", "grace"), job_timeout=pick("job_timeout", "job_timeout"))
+                    grace=pick("grace", "grace"), job_timeout=pick("job_timeout", "job_timeout"),
+                    keep_finished=pick("keep_finished", "keep_finished"),
+                    keep_failed=pick("keep_failed", "keep_failed"))
 
 
 def check(spec: HostSpec) -> None:
@@ -138,7 +145,7 @@ def host_args(spec: HostSpec) -> dict:
     return {"store": spec.store, "host": f"{socket.gethostname()}:{os.getpid()}",  # kept by a restarted dispatcher
             "concurrency": spec.concurrency, "max_attempts": spec.max_attempts,
             "grace": spec.grace, "job_timeout": spec.job_timeout or None,
-            "backoff": list(spec.backoff),
+            "backoff": list(spec.backoff), "keep_finished": spec.keep_finished, "keep_failed": spec.keep_failed,
             "types": {t: {"handler": h} for t, h in spec.types.items()}}
 
 

@@ -79,7 +79,7 @@ def prune_type(db: Database, layout: Layout, job_type: JobType, keep: dict, now:
             continue
         n = 0
         while max_batches is None or n < max_batches:
-            got, read = prune_batch(db, layout, job_type, outcome, now - seconds, batch)
+            got, read = prune_batch(db, layout, job_type, outcome, max(0.0, now - seconds), batch)
             removed += got
             n += 1
             if read < batch:

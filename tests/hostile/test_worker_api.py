@@ -102,6 +102,38 @@ def test_worker_calls_refuse_bad_arguments_and_write_nothing(w, call):
     unchanged(store, lambda: call(db), jobs.JobsError)
 
 
+@pytest.mark.parametrize("call", [
+    lambda db: jobs.prune("not a db"),
+    lambda db: jobs.prune(None, T, 0),
+    lambda db: jobs.prune(db, T, -1),
+    lambda db: jobs.prune(db, T, math.nan),
+    lambda db: jobs.prune(db, T, math.inf),
+    lambda db: jobs.prune(db, T, "1"),
+    lambda db: jobs.prune(db, T, True),
+    lambda db: jobs.prune(db, None, -0.5),
+    lambda db: jobs.prune(db, 1.5, 0),
+    lambda db: jobs.prune(db, {"a": 1}, 0),
+    lambda db: jobs.prune(db, ("x", [1]), 0),
+    lambda db: jobs.prune(db, "x" * 20_000, 0),
+])
+def test_prune_refuses_bad_arguments_and_removes_nothing(w, call):
+    store, db = w
+    unchanged(store, lambda: call(db), jobs.InvalidArgument)
+
+
+def test_prune_takes_a_database_not_a_transaction_and_leaves_pending_jobs(w):
+    store, db = w
+    tr = db.create_transaction()
+    try:
+        unchanged(store, lambda: jobs.prune(tr, T, 0), jobs.InvalidArgument)
+    finally:
+        tr.cancel()
+    before = store.snapshot()
+    assert jobs.prune(db, T, 0) == 0 and jobs.prune(db, "never-declared", 0) == 0 and jobs.prune(db) == 0
+    assert store.snapshot() == before, "nothing to prune: nothing written"
+    assert jobs.status(db, T, "there").state == "pending"
+
+
 def test_result_of_a_missing_job_is_not_found_and_a_pending_one_times_out(w):
     store, db = w
     unchanged(store, lambda: jobs.result(db, T, "missing", timeout=0), jobs.NotFound)
