@@ -12,8 +12,11 @@ Paths are split on the raw request URI and each segment is percent-decoded
 with ``unquote`` (never ``unquote_plus``): ``%2F`` stays inside a segment,
 ``+`` stays literal and empty segments (``//_scheduler``) are dropped.
 Every answer is JSON (whatever ``Accept`` says) except Prometheus text
-and the status page (HTML, :mod:`actors.http.status_page`, at ``/_utils/``);
-every error is ``{"error", "reason"}`` with CouchDB's status.
+and the status page (HTML, :mod:`actors.http.status_page`, at ``/_utils/``,
+and a queue job's page at ``/_utils/jobs/{type}/{id}``, whose retry and
+cancel forms post with a CSRF token: :meth:`App.check_form`); every error
+is ``{"error", "reason"}`` with CouchDB's status (but the 404 of a job's
+page asked for by a browser, ``Accept: text/html``: a page saying so).
 
 ``_config``: ``[replicator]`` and ``[couch_jobs]`` keys are read from and
 written to the node's settings keeper (:class:`actors.node.config_server.ConfigServer`),
@@ -41,13 +44,13 @@ import threading
 import time
 from http import HTTPStatus
 from typing import Any, Callable, Iterable
-from urllib.parse import parse_qsl
+from urllib.parse import parse_qsl, urlencode
 
 from supervision.exceptions import CallFailed, CallTimeout, NoProc, NodeDown
 from supervision.reports import report
 
 from actors.http import metrics, monitoring, queue_routes, status_page
-from actors.http.request import HttpError, Html, Request, Text, not_allowed
+from actors.http.request import FormHtml, HttpError, Html, Request, Text, not_allowed
 from actors.http.auth import COOKIE_NAME, Auth
 from actors.node.config import RUNTIME_KEYS, ConfigError, ConfigWriteError, format_value, parse_runtime_value
 from actors.node.policy import Forbidden, JobPolicy
@@ -84,11 +87,15 @@ class App:
         policy: the handlers and stores jobs and documents may name; None:
             the defaults (the built-in handler, stores in the directory of
             ``store``).
+        sampler: the readings of the queue's counters the status page
+            charts (:class:`actors.http.throughput.Sampler`); None: no chart.
     """
 
     def __init__(self, scheduler: Any, auth: Auth, config: dict | None = None, node: str = "local",
-                 store: str | None = None, settings: Any = None, policy: JobPolicy | None = None) -> None:
+                 store: str | None = None, settings: Any = None, policy: JobPolicy | None = None,
+                 sampler: Any = None) -> None:
         self.scheduler = scheduler
+        self.sampler = sampler
         self.auth = auth
         self.settings = settings
         self.config = config or {}
@@ -121,7 +128,8 @@ class App:
             body, ctype = payload.encode(), "text/plain; version=0.0.4; charset=utf-8"
         elif isinstance(payload, Html):
             body, ctype = payload.encode(), "text/html; charset=utf-8"
-            headers = headers + status_page.SECURITY_HEADERS
+            headers = headers + (status_page.FORM_SECURITY_HEADERS if isinstance(payload, FormHtml)
+                                 else status_page.SECURITY_HEADERS)
         else:
             body, ctype = (json.dumps(payload, separators=(",", ":")) + "\n").encode(), "application/json"
         headers = [("Content-Type", ctype), ("Content-Length", str(len(body))), ("Cache-Control", "must-revalidate"),
@@ -510,7 +518,11 @@ class App:
     # ------------------------------------------------------------- _utils
     def utils_route(self, req: Request, seg: list[str]) -> tuple[int, Any]:
         """``GET /_utils/`` (or ``/_utils/index.html``): the status page, the
-        jobs' and the documents' first ``limit`` entries after ``skip``."""
+        jobs' and the documents' first ``limit`` entries after ``skip``;
+        ``GET /_utils/jobs/{type}/{id}``: a queue job's page; ``POST
+        /_utils/jobs/{type}/{id}/_retry|_cancel``: its buttons."""
+        if seg[:1] == ["jobs"] and len(seg) in (3, 4):
+            return self.job_page_route(req, seg[1], seg[2], seg[3] if len(seg) == 4 else None)
         if seg not in ([], ["index.html"]):
             raise HttpError(404, "not_found", "missing")
         if req.method not in ("GET", "HEAD"):
@@ -525,12 +537,61 @@ class App:
             docs_total, docs = self._docs_list(None, limit, skip, None)
         except HttpError as exc:  # no store on this node
             docs_total, docs, docs_error = 0, [], exc.reason
-        queue, queue_error, now = None, None, time.time()
+        queue, queue_error, hosts, now = None, None, None, time.time()
         try:
             queue = queue_routes.queue_status(self._store(), now)
+            hosts = queue_routes.hosts_status(self._store(), now)
         except HttpError as exc:  # no store on this node
             queue_error = exc.reason
         return 200, Html(status_page.render(
             node=self.node, version=VERSION, jobs_total=jobs_total, jobs=[monitoring.job_view(j) for j in page],
             docs_total=docs_total, docs=[monitoring.doc_view(d) for d in docs], skip=skip, limit=limit,
-            docs_error=docs_error, now=now, queue=queue, queue_error=queue_error))
+            docs_error=docs_error, now=now, queue=queue, queue_error=queue_error,
+            throughput=None if self.sampler is None else self.sampler.snapshot(), hosts=hosts))
+
+    def job_page_route(self, req: Request, job_type: str, job_id: str, action: str | None) -> tuple[int, Any]:
+        """A queue job's page, or one of its buttons (a form post: see :meth:`check_form`),
+        answered by a 303 to the page."""
+        if action is None:
+            if req.method not in ("GET", "HEAD"):
+                raise not_allowed("GET,HEAD")
+            view = queue_routes.job_view(self._store(), job_type, job_id)
+            done = (req.query.get("done") or [None])[-1]
+            if view is None:
+                if "text/html" in req.header("Accept"):  # a browser (after a cancel, say): a page to read
+                    return 404, Html(status_page.missing_job_page(node=self.node, job_type=job_type,
+                                                                  job_id=job_id, done=done))
+                raise HttpError(404, "not_found", f"no job {job_id!r} of type {job_type!r}")
+            return 200, FormHtml(status_page.job_page(
+                node=self.node, job_type=job_type, view=view, csrf=self.auth.csrf_token(req.user), done=done))
+        if action not in ("_retry", "_cancel"):
+            raise HttpError(404, "not_found", "missing")
+        if req.method != "POST":
+            raise not_allowed("POST")
+        form = self.check_form(req)
+        was = form.get("was") if form.get("was") in ("finished", "unfinished") else None
+        queue_routes.job_action(self._store(), job_type, job_id, action, was, HttpError)
+        location = status_page.job_path(job_type, job_id) or "/_utils/"
+        location += "?" + urlencode({"done": "retried" if action == "_retry" else "cancelled"})
+        req.response_headers.append(("Location", location))
+        return 303, Html(status_page.redirect_page(location))
+
+    def check_form(self, req: Request) -> dict[str, str]:
+        """The fields of a status page form, or 403 ``forbidden`` when the
+        post may not come from the page: a browser that says it comes from
+        another site (``Sec-Fetch-Site``), or a CSRF token missing, wrong,
+        expired or made for other credentials. Checked before anything is read."""
+        site = req.header("Sec-Fetch-Site").strip().lower()
+        if site not in ("", "same-origin", "none"):
+            raise HttpError(403, "forbidden", f"a form posted from another site ({site[:40]}) is refused")
+        form: dict[str, str] = {}
+        if req.content_type == "application/x-www-form-urlencoded":
+            try:
+                form = dict(parse_qsl(req.body().decode("utf-8", "replace"), keep_blank_values=True,
+                                      max_num_fields=10))
+            except ValueError:
+                raise HttpError(400, "bad_request", "a form of at most 10 fields is expected") from None
+        if not self.auth.check_csrf(form.get("csrf"), req.user):
+            raise HttpError(403, "forbidden", "the form's CSRF token is missing, wrong or expired: "
+                                              "reload the job's page and try again")
+        return form

@@ -14,7 +14,13 @@ only and a warning is logged. Hashes have CouchDB's form
 * :class:`Auth`: Basic credentials and ``AuthSession`` cookies
   (``base64url(name:timestamp_hex:hmac)``, HMAC-SHA256 keyed by the node's
   secret and the admin's stored hash, so a password change ends sessions),
-  expiring after ``timeout`` seconds (CouchDB's 600 by default).
+  expiring after ``timeout`` seconds (CouchDB's 600 by default);
+* CSRF tokens for the status page's forms (:meth:`Auth.csrf_token`,
+  :meth:`Auth.check_csrf`): ``stamp_hex.base64url(hmac)``, the HMAC keyed by
+  the node's secret over the admin's name, stored hash and the stamp, so a
+  token is bound to the credentials that asked for the page (any admin's, by
+  session or Basic; the empty name with no admin), unforgeable without the
+  secret, ended by a password change, and valid for :data:`CSRF_TTL` seconds.
 """
 from __future__ import annotations
 
@@ -38,6 +44,8 @@ PBKDF2_PREFIX = "-pbkdf2-"
 ITERATIONS = 10000
 SESSION_TIMEOUT = 600
 COOKIE_NAME = "AuthSession"
+#: Seconds a form's CSRF token stays valid (a job page left open longer is reloaded first).
+CSRF_TTL = 8 * 3600
 
 _SECTION = re.compile(r"^\s*\[([^\]]+)\]\s*$")
 _ENTRY = re.compile(r"^(\s*)([^=:;#\s][^=:]*?)(\s*[=:]\s*)(.*?)(\s*)$")
@@ -185,6 +193,29 @@ class Auth:
     def _mac(self, name: str, stamp: str) -> bytes:
         key = self.secret + self.admins.get(name, "").encode()
         return hmac.new(key, f"{name}:{stamp}".encode(), hashlib.sha256).digest()
+
+    def csrf_token(self, name: str | None, now: float | None = None) -> str:
+        """A token the status page's forms carry for ``name`` (None: no admin configured)."""
+        stamp = format(int(self.clock() if now is None else now), "x")
+        return f"{stamp}.{_b64(self._csrf_mac(name or '', stamp))}"
+
+    def check_csrf(self, token: str | None, name: str | None) -> bool:
+        """True when ``token`` came from :meth:`csrf_token` for ``name`` within :data:`CSRF_TTL` seconds."""
+        if not isinstance(token, str) or len(token) > 100:
+            return False
+        stamp, sep, mac = token.partition(".")
+        try:
+            issued = int(stamp, 16)
+            given = _unb64(mac)
+        except (ValueError, binascii.Error):
+            return False
+        if not sep or stamp != format(issued, "x") or not hmac.compare_digest(given, self._csrf_mac(name or "", stamp)):
+            return False
+        return issued - 60 <= self.clock() < issued + CSRF_TTL
+
+    def _csrf_mac(self, name: str, stamp: str) -> bytes:
+        message = b"\0".join([b"csrf", _utf8(name), self.admins.get(name, "").encode(), stamp.encode()])
+        return hmac.new(self.secret, message, hashlib.sha256).digest()
 
     def set_cookie_header(self, token: str) -> str:
         return f"{COOKIE_NAME}={token}; Version=1; Path=/; HttpOnly"

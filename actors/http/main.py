@@ -7,7 +7,9 @@ admins' hashes never show on a command line): ``bind_address``, ``admins``
 (the start-time ``[couch_jobs]``, shown when the node's settings keeper
 does not answer), ``node``, ``parent_pid``, ``store`` (the store URL
 holding the documents), ``policy`` (the handlers and stores jobs may
-name, :meth:`actors.node.policy.JobPolicy.to_dict`). The process dies with its
+name, :meth:`actors.node.policy.JobPolicy.to_dict`), ``sample_interval``
+(seconds between two readings of the queue's counters for the status
+page's charts, :mod:`actors.http.throughput`; default 60). The process dies with its
 parent (PR_SET_PDEATHSIG), binds, writes ``ready <port>`` (or ``error
 <why>``) as one line on stdout, then serves with waitress until killed.
 
@@ -129,6 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     from actors.http.auth import Auth
     from actors.node.config_server import ConfigClient
     from actors.http.api import App
+    from actors.http.throughput import INTERVAL, Sampler, read_counters
     from actors.node.policy import JobPolicy
     from actors.scheduler.client import SchedulerClient
     from actors.scheduler.sup import SCHEDULER_NAME
@@ -143,6 +146,9 @@ def main(argv: list[str] | None = None) -> int:
                   settings.get("node") or "local", store=settings.get("store"),
                   settings=ConfigClient(client),
                   policy=None if settings.get("policy") is None else JobPolicy.from_dict(settings["policy"]))
+        if app.store is not None:  # the status page's charts: the queue's counters, read from now on
+            app.sampler = Sampler(lambda: read_counters(app._store()),
+                                  float(settings.get("sample_interval") or INTERVAL))
         server = waitress.create_server(
             app, host=settings.get("bind_address", "127.0.0.1"), port=args.port, threads=THREADS,
             max_request_body_size=SERVER_MAX_BODY, max_request_header_size=MAX_HEADER,
@@ -152,6 +158,8 @@ def main(argv: list[str] | None = None) -> int:
         out.write(f"error {type(exc).__name__}: {exc}\n".replace("\n", " ").rstrip() + "\n")
         return 1
     out.write(f"ready {server.effective_port}\n")
+    if app.sampler is not None:
+        app.sampler.start()
     server.run()
     return 0
 

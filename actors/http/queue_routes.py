@@ -32,7 +32,8 @@ from typing import Any, Callable, Mapping
 from fdblayer.jobs import activity, hosts, overview
 from fdblayer.jobs.keys import DEFAULT_LAYOUT
 
-__all__ = ["MAX_LIMIT", "DEFAULT_LIMIT", "jobs_route", "workers_route", "queue_status"]
+__all__ = ["MAX_LIMIT", "DEFAULT_LIMIT", "jobs_route", "workers_route", "queue_status", "retry", "job_action",
+           "job_view", "hosts_status"]
 
 #: Jobs a page shows at most, and by default.
 MAX_LIMIT = 1000
@@ -85,12 +86,7 @@ def jobs_write_route(req: Any, seg: list[str], store: Callable[[], Any],
             api.remove(db, job_type, seg[1])
             return 200, {"ok": True}
         if req.method == "POST" and len(seg) == 3 and seg[2] == "_retry":
-            view = overview.job_view(db, DEFAULT_LAYOUT, job_type, seg[1])
-            if view is None:
-                raise NotFound(f"no job {seg[1]!r} of type {job_type!r}")
-            if view["state"] != "finished":
-                raise error(409, "conflict", f"job {seg[1]!r} is {view['state']}: only a finished job is retried")
-            client.enqueue(db, job_type, view["data"], id=seg[1], max_attempts=view["max_attempts"])
+            retry(db, job_type, seg[1], error)
             return 201, {"ok": True, "id": seg[1]}
     except NoTypeTimeout:
         raise error(404, "not_found", f"no job type {job_type!r} (a type has an activity timeout)") from None
@@ -99,6 +95,67 @@ def jobs_write_route(req: Any, seg: list[str], store: Callable[[], Any],
     except (InvalidArgument, EncodingError) as exc:
         raise error(400, "bad_request", exc.message) from None
     raise error(404, "not_found", "missing")
+
+
+def retry(db: Any, job_type: str, job_id: str, error: Callable[..., Exception]) -> None:
+    """Put a finished (or failed) job back with its data and a fresh attempt count.
+
+    Raises:
+        NotFound: no such job.
+        the ``error(409, ...)``: the job is not finished.
+    """
+    from actors.workers import client
+    from fdblayer.jobs.exceptions import NotFound
+
+    view = overview.job_view(db, DEFAULT_LAYOUT, job_type, job_id)
+    if view is None:
+        raise NotFound(f"no job {job_id!r} of type {job_type!r}")
+    if view["state"] != "finished":
+        raise error(409, "conflict", f"job {job_id!r} is {view['state']}: only a finished job is retried")
+    client.enqueue(db, job_type, view["data"], id=job_id, max_attempts=view["max_attempts"])
+
+
+def job_action(db: Any, job_type: str, job_id: str, action: str, was: str | None,
+               error: Callable[..., Exception]) -> None:
+    """The status page's buttons: ``_retry`` (:func:`retry`) or ``_cancel``
+    (remove the job: a running handler sees ``ctx.stopping``). ``was``:
+    ``finished`` or ``unfinished``, the job's state on the page that posted;
+    a job that finished since is not removed by a cancel (409).
+
+    Raises:
+        the ``error(...)``: 404 for no such job or type, 409 for a job in the wrong state.
+    """
+    from fdblayer.jobs import api
+    from fdblayer.jobs.exceptions import InvalidArgument, NotFound, NoTypeTimeout
+
+    if activity.get_type_timeout(db, DEFAULT_LAYOUT, job_type) is None:
+        raise error(404, "not_found", f"no job type {job_type!r} (a type has an activity timeout)")
+    try:
+        if action == "_retry":
+            retry(db, job_type, job_id, error)
+            return
+        view = overview.job_view(db, DEFAULT_LAYOUT, job_type, job_id)
+        if view is None:
+            raise NotFound(f"no job {job_id!r} of type {job_type!r}")
+        if was == "unfinished" and view["state"] == "finished":
+            raise error(409, "conflict", f"job {job_id!r} finished before it was cancelled: nothing removed")
+        api.remove(db, job_type, job_id)
+    except (NotFound, NoTypeTimeout):
+        raise error(404, "not_found", f"no job {job_id!r} of type {job_type!r}") from None
+    except InvalidArgument as exc:
+        raise error(400, "bad_request", exc.message) from None
+
+
+def job_view(db: Any, job_type: str, job_id: str) -> dict | None:
+    """One job whole (``overview.job_view``), or None when it or its type does not exist."""
+    if not job_type or activity.get_type_timeout(db, DEFAULT_LAYOUT, job_type) is None:
+        return None
+    return overview.job_view(db, DEFAULT_LAYOUT, job_type, job_id)
+
+
+def hosts_status(db: Any, now: float) -> list[dict]:
+    """The worker hosts' last beats (``hosts.list_hosts``)."""
+    return hosts.list_hosts(db, DEFAULT_LAYOUT, now)
 
 
 def queue_status(db: Any, now: float) -> dict:

@@ -15,7 +15,8 @@ from urllib.parse import parse_qs, unquote
 
 from actors.errors import ActorsError
 
-__all__ = ["HttpError", "not_allowed", "Text", "Html", "Request", "json_depth", "MAX_BODY", "MAX_JSON_DEPTH"]
+__all__ = ["HttpError", "not_allowed", "Text", "Html", "FormHtml", "Request", "json_depth", "MAX_BODY",
+           "MAX_JSON_DEPTH"]
 
 #: Largest request body the app reads (CouchDB's is max_http_request_size).
 MAX_BODY = 1 << 20
@@ -46,6 +47,10 @@ class Text(str):
 
 class Html(str):
     """An HTML answer (the status page), sent with a policy that allows no script."""
+
+
+class FormHtml(Html):
+    """An HTML answer whose forms post to its own origin (a job's page): the same policy, but for that."""
 
 
 class Request:

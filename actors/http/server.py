@@ -77,9 +77,11 @@ def check_bind(bind_address: str, admins: dict) -> None:
 
 class HttpServer(GenServer):
     """args: ``{"admin_port", "port", "bind_address", "config_path", "secret", "config",
-    "session_timeout", "store", "node_name", "policy"}`` (the node's name, as job and doc
+    "session_timeout", "store", "node_name", "policy", "sample_interval"}`` (the node's name, as job and doc
     entries show it, in ``_node/{name}`` paths and on the status page; the
-    job policy as :meth:`~actors.node.policy.JobPolicy.to_dict` gives it)."""
+    job policy as :meth:`~actors.node.policy.JobPolicy.to_dict` gives it; the
+    seconds between two readings of the queue's counters for the status
+    page's charts, None for :data:`actors.http.throughput.INTERVAL`)."""
 
     def init(self, args: dict) -> Any:
         self.args = args
@@ -93,7 +95,8 @@ class HttpServer(GenServer):
         settings = {"bind_address": args["bind_address"], "admins": admins, "secret": args["secret"],
                     "session_timeout": args.get("session_timeout", SESSION_TIMEOUT),
                     "config": args.get("config") or {}, "node": args.get("node_name") or str(self.node),
-                    "parent_pid": os.getpid(), "store": args.get("store"), "policy": args.get("policy")}
+                    "parent_pid": os.getpid(), "store": args.get("store"), "policy": args.get("policy"),
+                    "sample_interval": args.get("sample_interval")}
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(
             [_PACKAGE_ROOT] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
         self.proc = subprocess.Popen(
@@ -177,7 +180,7 @@ class HttpServer(GenServer):
 
 
 def http_children(config: Any, *, admin_port: int | None = None, config_path: str | None = None,
-                  secret: str | None = None) -> list[ChildSpec]:
+                  secret: str | None = None, sample_interval: float | None = None) -> list[ChildSpec]:
     """The HTTP listener as a node root child.
 
     Args:
@@ -191,6 +194,9 @@ def http_children(config: Any, *, admin_port: int | None = None, config_path: st
             config's ``path`` attribute, if it has one).
         secret: the session-signing secret (default: random per node
             start, so sessions survive a restart of the HTTP process only).
+        sample_interval: seconds between two readings of the queue's
+            counters for the status page's charts (default: a minute;
+            tests and demos read more often).
     """
     args = {
         "admin_port": admin_port if admin_port is not None else config.node.port,
@@ -203,6 +209,7 @@ def http_children(config: Any, *, admin_port: int | None = None, config_path: st
         "store": config.node.store,
         "node_name": node_name(config),
         "policy": JobPolicy.from_config(config).to_dict(),
+        "sample_interval": sample_interval,
     }
     return [ChildSpec("http_server", HttpServer, args, name=HTTP_SERVER_NAME, shutdown=STOP_TIMEOUT + 2)]
 

@@ -10,6 +10,17 @@ and nothing else reaches the markup. The page carries a
 Content-Security-Policy that allows no script at all and only its own
 style sheet (by hash), so a value that ever slipped through could still
 not run.
+
+Beside the queue's tables: a chart per type of the jobs that succeeded
+and failed per minute over the last hour (inline SVG drawn here from the
+HTTP process's readings of the counters, :mod:`actors.http.throughput`),
+and the worker hosts' last beats (``fdblayer.jobs.hosts.list_hosts``).
+Every job id in a table links to the job's page, ``/_utils/jobs/{type}/{id}``
+(:func:`job_page`: its data, progress, state, attempts, outcome, errors
+with their tracebacks, times), whose retry and cancel buttons are forms
+posting to the same origin with a CSRF token (see
+:meth:`actors.http.auth.Auth.csrf_token`); that page's policy differs from
+the others' in one word only: ``form-action 'self'``.
 """
 from __future__ import annotations
 
@@ -19,7 +30,7 @@ import html
 import json
 import time
 from typing import Any, Iterable, Mapping
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode
 
 #: History entries shown per job (newest first).
 RECENT_HISTORY = 5
@@ -33,7 +44,12 @@ STYLE = (
     "th{background:#f4f4f4}code{font-size:.95em;word-break:break-all}"
     "ol{margin:0;padding-left:1.2em}.meta{color:#666}.empty{color:#666;font-style:italic}"
     ".state{font-weight:600}.running,.completed{color:#17692b}.crashing,.error,.failed{color:#a8201a}"
-    ".pending,.initializing,.starting{color:#8a5a00}"
+    ".pending,.initializing,.starting,.claimed{color:#8a5a00}"
+    ".charts{display:flex;flex-wrap:wrap;gap:.5em 1.5em}figure{margin:0}figcaption{font-size:.9em}"
+    ".ok{color:#17692b}.bad{color:#a8201a}pre{background:#f6f6f6;padding:.5em;overflow-x:auto;margin:.3em 0;"
+    "white-space:pre-wrap;word-break:break-all}dl{display:grid;grid-template-columns:max-content auto;"
+    "gap:.2em 1em;margin:0}dt{color:#666}dd{margin:0}form{display:inline-block;margin:.5em .5em .5em 0}"
+    "button{font:inherit;padding:.3em 1em;cursor:pointer}.notice{background:#eef6ee;padding:.4em .6em}"
 )
 _STYLE_HASH = base64.b64encode(hashlib.sha256(STYLE.encode()).digest()).decode()
 #: No script, no plugin, no frame, no form, no external fetch; only the inline style above.
@@ -41,6 +57,15 @@ CSP = (f"default-src 'none'; style-src 'sha256-{_STYLE_HASH}'; base-uri 'none'; 
        "frame-ancestors 'none'")
 SECURITY_HEADERS = [("Content-Security-Policy", CSP), ("X-Frame-Options", "DENY"),
                     ("Referrer-Policy", "no-referrer")]
+#: A job's page: the same, but its forms may post to this origin (and nowhere else).
+FORM_CSP = CSP.replace("form-action 'none'", "form-action 'self'")
+FORM_SECURITY_HEADERS = [("Content-Security-Policy", FORM_CSP)] + SECURITY_HEADERS[1:]
+#: Hosts the page lists at most (``/_workers`` has them all).
+MAX_HOSTS = 100
+#: Jobs of a host's running list linked at most.
+HOST_RUNNING_SHOWN = 5
+#: Characters of a job's data or result (as JSON) shown on its page at most.
+MAX_SHOWN = 100_000
 
 
 def esc(value: Any) -> str:
@@ -67,7 +92,8 @@ def job_state(job: Mapping[str, Any]) -> str:
 
 def _state_cell(state: str) -> str:
     # the state is also a class name: only known words, never user data
-    known = {"running", "completed", "crashing", "error", "failed", "pending", "initializing", "starting"}
+    known = {"running", "completed", "crashing", "error", "failed", "pending", "initializing", "starting",
+             "claimed", "finished"}
     css = state if state in known else "other"
     return f'<td class="state {css}">{esc(state)}</td>'
 
@@ -166,9 +192,23 @@ def _attempt(job: Mapping[str, Any]) -> str:
     return esc(job.get("attempt")) + (f"/{esc(most)}" if most is not None else "")
 
 
+def job_path(job_type: Any, job_id: Any) -> str | None:
+    """The path of a job's page (not escaped for HTML), or None for a type a URL cannot name."""
+    if not isinstance(job_type, str) or not isinstance(job_id, str) or not job_type or not job_id:
+        return None
+    return f"/_utils/jobs/{quote(job_type, safe='')}/{quote(job_id, safe='')}"
+
+
+def job_link(job_type: Any, job_id: Any) -> str:
+    """The job's id as code, linked to its page when it has one."""
+    path = job_path(job_type, job_id)
+    code = f"<code>{esc(job_id)}</code>"
+    return code if path is None else f'<a href="{esc(path)}">{code}</a>'
+
+
 def _job_row(job: Mapping[str, Any], cells: str) -> str:
     return (f'<tr class="queue-job"><td>{esc(job.get("type"))}</td>'
-            f'<td class="id"><code>{esc(job.get("id"))}</code></td>{cells}</tr>')
+            f'<td class="id">{job_link(job.get("type"), job.get("id"))}</td>{cells}</tr>')
 
 
 def _jobs_list(section: str, title: str, jobs: list[Mapping[str, Any]], head: str, cells: Any, empty: str) -> str:
@@ -210,6 +250,237 @@ def queue_section(queue: Mapping[str, Any] | None, now: float, error: str | None
     return f'<section id="queues"><h2>Queues</h2>{table}{more}{running}{failures}{delayed}</section>'
 
 
+# ------------------------------------------------------------- charts
+#: The chart's box (SVG user units): plot from (CHART_LEFT, CHART_TOP) to (CHART_RIGHT, CHART_BOTTOM).
+CHART_WIDTH, CHART_HEIGHT = 330, 86
+CHART_LEFT, CHART_RIGHT, CHART_TOP, CHART_BOTTOM = 36, 324, 8, 66
+#: Colours of the two series (as the page's state colours).
+SUCCEEDED_COLOUR, FAILED_COLOUR = "#17692b", "#a8201a"
+
+
+def _per(interval: float) -> str:
+    """``minute`` for 60 s, else the interval in seconds."""
+    return "minute" if interval == 60 else f"{interval:g} s"
+
+
+def _polyline(css: str, colour: str, values: list[int], points: int, top: int) -> str:
+    step = (CHART_RIGHT - CHART_LEFT) / max(1, points - 1)
+    first = points - len(values)  # the newest difference is at the right edge
+    coords = " ".join(f"{CHART_LEFT + (first + i) * step:.1f},"
+                      f"{CHART_BOTTOM - value / top * (CHART_BOTTOM - CHART_TOP):.1f}"
+                      for i, value in enumerate(values))
+    return (f'<polyline class="{css}" fill="none" stroke="{colour}" stroke-width="1.5" '
+            f'stroke-linejoin="round" points="{coords}"/>')
+
+
+def chart_svg(series: list[tuple[float, int, int]], points: int, interval: float) -> str:
+    """An inline SVG of the succeeded and failed counts of ``series`` (oldest first), one
+    per interval, the newest at the right; drawn with attributes only (no style, no script)."""
+    succeeded = [int(row[1]) for row in series][-points:]
+    failed = [int(row[2]) for row in series][-points:]
+    peak = max(succeeded + failed, default=0)
+    top = max(1, peak)
+    window = _span(points * interval)
+    label = (f"jobs per {_per(interval)} over the last {window}: {sum(succeeded)} succeeded, "
+             f"{sum(failed)} failed, at most {peak} in one {_per(interval)}")
+    small = 'font-size="10" fill="#666"'
+    return (f'<svg class="chart" xmlns="http://www.w3.org/2000/svg" width="{CHART_WIDTH}" height="{CHART_HEIGHT}" '
+            f'viewBox="0 0 {CHART_WIDTH} {CHART_HEIGHT}" role="img" aria-label="{esc(label)}" '
+            f'data-points="{len(succeeded)}"><title>{esc(label)}</title>'
+            f'<line x1="{CHART_LEFT}" y1="{CHART_TOP}" x2="{CHART_RIGHT}" y2="{CHART_TOP}" stroke="#eee"/>'
+            f'<line x1="{CHART_LEFT}" y1="{CHART_BOTTOM}" x2="{CHART_RIGHT}" y2="{CHART_BOTTOM}" stroke="#bbb"/>'
+            f'<text x="{CHART_LEFT - 4}" y="{CHART_TOP + 4}" text-anchor="end" {small}>{esc(top)}</text>'
+            f'<text x="{CHART_LEFT - 4}" y="{CHART_BOTTOM + 3}" text-anchor="end" {small}>0</text>'
+            f'<text x="{CHART_LEFT}" y="{CHART_HEIGHT - 4}" {small}>&#8722;{esc(window)}</text>'
+            f'<text x="{CHART_RIGHT}" y="{CHART_HEIGHT - 4}" text-anchor="end" {small}>now</text>'
+            + (_polyline("succeeded", SUCCEEDED_COLOUR, succeeded, points, top)
+               + _polyline("failed", FAILED_COLOUR, failed, points, top) if succeeded else "")
+            + "</svg>")
+
+
+def charts_section(throughput: Mapping[str, Any] | None, now: float) -> str:
+    """Per type, the jobs that succeeded and failed per interval (see :mod:`actors.http.throughput`)."""
+    if throughput is None:
+        return ""
+    interval, points = throughput.get("interval") or 60, throughput.get("points") or 60
+    series = throughput.get("series") or {}
+    title = f"Jobs finished per {_per(interval)}, last {_span(points * interval)}"
+    if not series:
+        body = '<p class="empty">No job type read yet.</p>'
+    else:
+        figures = []
+        for job_type, rows in series.items():
+            rows = list(rows)[-points:]
+            done, failed = sum(r[1] for r in rows), sum(r[2] for r in rows)
+            if rows:
+                caption = (f'<span class="ok">&#9632; succeeded <span class="total-succeeded">{esc(done)}</span>'
+                           f'</span> · <span class="bad">&#9632; failed <span class="total-failed">{esc(failed)}'
+                           "</span></span>")
+            else:
+                caption = f'<span class="meta">first reading taken: the chart starts in {esc(_span(interval))}'
+                caption += "</span>"
+            figures.append(f'<figure class="type-chart"><figcaption><code>{esc(_type_text(job_type))}</code> '
+                           f"{caption}</figcaption>{chart_svg(rows, points, interval)}</figure>")
+        body = f'<div class="charts">{"".join(figures)}</div>'
+    return (f'<section id="throughput"><h2>{esc(title)}</h2>{body}<p class="meta">Read by this node every '
+            f'{esc(_span(interval))} since its HTTP process started '
+            f'(<span id="samples">{esc(throughput.get("samples", 0))}</span> readings).</p></section>')
+
+
+def _type_text(job_type: Any) -> Any:
+    return job_type if isinstance(job_type, (str, int)) else list(job_type)
+
+
+# -------------------------------------------------------------- hosts
+def hosts_section(hosts: list[Mapping[str, Any]] | None, now: float, error: str | None = None) -> str:
+    """The worker hosts' last beats (``fdblayer.jobs.hosts.list_hosts``), at most :data:`MAX_HOSTS`."""
+    if hosts is None:
+        return f'<section id="hosts"><h2>Worker hosts</h2><p class="empty">{esc(error or "No store.")}</p></section>'
+    if not hosts:
+        return '<section id="hosts"><h2>Worker hosts</h2><p class="empty">No worker host.</p></section>'
+    rows = []
+    for host in hosts[:MAX_HOSTS]:
+        alive = host.get("alive") is True
+        status = ("draining" if host.get("draining") else "alive") if alive else "silent"
+        css = {"alive": "running", "draining": "pending", "silent": "failed"}[status]
+        types = host.get("types") if isinstance(host.get("types"), list) else []
+        running = [r for r in (host.get("running") if isinstance(host.get("running"), list) else [])
+                   if isinstance(r, Mapping)]
+        links = ", ".join(job_link(r.get("type"), r.get("id")) for r in running[:HOST_RUNNING_SHOWN])
+        if len(running) > HOST_RUNNING_SHOWN or host.get("running_cut"):
+            links += " &#8230;"
+        rows.append(
+            '<tr class="host">'
+            f"<td><code>{esc(host.get('host'))}</code></td>"
+            f"<td>{', '.join(f'<code>{esc(t)}</code>' for t in types) or esc(None)}</td>"
+            f"<td>{esc(host.get('concurrency'))}</td><td>{esc(host.get('busy'))}</td>"
+            f"<td>{esc(host.get('claimed'))}</td><td>{links or esc(None)}</td>"
+            f"<td>{_when(host.get('last_beat'), now)}</td>"
+            f'<td class="state {css}">{esc(status)}</td></tr>')
+    more = (f'<p class="meta">{esc(len(hosts) - MAX_HOSTS)} more hosts: see <a href="/_workers">_workers</a>.</p>'
+            if len(hosts) > MAX_HOSTS else "")
+    return ('<section id="hosts"><h2>Worker hosts</h2><table id="hosts-table"><thead><tr><th>host</th>'
+            "<th>types</th><th>concurrency</th><th>busy</th><th>claimed</th><th>running</th><th>last beat</th>"
+            f"<th>alive</th></tr></thead><tbody>{''.join(rows)}</tbody></table>{more}</section>")
+
+
+# ------------------------------------------------------------ a job's page
+#: Keys of a job view the page shows in its own places (any other is listed as it comes).
+_SHOWN = {"id", "state", "scheduled_time", "attempt", "max_attempts", "outcome", "progress", "error", "last_error",
+          "errors", "worker", "started", "ended", "data", "result", "type", "claimed"}
+#: The notice shown after an action (the query's ``done``: only these words, never echoed).
+NOTICES = {"retried": "Retried: the job was put back, with a fresh attempt count.",
+           "cancelled": "Cancelled: the job was removed (a running handler sees ctx.stopping)."}
+
+
+def _pretty(value: Any) -> str:
+    text = json.dumps(value, indent=2, sort_keys=True, default=str, ensure_ascii=False)
+    if len(text) > MAX_SHOWN:
+        text = text[:MAX_SHOWN] + "\n... (cut: the whole value is in the JSON view)"
+    return f"<pre>{esc(text)}</pre>"
+
+
+def _error_entry(entry: Mapping[str, Any], now: float) -> str:
+    head = []
+    if entry.get("attempt") is not None:
+        head.append(f"attempt {esc(entry.get('attempt'))}")
+    if entry.get("at") is not None:
+        head.append(_when(entry.get("at"), now))
+    what = f"<code>{esc(entry.get('type'))}</code>: {esc(entry.get('message'))}"
+    trace = entry.get("traceback")
+    trace_html = (f"<details><summary>traceback</summary><pre>{esc(str(trace)[:MAX_SHOWN])}</pre></details>"
+                  if trace else "")
+    return f'<li class="job-error">{" · ".join(head) + ": " if head else ""}{what}{trace_html}</li>'
+
+
+def _errors(view: Mapping[str, Any], now: float) -> str:
+    """Every failed attempt's error (``errors``, newest first), else the last error alone."""
+    errors = view.get("errors")
+    entries = [e for e in errors if isinstance(e, Mapping)] if isinstance(errors, list) else []
+    last = view.get("last_error")
+    if not entries and isinstance(last, Mapping):
+        entries = [last]
+    elif not entries and last is not None:
+        entries = [{"message": last}]
+    if not entries:
+        return '<p class="empty">No error.</p>'
+    return f'<ol id="errors" reversed>{"".join(_error_entry(e, now) for e in reversed(entries))}</ol>'
+
+
+def _action(path: str, action: str, label: str, csrf: str, extra: Mapping[str, str] | None = None) -> str:
+    hidden = "".join(f'<input type="hidden" name="{esc(k)}" value="{esc(v)}">'
+                     for k, v in {"csrf": csrf, **(extra or {})}.items())
+    return (f'<form method="post" action="{esc(path + "/" + action)}">{hidden}'
+            f'<button type="submit" class="{esc(action.strip("_"))}">{esc(label)}</button></form>')
+
+
+def job_page(*, node: str, job_type: str, view: Mapping[str, Any], csrf: str, now: float | None = None,
+             done: str | None = None) -> str:
+    """The page of one queue job (``overview.job_view``), with its retry or cancel buttons.
+
+    Args:
+        node: this node's name.
+        job_type, view: the job's type and view (its data and result whole).
+        csrf: the token the forms carry (:meth:`actors.http.auth.Auth.csrf_token`).
+        done: the action just taken (a key of :data:`NOTICES`, else ignored).
+    """
+    now = time.time() if now is None else now
+    job_id = view.get("id")
+    path = job_path(job_type, job_id) or "/_utils/"
+    state = str(view.get("state"))
+    finished = state == "finished"
+    if finished:
+        actions = (_action(path, "_retry", "Retry", csrf)
+                   + _action(path, "_cancel", "Delete", csrf, {"was": "finished"}))
+        hint = "Retry puts the job back with a fresh attempt count; Delete removes it and its result."
+    else:
+        actions = _action(path, "_cancel", "Cancel", csrf, {"was": "unfinished"})
+        hint = "Cancel removes the job; a running handler sees ctx.stopping and should return."
+    outcome = view.get("outcome")
+    shown_state = f"{state} ({outcome})" if finished and outcome else state
+    # the class is a known word, never user data
+    css = state if state in ("pending", "claimed", "running") else "failed" if outcome == "failed" else "completed"
+    facts = [("type", f"<code>{esc(job_type)}</code>"), ("id", f"<code>{esc(job_id)}</code>"),
+             ("state", f'<span class="state {css}" id="job-state">{esc(shown_state)}</span>'),
+             ("attempts", _attempt(view)), ("outcome", esc(outcome)),
+             ("worker", f"<code>{esc(view.get('worker'))}</code>"),
+             ("scheduled", "at once" if view.get("scheduled_time") == 0  # due when added
+              else _when(view.get("scheduled_time"), now)), ("started", _when(view.get("started"), now)),
+             ("ended", _when(view.get("ended"), now)),
+             ("progress", f"<code>{esc(view.get('progress') or None)}</code>")]
+    facts += [(str(key), f"<code>{esc(value)}</code>") for key, value in view.items() if key not in _SHOWN]
+    notice = f'<p class="notice" id="notice">{esc(NOTICES[done])}</p>' if done in NOTICES else ""
+    result = f"<h2>Result</h2>{_pretty(view.get('result'))}" if finished and outcome != "failed" else ""
+    json_path = f"/_jobs/{quote(job_type, safe='')}/{quote(str(job_id), safe='')}"
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f'<meta name="referrer" content="no-referrer"><title>{esc(TITLE)}: job</title><style>{STYLE}</style></head>'
+        f'<body><header><p class="meta"><a href="/_utils/">&#8592; status</a> · node <code>{esc(node)}</code> · '
+        f'as of <time>{esc(time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now)))}</time> · '
+        f'<a href="{esc(path)}">reload</a></p>'
+        f"<h1>Job <code>{esc(job_id)}</code></h1></header>{notice}"
+        f'<section id="job"><dl>{"".join(f"<dt>{esc(k)}</dt><dd>{v}</dd>" for k, v in facts)}</dl>'
+        f'<div id="actions">{actions}<p class="meta">{esc(hint)}</p></div></section>'
+        f'<section id="data"><h2>Data</h2>{_pretty(view.get("data"))}</section>'
+        f"{result}"
+        f'<section id="job-errors"><h2>Errors</h2>{_errors(view, now)}</section>'
+        f'<p class="meta">The same as JSON: <a href="{esc(json_path)}">{esc(json_path)}</a>.</p>'
+        "</body></html>\n")
+
+
+def missing_job_page(*, node: str, job_type: str, job_id: str, done: str | None = None) -> str:
+    """The page of a job that does not exist (removed, or never added), for a browser."""
+    notice = f'<p class="notice" id="notice">{esc(NOTICES[done])}</p>' if done in NOTICES else ""
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f'<meta name="referrer" content="no-referrer"><title>{esc(TITLE)}: no such job</title>'
+        f'<style>{STYLE}</style></head><body><p class="meta"><a href="/_utils/">&#8592; status</a> · '
+        f'node <code>{esc(node)}</code></p><h1>No job <code>{esc(job_id)}</code></h1>{notice}'
+        f'<p id="missing">The type <code>{esc(job_type)}</code> has no job <code>{esc(job_id)}</code>: it was '
+        "removed (cancelled, or pruned), or never added.</p></body></html>\n")
+
+
 def _pager(skip: int, limit: int, more: bool) -> str:
     links = []
     if skip > 0:
@@ -224,7 +495,8 @@ def _pager(skip: int, limit: int, more: bool) -> str:
 def render(*, node: str, version: str, jobs_total: int, jobs: list[Mapping[str, Any]], docs_total: int,
            docs: list[Mapping[str, Any]], skip: int, limit: int, docs_error: str | None = None,
            now: float | None = None, queue: Mapping[str, Any] | None = None,
-           queue_error: str | None = None) -> str:
+           queue_error: str | None = None, throughput: Mapping[str, Any] | None = None,
+           hosts: list[Mapping[str, Any]] | None = None, hosts_error: str | None = None) -> str:
     """The whole page.
 
     Args:
@@ -237,6 +509,10 @@ def render(*, node: str, version: str, jobs_total: int, jobs: list[Mapping[str, 
         now: wall-clock seconds shown as the page's time.
         queue, queue_error: the queue's status (``overview.queue_status``),
             or why it could not be read.
+        throughput: the node's readings (:meth:`actors.http.throughput.Sampler.snapshot`),
+            None when it reads none.
+        hosts, hosts_error: the worker hosts (``hosts.list_hosts``), or why
+            they could not be read.
     """
     now = time.time() if now is None else now
     stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now))
@@ -250,6 +526,8 @@ def render(*, node: str, version: str, jobs_total: int, jobs: list[Mapping[str, 
         f'<p class="meta">node <code id="node">{esc(node)}</code> · CouchDB API {esc(version)} · '
         f'as of <time id="generated">{esc(stamp)}</time> · <a href="/_utils/">reload</a></p></header>'
         f"{queue_section(queue, now, queue_error)}"
+        f"{charts_section(throughput, now)}"
+        f"{hosts_section(hosts, now, hosts_error if hosts_error is not None else queue_error)}"
         f'<section id="jobs"><h2>Scheduler jobs <span class="meta">({esc(len(jobs))} shown of '
         f'<span id="jobs-total">{esc(jobs_total)}</span>, from {esc(skip)})</span></h2>{jobs_table(jobs)}</section>'
         f'<section id="docs"><h2>Documents <span class="meta">({esc(len(docs))} shown of '

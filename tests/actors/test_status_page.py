@@ -23,6 +23,7 @@ import requests
 
 import fdblayer
 from actors import jobs
+from actors.http.server import http_children
 from actors.node.config import Config
 from actors.node.root import ROOT_FLAGS, root_children
 from actors.scheduler.client import SchedulerClient
@@ -40,12 +41,23 @@ DOC_ID = "doc<b>bold</b>&co"
 TITLE = "<title>otpjobs status</title>"
 #: The queue type a pool of the node serves with :func:`queue_handler`.
 QTYPE = "mail"
+#: Seconds between two readings of the queue's counters (the charts' points) on the test nodes.
+SAMPLE_INTERVAL = 0.25
 
 
-def queue_handler(ctx) -> None:
-    """A pool's handler: fails with markup in its error, or holds its job with markup in its progress."""
-    if ctx.data.get("mode") == "fail":
+def queue_handler(ctx) -> dict | None:
+    """A pool's handler: fails with markup in its error (``fail``; ``fail_once``: the first time
+    only, its ``marker`` file then written), succeeds at once (``quick``), or holds its job
+    with markup in its progress until stopped."""
+    mode = ctx.data.get("mode")
+    if mode == "fail":
         raise ValueError(CRASH_REASON)
+    if mode == "fail_once" and not os.path.exists(ctx.data["marker"]):
+        with open(ctx.data["marker"], "w"):
+            pass
+        raise ValueError(CRASH_REASON)
+    if mode in ("quick", "fail_once"):
+        return {"done": INJECTED}
     ctx.progress(step=INJECTED)
     deadline = time.monotonic() + 120
     while not ctx.stopping and time.monotonic() < deadline:
@@ -58,9 +70,12 @@ def crash_with_markup(ctx) -> None:
 
 
 class FullNode(HttpNode):
-    """HttpNode's helpers on a whole node (queue, scheduler, doc processor, HTTP)."""
+    """HttpNode's helpers on a whole node (queue, scheduler, doc processor, HTTP, a worker pool
+    serving :data:`QTYPE`), its listener reading the queue's counters every ``sample_interval``
+    seconds, with the admins of ``config_path`` (none: admin party) and the session ``secret``."""
 
-    def __init__(self, store_dir: str) -> None:  # noqa: D107 - HttpNode's, with root_children
+    def __init__(self, store_dir: str, config_path: str | None = None, secret: str | None = None,
+                 sample_interval: float = SAMPLE_INTERVAL) -> None:  # noqa: D107 - HttpNode's, with root_children
         config = Config()
         self.port = free_port()
         for key, value in (("port", self.port), ("http_port", 0),  # 0: any free port, no race
@@ -71,8 +86,10 @@ class FullNode(HttpNode):
         config.set("replicator", "stores", "http://")
         config.workers[QTYPE] = f"{__name__}:queue_handler"
         self.store_url = f"sqlite:///{store_dir}/store.db"
-        self.secret = None
-        self.node = start_node(self.port, ROOT_FLAGS, root_children(config))
+        self.secret = secret
+        listener = http_children(config, config_path=config_path, secret=secret, sample_interval=sample_interval)
+        specs = [listener[0] if spec.id == "http_server" else spec for spec in root_children(config)]
+        self.node = start_node(self.port, ROOT_FLAGS, specs)
         self.client = self.node.client()
         self.s = SchedulerClient(self.client)
         self.http_port = self.http_info()["port"]
@@ -167,6 +184,112 @@ def test_the_page_allows_no_script(n) -> None:
     csp = r.headers["Content-Security-Policy"]
     assert "default-src 'none'" in csp and "script-src" not in csp and "unsafe-inline" not in csp
     assert r.headers["X-Content-Type-Options"] == "nosniff" and r.headers["X-Frame-Options"] == "DENY"
+
+
+def _chart(text: str, job_type: str) -> dict:
+    """The chart of ``job_type`` on the page: its totals and each polyline's points."""
+    section = re.search(r'<section id="throughput">.*?</section>', text).group(0)
+    for figure in re.findall(r'<figure class="type-chart">.*?</figure>', section):
+        if f"<figcaption><code>{job_type}</code>" in figure:
+            totals = {k: int(v) for k, v in re.findall(r'<span class="total-(\w+)">(\d+)</span>', figure)}
+            lines = {css: [tuple(map(float, p.split(","))) for p in points.split()]
+                     for css, points in re.findall(r'<polyline class="(\w+)"[^>]* points="([^"]*)"/>', figure)}
+            svg = re.search(r"<svg [^>]*>", figure).group(0)
+            return {"totals": totals, "lines": lines, "svg": svg, "figure": figure}
+    raise AssertionError(f"no chart of {job_type!r} in {section[:3000]}")
+
+
+def _samples(text: str) -> int:
+    return int(re.search(r'<span id="samples">(\d+)</span>', text).group(1))
+
+
+def test_the_charts_count_the_jobs_that_succeed_and_fail_per_reading(n) -> None:
+    start = _samples(page(n).text)
+    db = fdblayer.open(n.store_url)
+    try:
+        for i in range(3):
+            jobs.enqueue(db, QTYPE, {"mode": "quick"}, id=f"quick-{i}")
+        jobs.enqueue(db, QTYPE, {"mode": "fail"}, id="fails-again", max_attempts=1)
+    finally:
+        db.close()
+    # within the chart's window (60 readings), the differences add up to what finished since the first reading
+    wait_until(lambda: _chart(page(n).text, QTYPE)["totals"].get("succeeded") == 3, 10, "three successes charted")
+    chart = _chart(page(n).text, QTYPE)
+    assert chart["totals"]["failed"] >= 1  # this failure (and the fixture's, if read before it)
+    assert _samples(page(n).text) > start
+    assert 'viewBox="0 0 ' in chart["svg"] and 'role="img"' in chart["svg"]
+    # once more than 61 readings were taken of the type, exactly 60 differences are drawn, the newest at the right
+    wait_until(lambda: _samples(page(n).text) >= start + 62, 60, "62 more readings")
+    chart = _chart(page(n).text, QTYPE)
+    assert 'data-points="60"' in chart["svg"]
+    for css in ("succeeded", "failed"):
+        xs = [x for x, _ in chart["lines"][css]]
+        assert len(xs) == 60 and xs == sorted(xs) and xs[-1] > xs[0]
+    assert chart["totals"]["succeeded"] == 0  # the quick jobs finished more than 60 readings ago
+    assert "<h2>Jobs finished per 0.25 s, last 15 s</h2>" in page(n).text
+
+
+def test_the_hosts_section_lists_the_running_host(n) -> None:
+    workers = n.request("GET", "/_workers").json()["hosts"]
+    assert len(workers) == 1
+    section = re.search(r'<section id="hosts">.*?</section>', page(n).text).group(0)
+    rows = re.findall(r'<tr class="host">(.*?)</tr>', section)
+    assert len(rows) == 1
+    cells = re.findall(r"<td[^>]*>(.*?)</td>", rows[0])
+    assert cells[0] == f"<code>{workers[0]['host']}</code>" and cells[1] == f"<code>{QTYPE}</code>"
+    assert cells[2] == "4" and int(cells[3]) >= 1 and cells[4].isdigit()   # concurrency, busy, claimed
+    held = f'<a href="/_utils/jobs/{QTYPE}/{quote(INJECTED, safe="")}"><code>{INJECTED_TEXT}</code></a>'
+    assert held in cells[5]                                                 # the running job, linked
+    assert cells[6].endswith(" ago</time>") and cells[7] == "alive"
+
+
+def test_every_queue_job_links_to_its_page(n) -> None:
+    section = re.search(r'<section id="queues">.*?</section>', page(n).text).group(0)
+    for table, job_id in (("running", INJECTED), ("failures", "failing"), ("delayed", "later")):
+        rows = re.search(rf'<table id="{table}-table">.*?</table>', section).group(0)
+        ids = re.findall(r'<td class="id">(.*?)</td>', rows)
+        assert ids and all(cell.startswith('<a href="/_utils/jobs/') for cell in ids), rows
+        link = f'/_utils/jobs/{QTYPE}/{quote(job_id, safe="")}'
+        assert f'<a href="{link}">' in rows
+        assert page(n, link).status_code == 200
+
+
+def test_the_job_page_shows_data_state_attempts_errors_and_times(n) -> None:
+    r = page(n, f"/_utils/jobs/{QTYPE}/failing")
+    assert r.status_code == 200 and r.headers["Content-Type"] == "text/html; charset=utf-8"
+    csp = r.headers["Content-Security-Policy"]
+    assert "default-src 'none'" in csp and "script-src" not in csp and "form-action 'self'" in csp
+    assert csp.replace("form-action 'self'", "form-action 'none'") == page(n).headers["Content-Security-Policy"]
+    text = r.text
+    assert '<span class="state failed" id="job-state">finished (failed)</span>' in text
+    facts = dict(re.findall(r"<dt>(.*?)</dt><dd>(.*?)</dd>", text))
+    assert facts["attempts"] == "1/1" and facts["outcome"] == "failed"
+    assert facts["scheduled"] == "at once" and "in 30 min</time>" in page(n, f"/_utils/jobs/{QTYPE}/later").text
+    for when in ("started", "ended"):
+        assert facts[when].endswith(" ago</time>"), facts
+    assert "&quot;mode&quot;: &quot;fail&quot;" in text  # the data, as JSON text
+    errors = re.search(r'<ol id="errors" reversed>(.*?)</ol>', text, re.S).group(1)
+    assert errors.count('<li class="job-error">') == 1
+    assert "<code>ValueError</code>: &lt;img src=x onerror=" in errors
+    assert "<details><summary>traceback</summary><pre>Traceback (most recent call last):" in errors
+    assert 'action="/_utils/jobs/mail/failing/_retry"' in text and 'class="retry">Retry</button>' in text
+    assert re.search(r'<input type="hidden" name="csrf" value="[0-9a-f]+\.[\w-]+">', text)
+    # the running job: markup in its id, data and progress all shown as text, a cancel button
+    held = page(n, f"/_utils/jobs/{QTYPE}/{quote(INJECTED, safe='')}").text
+    assert held.lower().count("<script") == 0 and f"<h1>Job <code>{INJECTED_TEXT}</code></h1>" in held
+    assert '<span class="state running" id="job-state">running</span>' in held
+    assert 'class="cancel">Cancel</button>' in held and "_retry" not in held
+    assert INJECTED_TEXT.replace("&quot;", "\\&quot;") in held  # the progress, escaped as JSON text
+
+
+def test_a_missing_job_or_type_is_a_404(n) -> None:
+    for path in (f"/_utils/jobs/{QTYPE}/nope", "/_utils/jobs/no-type/x", "/_utils/jobs/mail",
+                 f"/_utils/jobs/{QTYPE}/failing/_other"):
+        r = page(n, path)
+        assert r.status_code == 404 and r.json()["error"] == "not_found", path
+    browser = page(n, f"/_utils/jobs/{QTYPE}/nope%3Cb%3E", headers={"Accept": "text/html"})
+    assert browser.status_code == 404 and "<h1>No job <code>nope&lt;b&gt;</code></h1>" in browser.text
+    assert requests.get(n.url + f"/_utils/jobs/{QTYPE}/failing/_retry", timeout=30).status_code == 405
 
 
 def test_index_html_redirect_head_paging_and_errors(n) -> None:
