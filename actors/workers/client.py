@@ -28,7 +28,7 @@ from fdblayer.jobs import activity, work
 from fdblayer.jobs.codec import decode_data
 from fdblayer.jobs.exceptions import InvalidArgument, JobFailed, NoTypeTimeout, NotFound
 from fdblayer.jobs.job import JobState
-from fdblayer.jobs.keys import DEFAULT_LAYOUT
+from fdblayer.jobs.keys import DEFAULT_LAYOUT, MAX_PRIORITY
 from fdblayer.jobs.work_record import FAILED, SUCCEEDED
 from fdblayer.jobs.validate import INT_MAX, check_id, check_key_size, check_timeout, check_type
 
@@ -74,6 +74,13 @@ def _sched_time(delay: Any, at: Any, now: float) -> int:
     return 0 if due <= now else math.ceil(due)
 
 
+def check_priority(value: Any) -> int:
+    """An int from 0 to :data:`~fdblayer.jobs.keys.MAX_PRIORITY`."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_PRIORITY:
+        raise InvalidArgument(f"priority must be an int from 0 (first) to {MAX_PRIORITY}, not {value!r:.80}")
+    return value
+
+
 def check_time_limit(value: Any) -> Optional[float]:
     """None, or seconds more than 0 and at most a year."""
     if value is None:
@@ -95,7 +102,8 @@ def check_max_attempts(value: Any) -> Optional[int]:
 
 def enqueue(db: Any, type: Any, data: Optional[dict] = None, *, id: Optional[str] = None,
             delay: Optional[float] = None, at: Optional[float] = None,
-            max_attempts: Optional[int] = None, timeout: Optional[float] = None) -> str:
+            max_attempts: Optional[int] = None, timeout: Optional[float] = None,
+            priority: int = 0) -> str:
     """Add a job for a worker pool; returns its id.
 
     Args:
@@ -110,6 +118,9 @@ def enqueue(db: Any, type: Any, data: Optional[dict] = None, *, id: Optional[str
         max_attempts: attempts before the job fails for good; None: the
             handler's declared default, else the host's (3 unless
             ``--max-attempts``).
+        priority: 0 (the default, first) to 9: among due jobs of the type a
+            lower number starts first, equal ones in due order (a hand-written
+            worker's ``accept`` sees only priority 0).
         timeout: seconds a run of this job may take (then its handler sees
             ``ctx.stopping``, and past the host's grace it is stopped: the
             attempt fails as ``JobTimeout``); None: the handler's declared
@@ -129,20 +140,22 @@ def enqueue(db: Any, type: Any, data: Optional[dict] = None, *, id: Optional[str
     sched_time = _sched_time(delay, at, time.time())
     max_attempts = check_max_attempts(max_attempts)
     time_limit = check_time_limit(timeout)
+    priority = check_priority(priority)
     encoded = _encode({} if data is None else data, type, job_id)
-    _declare_and_enqueue(db, type, job_id, encoded, sched_time, max_attempts, time_limit)
+    _declare_and_enqueue(db, type, job_id, encoded, sched_time, max_attempts, time_limit, priority)
     return job_id
 
 
 
 @transactional
 def _declare_and_enqueue(tr: Transaction, job_type: Any, job_id: str, encoded: bytes, sched_time: int,
-                         max_attempts: Optional[int], time_limit: Optional[float] = None) -> None:
+                         max_attempts: Optional[int], time_limit: Optional[float] = None,
+                         priority: int = 0) -> None:
     try:  # the add reads the type's timeout anyway: declare only when it says there is none
-        work.enqueue(tr, DEFAULT_LAYOUT, job_type, job_id, encoded, sched_time, max_attempts, time_limit)
+        work.enqueue(tr, DEFAULT_LAYOUT, job_type, job_id, encoded, sched_time, max_attempts, time_limit, priority)
     except NoTypeTimeout:  # raised before anything is written
         declare_type(tr, job_type)
-        work.enqueue(tr, DEFAULT_LAYOUT, job_type, job_id, encoded, sched_time, max_attempts, time_limit)
+        work.enqueue(tr, DEFAULT_LAYOUT, job_type, job_id, encoded, sched_time, max_attempts, time_limit, priority)
 
 
 def declare_type(tr: Transaction, job_type: Any, timeout: float = DEFAULT_TYPE_TIMEOUT) -> bool:
