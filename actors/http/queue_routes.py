@@ -8,13 +8,16 @@
   max_attempts, outcome, progress, error, last_error, worker, started,
   ended`` and its data cut to a preview (see ``fdblayer.jobs.overview``).
 * ``GET /_jobs/{type}/{id}``: one job whole, with its result.
-* ``POST /_jobs/{type}`` ``{"data", "id"?, "delay"?, "at"?, "max_attempts"?}``
+* ``POST /_jobs/{type}`` ``{"data", "id"?, "delay"?, "at"?, "max_attempts"?,
+  "priority"?, "timeout"?}``
   adds a job for the worker pools (201 ``{"ok": true, "id"}``; an id that
   exists follows the queue's resubmit rules; a type with no activity
   timeout yet is declared with the default, 30 s, in the same transaction,
   as ``jobs.enqueue`` does, so a producer needs no worker up first); ``DELETE /_jobs/{type}/{id}``
   removes one; ``POST /_jobs/{type}/{id}/_retry`` puts a finished (or
-  failed) job back with a fresh attempt count (409 for a job not finished).
+  failed) job back with a fresh attempt count (409 for a job not finished);
+  ``POST /_jobs/{type}/_pause`` and ``/_resume`` pause and resume a type
+  (``{"ok", "paused", "was_paused"}``; 404 for an unknown type).
   Validated as the Python API is: a bad field is a 400 that writes nothing.
 * ``GET /_workers``: ``{"hosts": [...]}``, each worker host's last heartbeat
   (``host, pid, concurrency, types, workers, busy, running: [{type, id,
@@ -33,7 +36,7 @@ from fdblayer.jobs import activity, hosts, overview
 from fdblayer.jobs.keys import DEFAULT_LAYOUT
 
 __all__ = ["MAX_LIMIT", "DEFAULT_LIMIT", "jobs_route", "workers_route", "queue_status", "retry", "job_action",
-           "job_view", "hosts_status"]
+           "reserved", "job_view", "hosts_status"]
 
 #: Jobs a page shows at most, and by default.
 MAX_LIMIT = 1000
@@ -77,11 +80,16 @@ def jobs_write_route(req: Any, seg: list[str], store: Callable[[], Any],
     try:
         if req.method == "POST" and len(seg) == 1:
             body = req.json()
-            if not isinstance(body, dict) or set(body) - {"data", "id", "delay", "at", "max_attempts"}:
-                raise InvalidArgument("the body must be a JSON object of data, id, delay, at and max_attempts")
+            fields = {"data", "id", "delay", "at", "max_attempts", "priority", "timeout"}
+            if not isinstance(body, dict) or set(body) - fields:
+                raise InvalidArgument(f"the body must be a JSON object of {', '.join(sorted(fields))}")
             job_id = client.enqueue(db, job_type, body.get("data"), id=body.get("id"), delay=body.get("delay"),
-                                    at=body.get("at"), max_attempts=body.get("max_attempts"))
+                                    at=body.get("at"), max_attempts=body.get("max_attempts"),
+                                    priority=body.get("priority", 0), timeout=body.get("timeout"))
             return 201, {"ok": True, "id": job_id}
+        if req.method == "POST" and len(seg) == 2 and seg[1] in ("_pause", "_resume"):
+            was = (client.pause if seg[1] == "_pause" else client.resume)(db, job_type)
+            return 200, {"ok": True, "paused": seg[1] == "_pause", "was_paused": was}
         if req.method == "DELETE" and len(seg) == 2:
             api.remove(db, job_type, seg[1])
             return 200, {"ok": True}
@@ -112,7 +120,8 @@ def retry(db: Any, job_type: str, job_id: str, error: Callable[..., Exception]) 
         raise NotFound(f"no job {job_id!r} of type {job_type!r}")
     if view["state"] != "finished":
         raise error(409, "conflict", f"job {job_id!r} is {view['state']}: only a finished job is retried")
-    client.enqueue(db, job_type, view["data"], id=job_id, max_attempts=view["max_attempts"])
+    client.enqueue(db, job_type, view["data"], id=job_id, max_attempts=view["max_attempts"],
+                   priority=view.get("priority") or 0)
 
 
 def job_action(db: Any, job_type: str, job_id: str, action: str, was: str | None,
@@ -128,6 +137,8 @@ def job_action(db: Any, job_type: str, job_id: str, action: str, was: str | None
     from fdblayer.jobs import api
     from fdblayer.jobs.exceptions import InvalidArgument, NotFound, NoTypeTimeout
 
+    if reserved(job_type):
+        raise error(403, "forbidden", reserved(job_type))
     if activity.get_type_timeout(db, DEFAULT_LAYOUT, job_type) is None:
         raise error(404, "not_found", f"no job type {job_type!r} (a type has an activity timeout)")
     try:
@@ -144,6 +155,16 @@ def job_action(db: Any, job_type: str, job_id: str, action: str, was: str | None
         raise error(404, "not_found", f"no job {job_id!r} of type {job_type!r}") from None
     except InvalidArgument as exc:
         raise error(400, "bad_request", exc.message) from None
+
+
+def reserved(job_type: str) -> str | None:
+    """Why the status page's buttons may not act on jobs of ``job_type`` (None: they may)."""
+    from fdblayer.docs import DOCS_TYPE
+
+    if job_type == DOCS_TYPE:  # a document's ownership: its job comes and goes with the document
+        return (f"the jobs of {DOCS_TYPE!r} are the nodes' hold on the _replicator documents: "
+                "change or delete the document instead")
+    return None
 
 
 def job_view(db: Any, job_type: str, job_id: str) -> dict | None:

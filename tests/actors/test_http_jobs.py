@@ -136,6 +136,22 @@ def test_a_post_on_a_new_type_declares_it_with_the_default_timeout(filled):
     assert get(node, "/_jobs/fresh-over-http/first")["state"] == "pending"
 
 
+def test_priority_timeout_and_pause_over_http(filled):
+    node, db = filled
+    jobs.set_type_timeout(db, "prio-http", 30)
+    reply = node.request("POST", "/_jobs/prio-http", {"data": {}, "id": "p", "priority": 3, "timeout": 5})
+    assert reply.status == 201 and get(node, "/_jobs/prio-http/p")["priority"] == 3
+    assert node.request("POST", "/_jobs/prio-http", {"data": {}, "priority": 10}).status == 400
+    assert node.request("POST", "/_jobs/prio-http", {"data": {}, "timeout": -1}).status == 400
+    paused = node.request("POST", "/_jobs/prio-http/_pause")
+    assert paused.status == 200 and paused.json() == {"ok": True, "paused": True, "was_paused": False}
+    assert {t["type"]: t for t in get(node, "/_jobs")["types"]}["prio-http"]["paused"] is True
+    assert node.request("POST", "/_jobs/prio-http/_resume").json()["was_paused"] is True
+    assert {t["type"]: t for t in get(node, "/_jobs")["types"]}["prio-http"]["paused"] is False
+    assert node.request("POST", "/_jobs/no-such-type/_pause").status == 404
+    assert jobs.get_type_timeout(db, "no-such-type") is None
+
+
 def test_add_remove_and_retry_over_http(filled):
     node, db = filled
     jobs.set_type_timeout(db, "httpjobs", 30)
