@@ -3,9 +3,13 @@
 Principle: nothing a file says is trusted enough to signal a process; only
 what the kernel says is. A node is recorded in ``<runtime dir>/node-<port>.json``::
 
-    {"version": 2, "nonce", "boot_id", "port",
-     "owner", "owner_start", "die_with_owner",     # the process that started it
-     "pid", "pid_start", "admin_pid", "admin_start", "pgid"}   # once it is up
+    {"version": 2, "nonce", "boot_id", "port", "die_with_owner",
+     "owner", "owner_start",                                   # the process that started it
+     "pid", "pid_start", "admin_pid", "admin_start", "pgid"}   # its node supervisor, admin, group
+
+(while the node starts, the file names its starter as ``starter`` and
+``starter_start`` and nothing else: a record with an ``owner`` is a node
+that is up)
 
 and the file carries an exclusive ``flock`` for the node's whole life: it is
 created and locked before the actor system forks, so the admin, its logger
@@ -145,7 +149,7 @@ def open_private(path: str | Path) -> int:
 
 # ------------------------------------------------------------ a node's file
 def owner_record(die_with_owner: bool) -> dict:
-    """The first record of a starting node: this process as its owner."""
+    """The record of a node this process starts, as its owner (see :func:`claim`)."""
     pid = os.getpid()
     return {"version": VERSION, "nonce": secrets.token_hex(8), "boot_id": boot_id(), "owner": pid,
             "owner_start": start_time(pid), "die_with_owner": die_with_owner}
@@ -153,6 +157,9 @@ def owner_record(die_with_owner: bool) -> dict:
 
 def claim(port: int, record: dict) -> int:
     """Create the runtime file of ``port``, locked, holding ``record``.
+
+    The file names this process as the starter (``starter``,
+    ``starter_start``) until the full record is written.
 
     Returns:
         Its descriptor: keep it open while the node's processes fork (they
@@ -166,7 +173,8 @@ def claim(port: int, record: dict) -> int:
     fd = os.open(temporary, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # a new file: no one else has it
-        write(fd, dict(record, port=port))
+        starting = {k: v for k, v in record.items() if k not in ("owner", "owner_start")}
+        write(fd, dict(starting, port=port, starter=record.get("owner"), starter_start=record.get("owner_start")))
         os.link(temporary, directory / f"node-{port}.json")  # EEXIST if the name exists, even as a symlink
     except BaseException:
         os.close(fd)
@@ -254,13 +262,14 @@ def _parse(fd: int) -> dict | None:
     return record if isinstance(record, dict) else None
 
 
-_RECORDED = {"pid": ("pid", "pid_start"), "admin": ("admin_pid", "admin_start"), "owner": ("owner", "owner_start")}
+_RECORDED = {"pid": ("pid", "pid_start"), "admin": ("admin_pid", "admin_start"), "owner": ("owner", "owner_start"),
+             "starter": ("starter", "starter_start")}
 
 
 def recorded_alive(info: dict | None, who: str) -> bool:
     """True if the process recorded as ``who`` (``pid``: the node supervisor,
-    ``admin`` or ``owner``) is alive and is that process (same boot, same
-    start time)."""
+    ``admin``, ``owner`` or, while it starts, ``starter``) is alive and is
+    that process (same boot, same start time)."""
     if not info or info.get("boot_id") != boot_id():
         return False
     pid_key, start_key = _RECORDED[who]
@@ -416,7 +425,7 @@ def strangers(record: dict | None) -> bool:
     """True if a pid or process group a (dead node's) record names is in use
     now: by other processes, since the node's are gone."""
     record = record or {}
-    ids = [record.get(k) for k in ("pid", "admin_pid", "owner")]
+    ids = [record.get(k) for k in ("pid", "admin_pid", "owner", "starter")]
     if any(isinstance(pid, int) and pid > 0 and pid_alive(pid) for pid in ids):
         return True
     pgid = record.get("pgid")
@@ -426,4 +435,5 @@ def strangers(record: dict | None) -> bool:
 def describe(record: dict | None) -> str:
     """The recorded ids, for a log line."""
     record = record or {}
-    return " ".join(f"{k}={record.get(k)}" for k in ("pgid", "pid", "admin_pid", "owner"))
+    keys = ("pgid", "pid", "admin_pid", "owner") if "owner" in record or "starter" not in record else ("starter",)
+    return " ".join(f"{k}={record.get(k)}" for k in keys)

@@ -125,10 +125,10 @@ def _live(entry: runtime.Entry) -> bool:
     info = entry.info
     if info is None:
         return True  # unreadable while held: nothing is proven, nothing is done
+    if not entry.up:
+        return runtime.recorded_alive(info, "starter")
     if info.get("die_with_owner") and not runtime.recorded_alive(info, "owner"):
         return False
-    if not entry.up:
-        return True  # starting, its owner alive
     return runtime.recorded_alive(info, "pid") and runtime.recorded_alive(info, "admin") and port_open(entry.port)
 
 
@@ -172,8 +172,8 @@ def cleanup_stale(port: int) -> bool:
         return True
     if _live(entry):
         return False
-    owner = entry.info.get("owner") if runtime.recorded_alive(entry.info, "owner") else None
-    killed = runtime.kill_node_processes(entry, spare=[owner] if owner else [])
+    spare = [entry.info[k] for k in ("owner", "starter") if runtime.recorded_alive(entry.info, k)]
+    killed = runtime.kill_node_processes(entry, spare=spare)
     runtime.remove(entry)
     _wait_port_closed(port, 10.0)
     log.info("node_cleanup port=%s case=stale_killed killed=%d %s", port, len(killed),

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from supervision import RuntimeDirError, start_node, stop_node
+from supervision import NodeAlreadyRunning, RuntimeDirError, start_node, stop_node
 from supervision import runtime
 from supervision.procs import holds_file, pid_alive, proc_stat, signal_process, start_time
 from supervision.system import port_open
@@ -208,6 +208,23 @@ def test_a_holder_of_another_nodes_record_under_the_same_inode_is_not_killed(run
     finally:
         holder.kill()
         holder.wait()
+
+
+def test_a_node_starting_on_the_port_is_left_alone_and_the_port_refused(rundir):
+    port = free_port()
+    fd = runtime.claim(port, runtime.owner_record(True))  # a start under way (this process is its starter)
+    try:
+        record = runtime.read_runtime(port)
+        assert record["starter"] == os.getpid() and "owner" not in record, "no owner until it is up"
+        with pytest.raises(NodeAlreadyRunning, match="starting"):
+            start(port)
+        assert runtime.read_runtime(port) == record
+    finally:
+        os.close(fd)
+    assert runtime.examine(port).held is False
+    node = start(port)  # that start died: its file is cleared
+    assert stop_node(port)
+    assert node.pid
 
 
 def test_a_process_is_signalled_only_with_its_own_start_time(bystander):
