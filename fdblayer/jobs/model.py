@@ -54,13 +54,14 @@ from fdblayer.jobs.codec import (
 from fdblayer.jobs.exceptions import CorruptValue, Halt, JobsError, NotFound, NoTypeTimeout
 from fdblayer.jobs.job import Job, JobInfo, JobState, job_state
 from fdblayer.jobs.keys import DATA, JobType, Layout
-from fdblayer.jobs.tally import bump, stamp_watch
+from fdblayer.jobs.tally import Tally, bump, stamp_watch
 from fdblayer.jobs.work_record import FAILED, WorkRecord, claimed_only
 
 __all__ = [
     "add",
     "add_many",
     "remove",
+    "remove_value",
     "get_job_state_and_data",
     "get_job_states",
     "get_jobs",
@@ -193,21 +194,30 @@ def remove(tr: Transaction, layout: Layout, job_type: JobType, job_id: str) -> N
     current = rows.get_job_val(tr, key)
     if current is None:
         raise NotFound(_missing(job_type, job_id), job_type=job_type, job_id=job_id)
+    record = WorkRecord.unpack(tr.get(layout.work_key(job_type, job_id)), job_id)
+    remove_value(tr, layout, job_type, job_id, key, current, record)
+
+
+def remove_value(tr: Transaction, layout: Layout, job_type: JobType, job_id: str, key: bytes, current: JobValue,
+                 record: WorkRecord, tally: Optional[Tally] = None) -> None:
+    """:func:`remove` of a job whose DATA row (``current``, at ``key``) and
+    work record (``record``; a fresh one if it has none) ``tr`` has read;
+    counters and the watch bumped at once, or by ``tally`` (a batch)."""
+    tally = tally or Tally(tr, layout, deferred=False)
     state = job_state(current.lock, current.seq)
     if state is JobState.PENDING:
         pending.remove(tr, layout, job_type, job_id, current.sched_time, current.priority)
-    rows.clear_activity(tr, layout, job_type, current.seq)
+    rows.clear_activity(tr, layout, job_type, current.seq, tally)
     tr.clear(key)
-    bump(tr, layout, job_type, "jobs", -1)
-    work_key = layout.work_key(job_type, job_id)
+    tally.bump(job_type, "jobs", -1)
     if state is JobState.FINISHED:
-        finished.forget(tr, layout, job_type, job_id, tr.get(work_key))  # its retention key goes with it
-    if state is JobState.FINISHED and _failed(tr.get(work_key)):
-        bump(tr, layout, job_type, "failed", -1)
-    elif state is JobState.RUNNING and _claimed_only(tr.get(work_key)):
-        bump(tr, layout, job_type, "claimed", -1)
-    tr.clear(work_key)  # the worker pools' record goes with the job
-    stamp_watch(tr, layout, job_type)
+        finished.forget_record(tr, layout, job_type, job_id, record)  # its retention key goes with it
+        if record.outcome == FAILED:
+            tally.bump(job_type, "failed", -1)
+    elif state is JobState.RUNNING and claimed_only(record):
+        tally.bump(job_type, "claimed", -1)
+    tr.clear(layout.work_key(job_type, job_id))  # the worker pools' record goes with the job
+    tally.stamp(job_type)
 
 
 @transactional
@@ -477,11 +487,6 @@ def _missing(job_type: JobType, job_id: str) -> str:
 def _failed(raw_work: Optional[bytes]) -> bool:
     """True when a work record says the job failed for good."""
     return raw_work is not None and WorkRecord.unpack(raw_work).outcome == FAILED
-
-
-def _claimed_only(raw_work: Optional[bytes]) -> bool:
-    """True if a running job's pool record says it was claimed and has not started."""
-    return raw_work is not None and claimed_only(WorkRecord.unpack(raw_work))
 
 
 def _job_info(job_type: JobType, job_id: str, value: JobValue) -> JobInfo:

@@ -6,7 +6,7 @@ reads the oldest keys of one type and outcome that ended before a cutoff
 (one range read, only what it removes), reads those jobs' rows in its own
 transaction (so a job re-enqueued, retried or removed since conflicts or
 is seen as it is now), and removes each job that is still finished with
-that outcome and end time with :func:`fdblayer.jobs.model.remove` (its
+that outcome and end time with :func:`fdblayer.jobs.model.remove_value` (its
 DATA row, work record and counters, as any removal); every key it read
 goes, stale or not. Nothing pending or running is ever touched: a job is
 removed only when its own row says it is finished, in the removing
@@ -26,6 +26,7 @@ from fdblayer.interface import Database, Transaction, transactional
 from fdblayer.jobs import failures, finished, model, rows
 from fdblayer.jobs.job import JobState, job_state
 from fdblayer.jobs.keys import JobType, Layout
+from fdblayer.jobs.tally import Tally
 from fdblayer.jobs.work_record import FAILED, WorkRecord
 
 __all__ = ["BATCH", "prune_batch", "prune_type"]
@@ -46,7 +47,7 @@ def prune_batch(tr: Transaction, layout: Layout, job_type: JobType, outcome: str
     ids = [job_id for _, _, job_id in due]
     data_keys = [layout.data_key(job_type, job_id) for job_id in ids]
     raws = tr.get_many(data_keys + [layout.work_key(job_type, job_id) for job_id in ids])
-    removed, latest, seen = 0, None, set()
+    removed, latest, seen, tally = 0, None, set(), Tally(tr, layout)
     for n, (key, ended_ms, job_id) in enumerate(due):
         tr.clear(key)  # the job goes, or the key outlived it (stale): either way it is read once
         current = None if raws[n] is None else rows.job_val_or_none(data_keys[n], raws[n])
@@ -56,11 +57,12 @@ def prune_batch(tr: Transaction, layout: Layout, job_type: JobType, outcome: str
         if rec.outcome != outcome or rec.ended is None or finished.ms(rec.ended) != ended_ms:
             continue  # finished again since, or by another path: this key is stale
         seen.add(job_id)
-        model.remove(tr, layout, job_type, job_id)
+        model.remove_value(tr, layout, job_type, job_id, data_keys[n], current, rec, tally)
         if outcome == FAILED:
             failures.forget(tr, layout, job_type, job_id, rec.ended)
         removed += 1
         latest = ended_ms if latest is None else max(latest, ended_ms)
+    tally.write()
     if latest is not None:
         finished.mark_pruned(tr, layout, job_type, latest)
     return removed, len(due)
