@@ -695,14 +695,15 @@ class Dispatcher(GenServer):
         retention (``keep_finished``, ``keep_failed``): one batch per type
         and outcome, then again every :data:`PRUNE_EVERY` seconds (a
         quarter of the shortest retention if less, at least
-        :data:`PRUNE_MIN`), or :data:`PRUNE_AGAIN` after a full batch, so
-        that a backlog goes in bounded transactions with claims and
-        finishes between them."""
+        :data:`PRUNE_MIN`); after a full batch (a backlog) again soon, but
+        at most :data:`PRUNE_SHARE` of the dispatcher's time, so that a
+        backlog goes in bounded transactions with claims and finishes
+        between them."""
         from fdblayer.jobs import retention
 
         if all(seconds is None for seconds in self.keep.values()):
             return
-        more = False
+        more, began = False, time.monotonic()
         for job_type in [] if self.draining else self.order:
             try:
                 removed, full = retention.prune_type(self.db, DEFAULT_LAYOUT, job_type, self.keep, time.time(),
@@ -715,8 +716,9 @@ class Dispatcher(GenServer):
                 self.stats["pruned"] += removed
                 log.info("jobs_pruned host=%s type=%s count=%d", self.host, job_type, removed)
         shortest = min(seconds for seconds in self.keep.values() if seconds is not None)
-        self.start_timer(PRUNE_AGAIN if more else max(PRUNE_MIN, min(PRUNE_EVERY, shortest / 4)), self._prune,
-                         real=True)
+        took = time.monotonic() - began
+        self.start_timer(max(PRUNE_AGAIN, took / PRUNE_SHARE) if more else
+                         max(PRUNE_MIN, min(PRUNE_EVERY, shortest / 4)), self._prune, real=True)
 
     # ---------------------------------------------------------------- heartbeat
     def _beat(self) -> None:
@@ -884,10 +886,12 @@ class _Flush:
 
 
 #: Seconds between two prunes of a host's types at most and at least, and
-#: after a batch that was full (more may be due).
+#: after a batch that was full (more may be due) at least; while a backlog
+#: lasts, pruning takes at most this share of the dispatcher's time.
 PRUNE_EVERY = 60.0
 PRUNE_MIN = 1.0
 PRUNE_AGAIN = 0.2
+PRUNE_SHARE = 0.1
 
 
 def _retention(args: dict) -> dict:
