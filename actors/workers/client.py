@@ -55,7 +55,11 @@ def _check_db(db: Any, what: str) -> Database:
 
 
 def _seconds(value: Any, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+    try:
+        ok = not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value) and value >= 0
+    except OverflowError:  # an int beyond any float
+        ok = False
+    if not ok:
         raise InvalidArgument(f"{name} must be a finite number of seconds >= 0, not {value!r:.80}")
     return float(value)
 

@@ -108,6 +108,8 @@ def test_worker_calls_refuse_bad_arguments_and_write_nothing(w, call):
     lambda db: jobs.prune(db, T, -1),
     lambda db: jobs.prune(db, T, math.nan),
     lambda db: jobs.prune(db, T, math.inf),
+    lambda db: jobs.prune(db, T, 10 ** 400),
+    lambda db: jobs.enqueue(db, T, {}, delay=10 ** 400),
     lambda db: jobs.prune(db, T, "1"),
     lambda db: jobs.prune(db, T, True),
     lambda db: jobs.prune(db, None, -0.5),
