@@ -563,7 +563,8 @@ class App:
                                                                   job_id=job_id, done=done))
                 raise HttpError(404, "not_found", f"no job {job_id!r} of type {job_type!r}")
             return 200, FormHtml(status_page.job_page(
-                node=self.node, job_type=job_type, view=view, csrf=self.auth.csrf_token(req.user), done=done))
+                node=self.node, job_type=job_type, view=view, csrf=self.auth.csrf_token(req.user), done=done,
+                reserved=queue_routes.reserved(job_type)))
         if action not in ("_retry", "_cancel"):
             raise HttpError(404, "not_found", "missing")
         if req.method != "POST":

@@ -415,7 +415,7 @@ def _action(path: str, action: str, label: str, csrf: str, extra: Mapping[str, s
 
 
 def job_page(*, node: str, job_type: str, view: Mapping[str, Any], csrf: str, now: float | None = None,
-             done: str | None = None) -> str:
+             done: str | None = None, reserved: str | None = None) -> str:
     """The page of one queue job (``overview.job_view``), with its retry or cancel buttons.
 
     Args:
@@ -423,13 +423,16 @@ def job_page(*, node: str, job_type: str, view: Mapping[str, Any], csrf: str, no
         job_type, view: the job's type and view (its data and result whole).
         csrf: the token the forms carry (:meth:`actors.http.auth.Auth.csrf_token`).
         done: the action just taken (a key of :data:`NOTICES`, else ignored).
+        reserved: why the page may not act on the job (then it has no button), or None.
     """
     now = time.time() if now is None else now
     job_id = view.get("id")
     path = job_path(job_type, job_id) or "/_utils/"
     state = str(view.get("state"))
     finished = state == "finished"
-    if finished:
+    if reserved is not None:
+        actions, hint = "", reserved
+    elif finished:
         actions = (_action(path, "_retry", "Retry", csrf)
                    + _action(path, "_cancel", "Delete", csrf, {"was": "finished"}))
         hint = "Retry puts the job back with a fresh attempt count; Delete removes it and its result."

@@ -282,6 +282,19 @@ def test_the_job_page_shows_data_state_attempts_errors_and_times(n) -> None:
     assert INJECTED_TEXT.replace("&quot;", "\\&quot;") in held  # the progress, escaped as JSON text
 
 
+def test_the_documents_jobs_have_no_buttons_and_refuse_a_post(n) -> None:
+    held = n.request("GET", "/_jobs/_replicator_docs?state=running").json()["jobs"]
+    assert held, "the documents' jobs, held by this node's doc processor"
+    path = f"/_utils/jobs/_replicator_docs/{quote(held[0]['id'], safe='')}"
+    text = page(n, path).text
+    assert "<form" not in text and "hold on the _replicator documents" in text
+    token = re.search(r'name="csrf" value="([^"]+)"', page(n, f"/_utils/jobs/{QTYPE}/failing").text).group(1)
+    for action in ("_cancel", "_retry"):
+        r = requests.post(n.url + path + "/" + action, data={"csrf": token}, allow_redirects=False, timeout=30)
+        assert r.status_code == 403 and r.json()["error"] == "forbidden"
+    assert n.request("GET", f"/_jobs/_replicator_docs/{quote(held[0]['id'], safe='')}").status == 200
+
+
 def test_a_missing_job_or_type_is_a_404(n) -> None:
     for path in (f"/_utils/jobs/{QTYPE}/nope", "/_utils/jobs/no-type/x", "/_utils/jobs/mail",
                  f"/_utils/jobs/{QTYPE}/failing/_other"):
