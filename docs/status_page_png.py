@@ -3,10 +3,13 @@
 Starts a whole node (queue, worker pool, scheduler, doc processor, HTTP)
 on a temporary SQLite store, gives it a little of everything the page
 shows (queue types with running, failed and delayed jobs, scheduler jobs
-and replication documents), takes a screenshot with headless chromium
-(Debian's ``chromium``), and stops the node::
+and replication documents), keeps a trickle of emails going for
+``--minutes`` so that the per-type charts (one point per ``--sample-interval``
+seconds, a minute by default as on any node) have something to draw, takes
+a screenshot with headless chromium (Debian's ``chromium``), and stops the
+node::
 
-    .venv/bin/python docs/status_page_png.py [--out docs/status-page.png]
+    .venv/bin/python docs/status_page_png.py [--out docs/status-page.png] [--minutes 20]
 
 The node's processes fork from this one, so the sample handlers below are
 found as ``status_page_png:...`` (this directory is put on the path).
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -28,6 +32,7 @@ sys.path[:0] = [str(HERE.parent), str(HERE)]
 
 import fdblayer  # noqa: E402
 from actors import docs, jobs  # noqa: E402
+from actors.http.server import http_children  # noqa: E402
 from actors.node.config import Config  # noqa: E402
 from actors.node.root import ROOT_FLAGS, root_children  # noqa: E402
 from supervision import start_node  # noqa: E402
@@ -71,7 +76,19 @@ def wait(predicate, timeout: float, what: str) -> None:
         time.sleep(0.1)
 
 
-def fill(db, data_dir: Path, client_http) -> None:
+def trickle(db, seconds: float, rng: random.Random) -> None:
+    """Emails for ``seconds``: a few every 5 s, now and then one that bounces (twice, then failed)."""
+    deadline, n = time.monotonic() + seconds, 0
+    while time.monotonic() < deadline:
+        for _ in range(rng.choice((0, 1, 2, 2, 3, 4, 6))):
+            n += 1
+            jobs.enqueue(db, "emails", {"to": f"user{n}@example.com"})
+        if rng.random() < 0.08:
+            jobs.enqueue(db, "emails", {"to": f"bounce{n}@example.org"}, id=f"welcome-bounce{n}", max_attempts=2)
+        time.sleep(5)
+
+
+def fill(db, data_dir: Path, client_http, minutes: float) -> None:
     """Queue jobs of three types, two replication documents and a transient scheduler job."""
     for job_type in ("emails", "thumbnails"):
         jobs.set_type_timeout(db, job_type, 30)
@@ -79,8 +96,9 @@ def fill(db, data_dir: Path, client_http) -> None:
         jobs.enqueue(db, "emails", {"to": f"user{n}@example.com"})
     for n in range(2):
         jobs.enqueue(db, "emails", {"to": f"bounce{n}@example.org"}, id=f"welcome-bounce{n}", max_attempts=1)
+    trickle(db, minutes * 60, random.Random(29))
     wait(lambda: [(t["pending"], t["running"]) for t in client_http("GET", "/_jobs").json()["types"]
-                  if t["type"] == "emails"] == [(0, 0)], 30, "the quick emails done")
+                  if t["type"] == "emails"] == [(0, 0)], 60, "the quick emails done")
     for n, batch in enumerate((400, 250, 900)):  # long ones last: none holds up a quick one
         jobs.enqueue(db, "emails", {"to": f"list{n}@example.com", "batch": batch}, id=f"newsletter-{n}")
     for n, delay in enumerate((90, 600, 3600)):
@@ -102,6 +120,10 @@ def fill(db, data_dir: Path, client_http) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--out", default=str(HERE / "status-page.png"))
+    parser.add_argument("--minutes", type=float, default=20, help="how long emails trickle in before the shot")
+    parser.add_argument("--height", type=int, default=1900, help="the screenshot's height in pixels")
+    parser.add_argument("--sample-interval", type=float, default=60,
+                        help="seconds between two readings of the counters (a chart's points)")
     args = parser.parse_args()
     if not shutil.which(CHROMIUM):
         raise SystemExit(f"{CHROMIUM} is needed (Debian: apt-get install chromium)")
@@ -116,7 +138,9 @@ def main() -> int:
             config.set("node", key, value)
         config.set("replicator", "handlers", "status_page_png")
         config.workers["emails"] = "status_page_png:send_email"
-        node = start_node(port, ROOT_FLAGS, root_children(config))
+        listener = http_children(config, sample_interval=args.sample_interval)[0]
+        node = start_node(port, ROOT_FLAGS, [listener if spec.id == "http_server" else spec
+                                             for spec in root_children(config)])
         url = f"http://127.0.0.1:{http_port}"
 
         def http(method, path, body=None):
@@ -125,14 +149,14 @@ def main() -> int:
         try:
             wait(lambda: http("GET", "/_up").status_code == 200, 30, "the HTTP API")
             db = fdblayer.open(store)
-            fill(db, data_dir, http)
-            wait(lambda: [(t["running"], t["failed"]) for t in http("GET", "/_jobs").json()["types"]
-                          if t["type"] == "emails"] == [(3, 2)], 60, "the newsletters running, two failures")
+            fill(db, data_dir, http, args.minutes)
+            wait(lambda: [t["running"] for t in http("GET", "/_jobs").json()["types"]
+                          if t["type"] == "emails"] == [3], 60, "the newsletters running")
             wait(lambda: len(http("GET", "/_scheduler/jobs").json()["jobs"]) == 3, 60, "three scheduler jobs")
             time.sleep(2)  # a few progress reports and replication passes
             profile = data_dir / "chromium"
             subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-                            f"--user-data-dir={profile}", "--window-size=1280,1500",
+                            f"--user-data-dir={profile}", f"--window-size=1280,{args.height}",
                             f"--screenshot={os.path.abspath(args.out)}", url + "/_utils/"],
                            check=True, timeout=120, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                            start_new_session=True)
