@@ -43,7 +43,7 @@ def add_jobs(url: str, marker_dir: str) -> None:
     try:
         jobs.set_type_timeout(db, QTYPE, 30)
         jobs.enqueue(db, QTYPE, {"mode": "fail_once", "marker": os.path.join(marker_dir, "retry-me")},
-                     id="retry-me", max_attempts=1)
+                     id="retry-me", max_attempts=1, priority=3)
         jobs.enqueue(db, QTYPE, {"mode": "hold"}, id="hold-me")
         for job_id in ("later-1", "later-2"):
             jobs.enqueue(db, QTYPE, {"note": job_id}, id=job_id, delay=1800)
@@ -178,6 +178,7 @@ def test_with_admins_the_token_is_bound_to_the_admin_and_expires(a) -> None:
     r = post(a, "retry-me", "_retry", {"csrf": token}, headers=cookie)
     assert r.status_code == 303 and r.headers["Location"] == f"/_utils/jobs/{QTYPE}/retry-me?done=retried"
     wait_until(lambda: view(a, "retry-me", adm).json().get("outcome") == "succeeded", 60, "retry-me succeeded")
+    assert view(a, "retry-me", adm).json()["priority"] == 3  # kept by the page's retry
 
 
 def test_the_forms_carry_the_token_and_the_actions_are_post_only(n) -> None:
