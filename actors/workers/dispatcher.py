@@ -695,10 +695,11 @@ class Dispatcher(GenServer):
         retention (``keep_finished``, ``keep_failed``): one batch per type
         and outcome, then again every :data:`PRUNE_EVERY` seconds (a
         quarter of the shortest retention if less, at least
-        :data:`PRUNE_MIN`); after a full batch (a backlog) again soon, but
-        at most :data:`PRUNE_SHARE` of the dispatcher's time, so that a
-        backlog goes in bounded transactions with claims and finishes
-        between them."""
+        :data:`PRUNE_MIN`); after a full batch (a backlog) again soon: at
+        once on an idle host, else taking at most :data:`PRUNE_SHARE` of
+        the dispatcher's time, so that a backlog goes in bounded
+        transactions with claims and finishes between them and yields to
+        the queue's work."""
         from fdblayer.jobs import retention
 
         if all(seconds is None for seconds in self.keep.values()):
@@ -717,7 +718,8 @@ class Dispatcher(GenServer):
                 log.info("jobs_pruned host=%s type=%s count=%d", self.host, job_type, removed)
         shortest = min(seconds for seconds in self.keep.values() if seconds is not None)
         took = time.monotonic() - began
-        self.start_timer(max(PRUNE_AGAIN, took / PRUNE_SHARE) if more else
+        busy = bool(self.buffer) or bool(self._held()) or any(s.maybe_work for s in self.types.values())
+        self.start_timer(max(PRUNE_AGAIN, took / PRUNE_SHARE if busy else 0.0) if more else
                          max(PRUNE_MIN, min(PRUNE_EVERY, shortest / 4)), self._prune, real=True)
 
     # ---------------------------------------------------------------- heartbeat
@@ -887,11 +889,12 @@ class _Flush:
 
 #: Seconds between two prunes of a host's types at most and at least, and
 #: after a batch that was full (more may be due) at least; while a backlog
-#: lasts, pruning takes at most this share of the dispatcher's time.
+#: lasts on a busy host, pruning takes at most this share of the
+#: dispatcher's time.
 PRUNE_EVERY = 60.0
 PRUNE_MIN = 1.0
 PRUNE_AGAIN = 0.2
-PRUNE_SHARE = 0.1
+PRUNE_SHARE = 0.05
 
 
 def _retention(args: dict) -> dict:
