@@ -719,8 +719,13 @@ class Dispatcher(GenServer):
         shortest = min(seconds for seconds in self.keep.values() if seconds is not None)
         took = time.monotonic() - began
         busy = bool(self.buffer) or bool(self._held()) or any(s.maybe_work for s in self.types.values())
-        self.start_timer(max(PRUNE_AGAIN, took / PRUNE_SHARE if busy else 0.0) if more else
-                         max(PRUNE_MIN, min(PRUNE_EVERY, shortest / 4)), self._prune, real=True)
+        if not more:
+            wait = max(PRUNE_MIN, min(PRUNE_EVERY, shortest / 4))
+        elif busy:
+            wait = max(PRUNE_AGAIN, took / PRUNE_SHARE)
+        else:
+            wait = 0.0  # an idle host clears a backlog at once, a batch at a time (messages between)
+        self.start_timer(wait, self._prune, real=True)
 
     # ---------------------------------------------------------------- heartbeat
     def _beat(self) -> None:
@@ -887,14 +892,14 @@ class _Flush:
     """The dispatcher's message to itself: run one step."""
 
 
-#: Seconds between two prunes of a host's types at most and at least, and
-#: after a batch that was full (more may be due) at least; while a backlog
-#: lasts on a busy host, pruning takes at most this share of the
+#: Seconds between two prunes of a host's types at most and at least; on a
+#: busy host, while a backlog lasts (a batch was full), at least
+#: PRUNE_AGAIN and as much as keeps pruning to PRUNE_SHARE of the
 #: dispatcher's time.
 PRUNE_EVERY = 60.0
 PRUNE_MIN = 1.0
 PRUNE_AGAIN = 0.2
-PRUNE_SHARE = 0.05
+PRUNE_SHARE = 0.02
 
 
 def _retention(args: dict) -> dict:
