@@ -78,7 +78,7 @@ class CliNode:
             if not self.runtime.exists():
                 return None
             info = json.loads(self.runtime.read_text())
-            return info if info.get("owner") == self.proc.pid else None
+            return info if "pgid" in info and info.get("owner") == self.proc.pid else None
 
         self.info = wait_until(started, 60, f"node {self.name} to start", step=0.05)
         self.client = connect(self.port)

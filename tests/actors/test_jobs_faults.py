@@ -159,7 +159,7 @@ def start_cli_node(url: str, port: int, tmp_path, log_name: str):
         if not runtime.exists():
             return None
         info = json.loads(runtime.read_text())
-        return info if info.get("owner") == proc.pid else None
+        return info if "pgid" in info and info.get("owner") == proc.pid else None
 
     return proc, wait_until(started, 60, "the node to start", step=0.05)
 

@@ -275,7 +275,7 @@ class CliNode:
                 info = json.loads(runtime.read_text())
             except (FileNotFoundError, ValueError):
                 return None
-            return info if info.get("owner") == proc.pid else None
+            return info if "pgid" in info and info.get("owner") == proc.pid else None
 
         self.info = wait_until(started, timeout, "the node to start", step=0.05)
         self.pgids.add(self.pgid)

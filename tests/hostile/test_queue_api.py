@@ -86,7 +86,7 @@ COVERED = {
     "get_type_timeout", "get_types", "is_resubmitted", "remove", "resubmit", "set_type_timeout", "subscribe",
     "subscribe_task", "unsubscribe", "update", "wait",
     # the worker pools' calls: tests/hostile/test_worker_api.py
-    "enqueue", "result", "schedule", "schedules", "status", "unschedule", "handler", "prune",
+    "enqueue", "result", "schedule", "schedules", "status", "unschedule", "handler", "pause", "resume", "prune",
 }
 
 
