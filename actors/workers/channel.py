@@ -34,13 +34,14 @@ from typing import Any, Iterator, NamedTuple, Optional
 
 import msgpack
 
-__all__ = ["START", "END", "RELEASED", "Record", "Channel", "Writer", "clear_stale"]
+__all__ = ["START", "END", "RELEASED", "HELLO", "Record", "Channel", "Writer", "clear_stale"]
 
 log = logging.getLogger("otpjobs.workers")
 
 START = ord("S")
 END = ord("E")
 RELEASED = ord("R")
+HELLO = ord("H")
 
 _HEADER = struct.Struct("<BqI")
 _START = struct.Struct("<d")
@@ -56,7 +57,8 @@ class Record(NamedTuple):
     ``START``: ``value`` is the wall time the handler started. ``END``:
     ``value`` is ``(seconds, result bytes or None, error dict or None)``.
     ``RELEASED``: ``value`` is the tuple of tokens given back unstarted
-    (``token`` is 0).
+    (``token`` is 0). ``HELLO``: the worker's first record, ``token`` its
+    process id (so the dispatcher can watch the process itself).
     """
 
     kind: int
@@ -142,6 +144,8 @@ def _decode(kind: int, token: int, payload: bytes) -> Optional[Record]:
             return Record(kind, token, (float(seconds), result, error))
         if kind == RELEASED:
             return Record(kind, token, tuple(msgpack.unpackb(payload, raw=False)))
+        if kind == HELLO:
+            return Record(kind, token, None)
     except Exception as exc:  # noqa: BLE001 - a record this module did not write is skipped
         log.warning("channel_record_unreadable kind=%r token=%s error=%r", kind, token, exc)
         return None
@@ -165,6 +169,10 @@ class Writer:
         except OSError as exc:
             log.warning("channel_unavailable path=%s error=%r", path, exc)
             self._fd, self.broken = None, True
+
+    def hello(self) -> None:
+        """Say which process writes here (the dispatcher watches it die)."""
+        self._write(_HEADER.pack(HELLO, os.getpid(), 0))
 
     def start(self, token: int, wall: float) -> None:
         """Record that the run of ``token`` is about to call its handler."""

@@ -93,7 +93,7 @@ STEP_RETRY = 0.5
 #: the store (the job shows as running, and its attempt counts if its host dies).
 WATCH_RUNS = 0.02
 STUCK_AFTER = 0.02
-MARK_AFTER = 0.05
+MARK_AFTER = 0.005
 #: A type's lifeline check runs every type timeout, times 1 to 1 + this.
 LIFELINE_JITTER = 0.1
 
@@ -146,6 +146,7 @@ class Slot:
     runs: dict = field(default_factory=dict)  # token -> Running, in order
     current: Optional[Running] = None
     owes_release: int = 0
+    pidfd: Optional[int] = None  # the worker's process, once it said hello
 
 
 @dataclass
@@ -208,6 +209,7 @@ class Dispatcher(GenServer):
         self.rundir = runtime_dir()
         channel.clear_stale(self.rundir)
         self.slots = AddrMap()  # worker address -> Slot (addresses do not hash)
+        self.gone = AddrMap()  # addresses of workers seen dead: never adopted again
         self.slot_count = 0
         self.buffer: collections.deque = collections.deque()  # claimed, waiting for a worker
         self.outcomes: list = []
@@ -275,14 +277,40 @@ class Dispatcher(GenServer):
         self.slots[addr] = slot
         self.watch_fd(slot.channel.fd, lambda: self._read_channel(slot))
 
+    def _watch_process(self, slot: Slot, pid: int) -> None:
+        """Watch the worker's process itself: Thespian's notice of a child's
+        exit can be lost on a loaded machine, and a worker whose death goes
+        unseen would hold its jobs (their leases renewed) for ever."""
+        if slot.pidfd is not None or self.slots.get(slot.addr) is not slot:
+            return
+        try:
+            slot.pidfd = os.pidfd_open(pid)
+        except OSError:  # already gone
+            self.start_timer(0.0, lambda: self._process_gone(slot), real=True)
+            return
+        self.watch_fd(slot.pidfd, lambda: self._process_gone(slot))
+
+    def _process_gone(self, slot: Slot) -> None:
+        """The worker's process ended: end its runs now, whether or not the
+        supervisor's notice (a Down) ever comes; it is never adopted again."""
+        if self.slots.get(slot.addr) is not slot:
+            return
+        self.gone[slot.addr] = True
+        self._worker_down(Down(slot.ref, slot.addr, "exited"))
+
     def _find_replacements(self, tries: int) -> None:
-        """Adopt the workers the pool restarted (it does so within milliseconds)."""
+        """Adopt the workers the pool restarted (it does so within milliseconds);
+        start one more when the pool did not (it missed a worker's exit)."""
         def listed(children: Any, error: Exception | None) -> None:
             if error is None:
                 for child in children:
-                    self._adopt(child.addr)
-            if len(self.slots) < self.concurrency and tries > 0 and not self.draining:
-                self.start_timer(0.05, lambda: self._find_replacements(tries - 1), real=True)
+                    if child.addr is not None and child.addr not in self.gone:
+                        self._adopt(child.addr)
+            if len(self.slots) < self.concurrency and not self.draining:
+                if tries > 0:
+                    self.start_timer(0.05, lambda: self._find_replacements(tries - 1), real=True)
+                else:
+                    self._add_worker()
             self._hand_out()
             self._kick()
         self.call_async(self.pool, WhichChildren(), listed, CALL_TIMEOUT)
@@ -313,9 +341,11 @@ class Dispatcher(GenServer):
                 self._run_started(slot, record.token, record.value)
             elif record.kind == channel.END:
                 ended = self._run_ended(slot, record.token, *record.value) or ended
-            else:
+            elif record.kind == channel.RELEASED:
                 released = True
                 self._runs_released(slot, record.value)
+            elif record.kind == channel.HELLO:
+                self._watch_process(slot, record.token)
         if ended and self.run_seconds is not None:
             self.prefetch = prefetch_for(self.run_seconds)
         if ended or released:
@@ -432,6 +462,10 @@ class Dispatcher(GenServer):
             return
         self.slots.pop(down.addr)  # first: nothing is handed to it while its records are read
         self.unwatch_fd(slot.channel.fd)
+        if slot.pidfd is not None:
+            self.unwatch_fd(slot.pidfd)
+            os.close(slot.pidfd)
+            slot.pidfd = None
         self._read_channel(slot)  # everything it wrote before it died
         slot.channel.close()
         running = slot.current

@@ -72,6 +72,7 @@ class Worker(GenServer):
                 self.writer = Writer(batch.channel)
                 if self.writer.broken:  # no run may start unrecorded: exit, the dispatcher hands them on
                     raise RuntimeError(f"report channel {batch.channel} cannot be opened")
+                self.writer.hello()
             self.db_url = batch.store
             self.queue.extend(batch.runs)
             self.cv.notify()

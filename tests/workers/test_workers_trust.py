@@ -94,6 +94,9 @@ def fork(ctx):
     return "parent"
 '''
 
+#: How long after a handler's start its dispatcher may not have written it yet (its next
+#: step, milliseconds later; generous for a loaded machine).
+UNRECORDED_START = 0.5
 TYPE_TIMEOUT = 3.0
 
 
@@ -809,7 +812,12 @@ def test_random_sigkills_of_workers_dispatchers_and_hosts_keep_every_invariant(w
         overlaps, too_many, after_finish, wrong_fail = [], [], [], []
         for job_id, rs in runs.items():
             rs = sorted(rs, key=lambda r: r["t"])
-            if len(rs) > max_attempts:
+            # The one documented exception: a run whose start its dispatcher had not yet written
+            # (it writes starts with its next step, milliseconds later) when that dispatcher or its
+            # whole host was killed gives its attempt back, as a run never started does.
+            unrecorded = [r for r in rs if any(r["t"] <= k <= r["t"] + UNRECORDED_START
+                                               for k in disturbed.get(host_of.get(r["pid"]), ()))]
+            if len(rs) - len(unrecorded) > max_attempts:
                 too_many.append((job_id, [(r["pid"], r["attempt"]) for r in rs]))
             for a, r1 in enumerate(rs):
                 # Proof of two runs at once: the earlier wrote a line after the later started, or it
