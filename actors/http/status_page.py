@@ -193,8 +193,9 @@ def _attempt(job: Mapping[str, Any]) -> str:
 
 
 def job_path(job_type: Any, job_id: Any) -> str | None:
-    """The path of a job's page (not escaped for HTML), or None for a type a URL cannot name."""
-    if not isinstance(job_type, str) or not isinstance(job_id, str) or not job_type or not job_id:
+    """The path of a job's page (not escaped for HTML), or None for a type or id a URL cannot
+    name (not a string, empty, or a dot segment, which browsers resolve away even escaped)."""
+    if not isinstance(job_type, str) or not isinstance(job_id, str) or {job_type, job_id} & {"", ".", ".."}:
         return None
     return f"/_utils/jobs/{quote(job_type, safe='')}/{quote(job_id, safe='')}"
 

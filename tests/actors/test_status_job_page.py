@@ -80,3 +80,10 @@ def test_the_hosts_section_escapes_and_bounds_what_hosts_wrote() -> None:
     assert f'<a href="{link}"><code>{ESCAPED}</code></a>' in text
     assert '<td class="state failed">silent</td>' in text and "2 more hosts" in text
     assert status_page.hosts_section([], NOW).count("No worker host.") == 1
+
+
+def test_ids_a_url_cannot_name_are_not_linked() -> None:
+    assert status_page.job_link("mail", "a/b") == '<a href="/_utils/jobs/mail/a%2Fb"><code>a/b</code></a>'
+    for job_type, job_id in (("mail", ".."), ("mail", "."), ("..", "x"), (["a", "b"], "x"), ("mail", None)):
+        assert status_page.job_path(job_type, job_id) is None
+        assert "<a " not in status_page.job_link(job_type, job_id)
