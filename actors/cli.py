@@ -4,8 +4,9 @@
                        [--workers TYPE=MOD:CALLABLE ...]
     otpjobs node stop [--port N]
     otpjobs node status [--port N]
-    otpjobs worker [--concurrency N] [--max-attempts N] [--grace S] [--job-timeout S] [--timeout S] [--cron TYPE=EXPR]
-                   [--keep-finished S] [--keep-failed S] [--port N] [--store URL] TYPE=MOD:CALLABLE ...
+    otpjobs worker [--concurrency N] [--async-concurrency N] [--max-attempts N] [--grace S] [--job-timeout S]
+                   [--timeout S] [--cron TYPE=EXPR] [--keep-finished S] [--keep-failed S] [--port N] [--store URL]
+                   TYPE=MOD:CALLABLE ...
     otpjobs workers list [--store URL]
     otpjobs jobs add TYPE JOB_ID [DATA_JSON] [--scheduled-time T | --delay S] [--store URL]
     otpjobs jobs list [TYPE] | remove TYPE JOB_ID | watch TYPE JOB_ID | result TYPE JOB_ID | show TYPE JOB_ID
@@ -196,6 +197,8 @@ def _worker_parser(groups: Any) -> None:
                    help="the handler of each job type (also [workers] in the config file)")
     _store_arg(w)
     w.add_argument("--concurrency", "-c", type=int, help="worker processes (default 4)")
+    w.add_argument("--async-concurrency", type=int, help="runs of async def handlers each worker awaits at "
+                   "once (default 100)")
     w.add_argument("--max-attempts", type=int, help="attempts per job unless the job says (default 3)")
     w.add_argument("--grace", type=_seconds, help="seconds running handlers get on SIGTERM, and past their "
                    "time limit, before they are stopped (default 30)")

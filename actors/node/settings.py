@@ -136,6 +136,7 @@ SCHEMA: tuple[Setting, ...] = (
     _cj("type_check_period_msec", 15000, low=1),
     _cj("type_check_max_jitter_msec", 5000),
     _int("worker", "concurrency", 4, low=1, high=1024),
+    _int("worker", "async_concurrency", 100, low=1, high=10000),
     _int("worker", "max_attempts", 3, low=1, high=1000),
     _int("worker", "grace", 30, unit="s"),
     _int("worker", "type_timeout", 30, unit="s", low=1),
@@ -269,6 +270,7 @@ class WorkerSettings:
     """``[worker]``: a worker host's defaults, times in seconds."""
 
     concurrency: int
+    async_concurrency: int  #: async handlers' runs a worker awaits at once
     max_attempts: int
     grace: float
     type_timeout: float

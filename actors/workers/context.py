@@ -4,10 +4,13 @@ Principle: a handler sees its job (``ctx.id``, ``ctx.type``, ``ctx.data``,
 ``ctx.attempt``), reports progress without touching the job's input data
 (``ctx.progress(**fields)``), and learns that its work is no longer wanted
 (``ctx.stopping``); everything it returns or raises is bounded here, in
-the worker's process, before it reaches the store.
+the worker's process, before it reaches the store. An ``async def``
+handler has the same context and awaits what would block its event loop:
+``await ctx.stopped(timeout)``, ``await ctx.progress_async(**fields)``.
 """
 from __future__ import annotations
 
+import asyncio
 import threading
 import traceback as tb
 from typing import Any, Callable, Optional
@@ -52,6 +55,8 @@ class JobContext:
         self._job = job
         self._db_factory = db_factory
         self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._wakers: list = []  # (loop, callback) of coroutines awaiting stopped()
 
     @property
     def stopping(self) -> bool:
@@ -61,8 +66,45 @@ class JobContext:
         return self._stop.is_set()
 
     def wait_stopping(self, timeout: Optional[float] = None) -> bool:
-        """Sleep until :attr:`stopping` or ``timeout``; True if stopping."""
+        """Sleep until :attr:`stopping` or ``timeout``; True if stopping.
+        (Blocks its thread: from an ``async def`` handler, ``await``
+        :meth:`stopped` instead.)"""
         return self._stop.wait(timeout)
+
+    async def stopped(self, timeout: Optional[float] = None) -> bool:
+        """The awaitable :meth:`wait_stopping`: wait (without blocking the
+        event loop) until :attr:`stopping` or ``timeout`` seconds; True if
+        stopping. Works from any running event loop."""
+        if self._stop.is_set():
+            return True
+        loop = asyncio.get_running_loop()
+        woken = loop.create_future()
+
+        def wake() -> None:
+            if not woken.done():
+                woken.set_result(True)
+        entry = (loop, wake)
+        with self._lock:
+            self._wakers.append(entry)
+        try:
+            if not self._stop.is_set():  # set before we were listed: no wake will come
+                await asyncio.wait((woken,), timeout=timeout)
+        finally:
+            with self._lock:
+                if entry in self._wakers:
+                    self._wakers.remove(entry)
+        return self._stop.is_set()
+
+    def _request_stop(self) -> None:
+        """Make :attr:`stopping` true and wake every :meth:`stopped` (any thread)."""
+        self._stop.set()
+        with self._lock:
+            wakers = list(self._wakers)
+        for loop, wake in wakers:
+            try:
+                loop.call_soon_threadsafe(wake)
+            except RuntimeError:  # its loop is closed: nobody waits any more
+                pass
 
     def progress(self, **fields: Any) -> dict:
         """Merge ``fields`` (JSON values) into the job's progress record and
@@ -80,8 +122,15 @@ class JobContext:
         try:
             return work.set_progress(self._db_factory(), DEFAULT_LAYOUT, self._job, fields, PROGRESS_LIMIT)
         except Halt:
-            self._stop.set()
+            self._request_stop()
             raise
+
+    async def progress_async(self, **fields: Any) -> dict:
+        """:meth:`progress` for ``async def`` handlers: its store transaction
+        runs in a thread (``asyncio.to_thread``), so the event loop and the
+        other async jobs of the worker go on meanwhile. Raises as
+        :meth:`progress`."""
+        return await asyncio.to_thread(self.progress, **fields)
 
     def __repr__(self) -> str:
         return f"JobContext(type={self.type!r}, id={self.id!r}, attempt={self.attempt})"

@@ -33,9 +33,19 @@ good. A run past its time limit (the job's own, its handler's declared
 the limit and the grace its worker is stopped, and the attempt fails as
 ``JobTimeout``.
 
-args: ``{"store", "host", "concurrency", "types": {type: {"handler",
-"max_attempts"}}, "max_attempts", "backoff": [base, cap], "job_timeout",
-"grace", "keep_finished", "keep_failed", "pool"}``.
+An ``async def`` handler's runs do not hold a worker's handler thread:
+each worker awaits up to ``async_concurrency`` of them at once on its
+event loop, beside its sync runs. So the dispatcher counts a worker's
+async runs apart (its ``async_held``, the started ones in ``inflight``):
+it hands a worker async runs while it holds fewer than that, whatever
+its sync run does (only a sync run makes a worker "stuck"), claims for
+async types that room, and when a worker dies blames each of its started
+runs, sync or async, as one attempt. An async run past its time limit and
+the grace is cancelled; only if that does not end it its worker is stopped.
+
+args: ``{"store", "host", "concurrency", "async_concurrency", "types":
+{type: {"handler", "max_attempts"}}, "max_attempts", "backoff": [base,
+cap], "job_timeout", "grace", "keep_finished", "keep_failed", "pool"}``.
 """
 from __future__ import annotations
 
@@ -63,7 +73,7 @@ from supervision.waker import Waker
 from actors.workers import channel
 from actors.workers.channel import Channel
 from actors.workers.control import handler_options
-from actors.workers.handlers import resolve
+from actors.workers.handlers import is_async, resolve
 from actors.workers.protocol import Drain, GetStatus, Release, RunJob, RunJobs, StopJob, TakeBack
 from actors.workers.schedule import next_tick, previous_tick
 
@@ -96,6 +106,9 @@ STUCK_AFTER = 0.02
 MARK_AFTER = 0.005
 #: A type's lifeline check runs every type timeout, times 1 to 1 + this.
 LIFELINE_JITTER = 0.1
+#: Seconds an async run cancelled past its time limit and the grace has to end
+#: before its worker is stopped (its loop is blocked, or it ignores cancellation).
+CANCEL_WAIT = 5.0
 
 
 def prefetch_for(run_seconds: float) -> int:
@@ -131,13 +144,17 @@ class Running:
     lost: bool = False
     timed_out: bool = False  # past its time limit: told to stop
     killing: bool = False  # past its limit and the grace: its worker is being stopped
+    is_async: bool = False  # an async handler's run (set when handed to a worker)
+    cancelled: bool = False  # an async run past its limit and the grace: its task was cancelled
 
 
 @dataclass
 class Slot:
     """One worker as the dispatcher sees it: its runs in the order it runs
-    them (the first may be in its handler: ``current``), its channel, and
-    whether it owes a RELEASED record (a take-back or release was sent)."""
+    them (the first sync one may be in its handler: ``current``; the async
+    ones started are in ``inflight``, ``async_held`` counts its async runs),
+    its channel, and whether it owes a RELEASED record (a take-back or
+    release was sent)."""
 
     addr: Any
     ref: Any
@@ -146,6 +163,8 @@ class Slot:
     runs: dict = field(default_factory=dict)  # token -> Running, in order
     current: Optional[Running] = None
     owes_release: int = 0
+    inflight: dict = field(default_factory=dict)  # token -> Running: async runs started, not ended
+    async_held: int = 0  # async runs in runs (queued or started)
     pidfd: Optional[int] = None  # the worker's process, once it said hello
 
 
@@ -168,6 +187,7 @@ class TypeSlot:
     fired: bool = field(default=False)
     lifeline_vs: Any = None
     paused: bool = False
+    is_async: bool = False  # an async def handler: many runs at once per worker
 
 
 @transactional
@@ -204,6 +224,10 @@ class Dispatcher(GenServer):
                 spec["handler"], int(spec.get("max_attempts") or declared.get("max_attempts") or default_max),
                 float(timeout), declared.get("timeout") or args.get("job_timeout") or None,
                 tuple(declared.get("backoff") or self.backoff))
+        for spec_slot in self.types.values():
+            spec_slot.is_async = is_async(resolve(spec_slot.handler))
+        self.any_async = any(t.is_async for t in self.types.values())
+        self.async_limit = max(1, int(args.get("async_concurrency") or 100))
         self.order = list(self.types)
         self.pool: Any = None
         self.rundir = runtime_dir()
@@ -358,7 +382,10 @@ class Dispatcher(GenServer):
         if running is None:
             return
         running.started, running.seen = wall, time.monotonic()
-        slot.current = running
+        if running.is_async:
+            slot.inflight[token] = running
+        else:
+            slot.current = running
         self.to_mark[token] = running
         if not self.watching_runs:
             self.watching_runs = True
@@ -368,11 +395,15 @@ class Dispatcher(GenServer):
         running = slot.runs.pop(token, None)
         if running is None:
             return False
-        if slot.current is running:
+        if running.is_async:
+            slot.inflight.pop(token, None)
+            slot.async_held -= 1
+        elif slot.current is running:
             slot.current = None
         self.to_mark.pop(token, None)
         seconds = max(0.0, seconds)
-        self.run_seconds = seconds if self.run_seconds is None else 0.8 * self.run_seconds + 0.2 * seconds
+        if not running.is_async:  # an async run holds no handler thread: it says nothing of prefetch
+            self.run_seconds = seconds if self.run_seconds is None else 0.8 * self.run_seconds + 0.2 * seconds
         self._end_attempt(running, error, result, seconds=seconds)
         return True
 
@@ -381,7 +412,9 @@ class Dispatcher(GenServer):
         back to the queue (uncounted) when the host drains, their type is
         paused or the job is lost."""
         slot.owes_release = max(0, slot.owes_release - 1)
-        back = [r for r in (slot.runs.pop(t, None) for t in tokens) if r is not None and not r.lost]
+        popped = [r for r in (slot.runs.pop(t, None) for t in tokens) if r is not None]
+        slot.async_held -= sum(1 for r in popped if r.is_async)
+        back = [r for r in popped if not r.lost]
         for running in back:
             running.worker = None
         held = [r for r in back if self.draining or self.types[r.claimed.job.type].paused]
@@ -396,7 +429,7 @@ class Dispatcher(GenServer):
         self.buffer = collections.deque(r for r in self.buffer if r.claimed.job.type != job_type)
         self._release([r.claimed.job for r in mine if not r.lost])
         for _, slot in self.slots.items():
-            queued = [r for r in slot.runs.values() if r is not slot.current and r.claimed.job.type == job_type]
+            queued = [r for r in slot.runs.values() if r.started is None and r.claimed.job.type == job_type]
             if queued and not slot.owes_release:
                 slot.owes_release += 1
                 self.send(slot.addr, TakeBack())
@@ -407,13 +440,15 @@ class Dispatcher(GenServer):
         now = time.monotonic()
         busy = False
         for _, slot in self.slots.items():
-            if slot.current is None:
+            if slot.current is None and not slot.inflight:
                 continue
             busy = True
-            self._check_limit(slot, slot.current)
-            if self._stuck(slot, now) and len(slot.runs) > 1 and not slot.owes_release and not self.draining:
+            for running in ([slot.current] if slot.current else []) + list(slot.inflight.values()):
+                self._check_limit(slot, running)
+            queued = len(slot.runs) - slot.async_held - 1  # sync runs behind the current one
+            if self._stuck(slot, now) and queued > 0 and not slot.owes_release and not self.draining:
                 slot.owes_release += 1
-                self.stats["taken_back"] += len(slot.runs) - 1
+                self.stats["taken_back"] += queued
                 self.send(slot.addr, TakeBack())
         if any(now - r.seen > MARK_AFTER for r in self.to_mark.values()):
             self._kick()
@@ -436,7 +471,12 @@ class Dispatcher(GenServer):
             log.warning("job_timed_out host=%s type=%s job=%s attempt=%d limit=%gs grace=%gs", self.host,
                         running.claimed.job.type, running.claimed.job.id, running.claimed.attempt, limit, self.grace)
             self.send(slot.addr, StopJob(running.token))
-        elif over > self.grace:
+        elif over > self.grace and running.is_async and not running.cancelled:
+            running.cancelled = True  # the worker's other async runs go on
+            log.warning("async_run_cancelled host=%s type=%s job=%s reason=time_limit", self.host,
+                        running.claimed.job.type, running.claimed.job.id)
+            self.send(slot.addr, StopJob(running.token, cancel=True))
+        elif over > self.grace + (CANCEL_WAIT if running.is_async else 0.0):
             running.killing = True
             log.warning("job_killed host=%s type=%s job=%s reason=time_limit", self.host,
                         running.claimed.job.type, running.claimed.job.id)
@@ -468,8 +508,8 @@ class Dispatcher(GenServer):
             slot.pidfd = None
         self._read_channel(slot)  # everything it wrote before it died
         slot.channel.close()
-        running = slot.current
-        unstarted = [r for r in slot.runs.values() if r is not running and not r.lost]
+        started = [r for r in slot.runs.values() if r.started is not None]  # the sync one, the async ones
+        unstarted = [r for r in slot.runs.values() if r.started is None and not r.lost]
         for r in unstarted:
             r.worker = None
         if unstarted:  # queued in the dead worker, never started: to another worker, uncounted
@@ -477,7 +517,7 @@ class Dispatcher(GenServer):
                 self._release([r.claimed.job for r in unstarted])
             else:
                 self.buffer.extendleft(reversed(unstarted))
-        if running is not None:
+        for running in started:  # each its own attempt
             self.to_mark.pop(running.token, None)
             log.warning("worker_died host=%s type=%s job=%s attempt=%d reason=%r", self.host,
                         running.claimed.job.type, running.claimed.job.id, running.claimed.attempt, down.reason)
@@ -535,14 +575,24 @@ class Dispatcher(GenServer):
             self.flush_queued = True
             self.send(self.myAddress, _Flush())
 
-    def _want(self) -> int:
+    def _want(self, for_async: bool = False) -> int:
+        """Runs to claim for the sync types (or, ``for_async``, the async ones)."""
         if self.draining or self.pool is None:
             return 0
+        buffered = len(self.buffer) if not self.any_async else \
+            sum(1 for r in self.buffer if self.types[r.claimed.job.type].is_async == for_async)
+        if for_async:
+            return sum(self.async_limit - slot.async_held for _, slot in self.slots.items()
+                       if not slot.owes_release) - buffered
         below = self._refill_below()
         now = time.monotonic()
-        room = sum(self.prefetch - len(slot.runs) for _, slot in self.slots.items()
-                   if len(slot.runs) <= below and not self._stuck(slot, now))
-        return room + self.concurrency - len(self.buffer)
+        room = sum(self.prefetch - (len(slot.runs) - slot.async_held) for _, slot in self.slots.items()
+                   if len(slot.runs) - slot.async_held <= below and not self._stuck(slot, now))
+        return room + self.concurrency - buffered
+
+    def _wants(self) -> dict:
+        """``{False: sync want, True: async want}`` (async 0 when no type is async)."""
+        return {False: self._want(False), True: self._want(True) if self.any_async else 0}
 
     def _starts_due(self) -> list:
         """Starts to write in this step: those older than MARK_AFTER (a brief
@@ -554,13 +604,12 @@ class Dispatcher(GenServer):
         return due
 
     def _flush(self) -> None:
-        want = self._want()
+        wants = self._wants()
         claims = []
-        if want > 0:
-            for job_type in self.order:
-                slot = self.types[job_type]
-                if slot.maybe_work:
-                    claims.append((job_type, want, slot.max_attempts))
+        for job_type in self.order:
+            slot = self.types[job_type]
+            if slot.maybe_work and wants[slot.is_async] > 0:
+                claims.append((job_type, wants[slot.is_async], slot.max_attempts))
         starts = self._starts_due()
         if not claims and not self.outcomes and not starts:
             return
@@ -585,7 +634,8 @@ class Dispatcher(GenServer):
             self._claimed(job_type, limit, result, now)
         self.order = self.order[1:] + self.order[:1]  # the next step asks another type first
         self._hand_out()
-        if self.outcomes or (self._want() > 0 and any(s.maybe_work for s in self.types.values())):
+        wants = self._wants()
+        if self.outcomes or any(s.maybe_work and wants[s.is_async] > 0 for s in self.types.values()):
             self._kick()
 
     def _claimed(self, job_type: Any, limit: int, result: work.ClaimResult, now: float) -> None:
@@ -658,30 +708,54 @@ class Dispatcher(GenServer):
 
     def _hand_out(self, idle_only: bool = False) -> None:
         """Give buffered jobs to the least loaded workers that are low (or,
-        with ``idle_only``, empty), one message per worker; never to a worker
-        whose handler runs long (a job must not wait behind it)."""
+        with ``idle_only``, empty), one message per worker; never a sync job
+        to a worker whose handler runs long (a job must not wait behind it).
+        Async jobs go to the workers holding fewer than ``async_concurrency``
+        async runs, the least loaded first, whatever their sync runs do."""
         if not self.buffer or self.draining:
             return
         below = 0 if idle_only else self._refill_below()
         now = time.monotonic()
-        heap = [(len(slot.runs), slot.n, slot) for _, slot in self.slots.items()
-                if len(slot.runs) <= below and not slot.owes_release and not self._stuck(slot, now)]
-        heapq.heapify(heap)
+        heaps: dict = {False: [], True: []}
+        caps = {False: self.prefetch, True: self.async_limit}
+        for _, slot in self.slots.items():
+            if slot.owes_release:
+                continue
+            sync_load = len(slot.runs) - slot.async_held
+            if sync_load <= below and not self._stuck(slot, now):
+                heaps[False].append((sync_load, slot.n, slot))
+            if self.any_async and slot.async_held < self.async_limit:
+                heaps[True].append((slot.async_held, slot.n, slot))
+        for heap in heaps.values():
+            heapq.heapify(heap)
         batches: dict = {}
-        while self.buffer and heap and heap[0][0] < self.prefetch:
-            load, n, slot = heapq.heappop(heap)
+        kept: collections.deque = collections.deque()  # no worker has room for them now
+        while self.buffer:
+            if all(not heap or heap[0][0] >= caps[kind] for kind, heap in heaps.items()):
+                break
             running = self.buffer.popleft()
             if running.lost:
                 continue
-            running.worker = slot.addr
-            slot.runs[running.token] = running
             c = running.claimed
+            kind = self.types[c.job.type].is_async
+            heap = heaps[kind]
+            if not heap or heap[0][0] >= caps[kind]:
+                kept.append(running)
+                continue
+            load, n, slot = heapq.heappop(heap)
+            running.worker, running.is_async = slot.addr, kind
+            slot.runs[running.token] = running
+            if kind:
+                slot.async_held += 1
             batches.setdefault(n, (slot, []))[1].append(
-                RunJob(running.token, c.job, c.data, c.attempt, c.max_attempts, self.types[c.job.type].handler))
+                RunJob(running.token, c.job, c.data, c.attempt, c.max_attempts, self.types[c.job.type].handler, kind))
             heapq.heappush(heap, (load + 1, n, slot))
+        if kept:
+            kept.extend(self.buffer)
+            self.buffer = kept
         for slot, runs in batches.values():
             self.stats["run_msgs"] += 1
-            self.send(slot.addr, RunJobs(tuple(runs), self.store, str(slot.channel.path)))
+            self.send(slot.addr, RunJobs(tuple(runs), self.store, str(slot.channel.path), self.async_limit))
 
     # ---------------------------------------------------------------- leases
     def _renew(self) -> None:
@@ -862,6 +936,8 @@ class Dispatcher(GenServer):
         for _, slot in self.slots.items():
             slot.runs.clear()
             slot.current = None
+            slot.inflight.clear()
+            slot.async_held = 0
             slot.owes_release = 0
         self._drained()
 
@@ -906,7 +982,8 @@ class Dispatcher(GenServer):
     # ---------------------------------------------------------------- status
     def _status(self) -> dict:
         now = time.time()
-        running = [r for _, slot in self.slots.items() for r in ([slot.current] if slot.current else [])]
+        running = [r for _, slot in self.slots.items()
+                   for r in ([slot.current] if slot.current else []) + list(slot.inflight.values())]
         return {
             "host": self.host, "pid": os.getpid(), "concurrency": self.concurrency,
             "types": [str(t) for t in self.order], "workers": len(self.slots),

@@ -6,14 +6,16 @@ loop of workers.
 """
 from __future__ import annotations
 
+import functools
 import importlib
+import inspect
 import os
 import sys
 from typing import Any, Callable
 
 from fdblayer.jobs.exceptions import InvalidArgument
 
-__all__ = ["HandlerError", "resolve", "parse_assignments", "add_cwd_to_path"]
+__all__ = ["HandlerError", "resolve", "is_async", "parse_assignments", "add_cwd_to_path"]
 
 
 class HandlerError(InvalidArgument):
@@ -64,6 +66,18 @@ def resolve(path: str) -> Callable[..., Any]:
         raise HandlerError(f"handler {path!r} is a {type(obj).__name__}, not a callable")
     _cache[path] = obj
     return obj
+
+
+def is_async(fn: Any) -> bool:
+    """True for an ``async def`` handler (also through ``functools.partial``,
+    or an object whose ``__call__`` is ``async def``): its worker awaits it
+    on an event loop, beside other async runs."""
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    if inspect.iscoroutinefunction(fn):
+        return True
+    call = getattr(type(fn), "__call__", None)
+    return not inspect.isfunction(fn) and not inspect.ismethod(fn) and inspect.iscoroutinefunction(call)
 
 
 def parse_assignments(items: list[str]) -> dict[str, str]:

@@ -36,7 +36,9 @@ HOST_FLAGS = {"strategy": "one_for_one", "intensity": 3, "period": 10}
 
 class HostSpec:
     """What a host serves: ``types`` (type -> handler path), ``periodic`` (type
-    -> cron), concurrency, default max attempts, type timeout, grace,
+    -> cron), concurrency (worker processes; each also awaits up to
+    ``async_concurrency`` runs of ``async def`` handlers at once), default
+    max attempts, type timeout, grace,
     default time limit of a run (``job_timeout``, 0: none) and the seconds
     finished and failed jobs are kept (``keep_finished``, ``keep_failed``,
     0: for ever)."""
@@ -44,11 +46,12 @@ class HostSpec:
     def __init__(self, store: str, types: dict, *, periodic: Optional[dict] = None, concurrency: int = 4,
                  max_attempts: int = 3, type_timeout: float = 30.0, grace: float = 30.0, job_timeout: float = 0.0,
                  backoff: tuple = (1.0, 3600.0), keep_finished: float = 86400.0,
-                 keep_failed: float = 7 * 86400.0) -> None:
+                 keep_failed: float = 7 * 86400.0, async_concurrency: int = 100) -> None:
         self.store = store
         self.types = dict(types)
         self.periodic = dict(periodic or {})
         self.concurrency = concurrency
+        self.async_concurrency = async_concurrency
         self.max_attempts = max_attempts
         self.type_timeout = type_timeout
         self.grace = grace
@@ -74,7 +77,8 @@ def spec_from_config(cfg: Any, assignments: list, crons: list, args: Any = None)
                     max_attempts=pick("max_attempts", "max_attempts"), type_timeout=pick("timeout", "type_timeout"),
                     grace=pick("grace", "grace"), job_timeout=pick("job_timeout", "job_timeout"),
                     keep_finished=pick("keep_finished", "keep_finished"),
-                    keep_failed=pick("keep_failed", "keep_failed"))
+                    keep_failed=pick("keep_failed", "keep_failed"),
+                    async_concurrency=pick("async_concurrency", "async_concurrency"))
 
 
 def check(spec: HostSpec) -> None:
@@ -95,7 +99,8 @@ def check(spec: HostSpec) -> None:
 
     if not spec.types:
         raise InvalidArgument("a worker host needs at least one TYPE=package.module:callable")
-    for key, value in (("concurrency", spec.concurrency), ("max_attempts", spec.max_attempts)):
+    for key, value in (("concurrency", spec.concurrency), ("async_concurrency", spec.async_concurrency),
+                       ("max_attempts", spec.max_attempts)):
         setting = lookup("worker", key)  # the bounds of the [worker] setting it overrides
         if value < setting.low or value > setting.high:
             raise InvalidArgument(f"{key.replace('_', ' ')} must be from {setting.low} to {setting.high}, "
@@ -143,7 +148,8 @@ def prepare(spec: HostSpec) -> None:
 def host_args(spec: HostSpec) -> dict:
     """The worker tree's args for :func:`~actors.workers.sup.workers_children`."""
     return {"store": spec.store, "host": f"{socket.gethostname()}:{os.getpid()}",  # kept by a restarted dispatcher
-            "concurrency": spec.concurrency, "max_attempts": spec.max_attempts,
+            "concurrency": spec.concurrency, "async_concurrency": spec.async_concurrency,
+            "max_attempts": spec.max_attempts,
             "grace": spec.grace, "job_timeout": spec.job_timeout or None,
             "backoff": list(spec.backoff), "keep_finished": spec.keep_finished, "keep_failed": spec.keep_failed,
             "types": {t: {"handler": h} for t, h in spec.types.items()}}

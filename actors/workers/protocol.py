@@ -24,6 +24,7 @@ class RunJob:
     attempt: int
     max_attempts: int
     handler: str
+    is_async: bool = False  #: an ``async def`` handler: awaited on the worker's event loop
 
     def __repr__(self) -> str:
         return f"RunJob(token={self.token}, attempt={self.attempt})"
@@ -31,14 +32,16 @@ class RunJob:
 
 @dataclass(frozen=True, repr=False)
 class RunJobs:
-    """Info to a worker: run these, in order, one at a time (a worker holds a
-    few so that a job's end and the next job's start need no message), with
-    the store at ``store``; record each start and end on the pipe named
-    ``channel``."""
+    """Info to a worker: run these, the sync ones in order, one at a time (a
+    worker holds a few so that a job's end and the next job's start need no
+    message), the async ones on its event loop, up to ``async_limit`` at
+    once, with the store at ``store``; record each start and end on the
+    pipe named ``channel``."""
 
     runs: tuple
     store: str
     channel: str
+    async_limit: int = 100
 
     def __repr__(self) -> str:  # Thespian formats every message it sends: keep that cheap
         return f"RunJobs(n={len(self.runs)})"
@@ -59,9 +62,12 @@ class Release:
 @dataclass(frozen=True)
 class StopJob:
     """Info to a worker: the job of ``token`` was removed, taken over, or the
-    host is shutting down (its handler sees ``ctx.stopping``)."""
+    host is shutting down (its handler sees ``ctx.stopping``); with
+    ``cancel``, an async run's task is cancelled too (past its time limit
+    and the grace)."""
 
     token: int
+    cancel: bool = False
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,5 @@
-"""A pool's worker: runs one handler call at a time, in a thread of its process.
+"""A pool's worker: runs one sync handler call at a time, in a thread of its
+process, and many ``async def`` handlers at once on an event loop beside it.
 
 Principle: the handler runs in a thread so the actor's message loop stays
 free: a :class:`~actors.workers.protocol.StopJob` reaches the handler at
@@ -12,13 +13,25 @@ A run's start is written *before* its handler is called and its end
 right after, so a worker that dies (SIGKILL, OOM, ``os._exit``) leaves
 behind exactly which run it was in.
 
+An ``async def`` handler (the dispatcher says so in its run: ``is_async``)
+is awaited on the worker's event loop, in a thread of its own started with
+the first one: up to the batch's ``async_limit`` run at once, each
+recorded (``START``) before its coroutine is created and ended (``END``)
+when it returns or raises, while the handler thread goes on with sync runs.
+``ctx.stopping`` reaches them as it reaches a sync handler (and wakes
+``await ctx.stopped()``); a run past its time limit and the grace is
+cancelled (``StopJob(cancel=True)``), the other async runs of the worker
+going on.
+
 A process forked inside a handler is not a worker: when the call returns
 (or raises, or calls ``sys.exit``) in a process other than the worker's,
 that process exits at once, before it could run a queued job or report.
 """
 from __future__ import annotations
 
+import asyncio
 import collections
+import inspect
 import logging
 import os
 import threading
@@ -48,15 +61,19 @@ class Worker(GenServer):
         self.db_url: Optional[str] = None
         self.cv = threading.Condition()
         self.queue: collections.deque = collections.deque()
-        self.current: Optional[tuple] = None  # (run, ctx) of the running handler
+        self.current: Optional[tuple] = None  # (run, ctx) of the running sync handler
         self.writer: Optional[Writer] = None
         self.thread: Optional[threading.Thread] = None
+        self.async_queue: collections.deque = collections.deque()  # async runs waiting for room
+        self.async_runs: dict = {}  # token -> _AsyncRun: async handlers started, not ended
+        self.async_limit = 100
+        self.loop: Optional[asyncio.AbstractEventLoop] = None  # started with the first async run
 
     def handle_info(self, msg: Any) -> None:
         if isinstance(msg, RunJobs):
             self._take(msg)
         elif isinstance(msg, StopJob):
-            self._stop_job(msg.token)
+            self._stop_job(msg.token, msg.cancel)
         elif isinstance(msg, TakeBack):
             self._give_back(stop_current=False)
         elif isinstance(msg, Release):
@@ -74,37 +91,56 @@ class Worker(GenServer):
                     raise RuntimeError(f"report channel {batch.channel} cannot be opened")
                 self.writer.hello()
             self.db_url = batch.store
-            self.queue.extend(batch.runs)
+            self.async_limit = max(1, batch.async_limit)
+            for run in batch.runs:
+                (self.async_queue if run.is_async else self.queue).append(run)
             self.cv.notify()
+            start_async = bool(self.async_queue)
+        if start_async:
+            self._event_loop().call_soon_threadsafe(self._start_async)
         if self.thread is None:
             self.thread = threading.Thread(target=self._loop, name="handler", daemon=True)
             self.thread.start()
 
-    def _stop_job(self, token: int) -> None:
+    def _stop_job(self, token: int, cancel: bool = False) -> None:
         """The job of ``token`` is no longer ours: its running handler sees
-        ``ctx.stopping``; if it has not started, it never will (RELEASED)."""
+        ``ctx.stopping`` (an async one is cancelled too with ``cancel``); if
+        it has not started, it never will (RELEASED)."""
         with self.cv:
             current = self.current
-            queued = [run for run in self.queue if run.token == token]
-            if queued:
-                self.queue.remove(queued[0])
-                if self.writer is not None:
-                    self.writer.released((token,))
+            entry = self.async_runs.get(token)
+            for queue in (self.queue, self.async_queue):
+                queued = [run for run in queue if run.token == token]
+                if queued:
+                    queue.remove(queued[0])
+                    if self.writer is not None:
+                        self.writer.released((token,))
         if current is not None and current[0].token == token:
-            current[1]._stop.set()  # noqa: SLF001 - the context belongs to this worker
+            current[1]._request_stop()  # noqa: SLF001 - the context belongs to this worker
+        if entry is not None:
+            entry.ctx._request_stop()  # noqa: SLF001
+            if cancel and self.loop is not None:
+                self.loop.call_soon_threadsafe(self._cancel, entry)
 
     def _give_back(self, stop_current: bool) -> None:
         """Hand back every queued run not yet started (one RELEASED record,
         perhaps empty: the dispatcher waits for it); with ``stop_current``
-        the running handler sees ``ctx.stopping`` too."""
+        the running handlers (sync and async) see ``ctx.stopping`` too."""
         with self.cv:
-            dropped = tuple(run.token for run in self.queue)
+            dropped = tuple(run.token for run in self.queue) + tuple(run.token for run in self.async_queue)
             self.queue.clear()
-            current = self.current
+            self.async_queue.clear()
+            running = self._running_contexts()
             if self.writer is not None:
                 self.writer.released(dropped)
-        if stop_current and current is not None:
-            current[1]._stop.set()  # noqa: SLF001
+        if stop_current:
+            for ctx in running:
+                ctx._request_stop()  # noqa: SLF001
+
+    def _running_contexts(self) -> list:
+        """The contexts of every handler running now (under ``cv``)."""
+        return ([self.current[1]] if self.current is not None else []) + \
+            [entry.ctx for entry in self.async_runs.values()]
 
     def _store(self) -> Any:
         """This process's store handle, opened on first use (never before the fork)."""
@@ -137,6 +173,8 @@ class Worker(GenServer):
         try:
             ctx.data = decode_data(run.data)
             value = resolve(run.handler)(ctx)
+            if inspect.isawaitable(value):  # a sync callable that returned a coroutine: await it here
+                value = asyncio.run_coroutine_threadsafe(_awaited(value), self._event_loop()).result()
             if os.getpid() != self.pid:
                 os._exit(0)
             return encode_result(value), None
@@ -145,11 +183,86 @@ class Worker(GenServer):
                 os._exit(1 if not isinstance(exc, SystemExit) else _exit_code(exc))
             return None, describe_error(exc)
 
+    # ---------------------------------------------------------------- async handlers
+    def _event_loop(self) -> asyncio.AbstractEventLoop:
+        """The event loop of async handlers, running in its own thread (started on first use)."""
+        with self.cv:
+            if self.loop is None:
+                self.loop = asyncio.new_event_loop()
+                threading.Thread(target=self.loop.run_forever, name="async-handlers", daemon=True).start()
+            return self.loop
+
+    def _start_async(self) -> None:
+        """In the loop's thread: start queued async runs while there is room,
+        each recorded before its coroutine exists."""
+        while True:
+            with self.cv:
+                if not self.async_queue or len(self.async_runs) >= self.async_limit:
+                    return
+                run = self.async_queue.popleft()
+                entry = _AsyncRun(run, JobContext(run.job, {}, run.attempt, run.max_attempts, self._store))
+                self.async_runs[run.token] = entry
+                writer = self.writer
+            writer.start(run.token, time.time())  # before the call: a death from here on is this run's
+            entry.task = self.loop.create_task(self._run_async(entry, writer))
+
+    async def _run_async(self, entry: "_AsyncRun", writer: Writer) -> None:
+        """One async run: await its handler, then record its end and make room."""
+        run, ctx = entry.run, entry.ctx
+        entry.running = True
+        started = time.monotonic()
+        try:
+            if entry.cancel_asked:
+                raise asyncio.CancelledError("cancelled past its time limit")
+            ctx.data = decode_data(run.data)
+            value = resolve(run.handler)(ctx)
+            if inspect.isawaitable(value):
+                value = await value
+            if os.getpid() != self.pid:
+                os._exit(0)
+            result, error = encode_result(value), None
+        except BaseException as exc:  # noqa: BLE001 - everything a handler raises fails its attempt
+            if os.getpid() != self.pid:
+                os._exit(1 if not isinstance(exc, SystemExit) else _exit_code(exc))
+            result, error = None, describe_error(exc)
+        seconds = time.monotonic() - started
+        entry.ended = True
+        with self.cv:
+            self.async_runs.pop(run.token, None)
+        writer.end(run.token, seconds, result, error)
+        self._start_async()
+
+    def _cancel(self, entry: "_AsyncRun") -> None:
+        """In the loop's thread: cancel an async run (past its time limit and the grace)."""
+        if entry.ended:
+            return
+        entry.cancel_asked = True
+        if entry.running and entry.task is not None:  # not yet running: it cancels itself at its start
+            entry.task.cancel("past its time limit and the grace")
+
     def terminate(self, reason: Any) -> None:
         with self.cv:
-            current = self.current
-        if current is not None:
-            current[1]._stop.set()  # noqa: SLF001
+            running = self._running_contexts()
+        for ctx in running:
+            ctx._request_stop()  # noqa: SLF001
+
+
+class _AsyncRun:
+    """An async run started on the worker's event loop."""
+
+    __slots__ = ("run", "ctx", "task", "running", "ended", "cancel_asked")
+
+    def __init__(self, run: Any, ctx: JobContext) -> None:
+        self.run = run
+        self.ctx = ctx
+        self.task: Optional[asyncio.Task] = None
+        self.running = False
+        self.ended = False
+        self.cancel_asked = False
+
+
+async def _awaited(awaitable: Any) -> Any:
+    return await awaitable
 
 
 def _exit_code(exc: SystemExit) -> int:
