@@ -115,8 +115,8 @@ def main() -> int:
         (workdir / "bench_async_tasks.py").write_text(textwrap.dedent(TASKS))
         rows = [run_one(workdir, "nap", args.jobs, args.sleep, args.workers, c) for c in args.async_concurrency]
         if args.sync:
-            rows.append(run_one(workdir, "nap_sync", min(args.jobs, int(20 * args.workers / args.sleep)),
-                                args.sleep, args.workers, 1))
+            count = args.jobs if args.sleep <= 0 else min(args.jobs, int(20 * args.workers / args.sleep))
+            rows.append(run_one(workdir, "nap_sync", count, args.sleep, args.workers, 1))  # about 20 s at most
     print(f"{'handler':<9} {'jobs':>6} {'sleep':>6} {'workers':>7} {'async_c':>7} {'seconds':>8} "
           f"{'jobs/s':>8} {'bound':>8}")
     for r in rows:
