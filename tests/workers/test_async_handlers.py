@@ -54,6 +54,27 @@ async def stubborn(ctx):
         raise
     return "late"
 
+async def blocks(ctx):
+    _log(ctx, "start")
+    time.sleep(60)  # blocks the event loop: cancelling cannot reach it
+    return "late"
+
+async def _doubled(ctx):
+    await asyncio.sleep(0.01)
+    return ctx.data["n"] * 2
+
+def returns_awaitable(ctx):  # a sync callable whose call gives a coroutine (a wrapper, a partial...)
+    return _doubled(ctx)
+
+async def forks(ctx):
+    _log(ctx, "start")
+    child = os.fork()
+    if child == 0:
+        return "child"  # the forked process exits here: it is not a worker
+    os.waitpid(child, 0)
+    await asyncio.sleep(0.2)
+    return "parent"
+
 async def flaky(ctx):
     _log(ctx, "start")
     await asyncio.sleep(0.05)
@@ -181,8 +202,21 @@ def test_an_async_handler_that_ignores_its_limit_is_cancelled_and_its_neighbours
 
 
 @pytest.mark.slow
+def test_an_async_handler_that_blocks_its_loop_past_its_limit_has_its_worker_stopped(hosts, db, ledger):
+    host = hosts(["b=async_mod:blocks"], concurrency=1, extra=["--max-attempts", "1", "--grace", "1"])
+    started = time.monotonic()
+    job_id = jobs.enqueue(db, "b", {}, timeout=1)
+    with pytest.raises(jobs.JobFailed) as info:
+        jobs.result(db, "b", job_id, timeout=45)
+    assert info.value.error_type == "JobTimeout"
+    assert time.monotonic() - started < 20, "limit 1 s + grace 1 s + 5 s for the cancellation, then the kill"
+    assert "async_run_cancelled" in host.log() and "job_killed" in host.log()
+
+
+@pytest.mark.slow
 def test_an_async_handler_that_raises_is_retried_and_reports_progress(hosts, db, ledger):
-    hosts(["f=async_mod:flaky"], concurrency=1, extra=["--max-attempts", "3"])
+    hosts(["f=async_mod:flaky", "c=async_mod:returns_awaitable"], concurrency=1, extra=["--max-attempts", "3"])
+    assert jobs.result(db, "c", jobs.enqueue(db, "c", {"n": 21}), timeout=30) == 42, "an awaitable is awaited"
     job_id = jobs.enqueue(db, "f", {})
     assert jobs.result(db, "f", job_id, timeout=30) == {"attempt": 2}
     st = jobs.status(db, "f", job_id)
@@ -219,6 +253,17 @@ def test_sigterm_drains_async_runs_in_flight(hosts, db, ledger):
     for job_id in stubborn:
         st = jobs.status(db, "x", job_id)
         assert st.state is JobState.PENDING and st.attempt == 0, "still running past the grace: back in the queue"
+
+
+@pytest.mark.slow
+def test_a_process_forked_in_an_async_handler_exits_when_the_handler_returns_in_it(hosts, db, ledger):
+    hosts(["k=async_mod:forks", "a=async_mod:nap"], concurrency=1)
+    naps = _enqueue(db, "a", [{"s": 0.5, "n": n} for n in range(5)])
+    job_id = jobs.enqueue(db, "k", {})
+    assert jobs.result(db, "k", job_id, timeout=30) == "parent"
+    assert [jobs.result(db, "a", i, timeout=30) for i in naps] == list(range(5))
+    assert len(ledger("start", job_id)) == 1 and all(len(ledger("end", i)) == 1 for i in naps), \
+        "the child ran nothing more"
 
 
 def test_ctx_stopped_wakes_from_another_thread_and_times_out():
