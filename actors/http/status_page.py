@@ -227,9 +227,11 @@ def queue_section(queue: Mapping[str, Any] | None, now: float, error: str | None
     if not types:
         table = '<p class="empty">No job types.</p>'
     else:
-        head = "".join(f"<th>{esc(h)}</th>" for h, _ in TYPE_COLUMNS)
-        rows = "".join('<tr class="queue-type">' + "".join(f"<td>{esc(t.get(k))}</td>" for _, k in TYPE_COLUMNS)
-                       + "</tr>" for t in types)
+        head = "".join(f"<th>{esc(h)}</th>" for h, _ in TYPE_COLUMNS) + "<th></th>"
+        rows = "".join(('<tr class="queue-type paused">' if t.get("paused") else '<tr class="queue-type">')
+                       + "".join(f"<td>{esc(t.get(k))}</td>" for _, k in TYPE_COLUMNS)
+                       + ('<td class="state">paused</td>' if t.get("paused") else "<td></td>") + "</tr>"
+                       for t in types)
         table = f'<table id="types-table"><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>'
     cut = queue.get("types_cut") or 0
     more = f'<p class="meta">{esc(cut)} more types: see <a href="/_jobs">_jobs</a>.</p>' if cut else ""

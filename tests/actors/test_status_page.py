@@ -157,7 +157,7 @@ def test_page_shows_the_queue_types_running_jobs_failures_and_delayed_jobs(n) ->
     text = page(n).text
     section = re.search(r'<section id="queues">.*?</section>', text).group(0)
     rows = [re.findall(r"<td>(.*?)</td>", row) for row in re.findall(r'<tr class="queue-type">(.*?)</tr>', section)]
-    assert [QTYPE, "30.0", "1", "1", "0", "1", "1", "1"] in rows  # claimed 0: the held job's handler runs
+    assert [QTYPE, "30.0", "1", "1", "0", "1", "1", "1", ""] in rows  # claimed 0: the held job's handler runs
     running = re.search(r'<table id="running-table">.*?</table>', section).group(0)
     assert f"<code>{INJECTED_TEXT}</code>" in running and "<td>1</td>" in running
     assert INJECTED_TEXT.replace("&quot;", "\\&quot;") in running  # the progress record, escaped as JSON text
@@ -380,3 +380,14 @@ def test_headless_chromium_renders_the_page_and_runs_no_injected_script(n, tmp_p
     for table in ("types-table", "running-table", "failures-table", "delayed-table"):
         assert f'<table id="{table}">' in dom
     assert "<code>failing</code>" in dom and "<code>later</code>" in dom
+
+
+def test_a_paused_type_says_so_in_the_types_table() -> None:
+    from actors.http.status_page import queue_section
+
+    types = [{"type": "mail", "timeout": 30.0, "pending": 3, "paused": True},
+             {"type": "other", "timeout": 30.0, "pending": 0, "paused": False}]
+    html = queue_section({"types": types}, time.time())
+    paused, running = re.findall(r'<tr class="queue-type[^"]*">.*?</tr>', html)
+    assert 'class="queue-type paused"' in paused and '<td class="state">paused</td>' in paused
+    assert "paused" not in running.replace("queue-type", "")
