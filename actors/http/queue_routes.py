@@ -85,7 +85,7 @@ def jobs_write_route(req: Any, seg: list[str], store: Callable[[], Any],
                 raise InvalidArgument(f"the body must be a JSON object of {', '.join(sorted(fields))}")
             job_id = client.enqueue(db, job_type, body.get("data"), id=body.get("id"), delay=body.get("delay"),
                                     at=body.get("at"), max_attempts=body.get("max_attempts"),
-                                    priority=body.get("priority", 0), timeout=body.get("timeout"))
+                                    priority=body.get("priority"), timeout=body.get("timeout"))
             return 201, {"ok": True, "id": job_id}
         if req.method == "POST" and len(seg) == 2 and seg[1] in ("_pause", "_resume"):
             was = (client.pause if seg[1] == "_pause" else client.resume)(db, job_type)

@@ -78,8 +78,10 @@ def _sched_time(delay: Any, at: Any, now: float) -> int:
     return 0 if due <= now else math.ceil(due)
 
 
-def check_priority(value: Any) -> int:
-    """An int from 0 to :data:`~fdblayer.jobs.keys.MAX_PRIORITY`."""
+def check_priority(value: Any) -> Optional[int]:
+    """None, or an int from 0 to :data:`~fdblayer.jobs.keys.MAX_PRIORITY`."""
+    if value is None:
+        return None
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_PRIORITY:
         raise InvalidArgument(f"priority must be an int from 0 (first) to {MAX_PRIORITY}, not {value!r:.80}")
     return value
@@ -107,7 +109,7 @@ def check_max_attempts(value: Any) -> Optional[int]:
 def enqueue(db: Any, type: Any, data: Optional[dict] = None, *, id: Optional[str] = None,
             delay: Optional[float] = None, at: Optional[float] = None,
             max_attempts: Optional[int] = None, timeout: Optional[float] = None,
-            priority: int = 0) -> str:
+            priority: Optional[int] = None) -> str:
     """Add a job for a worker pool; returns its id.
 
     Args:
@@ -122,9 +124,10 @@ def enqueue(db: Any, type: Any, data: Optional[dict] = None, *, id: Optional[str
         max_attempts: attempts before the job fails for good; None: the
             handler's declared default, else the host's (3 unless
             ``--max-attempts``).
-        priority: 0 (the default, first) to 9: among due jobs of the type a
-            lower number starts first, equal ones in due order (a hand-written
-            worker's ``accept`` sees only priority 0).
+        priority: 0 (first) to 9: among due jobs of the type a lower number
+            starts first, equal ones in due order (a hand-written worker's
+            ``accept`` sees only priority 0); None: the handler's declared
+            ``priority``, else 0.
         timeout: seconds a run of this job may take (then its handler sees
             ``ctx.stopping``, and past the host's grace it is stopped: the
             attempt fails as ``JobTimeout``); None: the handler's declared
@@ -154,7 +157,7 @@ def enqueue(db: Any, type: Any, data: Optional[dict] = None, *, id: Optional[str
 @transactional
 def _declare_and_enqueue(tr: Transaction, job_type: Any, job_id: str, encoded: bytes, sched_time: int,
                          max_attempts: Optional[int], time_limit: Optional[float] = None,
-                         priority: int = 0) -> None:
+                         priority: Optional[int] = None) -> None:
     try:  # the add reads the type's timeout anyway: declare only when it says there is none
         work.enqueue(tr, DEFAULT_LAYOUT, job_type, job_id, encoded, sched_time, max_attempts, time_limit, priority)
     except NoTypeTimeout:  # raised before anything is written

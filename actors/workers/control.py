@@ -11,10 +11,10 @@ workers do:
   not counted and no error kept;
 * ``raise Cancel(reason)``: fail for good at once, whatever attempts are
   left;
-* ``@handler(max_attempts=5, timeout=60, backoff=(2, 600))`` on the
-  callable: the defaults of its type on every host that serves it; a
-  job's own ``enqueue`` arguments override them, the host's flags come
-  under both.
+* ``@handler(max_attempts=5, timeout=60, backoff=(2, 600), priority=3)``
+  on the callable: the defaults of its type on every host that serves it
+  (the priority through the store, for producers anywhere); a job's own
+  ``enqueue`` arguments override them, the host's flags come under both.
 """
 from __future__ import annotations
 
@@ -62,7 +62,8 @@ class Cancel(Exception):
 
 
 def handler(*, max_attempts: Optional[int] = None, timeout: Optional[float] = None,
-            backoff: Optional[tuple] = None) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+            backoff: Optional[tuple] = None,
+            priority: Optional[int] = None) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Declare a handler's defaults (see the module docstring); checked here,
     so a bad value fails at import, before any host starts.
 
@@ -71,6 +72,9 @@ def handler(*, max_attempts: Optional[int] = None, timeout: Optional[float] = No
         timeout: seconds a run may take; past it the handler sees
             ``ctx.stopping``, then is stopped after the host's grace.
         backoff: ``(base, cap)`` seconds of the retry backoff.
+        priority: 0 (first) to 9: the priority of the type's jobs enqueued
+            without one (a host serving the type records it in the store,
+            where producers read it).
 
     Raises:
         InvalidArgument: a value out of its range.
@@ -89,6 +93,10 @@ def handler(*, max_attempts: Optional[int] = None, timeout: Optional[float] = No
             raise InvalidArgument(f"backoff must be (base, cap) in seconds, not {backoff!r:.80}")
         base, cap = _delay(backoff[0], "backoff base"), _delay(backoff[1], "backoff cap")
         options["backoff"] = (base, max(base, cap))
+    if priority is not None:
+        if isinstance(priority, bool) or not isinstance(priority, int) or not 0 <= priority <= 9:
+            raise InvalidArgument(f"priority must be an int from 0 (first) to 9, not {priority!r:.80}")
+        options["priority"] = priority
 
     def mark(fn: Callable[..., Any]) -> Callable[..., Any]:
         setattr(fn, _OPTIONS, dict(options))

@@ -119,24 +119,29 @@ def check(spec: HostSpec) -> None:
 
 def prepare(spec: HostSpec) -> None:
     """Check (:func:`check`) and set up everything before the host forks:
-    gives each type without an activity timeout ``spec.type_timeout`` and
-    stores the periodic schedules.
+    gives each type without an activity timeout ``spec.type_timeout``,
+    records each handler's declared priority (:func:`actors.workers.control.handler`)
+    and stores the periodic schedules.
 
     Raises:
         HandlerError, InvalidArgument: as :func:`check`.
         StoreError: the store cannot be opened.
     """
     import fdblayer
-    from fdblayer.jobs import api
+    from fdblayer.jobs import api, work
+    from fdblayer.jobs.keys import DEFAULT_LAYOUT
 
     from actors.workers.client import schedule
+    from actors.workers.control import handler_options
 
     check(spec)
     db = fdblayer.open(spec.store)
     try:
-        for job_type in spec.types:
+        for job_type, path in spec.types.items():
             if api.get_type_timeout(db, job_type) is None:
                 api.set_type_timeout(db, job_type, spec.type_timeout)
+            # the handler's declared priority, where producers read it (none declared: cleared)
+            work.set_type_priority(db, DEFAULT_LAYOUT, job_type, handler_options(resolve(path)).get("priority"))
         for job_type, cron in spec.periodic.items():
             schedule(db, job_type, cron)
     finally:

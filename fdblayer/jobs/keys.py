@@ -22,6 +22,8 @@ tuple ``(51,)``, the seed's ``?JOBS``)::
     (P, PRIO_PENDING, type, priority, sched_time, job_id) = b""
                             (the pending queue of priorities 1-9; priority 0, the
                             default, is the PENDING row above: see jobs.pending)
+    (P, TYPE_PRIORITY, type) = (priority,): the priority of a job enqueued
+                            without one (its handler's declared default)
 
 In the DATA row, ``seq`` is ``0`` while the job is pending, ``None`` once
 it is finished and the versionstamp of its last accept/update while it is
@@ -57,6 +59,7 @@ __all__ = [
     "FINISHED",
     "PAUSED",
     "PRIO_PENDING",
+    "TYPE_PRIORITY",
     "MAX_PRIORITY",
     "JobType",
     "Layout",
@@ -80,6 +83,7 @@ FAILURES = 11
 FINISHED = 12
 PAUSED = 13
 PRIO_PENDING = 14
+TYPE_PRIORITY = 15
 #: Priorities are 0 (the default, first) to MAX_PRIORITY (last), as Oban's.
 MAX_PRIORITY = 9
 
@@ -184,6 +188,10 @@ class Layout:
         if priority:
             return self._type_prefix(PRIO_PENDING, job_type) + pack_element(priority)
         return self._type_prefix(PENDING, job_type)
+
+    def type_priority_key(self, job_type: JobType) -> bytes:
+        """Return the key of the priority a job of ``job_type`` gets when enqueued without one."""
+        return self._type_prefix(TYPE_PRIORITY, job_type)
 
     def prio_pending_prefix(self, job_type: JobType) -> bytes:
         """Return the prefix of the pending queues of ``job_type``'s priorities 1-9."""

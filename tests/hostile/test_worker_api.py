@@ -32,7 +32,7 @@ def w(tmp_path_factory):
     {"delay": 1, "at": 2}, {"at": -5}, {"at": 10.0 ** 30}, {"max_attempts": 0}, {"max_attempts": 10 ** 6},
     {"max_attempts": True}, {"max_attempts": 2.5}, {"timeout": 0}, {"timeout": -1}, {"timeout": math.nan},
     {"timeout": "1"}, {"timeout": 10.0 ** 12}, {"priority": -1}, {"priority": 10}, {"priority": True},
-    {"priority": 1.0}, {"priority": "0"}, {"priority": None},
+    {"priority": 1.0}, {"priority": "0"},
 ])
 def test_enqueue_refuses_bad_arguments_and_writes_nothing(w, kwargs):
     store, db = w

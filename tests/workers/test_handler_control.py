@@ -144,7 +144,7 @@ def test_bad_handler_options_and_time_limits_are_refused(db):
     from fdblayer.jobs.exceptions import InvalidArgument
 
     for bad in ({"max_attempts": 0}, {"max_attempts": True}, {"timeout": 0}, {"timeout": -1},
-                {"backoff": (1,)}, {"backoff": ("a", 1)}):
+                {"backoff": (1,)}, {"backoff": ("a", 1)}, {"priority": 10}, {"priority": -1}, {"priority": True}):
         with pytest.raises(InvalidArgument):
             jobs.handler(**bad)
     for bad in (0, -1, float("nan"), "5", 10**9):
@@ -153,3 +153,22 @@ def test_bad_handler_options_and_time_limits_are_refused(db):
     for bad in (lambda: jobs.Retry(in_seconds=-1), lambda: jobs.Snooze(float("inf")), lambda: jobs.Snooze("1")):
         with pytest.raises(InvalidArgument):
             bad()
+
+
+@pytest.mark.slow
+def test_a_declared_priority_reaches_producers_through_the_store(hosts, db, workdir):
+    (workdir / "prio_mod.py").write_text(textwrap.dedent('''
+        from actors import jobs
+
+        @jobs.handler(priority=4)
+        def run(ctx):
+            return ctx.id
+    '''))
+    hosts(["pri=prio_mod:run"])
+    from fdblayer.jobs import overview
+
+    by_default = jobs.enqueue(db, "pri", {}, delay=3600)
+    own = jobs.enqueue(db, "pri", {}, delay=3600, priority=0)
+    assert overview.job_view(db, DEFAULT_LAYOUT, "pri", by_default)["priority"] == 4, "the declared default"
+    assert overview.job_view(db, DEFAULT_LAYOUT, "pri", own)["priority"] == 0, "a job's own wins"
+    assert jobs.result(db, "pri", jobs.enqueue(db, "pri", {}), timeout=30)
