@@ -297,9 +297,23 @@ def stop_node(port: int = DEFAULT_PORT, timeout: float = 30.0) -> bool:
     finally:
         if entry is not None and entry.regular:
             runtime.kill_node_processes(entry)
-            runtime.remove(entry)
+            _remove_when_released(entry, 5.0)
         _wait_port_closed(port, 5.0)
     return True
+
+
+def _remove_when_released(entry: Any, timeout: float) -> bool:
+    """Remove the runtime file once its lock is free: a process that is
+    exiting holds it until the kernel has closed its descriptors."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if runtime.remove(entry) or not entry.path.exists():
+            return True
+        if time.monotonic() >= deadline:
+            log.warning("node_cleanup port=%s case=still_locked (the file stays; the next start clears it)",
+                        entry.port)
+            return False
+        time.sleep(0.02)
 
 
 def wait_for_stop(node: Node) -> str:
