@@ -35,6 +35,7 @@ from actors import docs, jobs  # noqa: E402
 from actors.http.server import http_children  # noqa: E402
 from actors.node.config import Config  # noqa: E402
 from actors.node.root import ROOT_FLAGS, root_children  # noqa: E402
+from fdblayer.jobs import hosts  # noqa: E402
 from supervision import start_node  # noqa: E402
 
 CHROMIUM = "/usr/bin/chromium"
@@ -121,7 +122,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--out", default=str(HERE / "status-page.png"))
     parser.add_argument("--minutes", type=float, default=20, help="how long emails trickle in before the shot")
-    parser.add_argument("--height", type=int, default=1900, help="the screenshot's height in pixels")
+    parser.add_argument("--height", type=int, default=1980, help="the screenshot's height in pixels")
     parser.add_argument("--sample-interval", type=float, default=60,
                         help="seconds between two readings of the counters (a chart's points)")
     args = parser.parse_args()
@@ -153,7 +154,7 @@ def main() -> int:
             wait(lambda: [t["running"] for t in http("GET", "/_jobs").json()["types"]
                           if t["type"] == "emails"] == [3], 60, "the newsletters running")
             wait(lambda: len(http("GET", "/_scheduler/jobs").json()["jobs"]) == 3, 60, "three scheduler jobs")
-            time.sleep(2)  # a few progress reports and replication passes
+            time.sleep(hosts.BEAT + 1)  # a few progress reports, replication passes and a host's beat
             profile = data_dir / "chromium"
             subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
                             f"--user-data-dir={profile}", f"--window-size=1280,{args.height}",
