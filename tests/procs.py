@@ -55,6 +55,8 @@ def wait_until(predicate: Callable[[], Any], timeout: float = 15.0, what: str = 
             value = predicate()
         except ignore as exc:
             last_exc, value = exc, None
+        else:
+            last_exc = None  # the last failure is the one reported: a falsy answer replaces an old error
         if value:
             return value
         if time.monotonic() > deadline:

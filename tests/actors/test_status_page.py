@@ -204,6 +204,9 @@ def _samples(text: str) -> int:
 
 
 def test_the_charts_count_the_jobs_that_succeed_and_fail_per_reading(n) -> None:
+    # a difference needs a reading before the jobs finish: wait for one that knows the type (a node
+    # just started may have read the store before the fixture's jobs declared it)
+    wait_until(lambda: _chart(page(n).text, QTYPE), 10, "a reading of the type", ignore=(AssertionError,))
     start = _samples(page(n).text)
     db = fdblayer.open(n.store_url)
     try:
