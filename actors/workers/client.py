@@ -25,6 +25,7 @@ from typing import Any, Optional
 
 from fdblayer.interface import Database, Transaction, transactional
 from fdblayer.jobs import activity, work
+from fdblayer.jobs import schedules as periodic
 from fdblayer.jobs.codec import decode_data
 from fdblayer.jobs.exceptions import InvalidArgument, JobFailed, NoTypeTimeout, NotFound
 from fdblayer.jobs.job import JobState
@@ -402,7 +403,7 @@ def schedule(db: Any, type: Any, cron: str, data: Optional[dict] = None) -> None
     check_key_size(DEFAULT_LAYOUT, type, "tick-00000000000")
     cron = check_cron(cron)
     encoded = _encode({} if data is None else data, type, "tick")
-    work.set_schedule(db, DEFAULT_LAYOUT, type, cron, encoded, int(time.time()))
+    periodic.set_schedule(db, DEFAULT_LAYOUT, type, cron, encoded, int(time.time()))
 
 
 def unschedule(db: Any, type: Any) -> bool:
@@ -417,7 +418,7 @@ def unschedule(db: Any, type: Any) -> bool:
 def _unschedule(tr: Transaction, job_type: Any) -> bool:
     if tr.get(DEFAULT_LAYOUT.schedule_key(job_type)) is None:
         return False
-    work.clear_schedule(tr, DEFAULT_LAYOUT, job_type)
+    periodic.clear_schedule(tr, DEFAULT_LAYOUT, job_type)
     return True
 
 
@@ -430,7 +431,7 @@ def schedules(db: Any, now: Optional[float] = None) -> list:
     _check_db(db, "schedules")
     now = time.time() if now is None else now
     out = []
-    for job_type, sched in work.get_schedules(db, DEFAULT_LAYOUT).items():
+    for job_type, sched in periodic.get_schedules(db, DEFAULT_LAYOUT).items():
         try:
             data = decode_data(sched.data)
         except Exception:  # noqa: BLE001 - a damaged stored value is shown as unreadable, never fatal

@@ -54,16 +54,15 @@ import heapq
 import logging
 import math
 import os
-import random
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Optional
 
 import fdblayer
 from fdblayer.interface import Transaction, transactional
 from fdblayer.jobs import activity, hosts, work
 from fdblayer.jobs.keys import DEFAULT_LAYOUT
-from supervision import NOREPLY, Down, GenServer, Request
+from supervision import Down, GenServer, Request
 from supervision.addrmap import AddrMap
 from supervision.messages import WhereIs
 from supervision.supervisor import StartChild, TerminateChild, WhichChildren
@@ -71,32 +70,20 @@ from supervision.system import runtime_dir
 from supervision.waker import Waker
 
 from actors.workers import channel
-from actors.workers.channel import Channel
 from actors.workers.control import handler_options
 from actors.workers.handlers import is_async, resolve
-from actors.workers.protocol import Drain, GetStatus, Release, RunJob, RunJobs, StopJob, TakeBack
-from actors.workers.schedule import next_tick, previous_tick
+from actors.workers.protocol import Drain, GetStatus, RunJob, RunJobs, TakeBack
+from actors.workers.drain import Draining
+from actors.workers.pool import PoolKeeping
+from actors.workers.runs import (CALL_TIMEOUT, STEP_RETRY, Running, Slot, TypeSlot, prefetch_for, retry_delay,
+                                 short)
+from actors.workers.ticks import PeriodicTicks
+from actors.workers.upkeep import MAX_RENEW_INTERVAL, MIN_RENEW_INTERVAL, HostUpkeep, retention_of
 
-__all__ = ["Dispatcher", "retry_delay", "prefetch_for"]
+__all__ = ["Dispatcher"]
 
 log = logging.getLogger("otpjobs.workers")
 
-#: Seconds between reads of the types' periodic schedules.
-SCHEDULE_CHECK = 10.0
-#: Longest and shortest pause between two lease renewals.
-MAX_RENEW_INTERVAL = 5.0
-MIN_RENEW_INTERVAL = 0.05
-CALL_TIMEOUT = 10.0
-#: Jobs a worker holds at most: one running, the rest next in its own queue, so that
-#: a job's end and the next start need no message. How many it holds follows the
-#: handlers' measured run time: enough for about PREFETCH_SECONDS of work, so quick
-#: jobs go in batches and a long job never holds others back (then it is 1).
-MAX_PREFETCH = 128
-PREFETCH_SECONDS = 0.1
-#: Handlers that run this long (seconds, moving mean) get one job per worker at a time.
-LONG_RUN = 0.5
-#: Seconds before a step that failed on a store error runs again.
-STEP_RETRY = 0.5
 #: While handlers run, the dispatcher looks at them this often (seconds): a run
 #: longer than STUCK_AFTER (or twice the mean run) holds no queued job (they are
 #: taken back for free workers), and a start older than MARK_AFTER is written to
@@ -104,90 +91,6 @@ STEP_RETRY = 0.5
 WATCH_RUNS = 0.02
 STUCK_AFTER = 0.02
 MARK_AFTER = 0.005
-#: A type's lifeline check runs every type timeout, times 1 to 1 + this.
-LIFELINE_JITTER = 0.1
-#: Seconds an async run cancelled past its time limit and the grace has to end
-#: before its worker is stopped (its loop is blocked, or it ignores cancellation).
-CANCEL_WAIT = 5.0
-
-
-def prefetch_for(run_seconds: float) -> int:
-    """Jobs a worker holds, for handlers that take ``run_seconds`` (a moving
-    mean): about :data:`PREFETCH_SECONDS` of work, at least two (one runs,
-    the next waits in the worker, so the worker never waits for a message)
-    unless jobs are long (:data:`LONG_RUN`), then one (a long job never
-    waits behind another in one worker while others could take it)."""
-    if run_seconds >= LONG_RUN:
-        return 1
-    return max(2, min(MAX_PREFETCH, int(PREFETCH_SECONDS / max(run_seconds, 1e-6))))
-
-
-def retry_delay(attempt: int, base: float, cap: float, rng: random.Random | None = None) -> float:
-    """Seconds before retry number ``attempt`` (1 after the first failure):
-    ``base * 2**(attempt-1)``, at most ``cap``, times a jitter in [0.5, 1)."""
-    exp = min(cap, base * (2 ** min(attempt - 1, 60)))
-    return exp * (0.5 + (rng or random).random() / 2)
-
-
-@dataclass
-class Running:
-    """A job this host claimed: in the buffer (``worker`` None) or handed to a
-    worker; ``started`` (epoch s) once its handler started, ``seen`` (the
-    dispatcher's monotonic clock) when it learned so."""
-
-    claimed: work.Claimed
-    token: int
-    worker: Any = None
-    started: Optional[float] = None
-    seen: float = 0.0
-    marked: bool = False
-    lost: bool = False
-    timed_out: bool = False  # past its time limit: told to stop
-    killing: bool = False  # past its limit and the grace: its worker is being stopped
-    is_async: bool = False  # an async handler's run (set when handed to a worker)
-    cancelled: bool = False  # an async run past its limit and the grace: its task was cancelled
-
-
-@dataclass
-class Slot:
-    """One worker as the dispatcher sees it: its runs in the order it runs
-    them (the first sync one may be in its handler: ``current``; the async
-    ones started are in ``inflight``, ``async_held`` counts its async runs),
-    its channel, and whether it owes a RELEASED record (a take-back or
-    release was sent)."""
-
-    addr: Any
-    ref: Any
-    channel: Channel
-    n: int
-    runs: dict = field(default_factory=dict)  # token -> Running, in order
-    current: Optional[Running] = None
-    owes_release: int = 0
-    inflight: dict = field(default_factory=dict)  # token -> Running: async runs started, not ended
-    async_held: int = 0  # async runs in runs (queued or started)
-    pidfd: Optional[int] = None  # the worker's process, once it said hello
-
-
-@dataclass
-class TypeSlot:
-    """What the dispatcher knows of one served type."""
-
-    handler: str
-    max_attempts: int
-    timeout: float = 30.0
-    time_limit: Optional[float] = None
-    backoff: tuple = (1.0, 3600.0)
-    maybe_work: bool = True
-    watch: Any = None
-    due_at: Optional[float] = None
-    due_timer: Optional[int] = None
-    schedule: Optional[str] = None
-    tick_timer: Optional[int] = None
-    tick_at: Optional[float] = None
-    fired: bool = field(default=False)
-    lifeline_vs: Any = None
-    paused: bool = False
-    is_async: bool = False  # an async def handler: many runs at once per worker
 
 
 @transactional
@@ -203,7 +106,7 @@ def _step(tr: Transaction, outcomes: list, starts: list, claims: list, now: floa
     return lost, results
 
 
-class Dispatcher(GenServer):
+class Dispatcher(PoolKeeping, HostUpkeep, PeriodicTicks, Draining, GenServer):
     """The dispatcher of one worker host (see the module docstring)."""
 
     def init(self, args: Any) -> Any:
@@ -215,7 +118,7 @@ class Dispatcher(GenServer):
         self.pool_name = args["pool"]
         default_max = int(args.get("max_attempts") or 3)
         self.grace = float(args.get("grace") or 30.0)
-        self.keep = _retention(args)  # seconds finished and failed jobs are kept, by outcome (None: for ever)
+        self.keep = retention_of(args)  # seconds finished and failed jobs are kept, by outcome (None: for ever)
         self.types: dict[Any, TypeSlot] = {}
         for job_type, spec in args["types"].items():
             timeout = activity.get_type_timeout(self.db, DEFAULT_LAYOUT, job_type) or 30.0
@@ -262,7 +165,7 @@ class Dispatcher(GenServer):
             if ids:
                 self.stats["recovered"] += len(ids)
                 log.warning("jobs_recovered host=%s type=%s count=%d jobs=%s", self.host, job_type, len(ids),
-                            _short(",".join(ids)))
+                            short(",".join(ids)))
 
     # ---------------------------------------------------------------- the pool
     def _start_pool(self):
@@ -293,51 +196,9 @@ class Dispatcher(GenServer):
         """Every job handed to a worker and not ended."""
         return [r for _, slot in self.slots.items() for r in slot.runs.values()]
 
-    def _adopt(self, addr: Any) -> None:
-        if addr is None or addr in self.slots:
-            return
-        self.slot_count += 1
-        slot = Slot(addr, self.monitor(addr), Channel(self.rundir, str(self.slot_count)), self.slot_count)
-        self.slots[addr] = slot
-        self.watch_fd(slot.channel.fd, lambda: self._read_channel(slot))
 
-    def _watch_process(self, slot: Slot, pid: int) -> None:
-        """Watch the worker's process itself: Thespian's notice of a child's
-        exit can be lost on a loaded machine, and a worker whose death goes
-        unseen would hold its jobs (their leases renewed) for ever."""
-        if slot.pidfd is not None or self.slots.get(slot.addr) is not slot:
-            return
-        try:
-            slot.pidfd = os.pidfd_open(pid)
-        except OSError:  # already gone
-            self.start_timer(0.0, lambda: self._process_gone(slot), real=True)
-            return
-        self.watch_fd(slot.pidfd, lambda: self._process_gone(slot))
 
-    def _process_gone(self, slot: Slot) -> None:
-        """The worker's process ended: end its runs now, whether or not the
-        supervisor's notice (a Down) ever comes; it is never adopted again."""
-        if self.slots.get(slot.addr) is not slot:
-            return
-        self.gone[slot.addr] = True
-        self._worker_down(Down(slot.ref, slot.addr, "exited"))
 
-    def _find_replacements(self, tries: int) -> None:
-        """Adopt the workers the pool restarted (it does so within milliseconds);
-        start one more when the pool did not (it missed a worker's exit)."""
-        def listed(children: Any, error: Exception | None) -> None:
-            if error is None:
-                for child in children:
-                    if child.addr is not None and child.addr not in self.gone:
-                        self._adopt(child.addr)
-            if len(self.slots) < self.concurrency and not self.draining:
-                if tries > 0:
-                    self.start_timer(0.05, lambda: self._find_replacements(tries - 1), real=True)
-                else:
-                    self._add_worker()
-            self._hand_out()
-            self._kick()
-        self.call_async(self.pool, WhichChildren(), listed, CALL_TIMEOUT)
 
     # ---------------------------------------------------------------- messages
     def handle_info(self, msg: Any) -> None:
@@ -456,41 +317,8 @@ class Dispatcher(GenServer):
         if busy:
             self.start_timer(WATCH_RUNS, self._watch_runs, real=True)
 
-    def _limit(self, running: Running) -> Optional[float]:
-        """The time limit of a run: the job's own, else its type's."""
-        return running.claimed.time_limit or self.types[running.claimed.job.type].time_limit
 
-    def _check_limit(self, slot: Slot, running: Running) -> None:
-        """Past its limit a run is told to stop; past the grace too, its worker is stopped."""
-        limit = self._limit(running)
-        if limit is None or running.started is None or running.killing:
-            return
-        over = time.time() - running.started - limit
-        if over > 0 and not running.timed_out:
-            running.timed_out = True
-            log.warning("job_timed_out host=%s type=%s job=%s attempt=%d limit=%gs grace=%gs", self.host,
-                        running.claimed.job.type, running.claimed.job.id, running.claimed.attempt, limit, self.grace)
-            self.send(slot.addr, StopJob(running.token))
-        elif over > self.grace and running.is_async and not running.cancelled:
-            running.cancelled = True  # the worker's other async runs go on
-            log.warning("async_run_cancelled host=%s type=%s job=%s reason=time_limit", self.host,
-                        running.claimed.job.type, running.claimed.job.id)
-            self.send(slot.addr, StopJob(running.token, cancel=True))
-        elif over > self.grace + (CANCEL_WAIT if running.is_async else 0.0):
-            running.killing = True
-            log.warning("job_killed host=%s type=%s job=%s reason=time_limit", self.host,
-                        running.claimed.job.type, running.claimed.job.id)
-            self.call_async(self.pool, TerminateChild(slot.addr), lambda _r, _e: self._add_worker(), CALL_TIMEOUT)
 
-    def _add_worker(self) -> None:
-        """Start one more worker in the pool (one was stopped, not restarted) and adopt it."""
-        def started(addr: Any, error: Exception | None) -> None:
-            if error is None:
-                self._adopt(addr)
-                self._hand_out()
-                self._kick()
-        if not self.draining:
-            self.call_async(self.pool, StartChild(None), started, CALL_TIMEOUT)
 
     def _stuck(self, slot: Slot, now: float) -> bool:
         current = slot.current
@@ -543,7 +371,7 @@ class Dispatcher(GenServer):
             return
         if running.timed_out:
             error = dict(error, type="JobTimeout", message=f"ran past its time limit of {self._limit(running):g}s "
-                         f"({error.get('type')}: {_short(error.get('message'), 300)})")
+                         f"({error.get('type')}: {short(error.get('message'), 300)})")
             retry_now = False
         if isinstance(error.get("snooze"), (int, float)):
             self.stats["snoozed"] += 1
@@ -560,12 +388,12 @@ class Dispatcher(GenServer):
             self.stats["retried"] += 1
             log.warning("job_retry host=%s type=%s job=%s attempt=%d/%d in=%.1fs error=%s: %s", self.host,
                         job.type, job.id, claimed.attempt, claimed.max_attempts, delay, error.get("type"),
-                        _short(error.get("message")))
+                        short(error.get("message")))
             self.outcomes.append(work.Outcome(job, "retry", None, error, retry_at, seconds, started))
             return
         self.stats["failed"] += 1
         log.error("job_failed host=%s type=%s job=%s attempts=%d error=%s: %s", self.host, job.type, job.id,
-                  claimed.attempt, error.get("type"), _short(error.get("message")))
+                  claimed.attempt, error.get("type"), short(error.get("message")))
         self.outcomes.append(work.Outcome(job, "fail", None, error, seconds=seconds, started=started))
 
     # ---------------------------------------------------------------- the step
@@ -757,213 +585,19 @@ class Dispatcher(GenServer):
             self.stats["run_msgs"] += 1
             self.send(slot.addr, RunJobs(tuple(runs), self.store, str(slot.channel.path), self.async_limit))
 
-    # ---------------------------------------------------------------- leases
-    def _renew(self) -> None:
-        held = [r for r in self._held() + list(self.buffer) if not r.lost]
-        try:
-            if held:
-                lost_jobs = work.renew(self.db, DEFAULT_LAYOUT, [r.claimed.job for r in held])
-                self._lost({(j.type, j.id, j.lock) for j in lost_jobs}, held)
-        except Exception as exc:  # noqa: BLE001 - a lease has four renewals of slack: try again soon
-            log.warning("renew_failed host=%s held=%d error=%r", self.host, len(held), exc)
-            self.start_timer(min(self.renew_interval, STEP_RETRY), self._renew, real=True)
-            return
-        self.start_timer(self.renew_interval, self._renew, real=True)
 
-    def _lost(self, lost: set, held: list) -> None:
-        for running in held:
-            j = running.claimed.job
-            if (j.type, j.id, j.lock) in lost:
-                running.lost = True
-                log.info("job_lost host=%s type=%s job=%s (removed or re-enqueued)", self.host, j.type, j.id)
-                if running.worker is not None:
-                    self.send(running.worker, StopJob(running.token))
-        self.buffer = collections.deque(r for r in self.buffer if not r.lost)
 
-    def _lifeline(self, job_type: Any) -> None:
-        """Re-enqueue the type's jobs whose lease expired (their host or
-        dispatcher died): the activity monitor's check, run by every host."""
-        slot = self.types[job_type]
-        try:
-            slot.lifeline_vs, ids = activity.check_inactive(self.db, DEFAULT_LAYOUT, job_type, slot.lifeline_vs)
-            slot.timeout = activity.get_type_timeout(self.db, DEFAULT_LAYOUT, job_type) or slot.timeout
-        except Exception as exc:  # noqa: BLE001 - a store hiccup delays the check, never stops the host
-            log.warning("lifeline_failed host=%s type=%s error=%r", self.host, job_type, exc)
-            ids = []
-        if ids:
-            self.stats["reenqueued"] += len(ids)
-            log.warning("jobs_reenqueued host=%s type=%s reason=lease_expired count=%d jobs=%s", self.host,
-                        job_type, len(ids), _short(",".join(ids)))
-        self.start_timer(slot.timeout * (1 + random.random() * LIFELINE_JITTER),
-                         lambda: self._lifeline(job_type), real=True)
 
-    # ---------------------------------------------------------------- retention
-    def _prune(self) -> None:
-        """Remove the served types' finished and failed jobs past their
-        retention (``keep_finished``, ``keep_failed``): one batch per type
-        and outcome, then again every :data:`PRUNE_EVERY` seconds (a
-        quarter of the shortest retention if less, at least
-        :data:`PRUNE_MIN`); after a full batch (a backlog) again soon: at
-        once on an idle host, else taking at most :data:`PRUNE_SHARE` of
-        the dispatcher's time, so that a backlog goes in bounded
-        transactions with claims and finishes between them and yields to
-        the queue's work."""
-        from fdblayer.jobs import retention
 
-        if all(seconds is None for seconds in self.keep.values()):
-            return
-        more, began = False, time.monotonic()
-        for job_type in [] if self.draining else self.order:
-            try:
-                removed, full = retention.prune_type(self.db, DEFAULT_LAYOUT, job_type, self.keep, time.time(),
-                                                     max_batches=1)
-            except Exception as exc:  # noqa: BLE001 - a store hiccup delays the prune, never stops the host
-                log.warning("prune_failed host=%s type=%s error=%r", self.host, job_type, exc)
-                continue
-            more = more or full
-            if removed:
-                self.stats["pruned"] += removed
-                log.info("jobs_pruned host=%s type=%s count=%d", self.host, job_type, removed)
-        shortest = min(seconds for seconds in self.keep.values() if seconds is not None)
-        took = time.monotonic() - began
-        busy = bool(self.buffer) or bool(self._held()) or any(s.maybe_work for s in self.types.values())
-        if not more:
-            wait = max(PRUNE_MIN, min(PRUNE_EVERY, shortest / 4))
-        elif busy:
-            wait = max(PRUNE_AGAIN, took / PRUNE_SHARE)
-        else:
-            wait = 0.0  # an idle host clears a backlog at once, a batch at a time (messages between)
-        self.start_timer(wait, self._prune, real=True)
 
-    # ---------------------------------------------------------------- heartbeat
-    def _beat(self) -> None:
-        """Publish this host's status in the store (``GET /_workers``)."""
-        if not self.draining:
-            try:
-                hosts.beat(self.db, DEFAULT_LAYOUT, self.host, self._status(), time.time())
-            except Exception as exc:  # noqa: BLE001 - a store hiccup skips a beat, never stops the host
-                log.warning("beat_failed host=%s error=%r", self.host, exc)
-            self.start_timer(hosts.BEAT, self._beat, real=True)
 
-    # ---------------------------------------------------------------- periodic jobs
-    def _check_schedules(self) -> None:
-        try:
-            schedules = work.get_schedules(self.db, DEFAULT_LAYOUT)
-        except Exception as exc:  # noqa: BLE001 - a store hiccup delays ticks, never stops the host
-            log.warning("schedules_unreadable host=%s error=%r", self.host, exc)
-            schedules = {}
-        now = time.time()
-        for job_type, slot in self.types.items():
-            schedule = schedules.get(job_type)
-            cron = schedule.cron if schedule is not None else None
-            if cron != slot.schedule and slot.tick_timer is not None:
-                self.cancel_timer(slot.tick_timer)
-                slot.tick_timer = slot.tick_at = None
-            slot.schedule = cron
-            if cron is None:
-                continue
-            missed = previous_tick(cron, now)
-            if missed is not None and (schedule.last is None or schedule.last < missed):
-                self._fire(job_type, missed)
-            if slot.tick_timer is None:
-                self._arm_tick(job_type, slot, now)
-        self.start_timer(SCHEDULE_CHECK, self._check_schedules, real=True)
 
-    def _arm_tick(self, job_type: Any, slot: TypeSlot, now: float) -> None:
-        tick = next_tick(slot.schedule, now)
-        if tick is None:
-            return
-        slot.tick_at = tick
 
-        def on_tick(job_type: Any = job_type, slot: TypeSlot = slot, tick: int = tick) -> None:
-            slot.tick_timer = slot.tick_at = None
-            if slot.schedule is not None:
-                self._fire(job_type, tick)
-                self._arm_tick(job_type, slot, max(time.time(), tick))
-        slot.tick_timer = self.start_timer(max(0.0, tick - now) + 0.001, on_tick, real=True)
 
-    def _fire(self, job_type: Any, tick: int) -> None:
-        job_id = f"tick-{tick}"
-        try:
-            added = work.fire_tick(self.db, DEFAULT_LAYOUT, job_type, tick, job_id)
-        except Exception as exc:  # noqa: BLE001 - a store hiccup skips a tick, never stops the host
-            log.warning("tick_failed host=%s type=%s tick=%d error=%r", self.host, job_type, tick, exc)
-            return
-        if added:
-            log.info("tick_enqueued host=%s type=%s job=%s", self.host, job_type, job_id)
 
-    # ---------------------------------------------------------------- shutdown
-    def _release(self, jobs: list) -> None:
-        """Put held jobs back in the queue, uncounted; a store error leaves
-        them to the lifeline (their leases expire)."""
-        if not jobs:
-            return
-        try:
-            self.stats["released"] += work.release(self.db, DEFAULT_LAYOUT, jobs)
-        except Exception as exc:  # noqa: BLE001 - nothing is lost: the lease runs out and they come back
-            log.warning("release_failed host=%s count=%d error=%r", self.host, len(jobs), exc)
 
-    def _drain(self, msg: Drain, from_: Any) -> Any:
-        self.draining = True
-        waiting = [r.claimed.job for r in self.buffer if not r.lost]
-        self.buffer.clear()
-        before = self.stats["released"]
-        self._release(waiting)
-        for _, slot in self.slots.items():
-            if slot.runs:
-                slot.owes_release += 1
-                self.send(slot.addr, Release())
-        log.info("workers_draining host=%s held=%d released=%d grace=%.1fs", self.host, len(self._held()),
-                 self.stats["released"] - before, msg.grace)
-        self.drain_from = from_
-        if not self._busy():
-            self._drained()
-            return NOREPLY
-        self.drain_timer = self.start_timer(max(0.0, msg.grace), self._grace_over, real=True)
-        return NOREPLY
 
-    def _busy(self) -> bool:
-        return any(slot.runs or slot.owes_release for _, slot in self.slots.items())
 
-    def _grace_over(self) -> None:
-        self.drain_timer = None
-        late = [r for r in self._held() if not r.lost]
-        for running in late:
-            log.warning("job_released host=%s type=%s job=%s reason=grace_over", self.host,
-                        running.claimed.job.type, running.claimed.job.id)
-            running.lost = True
-        self._release([r.claimed.job for r in late])
-        for _, slot in self.slots.items():
-            slot.runs.clear()
-            slot.current = None
-            slot.inflight.clear()
-            slot.async_held = 0
-            slot.owes_release = 0
-        self._drained()
-
-    def _check_drained(self) -> None:
-        if self.drain_from is not None and not self._busy():
-            self._drained()
-
-    def _drained(self) -> None:
-        if self.drain_from is None:
-            return
-        if self.outcomes:
-            outcomes, self.outcomes = self.outcomes, []
-            try:
-                lost = work.complete(self.db, DEFAULT_LAYOUT, outcomes, time.time())
-            except Exception as exc:  # noqa: BLE001 - the jobs come back when their leases run out
-                log.warning("drain_complete_failed host=%s count=%d error=%r", self.host, len(outcomes), exc)
-                lost = []
-            for job in lost:
-                log.info("job_outcome_discarded host=%s type=%s job=%s reason=lock_lost", self.host, job.type,
-                         job.id)
-        if self.drain_timer is not None:
-            self.cancel_timer(self.drain_timer)
-            self.drain_timer = None
-        self.reply(self.drain_from, {"finished": self.stats["succeeded"] + self.stats["failed"],
-                                     **self.stats})
-        self.drain_from = None
 
     def terminate(self, reason: Any) -> None:
         try:
@@ -1001,27 +635,3 @@ class Dispatcher(GenServer):
 @dataclass(frozen=True)
 class _Flush:
     """The dispatcher's message to itself: run one step."""
-
-
-#: Seconds between two prunes of a host's types at most and at least; on a
-#: busy host, while a backlog lasts (a batch was full), at least
-#: PRUNE_AGAIN and as much as keeps pruning to PRUNE_SHARE of the
-#: dispatcher's time.
-PRUNE_EVERY = 60.0
-PRUNE_MIN = 1.0
-PRUNE_AGAIN = 0.2
-PRUNE_SHARE = 0.02
-
-
-def _retention(args: dict) -> dict:
-    """Seconds finished jobs are kept, by outcome, from the host's
-    ``keep_finished`` and ``keep_failed`` (absent or 0: None, for ever)."""
-    from fdblayer.jobs.work_record import FAILED, SUCCEEDED
-
-    return {SUCCEEDED: float(args.get("keep_finished") or 0) or None,
-            FAILED: float(args.get("keep_failed") or 0) or None}
-
-
-def _short(text: Any, limit: int = 200) -> str:
-    text = str(text).replace("\n", " ")
-    return text if len(text) <= limit else text[:limit] + "..."

@@ -9,7 +9,8 @@ monitors and notifiers (``actors/``) build on the store-level functions of
 Modules, one role each, each importing only those below it (no cycle):
 
 - top: ``api`` (the public calls), ``overview`` (what the views read),
-  ``counts`` (the per-type counters, read or recounted);
+  ``counts`` (the per-type counters, read or recounted), ``schedules``
+  (periodic schedules and their exactly-once ticks, above ``work``);
 - ``work`` (the worker pools' batch transitions: claim, start, complete,
   renew, release, schedules) and ``retention`` (pruning finished pool
   jobs in batches), above ``model`` (the couch_jobs

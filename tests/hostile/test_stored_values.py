@@ -23,7 +23,7 @@ import pytest
 import fdblayer
 from actors import jobs
 from fdblayer import docs
-from fdblayer.jobs import activity, work
+from fdblayer.jobs import activity, schedules
 from fdblayer.jobs.exceptions import CorruptValue, InvalidArgument
 from fdblayer.jobs.keys import DEFAULT_LAYOUT as L
 from tests.procs import free_port, group_pids, wait_until
@@ -65,7 +65,7 @@ def poison(db) -> None:
         tr.set(L.watches_activity_key("echo"), raw)
         tr.set(docs._key(docs.REPLICATOR_DB, job_id), raw)  # noqa: SLF001 - below the API on purpose
     tr.commit()
-    work.set_schedule(db, L, "good", "not a cron expression", b"", int(time.time()))
+    schedules.set_schedule(db, L, "good", "not a cron expression", b"", int(time.time()))
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from actors import jobs
-from actors.workers.dispatcher import retry_delay
+from actors.workers.runs import retry_delay
 from fdblayer.jobs.job import JobState
 from tests.workers.hosts import wait_for
 
@@ -67,7 +67,7 @@ def test_a_retry_can_succeed_and_max_attempts_is_per_job(hosts, db):
 
 
 def test_prefetch_follows_the_run_time():
-    from actors.workers.dispatcher import MAX_PREFETCH, prefetch_for
+    from actors.workers.runs import MAX_PREFETCH, prefetch_for
     assert prefetch_for(0.00001) == MAX_PREFETCH, "quick jobs go in batches"
     assert prefetch_for(0.01) == 10, "about 0.1 s of work"
     assert prefetch_for(0.2) == 2, "one runs, the next waits in the worker"
@@ -315,13 +315,13 @@ def test_periodic_ticks_are_enqueued_once_with_two_hosts(hosts, db, workdir):
 
 
 def test_missed_ticks_are_not_replayed(db, hosts, workdir):
-    from fdblayer.jobs import work
+    from fdblayer.jobs import schedules
     from fdblayer.jobs.codec import encode_data
     from fdblayer.jobs.keys import DEFAULT_LAYOUT
 
     jobs.set_type_timeout(db, "tick", 30)
     # A schedule whose last tick is 5 s old: five ticks passed while no host ran.
-    work.set_schedule(db, DEFAULT_LAYOUT, "tick", "* * * * * *", encode_data({}), int(time.time()) - 5)
+    schedules.set_schedule(db, DEFAULT_LAYOUT, "tick", "* * * * * *", encode_data({}), int(time.time()) - 5)
     run_log = workdir / "runs.jsonl"
     hosts(["tick=handlers_mod:tick"], run_log=run_log)
     wait_for(lambda: runs(run_log), 10, "a tick")

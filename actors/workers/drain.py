@@ -1,0 +1,102 @@
+"""A worker host's drain: claim nothing more, give back what has not started, wait out the grace.
+
+Principle: on SIGTERM or Ctrl-C (a :class:`~actors.workers.protocol.Drain`
+call) the dispatcher claims no more jobs, puts the ones it holds that have
+not started back in the queue at once (their attempt not counted), tells
+running handlers to stop and gives them the grace, then puts back what
+still runs and answers. A store error leaves the jobs to the lifeline:
+their leases run out and they come back. A mixin of the dispatcher.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from fdblayer.jobs.keys import DEFAULT_LAYOUT
+
+from supervision import NOREPLY
+
+from fdblayer.jobs import work
+
+from actors.workers.protocol import Drain, Release
+
+__all__ = ["Draining"]
+
+log = logging.getLogger("otpjobs.workers")
+
+
+class Draining:
+    """The drain of a dispatcher."""
+
+    def _release(self, jobs: list) -> None:
+        """Put held jobs back in the queue, uncounted; a store error leaves
+        them to the lifeline (their leases expire)."""
+        if not jobs:
+            return
+        try:
+            self.stats["released"] += work.release(self.db, DEFAULT_LAYOUT, jobs)
+        except Exception as exc:  # noqa: BLE001 - nothing is lost: the lease runs out and they come back
+            log.warning("release_failed host=%s count=%d error=%r", self.host, len(jobs), exc)
+
+    def _drain(self, msg: Drain, from_: Any) -> Any:
+        self.draining = True
+        waiting = [r.claimed.job for r in self.buffer if not r.lost]
+        self.buffer.clear()
+        before = self.stats["released"]
+        self._release(waiting)
+        for _, slot in self.slots.items():
+            if slot.runs:
+                slot.owes_release += 1
+                self.send(slot.addr, Release())
+        log.info("workers_draining host=%s held=%d released=%d grace=%.1fs", self.host, len(self._held()),
+                 self.stats["released"] - before, msg.grace)
+        self.drain_from = from_
+        if not self._busy():
+            self._drained()
+            return NOREPLY
+        self.drain_timer = self.start_timer(max(0.0, msg.grace), self._grace_over, real=True)
+        return NOREPLY
+
+    def _busy(self) -> bool:
+        return any(slot.runs or slot.owes_release for _, slot in self.slots.items())
+
+    def _grace_over(self) -> None:
+        self.drain_timer = None
+        late = [r for r in self._held() if not r.lost]
+        for running in late:
+            log.warning("job_released host=%s type=%s job=%s reason=grace_over", self.host,
+                        running.claimed.job.type, running.claimed.job.id)
+            running.lost = True
+        self._release([r.claimed.job for r in late])
+        for _, slot in self.slots.items():
+            slot.runs.clear()
+            slot.current = None
+            slot.inflight.clear()
+            slot.async_held = 0
+            slot.owes_release = 0
+        self._drained()
+
+    def _check_drained(self) -> None:
+        if self.drain_from is not None and not self._busy():
+            self._drained()
+
+    def _drained(self) -> None:
+        if self.drain_from is None:
+            return
+        if self.outcomes:
+            outcomes, self.outcomes = self.outcomes, []
+            try:
+                lost = work.complete(self.db, DEFAULT_LAYOUT, outcomes, time.time())
+            except Exception as exc:  # noqa: BLE001 - the jobs come back when their leases run out
+                log.warning("drain_complete_failed host=%s count=%d error=%r", self.host, len(outcomes), exc)
+                lost = []
+            for job in lost:
+                log.info("job_outcome_discarded host=%s type=%s job=%s reason=lock_lost", self.host, job.type,
+                         job.id)
+        if self.drain_timer is not None:
+            self.cancel_timer(self.drain_timer)
+            self.drain_timer = None
+        self.reply(self.drain_from, {"finished": self.stats["succeeded"] + self.stats["failed"],
+                                     **self.stats})
+        self.drain_from = None

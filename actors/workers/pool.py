@@ -1,0 +1,113 @@
+"""A worker host's pool as its dispatcher keeps it: adopting workers, seeing them die, time limits.
+
+Principle: the dispatcher adopts every worker the pool starts (a report
+channel each, :mod:`actors.workers.channel`) and sees each one die twice
+over: by the supervisor's notice and by a pidfd of its process, since
+Thespian's notice can be lost on a loaded machine and a death unseen would
+hold its jobs for ever. A run past its time limit is told to stop; past
+the grace too, its worker is stopped and replaced. A mixin of the
+dispatcher, whose state it reads.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import time
+from typing import Any, Optional
+
+from supervision import Down
+from supervision.supervisor import StartChild, TerminateChild, WhichChildren
+
+from actors.workers.channel import Channel
+from actors.workers.protocol import StopJob
+from actors.workers.runs import CALL_TIMEOUT, CANCEL_WAIT, Running, Slot
+
+__all__ = ["PoolKeeping"]
+
+log = logging.getLogger("otpjobs.workers")
+
+
+class PoolKeeping:
+    """Workers adopted, watched and replaced; runs held to their time limits."""
+
+    def _adopt(self, addr: Any) -> None:
+        if addr is None or addr in self.slots:
+            return
+        self.slot_count += 1
+        slot = Slot(addr, self.monitor(addr), Channel(self.rundir, str(self.slot_count)), self.slot_count)
+        self.slots[addr] = slot
+        self.watch_fd(slot.channel.fd, lambda: self._read_channel(slot))
+
+    def _watch_process(self, slot: Slot, pid: int) -> None:
+        """Watch the worker's process itself: Thespian's notice of a child's
+        exit can be lost on a loaded machine, and a worker whose death goes
+        unseen would hold its jobs (their leases renewed) for ever."""
+        if slot.pidfd is not None or self.slots.get(slot.addr) is not slot:
+            return
+        try:
+            slot.pidfd = os.pidfd_open(pid)
+        except OSError:  # already gone
+            self.start_timer(0.0, lambda: self._process_gone(slot), real=True)
+            return
+        self.watch_fd(slot.pidfd, lambda: self._process_gone(slot))
+
+    def _process_gone(self, slot: Slot) -> None:
+        """The worker's process ended: end its runs now, whether or not the
+        supervisor's notice (a Down) ever comes; it is never adopted again."""
+        if self.slots.get(slot.addr) is not slot:
+            return
+        self.gone[slot.addr] = True
+        self._worker_down(Down(slot.ref, slot.addr, "exited"))
+
+    def _find_replacements(self, tries: int) -> None:
+        """Adopt the workers the pool restarted (it does so within milliseconds);
+        start one more when the pool did not (it missed a worker's exit)."""
+        def listed(children: Any, error: Exception | None) -> None:
+            if error is None:
+                for child in children:
+                    if child.addr is not None and child.addr not in self.gone:
+                        self._adopt(child.addr)
+            if len(self.slots) < self.concurrency and not self.draining:
+                if tries > 0:
+                    self.start_timer(0.05, lambda: self._find_replacements(tries - 1), real=True)
+                else:
+                    self._add_worker()
+            self._hand_out()
+            self._kick()
+        self.call_async(self.pool, WhichChildren(), listed, CALL_TIMEOUT)
+
+    def _add_worker(self) -> None:
+        """Start one more worker in the pool (one was stopped, not restarted) and adopt it."""
+        def started(addr: Any, error: Exception | None) -> None:
+            if error is None:
+                self._adopt(addr)
+                self._hand_out()
+                self._kick()
+        if not self.draining:
+            self.call_async(self.pool, StartChild(None), started, CALL_TIMEOUT)
+
+    def _limit(self, running: Running) -> Optional[float]:
+        """The time limit of a run: the job's own, else its type's."""
+        return running.claimed.time_limit or self.types[running.claimed.job.type].time_limit
+
+    def _check_limit(self, slot: Slot, running: Running) -> None:
+        """Past its limit a run is told to stop; past the grace too, its worker is stopped."""
+        limit = self._limit(running)
+        if limit is None or running.started is None or running.killing:
+            return
+        over = time.time() - running.started - limit
+        if over > 0 and not running.timed_out:
+            running.timed_out = True
+            log.warning("job_timed_out host=%s type=%s job=%s attempt=%d limit=%gs grace=%gs", self.host,
+                        running.claimed.job.type, running.claimed.job.id, running.claimed.attempt, limit, self.grace)
+            self.send(slot.addr, StopJob(running.token))
+        elif over > self.grace and running.is_async and not running.cancelled:
+            running.cancelled = True  # the worker's other async runs go on
+            log.warning("async_run_cancelled host=%s type=%s job=%s reason=time_limit", self.host,
+                        running.claimed.job.type, running.claimed.job.id)
+            self.send(slot.addr, StopJob(running.token, cancel=True))
+        elif over > self.grace + (CANCEL_WAIT if running.is_async else 0.0):
+            running.killing = True
+            log.warning("job_killed host=%s type=%s job=%s reason=time_limit", self.host,
+                        running.claimed.job.type, running.claimed.job.id)
+            self.call_async(self.pool, TerminateChild(slot.addr), lambda _r, _e: self._add_worker(), CALL_TIMEOUT)
