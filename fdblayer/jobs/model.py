@@ -58,6 +58,7 @@ from fdblayer.jobs.tally import Tally, bump, stamp_watch
 from fdblayer.jobs.work_record import FAILED, WorkRecord, claimed_only
 
 __all__ = [
+    "stored_priority",
     "add",
     "add_many",
     "remove",
@@ -91,6 +92,7 @@ def add(
     data: bytes,
     sched_time: int,
     priority: Optional[int] = None,
+    type_default: bool = False,
 ) -> JobValue:
     """Add a job, or resubmit it if it exists (the seed's ``add/5``).
 
@@ -109,7 +111,10 @@ def add(
         data: The encoded job data.
         sched_time: The scheduled time (seconds since the epoch, 0: now).
         priority: 0 (first) to 9 among due jobs (a worker pool's); None:
-            0 for a new job, an existing job's own.
+            0 for a new job, an existing job's own (with ``type_default``:
+            the type's declared one, :func:`stored_priority`, for both).
+        type_default: read the type's declared priority with the job and
+            its type timeout (one round trip) when ``priority`` is None.
 
     Returns:
         The job's DATA row as it will be committed.
@@ -118,7 +123,12 @@ def add(
         NoTypeTimeout: ``job_type`` has no type timeout.
     """
     key = layout.data_key(job_type, job_id)
-    timeout, raw = tr.get_many([layout.activity_timeout_key(job_type), key])  # one round trip
+    if priority is None and type_default:  # one round trip for the three
+        timeout, raw, declared = tr.get_many(
+            [layout.activity_timeout_key(job_type), key, layout.type_priority_key(job_type)])
+        priority = stored_priority(declared)
+    else:
+        timeout, raw = tr.get_many([layout.activity_timeout_key(job_type), key])  # one round trip
     if timeout is None:
         raise NoTypeTimeout(
             f"job type {job_type!r} has no type timeout; set one first",
@@ -131,6 +141,19 @@ def add(
     bump(tr, layout, job_type, "jobs")
     bump(tr, layout, job_type, "added")
     return rows.maybe_enqueue(tr, layout, job_type, job_id, sched_time, True, data, key, priority=priority or 0)
+
+
+def stored_priority(raw: Optional[bytes]) -> int:
+    """A type's declared priority row (``Layout.type_priority_key``) read as
+    a priority: 0 when absent; a stored value that is not one (logged) 0."""
+    if raw is None:
+        return 0
+    try:
+        (priority,) = fdb.tuple.unpack(raw)
+    except Exception as exc:  # noqa: BLE001 - a bad stored value reads as the default
+        report_bad_row("type_priority", raw, repr(exc)[:80])
+        return 0
+    return priority if isinstance(priority, int) and not isinstance(priority, bool) and 0 <= priority <= 9 else 0
 
 
 @transactional

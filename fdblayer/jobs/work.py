@@ -140,9 +140,7 @@ def enqueue(tr: Transaction, layout: Layout, job_type: JobType, job_id: str, dat
     Raises:
         NoTypeTimeout: ``job_type`` has no type timeout.
     """
-    if priority is None:
-        priority = type_priority(tr, layout, job_type)
-    value = model.add(tr, layout, job_type, job_id, data, sched_time, priority)
+    value = model.add(tr, layout, job_type, job_id, data, sched_time, priority, type_default=True)
     state = job_state(value.lock, value.seq)
     if state is not JobState.RUNNING:
         tr.set(layout.work_key(job_type, job_id),
@@ -154,15 +152,7 @@ def type_priority(tr: Transaction, layout: Layout, job_type: JobType) -> int:
     """The priority a job of ``job_type`` enqueued without one gets: its
     handler's declared default (:func:`set_type_priority`), else 0; a stored
     value that is not one reads as 0."""
-    raw = tr.snapshot.get(layout.type_priority_key(job_type))
-    if raw is None:
-        return 0
-    try:
-        (priority,) = fdb.tuple.unpack(raw)
-    except Exception as exc:  # noqa: BLE001 - a bad stored value reads as the default
-        report_bad_row("type_priority", raw, repr(exc)[:80])
-        return 0
-    return priority if isinstance(priority, int) and not isinstance(priority, bool) and 0 <= priority <= 9 else 0
+    return model.stored_priority(tr.snapshot.get(layout.type_priority_key(job_type)))
 
 
 @transactional
