@@ -234,7 +234,7 @@ class Statements:
         self.get = (f"{version} UNION ALL SELECT k, v FROM {kv} "
                     f"WHERE {KP} = substring(%s from 1 for {KEY_PREFIX_BYTES}) AND k = %s")
         self.get_many = (f"{version} UNION ALL SELECT k, v FROM {kv} "
-                         f"WHERE {KP} = ANY(%s::bytea[]) AND k = ANY(%s::bytea[])")
+                         f"WHERE {KP} = ANY(%b::bytea[]) AND k = ANY(%b::bytea[])")
         bounds = (f"{KP} >= substring(%s from 1 for {KEY_PREFIX_BYTES}) "
                   f"AND {KP} <= substring(%s from 1 for {KEY_PREFIX_BYTES}) AND k >= %s AND k < %s")
         self.range_asc = (f"({version}) UNION ALL (SELECT k, v FROM {kv} WHERE {bounds} "
@@ -242,18 +242,18 @@ class Statements:
         self.range_desc = (f"({version}) UNION ALL (SELECT k, v FROM {kv} WHERE {bounds} "
                            f"ORDER BY {KP} DESC, k DESC LIMIT %s)")
         self.changed_since = (
-            f'SELECT EXISTS (SELECT 1 FROM "{p}_writes" w, unnest(%s::bytea[], %s::bytea[]) AS r(b, e) '
+            f'SELECT EXISTS (SELECT 1 FROM "{p}_writes" w, unnest(%b::bytea[], %b::bytea[]) AS r(b, e) '
             "WHERE w.version > %s AND w.b < r.e AND w.e > r.b) "
             f"OR %s < (SELECT value FROM {meta} WHERE name = 'pruned_version')"
         )
         self.commit = (
-            f'SELECT "{p}_commit"(%s, %s::bytea[], %s::bytea[], %s::bytea[], %s::bytea[], '
-            "%s::bytea[], %s::bytea[], %s::bytea[], %s::bytea[], %s::bytea[], "
-            "%s::bytea[], %s::int[], %s::bytea[], %s::bytea[], %s::bytea[], %s::int[])"
+            f'SELECT "{p}_commit"(%s, %b::bytea[], %b::bytea[], %b::bytea[], %b::bytea[], '
+            "%b::bytea[], %b::bytea[], %b::bytea[], %b::bytea[], %b::bytea[], "
+            "%b::bytea[], %b::int[], %b::bytea[], %b::bytea[], %b::bytea[], %b::int[])"
         )
         self.watched = (
             f"SELECT NULL::bytea, NULL::bytea, value FROM {meta} WHERE name = 'commit_version' "
-            f"UNION ALL SELECT k, v, NULL FROM {kv} WHERE {KP} = ANY(%s::bytea[]) AND k = ANY(%s::bytea[])"
+            f"UNION ALL SELECT k, v, NULL FROM {kv} WHERE {KP} = ANY(%b::bytea[]) AND k = ANY(%b::bytea[])"
         )
         self.channel = f"{p}_commits"
 
