@@ -270,6 +270,13 @@ class Transaction(ReadView):
         end = strinc(prefix) if prefix.rstrip(b"\xff") else END_OF_KEYSPACE
         self.clear_range(prefix, end)
 
+    def prefetch(self, keys: Sequence[bytes]) -> None:
+        """A hint: ``keys`` will be read in this transaction. A backend whose
+        reads are round trips (PostgreSQL) reads them now, all in one, and
+        later reads of them are answered from what it read; elsewhere nothing
+        happens. Adds no conflict and changes no result: a later read of a
+        key adds its conflict as it always does."""
+
     def add_read_conflict_key(self, key: bytes) -> None:
         """Make the commit fail if another transaction wrote ``key``."""
         key = check_key(key)

@@ -358,6 +358,15 @@ class PostgresTransaction(OwnWrites, Transaction):
             self._fetch(missing)
         return [self._read(k, snapshot) for k in keys]
 
+    def prefetch(self, keys: Sequence[bytes]) -> None:
+        """Read ``keys`` from the snapshot in one statement (see ``Transaction``)."""
+        keys = [check_key(k) if type(k) is not bytes or len(k) > MAX_KEY_SIZE else k for k in keys]
+        self._ensure_usable()
+        missing = [k for k in dict.fromkeys(keys) if k not in self._known and k not in self._sets
+                   and not self._in_cleared(k)]
+        if missing:
+            self._fetch(missing)
+
     def _fetch(self, keys: List[bytes]) -> Dict[bytes, Optional[bytes]]:
         """Read keys from the snapshot into ``_known``."""
         sql = self._db.sql

@@ -99,6 +99,8 @@ def _step(tr: Transaction, outcomes: list, starts: list, claims: list, now: floa
     """Record ``starts``, end ``outcomes`` and claim for ``claims`` =
     ``[(type, limit, default_max)]``, one transaction. Returns ``(lost jobs,
     [ClaimResult per claim])``."""
+    work.prefetch_step(tr, DEFAULT_LAYOUT, [job for job, _ in starts] + [o.job for o in outcomes],
+                       [t for t, _, _ in claims])
     lost = work.mark_started(tr, DEFAULT_LAYOUT, starts) if starts else []
     lost += work.complete(tr, DEFAULT_LAYOUT, outcomes, now) if outcomes else []
     results = [work.claim(tr, DEFAULT_LAYOUT, t, now, limit, worker, default_max)

@@ -50,7 +50,7 @@ from __future__ import annotations
 import logging
 import os
 import random
-from typing import Any, NamedTuple, Optional
+from typing import Any, Iterable, NamedTuple, Optional
 
 import fdb.tuple
 import msgpack
@@ -68,7 +68,7 @@ from fdblayer.jobs.work_record import (FAILED, SUCCEEDED, WORKER_LOST, WorkRecor
 from fdblayer.watches import Watch
 
 __all__ = [
-    "Claimed", "ClaimResult", "Outcome", "enqueue", "type_priority", "set_type_priority", "claim", "set_paused", "paused_types", "mark_started", "complete", "renew", "release", "requeue_held_by",
+    "Claimed", "ClaimResult", "Outcome", "enqueue", "prefetch_step", "type_priority", "set_type_priority", "claim", "set_paused", "paused_types", "mark_started", "complete", "renew", "release", "requeue_held_by",
     "set_progress", "read", "read_many",
 ]
 
@@ -293,6 +293,14 @@ def _claim_one(tr: Transaction, layout: Layout, job_type: JobType, job_id: str, 
 
 
 # ---------------------------------------------------------------- ending attempts
+
+
+def prefetch_step(tr: Transaction, layout: Layout, jobs: Iterable[Job], types: Iterable[JobType]) -> None:
+    """Read at once what :func:`mark_started` and :func:`complete` of
+    ``jobs`` and :func:`claim` of ``types`` read first, in this transaction
+    (``Transaction.prefetch``: one round trip where reads are round trips)."""
+    keys = [k for j in jobs for k in (layout.data_key(j.type, j.id), layout.work_key(j.type, j.id))]
+    tr.prefetch(keys + [layout.paused_key(t) for t in types])
 
 
 def _held(tr: Transaction, layout: Layout, jobs: list) -> list:

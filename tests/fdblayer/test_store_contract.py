@@ -602,6 +602,55 @@ class TestConflicts:
         assert db.get(b"blind") == b"mine"
         assert int.from_bytes(db.get(b"n"), "little") == 6
 
+    def test_prefetched_keys_read_as_without_it_and_conflict_when_read(self, db, store_url):
+        """``prefetch`` is a hint: a later read of a prefetched key answers the
+        snapshot's value (not a write committed since) and adds its conflict."""
+        db.set(b"pre-a", b"1")
+        other = fdblayer.open(store_url)
+        try:
+            tr = db.create_transaction()
+            assert tr.get(b"pre-start") is None  # the snapshot is taken
+            tr.prefetch([b"pre-a", b"pre-missing"])
+            other.set(b"pre-a", b"theirs")
+            assert tr.get_many([b"pre-a", b"pre-missing"]) == [b"1", None]
+            tr.set(b"pre-out", b"x")
+            with pytest.raises(ConflictError):
+                tr.commit()
+        finally:
+            other.close()
+        assert db.get(b"pre-a") == b"theirs" and db.get(b"pre-out") is None
+
+    def test_prefetch_alone_adds_no_conflict(self, db, store_url):
+        """With key conflicts a prefetched key written elsewhere, never read,
+        does not fail the commit (SQLite's conflicts are store-wide)."""
+        db.set(b"pre-a", b"1")
+        other = fdblayer.open(store_url)
+        try:
+            tr = db.create_transaction()
+            assert tr.get(b"pre-start") is None
+            tr.prefetch([b"pre-a"])
+            other.set(b"pre-a", b"theirs")
+            tr.set(b"pre-out", b"x")
+            if db.key_conflicts:
+                tr.commit()
+            else:
+                with pytest.raises(ConflictError):
+                    tr.commit()
+        finally:
+            other.close()
+        assert db.get(b"pre-out") == (b"x" if db.key_conflicts else None)
+
+    def test_a_prefetched_key_reads_this_transactions_own_writes(self, db):
+        db.set(b"pre-a", b"1")
+        db.set(b"pre-c", b"3")
+        tr = db.create_transaction()
+        tr.set(b"pre-a", b"mine")
+        tr.clear(b"pre-c")
+        tr.prefetch([b"pre-a", b"pre-c", b"pre-a"])
+        assert tr.get_many([b"pre-a", b"pre-c"]) == [b"mine", None]
+        tr.commit()
+        assert db.get(b"pre-a") == b"mine" and db.get(b"pre-c") is None
+
     def test_a_read_elsewhere_makes_blind_writes_conflict_only_without_key_conflicts(self, db, store_url):
         """With key conflicts (FoundationDB) a read of another key adds no
         conflict to blind writes; the SQLite backend's conflicts are
