@@ -231,9 +231,8 @@ def test_stopped_job_checkpoints_and_resumes_from_it(h) -> None:
 def test_interval_timer_rotates_continuous_jobs(h) -> None:
     h.s.set_setting("max_jobs", 1)
     h.s.set_setting("interval", 10_000)
-    h.s.add_job(h.spec("r1"))
-    h.s.add_job(h.spec("r2"))
-    h.s.reschedule()
+    h.s.add_job(h.spec("r1"))  # fits in max_jobs: started at once
+    h.s.add_job(h.spec("r2"))  # waits for a slot
     first = wait_until(lambda: h.running() if len(h.running()) == 1 else None, what="one running")
     h.advance(10)  # the interval timer fires: r2 gets r1's slot
     other = [j for j in ("r1", "r2") if j not in first]
@@ -331,9 +330,8 @@ def test_settings_set_through_the_keeper_survive_a_scheduler_restart(tmp_path) -
         with pytest.raises(InvalidSetting):
             h.s.set_setting("interval", 2**32)  # beyond any timer: refused before it reaches the keeper
         assert h.client.call(CONFIG_SERVER, GetConfig("replicator"))[1]["max_jobs"] == 1
-        h.s.add_job(h.spec("k1"))
-        h.s.add_job(h.spec("k2"))
-        h.s.reschedule()
+        h.s.add_job(h.spec("k1"))  # fits in max_jobs: started at once
+        h.s.add_job(h.spec("k2"))  # waits for a slot
         wait_until(lambda: h.running() == ["k1"], what="one job running (max_jobs = 1)")
         old = node.kill(SCHEDULER_NAME)
         node.wait_restarted(SCHEDULER_NAME, old, timeout=10)

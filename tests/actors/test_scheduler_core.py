@@ -412,14 +412,21 @@ def test_add_job_replaces_a_job_with_the_same_id() -> None:
     assert s.counters["adds"] == 2 and s.counters["removes"] == 1 and len(s.table) == 1
 
 
-def test_newly_added_job_starts_only_below_max_jobs_counting_itself() -> None:
-    """As in the seed: the total (including the new job) must be < max_jobs."""
+def test_newly_added_job_starts_at_once_while_every_job_fits_in_max_jobs() -> None:
+    """The last of exactly max_jobs jobs starts at once (the seed's ``total <
+    max_jobs`` left it waiting an interval with a slot free); past max_jobs a
+    newcomer does not take a slot before jobs that waited longer."""
     s = Scheduling(FakeRunner(), FakeClock(), Settings(max_jobs=2))
     s.add_job(permanent("a"))
     s.add_job(permanent("b"))
-    assert jobs_running(s) == ["a"]
-    s.reschedule()
     assert jobs_running(s) == ["a", "b"]
+    s.add_job(permanent("c"))
+    assert jobs_running(s) == ["a", "b"]
+    s.remove_job("a")  # a slot is free, c waited for it
+    s.add_job(permanent("d"))
+    assert jobs_running(s) == ["b"]
+    s.reschedule()
+    assert jobs_running(s) == ["b", "c"]
 
 
 def test_normal_exit_removes_the_job_and_remove_job_stops_it() -> None:
@@ -480,8 +487,8 @@ def test_start_failure_is_recorded_as_a_crash() -> None:
 def test_job_summary_states_and_history_capped_at_max_history() -> None:
     clock = FakeClock()
     s = Scheduling(FakeRunner(), clock, Settings(max_jobs=1, max_history=4))
-    s.add_job(permanent("a"))  # total 1 is not < max_jobs 1: stays pending
-    assert s.job_summary("a")["state"] == "pending"
+    s.add_job(permanent("a"))  # the only job fits in max_jobs 1: started at once
+    assert s.job_summary("a")["state"] == "running"
     assert s.job_summary("zzz") is None
     for _ in range(5):
         s.reschedule()
@@ -494,7 +501,7 @@ def test_job_summary_states_and_history_capped_at_max_history() -> None:
 
 def test_stats_counters_and_gauges() -> None:
     clock = FakeClock()
-    s = Scheduling(FakeRunner(), clock, Settings(max_jobs=3))
+    s = Scheduling(FakeRunner(), clock, Settings(max_jobs=3, max_churn=0))  # no rotation: d stays pending
     for name in "abcd":
         s.add_job(permanent(name))
     s.reschedule()
