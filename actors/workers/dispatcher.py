@@ -369,7 +369,7 @@ class Dispatcher(PoolKeeping, HostUpkeep, PeriodicTicks, Draining, GenServer):
         started = running.started
         if error is None:
             self.stats["succeeded"] += 1
-            self.outcomes.append(work.Outcome(job, "ok", result, seconds=seconds, started=started))
+            self.outcomes.append(work.Outcome(job, work.OutcomeKind.OK, result, seconds=seconds, started=started))
             return
         if running.timed_out:
             error = dict(error, type="JobTimeout", message=f"ran past its time limit of {self._limit(running):g}s "
@@ -380,7 +380,7 @@ class Dispatcher(PoolKeeping, HostUpkeep, PeriodicTicks, Draining, GenServer):
             retry_at = math.ceil(time.time() + error["snooze"])
             log.info("job_snoozed host=%s type=%s job=%s attempt=%d in=%.1fs", self.host, job.type, job.id,
                      claimed.attempt, error["snooze"])
-            self.outcomes.append(work.Outcome(job, "snooze", None, None, retry_at, seconds, started))
+            self.outcomes.append(work.Outcome(job, work.OutcomeKind.SNOOZE, None, None, retry_at, seconds, started))
             return
         if claimed.attempt < claimed.max_attempts and not error.get("final"):
             asked = error.get("retry_in")
@@ -391,12 +391,12 @@ class Dispatcher(PoolKeeping, HostUpkeep, PeriodicTicks, Draining, GenServer):
             log.warning("job_retry host=%s type=%s job=%s attempt=%d/%d in=%.1fs error=%s: %s", self.host,
                         job.type, job.id, claimed.attempt, claimed.max_attempts, delay, error.get("type"),
                         short(error.get("message")))
-            self.outcomes.append(work.Outcome(job, "retry", None, error, retry_at, seconds, started))
+            self.outcomes.append(work.Outcome(job, work.OutcomeKind.RETRY, None, error, retry_at, seconds, started))
             return
         self.stats["failed"] += 1
         log.error("job_failed host=%s type=%s job=%s attempts=%d error=%s: %s", self.host, job.type, job.id,
                   claimed.attempt, error.get("type"), short(error.get("message")))
-        self.outcomes.append(work.Outcome(job, "fail", None, error, seconds=seconds, started=started))
+        self.outcomes.append(work.Outcome(job, work.OutcomeKind.FAIL, None, error, seconds=seconds, started=started))
 
     # ---------------------------------------------------------------- the step
     def _kick(self) -> None:

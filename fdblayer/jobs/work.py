@@ -50,6 +50,7 @@ from __future__ import annotations
 import logging
 import os
 import random
+from enum import Enum
 from typing import Any, Iterable, NamedTuple, Optional
 
 import fdb.tuple
@@ -68,7 +69,7 @@ from fdblayer.jobs.work_record import (FAILED, SUCCEEDED, WORKER_LOST, WorkRecor
 from fdblayer.watches import Watch
 
 __all__ = [
-    "Claimed", "ClaimResult", "Outcome", "enqueue", "prefetch_step", "type_priority", "set_type_priority", "claim", "set_paused", "paused_types", "mark_started", "complete", "renew", "release", "requeue_held_by",
+    "Claimed", "ClaimResult", "Outcome", "OutcomeKind", "enqueue", "prefetch_step", "type_priority", "set_type_priority", "claim", "set_paused", "paused_types", "mark_started", "complete", "renew", "release", "requeue_held_by",
     "set_progress", "read", "read_many",
 ]
 
@@ -103,17 +104,25 @@ class ClaimResult(NamedTuple):
     paused: bool = False
 
 
+class OutcomeKind(str, Enum):
+    """How an attempt ended (the values are the strings older callers pass)."""
+
+    OK = "ok"          #: succeeded: ``result`` is the encoded result
+    RETRY = "retry"    #: back to pending at ``retry_at``, the attempt counted
+    SNOOZE = "snooze"  #: back to pending at ``retry_at``, the attempt not counted
+    FAIL = "fail"      #: finished as failed
+
+
 class Outcome(NamedTuple):
     """The end of one attempt, for :func:`complete`.
 
-    ``kind``: ``"ok"`` (``result`` is the encoded result), ``"retry"`` (back to
-    pending at ``retry_at``), ``"snooze"`` (back to pending at ``retry_at``,
-    the attempt not counted) or ``"fail"`` (finished as failed); ``error`` a
-    dict ``{"type", "message", "traceback"}`` for a retry or a failure.
+    ``kind``: an :class:`OutcomeKind` (or its value; anything else is
+    refused by :func:`complete`); ``error`` a dict ``{"type", "message",
+    "traceback"}`` for a retry or a failure.
     """
 
     job: Job
-    kind: str
+    kind: OutcomeKind
     result: Optional[bytes] = None
     error: Optional[dict] = None
     retry_at: int = 0
@@ -352,9 +361,10 @@ def complete(tr: Transaction, layout: Layout, outcomes: list, now: float) -> lis
     A job resubmitted while it ran goes back to pending with a fresh record
     whatever the outcome, as couch_jobs' ``finish`` does.
     """
+    kinds = [OutcomeKind(o.kind) for o in outcomes]  # ValueError for another kind, before any write
     lost = []
     tally = Tally(tr, layout)
-    for outcome, held in zip(outcomes, _held(tr, layout, [o.job for o in outcomes])):
+    for outcome, kind, held in zip(outcomes, kinds, _held(tr, layout, [o.job for o in outcomes])):
         if held is None:
             lost.append(outcome.job)
             continue
@@ -362,18 +372,18 @@ def complete(tr: Transaction, layout: Layout, outcomes: list, now: float) -> lis
         work_key = layout.work_key(job.type, job.id)
         _count_start(tally, job.type, record)
         observe_run(tally, job.type, outcome.seconds)
-        tally.bump(job.type, _EVENT_OF_KIND.get(outcome.kind, "failed_final"))
+        tally.bump(job.type, _EVENT_OF_KIND[kind])
         rows.clear_activity(tr, layout, job.type, current.seq, tally)
         tally.stamp(job.type)
         if current.resubmit:
             rows.maybe_enqueue(tr, layout, job.type, job.id, current.sched_time, True, current.data, key,
                                tally, current.priority)
             tr.set(work_key, WorkRecord(max_attempts=record.max_attempts, time_limit=record.time_limit).pack())
-        elif outcome.kind == "retry":
+        elif kind is OutcomeKind.RETRY:
             rows.maybe_enqueue(tr, layout, job.type, job.id, outcome.retry_at, True, current.data, key,
                                tally, current.priority)
             tr.set(work_key, record.end_attempt(None, record.result, outcome.error, now, outcome.started).pack())
-        elif outcome.kind == "snooze":  # again at retry_at, this attempt not counted, no error kept
+        elif kind is OutcomeKind.SNOOZE:  # again at retry_at, this attempt not counted, no error kept
             rows.maybe_enqueue(tr, layout, job.type, job.id, outcome.retry_at, True, current.data, key,
                                tally, current.priority)
             ended = record.end_attempt(None, record.result, None, now, outcome.started)
@@ -381,8 +391,8 @@ def complete(tr: Transaction, layout: Layout, outcomes: list, now: float) -> lis
         else:
             rows.maybe_enqueue(tr, layout, job.type, job.id, current.sched_time, False, current.data, key,
                                tally, current.priority)
-            finished.record(tr, layout, job.type, job.id, SUCCEEDED if outcome.kind == "ok" else FAILED, now)
-            if outcome.kind == "ok":
+            finished.record(tr, layout, job.type, job.id, SUCCEEDED if kind is OutcomeKind.OK else FAILED, now)
+            if kind is OutcomeKind.OK:
                 tr.set(work_key, record.end_attempt(SUCCEEDED, outcome.result, None, now, outcome.started).pack())
             else:
                 tally.bump(job.type, "failed")
@@ -392,8 +402,9 @@ def complete(tr: Transaction, layout: Layout, outcomes: list, now: float) -> lis
     return lost
 
 
-#: The event counter each outcome kind bumps (any other: ``failed_final``).
-_EVENT_OF_KIND = {"ok": "succeeded", "retry": "retried", "snooze": "snoozed"}
+#: The event counter each outcome kind bumps.
+_EVENT_OF_KIND = {OutcomeKind.OK: "succeeded", OutcomeKind.RETRY: "retried", OutcomeKind.SNOOZE: "snoozed",
+                  OutcomeKind.FAIL: "failed_final"}
 
 
 @transactional

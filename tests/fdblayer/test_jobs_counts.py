@@ -176,6 +176,18 @@ def test_events_and_the_run_time_histogram(db):
     assert dict(run["buckets"])[0.005] == 1 and dict(run["buckets"])[2.5] == 2 and run["buckets"][-1][1] == 2
 
 
+def test_an_unknown_outcome_kind_is_refused_and_writes_nothing(db):
+    api.add(db, T, "a", {})
+    api.add(db, T, "b", {})
+    claimed = work.claim(db, L, T, time.time(), 2, "host", 1).claimed
+    before = list(db.get_range(b"", b"\xff"))
+    with pytest.raises(ValueError):  # it used to count as a failure
+        work.complete(db, L, [work.Outcome(claimed[0].job, work.OutcomeKind.OK, b"\x01"),
+                              work.Outcome(claimed[1].job, "done", None)], time.time())
+    assert list(db.get_range(b"", b"\xff")) == before
+    assert {o.value for o in work.OutcomeKind} == {"ok", "retry", "snooze", "fail"}
+
+
 def test_prune_removes_finished_pool_jobs_by_outcome_and_age_in_batches(db):
     now = time.time()
     for n in range(12):
