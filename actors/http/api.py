@@ -68,6 +68,24 @@ PERSIST_HEADER = "X-Couch-Persist"
 NOT_ADMIN = "You are not a server admin."
 
 
+#: The bodies an HTML form can send without a script: a page of another site can
+#: make a browser post them anywhere, so the JSON API takes none of them.
+FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data", "text/plain")
+
+
+def refuse_cross_site(req: Request, form_ok: bool) -> None:
+    """Refuse a request that changes something (not GET or HEAD) when a page
+    of another site may have made it: 403 when the browser says so
+    (``Sec-Fetch-Site`` cross-site or same-site), 415 for a form's body
+    outside ``_session`` and the status page's forms (``form_ok``), whose
+    own checks apply. Clients that are not browsers send neither."""
+    site = req.header("Sec-Fetch-Site").strip().lower()
+    if site not in ("", "same-origin", "none"):
+        raise HttpError(403, "forbidden", f"a request from another site ({site[:40]}) may not change anything")
+    if not form_ok and req.content_type in FORM_TYPES:
+        raise HttpError(415, "bad_content_type", "Content-Type must be application/json")
+
+
 class App:
     """The WSGI application.
 
@@ -140,6 +158,8 @@ class App:
     def dispatch(self, req: Request) -> tuple[int, Any]:
         seg = req.segments
         head = seg[0] if seg else ""
+        if req.method not in ("GET", "HEAD"):
+            refuse_cross_site(req, form_ok=head in ("_session", "_utils"))
         if head == "":
             return self._get_only(req, lambda: self.welcome())
         if head == "_up" and len(seg) == 1:

@@ -77,6 +77,8 @@ def jobs_write_route(req: Any, seg: list[str], store: Callable[[], Any],
 
     db = store()
     job_type = seg[0] if seg else ""
+    if reserved(job_type):  # a document's hold is written by its node alone
+        raise error(403, "forbidden", reserved(job_type))
     try:
         if req.method == "POST" and len(seg) == 1:
             body = req.json()
@@ -158,7 +160,8 @@ def job_action(db: Any, job_type: str, job_id: str, action: str, was: str | None
 
 
 def reserved(job_type: str) -> str | None:
-    """Why the status page's buttons may not act on jobs of ``job_type`` (None: they may)."""
+    """Why the HTTP API and the status page's buttons may not write jobs of
+    ``job_type`` (None: they may)."""
     from fdblayer.docs import DOCS_TYPE
 
     if job_type == DOCS_TYPE:  # a document's ownership: its job comes and goes with the document

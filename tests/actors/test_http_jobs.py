@@ -127,6 +127,36 @@ def test_bad_writes_change_nothing(filled):
     assert get(node, "/_jobs/nosuch", 404)["error"] == "not_found", "a refused POST declares no type"
 
 
+def test_writes_a_page_of_another_site_could_make_are_refused(filled):
+    """A browser on another site can post a form's body (no preflight) or say
+    where it comes from: neither enqueues, retries, pauses nor removes."""
+    node, db = filled
+    before = get(node, "/_jobs/mail?limit=1000")
+    for ctype in ("text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x"):
+        for path in ("/_jobs/mail", "/_jobs/mail/_pause", "/_jobs/mail/failing/_retry"):
+            reply = node.request("POST", path, b'{"data": {}}', headers={"Content-Type": ctype})
+            assert reply.status == 415 and reply.json()["error"] == "bad_content_type", (ctype, path)
+    for site in ("cross-site", "same-site"):
+        for method, path in (("POST", "/_jobs/mail"), ("DELETE", "/_jobs/mail/due0"), ("POST", "/_jobs/mail/_pause")):
+            reply = node.request(method, path, {"data": {}}, headers={"Sec-Fetch-Site": site,
+                                                                       "Content-Type": "application/json"})
+            assert reply.status == 403 and reply.json()["error"] == "forbidden", (site, method, path)
+    assert get(node, "/_jobs/mail?limit=1000") == before
+    assert node.request("POST", "/_jobs/xsite", {"data": {}, "id": "same-origin"},
+                        headers={"Sec-Fetch-Site": "same-origin", "Content-Type": "application/json"}).status == 201
+    assert node.request("DELETE", "/_jobs/xsite/same-origin", headers={"Sec-Fetch-Site": "none"}).status == 200
+
+
+def test_the_documents_holds_are_not_written_over_http(filled):
+    node, db = filled
+    for method, path, body in (("POST", "/_jobs/_replicator_docs", {"data": {}}),
+                               ("DELETE", "/_jobs/_replicator_docs/x", None),
+                               ("POST", "/_jobs/_replicator_docs/_pause", None),
+                               ("POST", "/_jobs/_replicator_docs/x/_retry", None)):
+        reply = node.request(method, path, body)
+        assert reply.status == 403 and "_replicator_docs" in reply.json()["reason"], (method, path)
+
+
 def test_a_post_on_a_new_type_declares_it_with_the_default_timeout(filled):
     node, db = filled
     assert jobs.get_type_timeout(db, "fresh-over-http") is None
