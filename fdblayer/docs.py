@@ -50,8 +50,9 @@ from fdblayer.watches import Watch
 
 __all__ = [
     "DOCS_TYPE", "DEFAULT_OWNER_TIMEOUT", "REPLICATOR_DB", "STATES", "DocState", "Conflict", "Doc", "Lease",
-    "queue_job_id", "parse_queue_job_id", "check_body", "put", "get", "delete", "list_docs", "accept", "renew", "release",
-    "ensure_type", "InvalidArgument", "EncodingError", "NotFound", "RenewOutcome", "KEPT", "DONE", "CHANGED", "LOST",
+    "queue_job_id", "parse_queue_job_id", "check_body", "put", "get", "delete", "list_docs", "accept", "renew",
+    "release", "ensure_type", "InvalidArgument", "EncodingError", "NotFound", "RenewOutcome", "KEPT", "DONE",
+    "CHANGED", "LOST",
 ]
 
 logger = logging.getLogger(__name__)

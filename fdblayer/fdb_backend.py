@@ -336,7 +336,7 @@ class FdbTransaction(_Reader, Transaction):
         def resolved(future: Any) -> None:
             try:
                 future.wait()
-            except Exception:  # FDBError: cancelled, or the transaction failed
+            except Exception:  # noqa: BLE001 - FDBError: cancelled, or the transaction failed
                 watch.cancel()
                 return
             watch._fire()

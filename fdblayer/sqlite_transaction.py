@@ -74,7 +74,7 @@ _IN_CHUNK = 500  # keys per multi-key query (SQLite binds at most 32,766 paramet
 _UNION_MAX = 16  # up to this many keys, a UNION ALL of point lookups beats IN
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _many_sql(count: int) -> str:
     """The query reading ``count`` distinct keys, one statement text per count.
 

@@ -53,7 +53,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Iterable
 
 from .exceptions import RuntimeDirError
 from .procs import boot_id, file_holders, group_members, held_file, pid_alive, proc_stat, same_process, start_time

@@ -37,8 +37,8 @@ from actors.workers.context import decode_result
 from actors.workers.control import MAX_DELAY
 from actors.workers.schedule import check_cron, next_tick
 
-__all__ = ["JobFailed", "JobStatus", "enqueue", "pause", "resume", "prune", "result", "status", "schedule", "unschedule",
-           "schedules", "MAX_ATTEMPTS", "DEFAULT_TYPE_TIMEOUT", "declare_type"]
+__all__ = ["JobFailed", "JobStatus", "enqueue", "pause", "resume", "prune", "result", "status", "schedule",
+           "unschedule", "schedules", "MAX_ATTEMPTS", "DEFAULT_TYPE_TIMEOUT", "declare_type"]
 
 #: The most attempts a job may be given.
 MAX_ATTEMPTS = 1000

@@ -62,7 +62,7 @@ def read(tr: Transaction, layout: Layout, job_type: JobType, now: float) -> dict
         values = recount(tr, layout, job_type)
     else:
         raws = tr.snapshot.get_many([layout.count_key(job_type, name) for name in FIELDS])
-        values = {name: _unpack(raw) for name, raw in zip(FIELDS, raws)}
+        values = {name: _unpack(raw) for name, raw in zip(FIELDS, raws, strict=True)}
     future = 0
     for priority in [0] + pending.priorities(tr, layout, job_type):
         prefix = layout.pending_prefix(job_type, priority)
@@ -108,7 +108,7 @@ def read_events(tr: Transaction, layout: Layout, job_type: JobType) -> dict:
     "count": n, "sum": seconds}}``."""
     names = list(EVENTS) + [f"run_le_{i}" for i in range(len(RUN_BUCKETS) + 1)] + ["run_count", "run_sum_us"]
     raws = tr.snapshot.get_many([layout.count_key(job_type, name) for name in names])
-    values = {name: _unpack(raw) for name, raw in zip(names, raws)}
+    values = {name: _unpack(raw) for name, raw in zip(names, raws, strict=True)}
     cumulative, buckets = 0, []
     for i, bound in enumerate(RUN_BUCKETS + (float("inf"),)):
         cumulative += values[f"run_le_{i}"]

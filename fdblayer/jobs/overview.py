@@ -158,7 +158,7 @@ def _pending_ids(tr: Transaction, layout: Layout, job_type: JobType, after: Opti
 def _views(tr: Transaction, layout: Layout, job_type: JobType, ids: list[str], preview: bool = True) -> list[dict]:
     """The views of the jobs that exist among ``ids``, in order."""
     out = []
-    for job_id, entry in zip(ids, work.read_many_tolerant(tr, layout, job_type, ids)):
+    for job_id, entry in zip(ids, work.read_many_tolerant(tr, layout, job_type, ids), strict=True):
         if entry is None:
             continue
         state, raw_data, record, sched_time, priority = entry
