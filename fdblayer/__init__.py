@@ -83,7 +83,7 @@ def _fdb_tuple_compat() -> None:
         class _NoValue:
             """Stand-in for ``fdb.impl.Value``: nothing is an instance of it."""
 
-        fdb.impl = types.SimpleNamespace(Value=_NoValue)  # type: ignore[attr-defined]
+        fdb.impl = types.SimpleNamespace(Value=_NoValue)
 
 
 _fdb_tuple_compat()

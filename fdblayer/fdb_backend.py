@@ -90,7 +90,7 @@ def map_fdb_error(exc: BaseException) -> BaseException:
     """Turn an ``fdb.FDBError`` into the layer's named error (others unchanged)."""
     if type(exc).__name__ != "FDBError":
         return exc
-    code = getattr(exc, "code", None)
+    code: Any = getattr(exc, "code", None)  # the bindings' int, untyped
     cls = _ERRORS.get(code, StoreError)
     return cls(f"FoundationDB error {code}: {getattr(exc, 'description', exc)}", code=code)
 
