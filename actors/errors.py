@@ -26,7 +26,7 @@ class ActorsError(Exception):
         return (_rebuild, (type(self), self.args, dict(self.__dict__)))
 
 
-def _rebuild(cls: type, args: tuple, fields: dict) -> Any:
+def _rebuild(cls: type[Exception], args: tuple, fields: dict) -> Any:
     error = cls.__new__(cls)
     Exception.__init__(error, *args)
     error.__dict__.update(fields)

@@ -3,8 +3,9 @@
 It re-exports :mod:`actors.queue.client` (the seed's couch_jobs calls and
 subscriptions) and :mod:`actors.workers.client` (``enqueue``, ``result``,
 ``status``, ``schedule``, ``unschedule``, ``schedules``, ``pause``,
-``resume``, ``prune`` and ``JobFailed``), and what a handler uses from :mod:`actors.workers.control` (``Retry``, ``Snooze``,
-``Cancel``, the ``handler`` decorator). See there for every call.
+``resume``, ``prune`` and ``JobFailed``), and what a handler uses from
+:mod:`actors.workers.control` (``Retry``, ``Snooze``, ``Cancel``, the
+``handler`` decorator). See there for every call.
 """
 from actors.queue.client import *  # noqa: F401,F403
 from actors.queue.client import __all__ as _queue_all

@@ -121,7 +121,7 @@ def main() -> int:
                 break
             except OSError:
                 if time.monotonic() > deadline or node.poll() is not None:
-                    raise SystemExit("the node did not come up: see " + str(work_dir / "node.log"))
+                    raise SystemExit("the node did not come up: see " + str(work_dir / "node.log")) from None
                 time.sleep(0.2)
         now = time.time
         cases = [

@@ -176,7 +176,7 @@ def paired(repeat: int, *runs: Callable[[], Any]) -> tuple:
     """Medians of ``repeat`` interleaved runs of each (a run may return a tuple of figures)."""
     results: list[list[Any]] = [[] for _ in runs]
     for _ in range(repeat):
-        for result, run in zip(results, runs):
+        for result, run in zip(results, runs, strict=True):
             result.append(run())
     medians = []
     for result in results:
@@ -309,7 +309,7 @@ def bench_huey_and_raw(directory: str, args: argparse.Namespace, want: set[str])
             if "raw" not in want:
                 for name in ("raw add", "raw batch", "raw cycle", "same add", "same batch", "same cycle"):
                     runs.pop(name)
-            figures = dict(zip(runs, paired(args.repeat, *runs.values())))
+            figures = dict(zip(runs, paired(args.repeat, *runs.values()), strict=True))
         finally:
             db.close()
             conn.close()
@@ -326,7 +326,8 @@ def bench_huey_and_raw(directory: str, args: argparse.Namespace, want: set[str])
                 record(section, "add+accept+finish cycle vs enqueue+dequeue", sync, figures["cycle"], pair, 0.7)
                 record(section, "100 adds/txn (api.add loop) vs enqueue, jobs/s", sync, figures["batch"], enq, 3.0)
                 if many is None:
-                    record(section, "100 adds/txn (api.add_many) vs enqueue, jobs/s", sync, figures["add_many"], enq, 3.0)
+                    record(section, "100 adds/txn (api.add_many) vs enqueue, jobs/s", sync, figures["add_many"], enq,
+                           3.0)
                 else:
                     unavailable(section, "100 adds/txn (api.add_many) vs enqueue", sync, many)
                 record(section, "add (1/txn) vs enqueue", sync, figures["add"], enq, None)

@@ -142,8 +142,9 @@ def main() -> int:
     print(f"  without pruning:        {off:9.0f} jobs/s")
     print(f"  with pruning beside it: {on:9.0f} jobs/s (keep {args.keep:g} s; {pruned:.0f} jobs pruned by the end, "
           f"the rest {cleared:.2f} s after it on the idle host)")
+    ratios = [a['rate'] / b['rate'] for a, b in zip(results['on'], results['off'], strict=True)]
     print(f"  ratio with / without:   {on / off:9.3f} (median of the rounds' ratios: "
-          f"{statistics.median(a['rate'] / b['rate'] for a, b in zip(results['on'], results['off'])):.3f})")
+          f"{statistics.median(ratios):.3f})")
     return 0
 
 

@@ -208,7 +208,7 @@ def bench_docs(n: int, store: str, max_jobs: int = 500) -> dict:
         time.sleep(60)
         last = stats()
         span = time.perf_counter() - t1
-        renewed = sum(b["renewed"] - a["renewed"] for a, b in zip(first, last))
+        renewed = sum(b["renewed"] - a["renewed"] for a, b in zip(first, last, strict=True))
         return {"added_s": added, "owned_s": owned, "renewals_per_s": renewed / span,
                 "renew_ms": max(s["renew_ms"] for s in last), "lost": sum(s["lost"] + s["given_up"] for s in last),
                 "split": [s["owned"] for s in last]}

@@ -437,7 +437,7 @@ def paired(repeat: int, *runs: Callable[[], float]) -> tuple[list[float], ...]:
     (so that all see the same disk weather): one list of figures per run."""
     results: list[list[float]] = [[] for _ in runs]
     for _ in range(repeat):
-        for result, run in zip(results, runs):
+        for result, run in zip(results, runs, strict=True):
             result.append(run())
     return tuple(results)
 
@@ -529,7 +529,7 @@ def print_table(results: dict[str, dict[str, tuple[list[float], ...]]], column: 
         row = f"{name:<28}"
         for sync in SYNC_MODES:
             ours_rounds, raw_rounds = results[sync][name][0], results[sync][name][column]
-            ratio = statistics.median(o / r for o, r in zip(ours_rounds, raw_rounds))
+            ratio = statistics.median(o / r for o, r in zip(ours_rounds, raw_rounds, strict=True))
             ours, raw = statistics.median(ours_rounds), statistics.median(raw_rounds)
             row += f"{ours:>12,.0f}{raw:>12,.0f}{ratio:>7.2f}"
         print(row)

@@ -103,8 +103,10 @@ def main() -> None:
         node.stop()
     print(f"supervision benchmark (Thespian multiprocTCPBase, 127.0.0.1, {os.cpu_count()} CPUs)")
     print(f"{'measure':40s} {'p50':>9s} {'p99':>9s} {'n':>5s}  target")
-    print(f"{'crash -> restarted (ms)':40s} {statistics.median(crash):9.1f} {pct(crash, .99):9.1f} {len(crash):5d}  p50 < 50")
-    print(f"{'SIGKILL -> restarted (ms)':40s} {statistics.median(killed):9.1f} {pct(killed, .99):9.1f} {len(killed):5d}  p50 < 500")
+    print(f"{'crash -> restarted (ms)':40s} {statistics.median(crash):9.1f} {pct(crash, .99):9.1f} "
+          f"{len(crash):5d}  p50 < 50")
+    print(f"{'SIGKILL -> restarted (ms)':40s} {statistics.median(killed):9.1f} {pct(killed, .99):9.1f} "
+          f"{len(killed):5d}  p50 < 500")
     print(f"start {args.children} children, simple_one_for_one: {start_s * 1000:.0f} ms "
           f"({start_s * 1000 / args.children:.1f} ms each)")
 

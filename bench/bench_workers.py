@@ -42,7 +42,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
@@ -256,7 +256,8 @@ def ratios(rows: list[dict]) -> None:
             continue
         key = (r["scenario"], r["durability"], r["handler"], r["workers"])
         if key in ours:
-            print(f"  {r['peer']:<7} {key[0]:<7} {key[1]:<6} {key[2]:<8} x{key[3]:<3} {ours[key] / r['jobs_per_s']:6.2f}x")
+            print(f"  {r['peer']:<7} {key[0]:<7} {key[1]:<6} {key[2]:<8} x{key[3]:<3} "
+                  f"{ours[key] / r['jobs_per_s']:6.2f}x")
     for scenario in ("drain", "stream"):
         for dur in ("FULL", "NORMAL"):
             one, many = ours.get((scenario, dur, "sleep10", 1)), ours.get((scenario, dur, "sleep10", 16))

@@ -337,7 +337,7 @@ def _run(url: str, ops: int, repeat: int, workers: List[int], drain_jobs: int, w
         for raw_name in RAW_OF.get(name, (name,)):
             ours = statistics.median(r[name] for r in rounds_ours)
             raw = statistics.median(r[raw_name] for r in rounds_raw)
-            ratio = statistics.median(o[name] / r[raw_name] for o, r in zip(rounds_ours, rounds_raw))
+            ratio = statistics.median(o[name] / r[raw_name] for o, r in zip(rounds_ours, rounds_raw, strict=True))
             label = name if raw_name == name else f"{name} (raw: {raw_name.split(', ')[1]})"
             print(f"{label:<34}{ours:>8.0f}{raw:>8.0f}{ratio:>8.2f}x")
     if wakeups:

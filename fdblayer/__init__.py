@@ -79,11 +79,11 @@ def _fdb_tuple_compat() -> None:
         return
     try:
         importlib.import_module("fdb.impl")  # needs libfdb_c
-    except Exception:  # the bindings raise a bare Exception when the library is missing
+    except Exception:  # noqa: BLE001 - the bindings raise a bare Exception when the library is missing
         class _NoValue:
             """Stand-in for ``fdb.impl.Value``: nothing is an instance of it."""
 
-        fdb.impl = types.SimpleNamespace(Value=_NoValue)  # type: ignore[attr-defined]
+        fdb.impl = types.SimpleNamespace(Value=_NoValue)
 
 
 _fdb_tuple_compat()

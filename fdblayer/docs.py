@@ -50,8 +50,9 @@ from fdblayer.watches import Watch
 
 __all__ = [
     "DOCS_TYPE", "DEFAULT_OWNER_TIMEOUT", "REPLICATOR_DB", "STATES", "DocState", "Conflict", "Doc", "Lease",
-    "queue_job_id", "parse_queue_job_id", "check_body", "put", "get", "delete", "list_docs", "accept", "renew", "release",
-    "ensure_type", "InvalidArgument", "EncodingError", "NotFound", "RenewOutcome", "KEPT", "DONE", "CHANGED", "LOST",
+    "queue_job_id", "parse_queue_job_id", "check_body", "put", "get", "delete", "list_docs", "accept", "renew",
+    "release", "ensure_type", "InvalidArgument", "EncodingError", "NotFound", "RenewOutcome", "KEPT", "DONE",
+    "CHANGED", "LOST",
 ]
 
 logger = logging.getLogger(__name__)
@@ -103,7 +104,7 @@ class Doc:
     db_name: str
     doc_id: str
     rev: str
-    body: dict
+    body: dict[str, Any]
     state: str
     error_count: int = 0
     info: Any = None
@@ -179,7 +180,7 @@ def _endpoint(value: Any, what: str) -> Optional[str]:
     return value
 
 
-def check_body(body: Any) -> dict:
+def check_body(body: Any) -> dict[str, Any]:
     """Check a document body and return it without ``_id``/``_rev``.
 
     Raises:
@@ -312,7 +313,7 @@ def _check_now(now: Any) -> float:
     return float(now)
 
 
-def _check_states(states: Any) -> Optional[set]:
+def _check_states(states: Any) -> Optional[set[str]]:
     if states is None:
         return None
     if isinstance(states, (str, bytes)) or not isinstance(states, Iterable):
@@ -326,7 +327,7 @@ def _check_states(states: Any) -> Optional[set]:
     return set(wanted)
 
 
-def put(tx: Tx, db_name: str, doc_id: str, body: dict, *, rev: Optional[str] = None,
+def put(tx: Tx, db_name: str, doc_id: str, body: dict[str, Any], *, rev: Optional[str] = None,
         check_rev: bool = False, now: Optional[float] = None) -> str:
     """Create or replace a document; its queue job is added (or resubmitted).
 
@@ -364,7 +365,7 @@ def put(tx: Tx, db_name: str, doc_id: str, body: dict, *, rev: Optional[str] = N
 
 
 @transactional
-def _put(tr: Transaction, db_name: str, doc_id: str, body: dict, rev: Optional[str], check_rev: bool,
+def _put(tr: Transaction, db_name: str, doc_id: str, body: dict[str, Any], rev: Optional[str], check_rev: bool,
          now: float) -> str:
     current = _read(tr, db_name, doc_id)
     current_rev = None if current is None else current.rev
@@ -461,7 +462,7 @@ def list_docs(tx: Tx, db_name: Optional[str] = None, *, limit: Optional[int] = N
 
 @transactional
 def _list(tr: Transaction, db_name: Optional[str], limit: Optional[int], skip: int,
-          wanted: Optional[set]) -> tuple[int, list[Doc]]:
+          wanted: Optional[set[str]]) -> tuple[int, list[Doc]]:
     prefix = PREFIX if db_name is None else fdb.tuple.pack((db_name,), prefix=PREFIX)
     total, page = 0, []
     end = None if limit is None else skip + limit
@@ -525,7 +526,7 @@ class RenewOutcome(_Named):
 KEPT, DONE, CHANGED, LOST = RenewOutcome.KEPT, RenewOutcome.DONE, RenewOutcome.CHANGED, RenewOutcome.LOST
 
 
-def renew(db: Database, leases: list[Lease], states: dict, done: set,
+def renew(db: Database, leases: list[Lease], states: dict[str, Any], done: set[str],
           now: float, timeout: Optional[float] = None) -> dict[str, tuple[RenewOutcome, Optional[Lease]]]:
     """Keep a node's documents and record their new states, in a few transactions.
 
@@ -556,7 +557,7 @@ def renew(db: Database, leases: list[Lease], states: dict, done: set,
     if not isinstance(db, Database):
         raise InvalidArgument(f"renew takes a Database, not {type(db).__name__}")
     batch = _renew_batch if timeout is None else transactional(_renew_batch.__wrapped__, timeout=timeout)
-    outcomes: dict[str, tuple[str, Optional[Lease]]] = {}
+    outcomes: dict[str, tuple[RenewOutcome, Optional[Lease]]] = {}
     for start in range(0, len(leases), RENEW_BATCH):
         outcomes.update(batch(db, leases[start:start + RENEW_BATCH], states, done, now))
     return outcomes
@@ -569,15 +570,15 @@ RENEW_BATCH = 200
 
 
 @transactional
-def _renew_batch(tr: Transaction, leases: list[Lease], states: dict, done: set,
-                 now: float) -> dict[str, tuple[str, Optional[Lease]]]:
+def _renew_batch(tr: Transaction, leases: list[Lease], states: dict[str, Any], done: set[str],
+                 now: float) -> dict[str, tuple[RenewOutcome, Optional[Lease]]]:
     return {lease.job.id: _renew_one(tr, lease, states.get(lease.job.id), lease.job.id in done, now)
             for lease in leases}
 
 
 @transactional
-def _renew_one(tr: Transaction, lease: Lease, fields: Optional[dict], finished: bool,
-               now: float) -> tuple[str, Optional[Lease]]:
+def _renew_one(tr: Transaction, lease: Lease, fields: Optional[dict[str, Any]], finished: bool,
+               now: float) -> tuple[RenewOutcome, Optional[Lease]]:
     job = lease.job
     info = model.get_job(tr, DEFAULT_LAYOUT, DOCS_TYPE, job.id)
     if info is None or info.lock != job.lock:

@@ -208,5 +208,5 @@ def is_retryable(err: BaseException) -> bool:
         return False
     verdict = getattr(err, "retryable", None)
     if verdict is not None:
-        return verdict
+        return bool(verdict)
     return getattr(err, "code", None) in RETRYABLE_FDB_CODES

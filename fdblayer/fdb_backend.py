@@ -90,7 +90,7 @@ def map_fdb_error(exc: BaseException) -> BaseException:
     """Turn an ``fdb.FDBError`` into the layer's named error (others unchanged)."""
     if type(exc).__name__ != "FDBError":
         return exc
-    code = getattr(exc, "code", None)
+    code: Any = getattr(exc, "code", None)  # the bindings' int, untyped
     cls = _ERRORS.get(code, StoreError)
     return cls(f"FoundationDB error {code}: {getattr(exc, 'description', exc)}", code=code)
 
@@ -336,7 +336,7 @@ class FdbTransaction(_Reader, Transaction):
         def resolved(future: Any) -> None:
             try:
                 future.wait()
-            except Exception:  # FDBError: cancelled, or the transaction failed
+            except Exception:  # noqa: BLE001 - FDBError: cancelled, or the transaction failed
                 watch.cancel()
                 return
             watch._fire()

@@ -21,7 +21,7 @@ import logging
 import random
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional, Sequence, TypeVar, Union
+from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence, TypeVar, Union, cast, overload
 
 from fdblayer.exceptions import InvalidTransactionState, RetryLimitExceeded, is_retryable
 from fdblayer.limits import (  # the interface's limits and checks (see __all__)
@@ -357,6 +357,27 @@ def _tr_index(func: Callable[..., Any]) -> int:
     return names.index("tr") if "tr" in names else 0
 
 
+class Transactional(Protocol[T]):
+    """What :func:`transactional` returns: the body's result type is kept
+    (its arguments are not checked: a Database may stand for ``tr``)."""
+
+    __wrapped__: Callable[..., T]
+
+    def __call__(self, *args: Any, **kwargs: Any) -> T: ...
+
+
+@overload
+def transactional(
+    func: Callable[..., T], *, retry_limit: int = ..., timeout: float = ...
+) -> Transactional[T]: ...
+
+
+@overload
+def transactional(
+    func: None = None, *, retry_limit: int = ..., timeout: float = ...
+) -> Callable[[Callable[..., T]], Transactional[T]]: ...
+
+
 def transactional(
     func: Optional[Callable[..., T]] = None,
     *,
@@ -404,7 +425,7 @@ def transactional(
             )
         return _run_retrying(func, target, index, args, kwargs, retry_limit, timeout)
 
-    return wrapper
+    return cast(Transactional[T], wrapper)
 
 
 #: ``type(x)`` -> Transaction or Database: ``isinstance`` against an ABC
@@ -438,8 +459,8 @@ def _run_retrying(
     func: Callable[..., T],
     db: Database,
     index: int,
-    args: tuple,
-    kwargs: dict,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
     retry_limit: int,
     timeout: float,
 ) -> T:
@@ -472,7 +493,8 @@ def _run_retrying(
             tr.on_error(err)
 
 
-def _with_tr(args: tuple, kwargs: dict, index: int, tr: Transaction) -> tuple:
+def _with_tr(args: tuple[Any, ...], kwargs: dict[str, Any], index: int,
+             tr: Transaction) -> tuple[tuple[Any, ...], dict[str, Any]]:
     """The call's arguments with the transaction in place of the database."""
     if "tr" in kwargs:
         return args, {**kwargs, "tr": tr}

@@ -15,7 +15,7 @@ None when cleared), ``_adds`` (key -> ``[[width, sum], ...]``) and
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from fdblayer.limits import apply_adds
 from fdblayer.selectors import KeyValue
@@ -57,13 +57,14 @@ class OwnWrites:
         keys come in where they sort. A chunk that is not the last one covers
         keys up to its last row only, so buffered keys past it wait.
         """
-        merged: Dict[bytes, Optional[bytes]] = {}
+        merged: Dict[bytes, bytes] = {}
         for key, value in db_rows:
             if key in overlay:
                 continue
             if self._cleared and self._in_cleared(key):
                 continue
             merged[key] = value
+        covered: Callable[[bytes], bool]
         if db_rows and not final:
             edge = db_rows[-1][0]
             covered = (lambda k: k >= edge) if reverse else (lambda k: k <= edge)

@@ -25,7 +25,7 @@ import socket
 import subprocess
 import tempfile
 import time
-from typing import List, Optional
+from typing import Any, List, Optional, TypedDict, cast
 
 __all__ = ["TemporaryServer", "find_binaries", "ServerUnavailable"]
 
@@ -60,10 +60,18 @@ def _version_of(directory: str) -> int:
     return int(name) if name.isdigit() else 0
 
 
+class _AsUser(TypedDict, total=False):
+    """The ``subprocess`` arguments that run the server as its user."""
+
+    user: int
+    group: int
+    extra_groups: List[int]
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+        return cast(int, sock.getsockname()[1])
 
 
 def _server_user() -> Optional[pwd.struct_passwd]:
@@ -90,14 +98,14 @@ class TemporaryServer:
         directory: the data directory's parent (the socket lives there too).
     """
 
-    def __init__(self, durable: bool = False, settings: Optional[dict] = None) -> None:
+    def __init__(self, durable: bool = False, settings: Optional[dict[str, Any]] = None) -> None:
         self.durable = durable
         self.settings = dict(settings or {})
         self.port = 0
         self.directory = ""
         self._bin = ""
         self._user = _server_user()
-        self._process: Optional[subprocess.Popen] = None
+        self._process: Optional[subprocess.Popen[bytes]] = None
 
     # ------------------------------------------------------------ lifecycle
 
@@ -254,7 +262,7 @@ class TemporaryServer:
 
     # ------------------------------------------------------------ helpers
 
-    def _as_user(self) -> dict:
+    def _as_user(self) -> _AsUser:
         if self._user is None:
             return {}
         return {"user": self._user.pw_uid, "group": self._user.pw_gid, "extra_groups": []}

@@ -344,7 +344,7 @@ class SqliteDatabase(Database):
         if hub is not None:
             hub.wake()
 
-    def _open_notify(self) -> tuple:
+    def _open_notify(self) -> tuple[int, Optional[WatchHub], Any]:
         """What a write commit pokes, made once per process: the notify file's
         descriptor, the watch hub (if any) and the checkpoint thread."""
         with self._lock:

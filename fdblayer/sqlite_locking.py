@@ -12,12 +12,15 @@ from __future__ import annotations
 import random
 import sqlite3
 import time
-from typing import Callable
+from typing import TYPE_CHECKING, Callable, Optional
 
 from fdblayer import fairlock
 from fdblayer.exceptions import LockTimeout, StoreError
 from fdblayer.forks import ForkEpoch
 from fdblayer.sqlite_sql import _BUSY_BACKOFF_MAX, _BUSY_BACKOFF_MIN, is_busy
+
+if TYPE_CHECKING:
+    from fdblayer.sqlite_backend import SqliteDatabase
 
 __all__ = ["SqliteLocking"]
 
@@ -26,6 +29,17 @@ class SqliteLocking:
     """Beginning reads and writes; the transaction supplies ``_db``,
     ``deadline``, ``_conn``, ``_mode``, ``_gate_held``, ``_fail``,
     ``_release`` and ``_sqlite_failure``."""
+
+    if TYPE_CHECKING:  # what the transaction supplies, for the type checker
+        _db: SqliteDatabase
+        deadline: Optional[float]
+        _conn: Optional[sqlite3.Connection]
+        _mode: Optional[str]
+        _gate_held: bool
+
+        def _fail(self, error: StoreError) -> None: ...
+        def _release(self, rollback: bool) -> None: ...
+        def _sqlite_failure(self, exc: sqlite3.Error) -> StoreError: ...
 
     def _lock_deadline(self) -> float:
         if self.deadline is not None:

@@ -40,11 +40,28 @@ _BUSY_BACKOFF_MAX = 0.01
 _SQLITE_BUSY, _SQLITE_LOCKED = 5, 6
 _SQLITE_READONLY, _SQLITE_FULL = 8, 13
 
+#: SQLite's message for each primary result code read here, which is all
+#: Python 3.10's sqlite3 errors say (``sqlite_errorcode`` is 3.11's).
+_MESSAGES = (
+    ("database is locked", _SQLITE_BUSY),
+    ("database table is locked", _SQLITE_LOCKED),
+    ("database or disk is full", _SQLITE_FULL),
+    ("attempt to write a readonly database", _SQLITE_READONLY),
+)
+
+
+def _primary_code(exc: sqlite3.Error) -> int | None:
+    """The primary SQLite result code of ``exc`` (None if unknown)."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    if isinstance(code, int):
+        return code & 0xFF
+    message = str(exc)
+    return next((primary for text, primary in _MESSAGES if message.startswith(text)), None)
+
 
 def map_sqlite_error(exc: sqlite3.Error, path: str) -> StoreError:
     """Turn an sqlite3 error into the named store error it stands for."""
-    code = getattr(exc, "sqlite_errorcode", None)
-    primary = code & 0xFF if isinstance(code, int) else None
+    primary = _primary_code(exc)
     if primary in (_SQLITE_BUSY, _SQLITE_LOCKED):
         return ConflictError(f"store {path}: concurrent commit ({exc})")
     if primary == _SQLITE_FULL:
@@ -58,5 +75,4 @@ def map_sqlite_error(exc: sqlite3.Error, path: str) -> StoreError:
 
 def is_busy(exc: sqlite3.Error) -> bool:
     """True for SQLITE_BUSY and SQLITE_LOCKED: another connection holds the lock."""
-    code = getattr(exc, "sqlite_errorcode", None)
-    return isinstance(code, int) and code & 0xFF in (_SQLITE_BUSY, _SQLITE_LOCKED)
+    return _primary_code(exc) in (_SQLITE_BUSY, _SQLITE_LOCKED)

@@ -26,7 +26,7 @@ from __future__ import annotations
 import functools
 import logging
 import sqlite3
-from typing import TYPE_CHECKING, Dict, List, Optional, Sequence
+from typing import TYPE_CHECKING, Collection, Dict, List, Optional, Sequence, Tuple
 
 from fdblayer.exceptions import (
     InvalidTransactionState,
@@ -74,7 +74,7 @@ _IN_CHUNK = 500  # keys per multi-key query (SQLite binds at most 32,766 paramet
 _UNION_MAX = 16  # up to this many keys, a UNION ALL of point lookups beats IN
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _many_sql(count: int) -> str:
     """The query reading ``count`` distinct keys, one statement text per count.
 
@@ -243,6 +243,7 @@ class SqliteTransaction(SqliteLocking, Transaction):
         assert self._conn is not None
         pending, adds = self._pending, self._adds
         self._pending, self._adds = {}, {}
+        sets: Collection[Tuple[bytes, Optional[bytes]]]
         if self._cleared:
             self._cleared = False
             sets = [(k, v) for k, v in pending.items() if v is not None]
@@ -296,7 +297,7 @@ class SqliteTransaction(SqliteLocking, Transaction):
             for watch, value in watched:
                 hub.register(watch.key, value, watch)
 
-    def _watched_values(self) -> list:
+    def _watched_values(self) -> list[tuple[Watch, Optional[bytes]]]:
         """The value each watched key has at commit (what its watch compares with)."""
         if self._mode is None:
             self._read_conn()

@@ -101,7 +101,7 @@ class Watch:
         """Resolve as changed (called by the hub)."""
         self._resolve(_FIRED)
 
-    def _resolve(self, state: str) -> bool:
+    def _resolve(self, state: _State) -> bool:
         with self._cond:
             if self._state != _PENDING:
                 return False

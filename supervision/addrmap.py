@@ -17,7 +17,7 @@ class AddrMap:
     """A mapping from actor addresses to values, comparing keys with ``==``."""
 
     def __init__(self) -> None:
-        self._items: list[list] = []
+        self._items: list[list[Any]] = []
 
     def _find(self, addr: Any) -> int:
         for i, item in enumerate(self._items):

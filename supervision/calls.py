@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from . import messages as m
 from .exceptions import CallFailed, CallTimeout, NoProc
@@ -43,6 +43,13 @@ class Request:
 class Calls:
     """The call methods of a GenServer (which supplies ``send``,
     ``myAddress``, ``start_timer`` and ``cancel_timer``)."""
+
+    if TYPE_CHECKING:  # what the GenServer supplies, for the type checker
+        myAddress: Any  # noqa: N815 - Thespian's name
+
+        def send(self, target: Any, msg: Any) -> None: ...
+        def start_timer(self, delay: float, callback: Callable[[], None], real: bool = False) -> int: ...
+        def cancel_timer(self, token: int | None) -> bool: ...
 
     def _init_calls(self) -> None:
         self._pending_calls: dict[str, m.Pending] = {}  # calls made, awaiting their answer

@@ -10,6 +10,7 @@ field by field before anything starts: a bad field is a
 """
 from __future__ import annotations
 
+import builtins
 import enum
 import importlib
 import math
@@ -120,11 +121,11 @@ class ChildSpec:
         if self.clock not in (None, "real", "manual"):
             raise BadChildSpec("clock", self.clock, "must be None, 'real' or 'manual'")
 
-    def actor_class(self) -> type:
+    def actor_class(self) -> builtins.type:
         """Import and return the class to start."""
         return resolve_class(self.start)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         """The spec as a plain dict (enums as their values)."""
         d = asdict(self)
         d["restart"] = self.restart.value
@@ -190,7 +191,7 @@ def _enum_field(obj: Any, name: str, enum_cls: type[enum.Enum]) -> None:
         raise BadChildSpec(name, value, f"must be one of {allowed}") from None
 
 
-def check_specs(flags: SupFlags, specs: list) -> list[ChildSpec]:
+def check_specs(flags: SupFlags, specs: list[Any]) -> list[ChildSpec]:
     """Validate all specs before anything starts.
 
     Raises:

@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Any
+from typing import Any, cast
 
 from . import loopback  # noqa: F401 - must patch Thespian before any ActorSystem
 from . import messages as m
 from .exceptions import CallFailed, CallTimeout, NoProc
 from .reasons import NOPROC
 from .supervisor import (
+    ChildInfo,
     CountChildren,
     DeleteChild,
     GetChildSpec,
@@ -125,7 +126,7 @@ class Client:
 
     def get_pid(self, target: Any, timeout: float = 5.0) -> int:
         """The OS pid of a supervised actor."""
-        return self.call(target, m.GetPid(), timeout)
+        return cast(int, self.call(target, m.GetPid(), timeout))
 
     def stop(self, target: Any, reason: Any = "normal") -> None:
         """Ask an actor to exit with ``reason`` (it runs terminate first)."""
@@ -151,7 +152,7 @@ class Client:
 
     def terminate_child(self, sup: Any, child: Any, timeout: float = 30.0) -> bool:
         """Stop a child by id (or address under simple_one_for_one)."""
-        return self.call(sup, TerminateChild(child), timeout)
+        return cast(bool, self.call(sup, TerminateChild(child), timeout))
 
     def restart_child(self, sup: Any, child_id: Any, timeout: float = 30.0) -> Any:
         """Start again a stopped child; its address."""
@@ -159,19 +160,19 @@ class Client:
 
     def delete_child(self, sup: Any, child_id: Any, timeout: float = 30.0) -> bool:
         """Forget a stopped child's spec."""
-        return self.call(sup, DeleteChild(child_id), timeout)
+        return cast(bool, self.call(sup, DeleteChild(child_id), timeout))
 
-    def which_children(self, sup: Any, timeout: float = 10.0) -> list:
+    def which_children(self, sup: Any, timeout: float = 10.0) -> list[ChildInfo]:
         """``ChildInfo`` rows, in start order."""
-        return self.call(sup, WhichChildren(), timeout)
+        return cast(list[ChildInfo], self.call(sup, WhichChildren(), timeout))
 
-    def count_children(self, sup: Any, timeout: float = 10.0) -> dict:
+    def count_children(self, sup: Any, timeout: float = 10.0) -> dict[str, int]:
         """``{"specs", "active", "supervisors", "workers"}``."""
-        return self.call(sup, CountChildren(), timeout)
+        return cast(dict[str, int], self.call(sup, CountChildren(), timeout))
 
-    def get_childspec(self, sup: Any, child_id: Any, timeout: float = 10.0) -> dict:
+    def get_childspec(self, sup: Any, child_id: Any, timeout: float = 10.0) -> dict[str, Any]:
         """A child's spec as a dict."""
-        return self.call(sup, GetChildSpec(child_id), timeout)
+        return cast(dict[str, Any], self.call(sup, GetChildSpec(child_id), timeout))
 
     def shutdown_tree(self, timeout: float = 30.0) -> None:
         """Stop the node supervisor and its tree in order; wait until it exited."""

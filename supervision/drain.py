@@ -19,7 +19,7 @@ before the ActorSystem is created; actors inherit it through fork.
 """
 from __future__ import annotations
 
-from thespian.system import systemCommon as _common
+from thespian.system import systemCommon as _common  # noqa: N813 - Thespian's module name
 from thespian.system.timing import ExpirationTimer, unexpired
 from thespian.system.transport import ReceiveEnvelope, TransmitOnly
 

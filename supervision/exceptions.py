@@ -28,7 +28,7 @@ class BadChildSpec(SupervisionError, ValueError):
         self.field = field
         self.value = value
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self.field, self.value, self.why))
 
 
@@ -41,7 +41,7 @@ class CallTimeout(SupervisionError, TimeoutError):
         self.msg = msg
         self.timeout = timeout
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self.target, self.msg, self.timeout))
 
 
@@ -52,7 +52,7 @@ class NoProc(SupervisionError, LookupError):
         super().__init__(f"no process: {target}")
         self.target = target
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self.target,))
 
 
@@ -64,7 +64,7 @@ class CallFailed(SupervisionError):
         self.target = target
         self.reason = reason
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self.target, self.reason))
 
 
@@ -76,7 +76,7 @@ class NodeDown(SupervisionError, ConnectionError):
         self.why = why
         self.port = port
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self.port, self.why))
 
 
@@ -88,7 +88,7 @@ class StartError(SupervisionError):
         self.child_id = child_id
         self.reason = reason
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self.child_id, self.reason))
 
 
@@ -109,7 +109,7 @@ class BadMessage(SupervisionError):
         super().__init__(f"{self.kind}: {msg!r}")
         self.msg = msg
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self.msg,))
 
 
@@ -140,5 +140,5 @@ class RuntimeDirError(SupervisionError):
         self.path = str(path)
         self.problem = problem
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self.path, self.problem))

@@ -24,6 +24,7 @@ What a caller can rely on:
 """
 from __future__ import annotations
 
+import functools
 import logging
 import multiprocessing
 import os
@@ -48,11 +49,11 @@ from .addrmap import AddrMap, AddrSet
 from .clock import Clock, make_clock
 from .exceptions import BadCall, BadCast, BadInfo
 from .reasons import KILLED, NOPROC, NORMAL, SHUTDOWN, is_normal, portable
-from .procs import die_with_parent  # noqa: F401 - re-exported
+from .procs import die_with_parent as die_with_parent  # noqa: F401 - re-exported
 from .procs import install_fork_hygiene, pid_alive, signal_process, start_time
 from .reports import report
-from .calls import Calls, From, Request  # noqa: F401 - From and Request re-exported
-from .timers import MAX_TIMER_STEP, Timers  # noqa: F401 - MAX_TIMER_STEP re-exported
+from .calls import Calls, From as From, Request as Request  # noqa: F401 - From and Request re-exported
+from .timers import MAX_TIMER_STEP as MAX_TIMER_STEP, Timers  # noqa: F401 - MAX_TIMER_STEP re-exported
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +83,7 @@ def adopt_actor_logging() -> None:
             logger.parent = root
 
 
-class GenServer(Calls, Timers, Actor):
+class GenServer(Calls, Timers, Actor):  # type: ignore[misc]  # Actor: thespian has no types
     """A supervised actor with gen_server callbacks. See the module docstring."""
 
     #: Trap exit signals from linked actors (receive them as ``Exit`` messages).
@@ -108,7 +109,7 @@ class GenServer(Calls, Timers, Actor):
     def terminate(self, reason: Any) -> None:
         """Clean up before exiting with ``reason``."""
 
-    def format_status(self) -> dict:
+    def format_status(self) -> dict[str, Any]:
         """State shown in crash reports; override to redact."""
         return {}
 
@@ -124,7 +125,7 @@ class GenServer(Calls, Timers, Actor):
             install_fork_hygiene()  # its children will not hold each other's pipes
         self._started = False
         self._exiting = False
-        self._stash: list = []
+        self._stash: list[tuple[Any, Any]] = []
         self.parent: Any = None
         self.node: Any = None
         self.name: str | None = None
@@ -167,7 +168,7 @@ class GenServer(Calls, Timers, Actor):
         """Stop watching ``fd``."""
         self._fd_watches.pop(fd, None)
 
-    def _on_fds_ready(self, ready: list) -> None:
+    def _on_fds_ready(self, ready: list[int]) -> None:
         for fd in ready:
             callback = self._fd_watches.get(fd)
             if callback is not None:
@@ -459,7 +460,7 @@ class GenServer(Calls, Timers, Actor):
             pid = child.get("pid")
             if pid and not child.get("lost_check") and not pid_alive(pid):
                 child["lost_check"] = True
-                self.start_timer(LOST_EXIT_GRACE, lambda a=addr, p=pid: self._lost_exit(a, p), real=True)
+                self.start_timer(LOST_EXIT_GRACE, functools.partial(self._lost_exit, addr, pid), real=True)
 
     def _lost_exit(self, addr: Any, pid: int) -> None:
         child = self._children.get(addr)
@@ -467,7 +468,7 @@ class GenServer(Calls, Timers, Actor):
             log.warning("exit notice of child %s (pid %s) lost by Thespian; handling it now", addr, pid)
             self._on_child_actor_exited(addr)
 
-    def _notify_for_dead_child(self, addr: Any, child: dict) -> None:
+    def _notify_for_dead_child(self, addr: Any, child: dict[str, Any]) -> None:
         """Send the Exit/Down a SIGKILLed child (and its subtree, which the
         kernel killed with it) could not send."""
         entries = [child["watchers"]] if child.get("watchers") is not None else []
@@ -478,7 +479,7 @@ class GenServer(Calls, Timers, Actor):
             for ref, watcher in w.monitors:
                 self.send(watcher, m.Down(ref, w.addr, KILLED))
 
-    def _withdraw_watchers(self, addr: Any, child: dict) -> None:
+    def _withdraw_watchers(self, addr: Any, child: dict[str, Any]) -> None:
         """Tell the ancestors to forget the watchers of a gone subtree."""
         if self.parent is None:
             return

@@ -16,7 +16,7 @@ import struct
 
 os.environ.setdefault("THESPIAN_BASE_IPADDR", "127.0.0.1")
 
-import thespian.system.transport.IPBase as _ipbase  # noqa: E402
+import thespian.system.transport.IPBase as _ipbase  # noqa: E402, N813 - Thespian's module name
 
 #: The unspecified addresses Thespian binds to: "" and INADDR_ANY.
 _WILDCARDS = ("", socket.inet_ntoa(struct.pack("!I", socket.INADDR_ANY)))

@@ -148,8 +148,8 @@ class Watchers:
     """
 
     addr: Any
-    links: tuple = ()
-    monitors: tuple = ()
+    links: tuple[Any, ...] = ()
+    monitors: tuple[Any, ...] = ()
     via: Any = None
 
 

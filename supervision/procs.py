@@ -186,7 +186,7 @@ def _close_siblings_sentinels() -> None:
     from multiprocessing import util
 
     for finalizer in list(getattr(util, "_finalizer_registry", {}).values()):
-        if getattr(finalizer, "_callback", None) is util.close_fds:
+        if getattr(finalizer, "_callback", None) is util.close_fds:  # type: ignore[attr-defined]  # private: not in typeshed
             for fd in finalizer._args or ():
                 try:
                     os.close(fd)

@@ -19,7 +19,7 @@ def otp_node() -> Iterator[Callable[..., NodeHandle]]:
     ``running_node``) and returns its handle; every node it started is
     stopped after the test, which fails if any of their processes leaked."""
     with contextlib.ExitStack() as stack:
-        def start(specs: list, flags: Any = None, **kwargs: Any) -> NodeHandle:
+        def start(specs: list[Any], flags: Any = None, **kwargs: Any) -> NodeHandle:
             return stack.enter_context(running_node(specs, flags, **kwargs))
 
         yield start

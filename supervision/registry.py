@@ -24,12 +24,12 @@ from __future__ import annotations
 import logging
 import os
 import signal
-from typing import Any
+from typing import Any, cast
 
 from thespian.actors import DeadEnvelope
 
 from . import messages as m
-from .procs import open_process, pid_alive  # noqa: F401 - pid_alive re-exported
+from .procs import open_process, pid_alive as pid_alive  # noqa: F401 - pid_alive re-exported
 from .reasons import NOPROC
 from .reports import report
 from .supervisor import Supervisor
@@ -135,7 +135,7 @@ class NodeSupervisor(Supervisor):
         to, reply = answer
         self.send(to, reply)
 
-    def format_status(self) -> dict:
+    def format_status(self) -> dict[str, Any]:
         status = super().format_status()
         status["names"] = sorted(self._names)
         return status
@@ -151,5 +151,5 @@ def _noproc_answer(dead: Any, letter: Any) -> tuple[Any, Any] | None:
         return letter.addr, m.Exit(dead, NOPROC)
     hook = getattr(letter, "dead_letter", None)
     if callable(hook):
-        return hook()
+        return cast("tuple[Any, Any] | None", hook())
     return None

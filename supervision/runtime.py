@@ -148,14 +148,14 @@ def open_private(path: str | Path) -> int:
 
 
 # ------------------------------------------------------------ a node's file
-def owner_record(die_with_owner: bool) -> dict:
+def owner_record(die_with_owner: bool) -> dict[str, Any]:
     """The record of a node this process starts, as its owner (see :func:`claim`)."""
     pid = os.getpid()
     return {"version": VERSION, "nonce": secrets.token_hex(8), "boot_id": boot_id(), "owner": pid,
             "owner_start": start_time(pid), "die_with_owner": die_with_owner}
 
 
-def claim(port: int, record: dict) -> int:
+def claim(port: int, record: dict[str, Any]) -> int:
     """Create the runtime file of ``port``, locked, holding ``record``.
 
     The file names this process as the starter (``starter``,
@@ -184,7 +184,7 @@ def claim(port: int, record: dict) -> int:
     return fd
 
 
-def write(fd: int, record: dict) -> None:
+def write(fd: int, record: dict[str, Any]) -> None:
     """Replace the record in a runtime file held open by this process."""
     data = json.dumps(record, sort_keys=True).encode()
     os.pwrite(fd, data, 0)
@@ -198,13 +198,13 @@ class Entry:
     port: int
     path: Path
     regular: bool          # False: a symlink or anything but a regular file of this user's
-    record: dict | None    # what it says (None: unreadable)
+    record: dict[str, Any] | None    # what it says (None: unreadable)
     held: bool             # its lock is held: some process of the node is alive
     dev: int = 0
     ino: int = 0
 
     @property
-    def info(self) -> dict | None:
+    def info(self) -> dict[str, Any] | None:
         """The record, if it is of this version (older ones carry no lock and no start times)."""
         return self.record if self.record is not None and self.record.get("version") == VERSION else None
 
@@ -239,7 +239,7 @@ def examine(port: int) -> Entry | None:
         os.close(fd)
 
 
-def read_runtime(port: int) -> dict | None:
+def read_runtime(port: int) -> dict[str, Any] | None:
     """The record of the node on ``port`` (None if none, or unreadable)."""
     entry = examine(port)
     return entry.info if entry is not None else None
@@ -254,7 +254,7 @@ def _lock_held(fd: int) -> bool:
     return False
 
 
-def _parse(fd: int) -> dict | None:
+def _parse(fd: int) -> dict[str, Any] | None:
     try:
         record = json.loads(os.pread(fd, 65536, 0))
     except (OSError, ValueError):
@@ -266,7 +266,7 @@ _RECORDED = {"pid": ("pid", "pid_start"), "admin": ("admin_pid", "admin_start"),
              "starter": ("starter", "starter_start")}
 
 
-def recorded_alive(info: dict | None, who: str) -> bool:
+def recorded_alive(info: dict[str, Any] | None, who: str) -> bool:
     """True if the process recorded as ``who`` (``pid``: the node supervisor,
     ``admin``, ``owner`` or, while it starts, ``starter``) is alive and is
     that process (same boot, same start time)."""
@@ -315,7 +315,7 @@ def _same_record(fd: int, entry: Entry) -> bool:
     for _ in range(20):
         record = _parse(fd)
         if record is not None:
-            return record.get("nonce") == nonce
+            return bool(record.get("nonce") == nonce)
         time.sleep(0.005)  # being rewritten
     return False
 
@@ -396,7 +396,7 @@ def _proven(entry: Entry, holders: set[int], spare: set[int]) -> dict[int, int]:
         for pid in group_members(pgid) - spare - set(proven):
             fd = _pidfd(pid)
             st = proc_stat(pid) if fd is not None else None
-            if st is not None and st.pgid == pgid:
+            if fd is not None and st is not None and st.pgid == pgid:
                 members[pid] = fd
             elif fd is not None:
                 os.close(fd)
@@ -421,7 +421,7 @@ def _wait_gone(pids: set[int], deadline: float) -> None:
         time.sleep(0.01)
 
 
-def strangers(record: dict | None) -> bool:
+def strangers(record: dict[str, Any] | None) -> bool:
     """True if a pid or process group a (dead node's) record names is in use
     now: by other processes, since the node's are gone."""
     record = record or {}
@@ -432,7 +432,7 @@ def strangers(record: dict | None) -> bool:
     return isinstance(pgid, int) and pgid > 1 and bool(group_members(pgid))
 
 
-def describe(record: dict | None) -> str:
+def describe(record: dict[str, Any] | None) -> str:
     """The recorded ids, for a log line."""
     record = record or {}
     keys = ("pgid", "pid", "admin_pid", "owner") if "owner" in record or "starter" not in record else ("starter",)

@@ -27,7 +27,7 @@ from __future__ import annotations
 import collections
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Generator, Sequence
+from typing import Any, Callable, Generator, Sequence
 
 from thespian.actors import ActorExitRequest
 
@@ -129,11 +129,16 @@ class _Wait:
     addr: Any
 
 
+#: An operation: a generator that yields what it waits for and is sent
+#: what came (see ``_step``); it may return a value (a request's answer).
+_Steps = Generator[_Wait, Any, Any]
+
+
 @dataclass
 class _Op:
-    gen: Generator
+    gen: _Steps
     waiting: _Wait | None = None
-    timers: list = field(default_factory=list)
+    timers: list[int] = field(default_factory=list)
 
 
 def add_restart(restarts: tuple[float, ...], now: float, intensity: int,
@@ -157,7 +162,7 @@ class ExitDecision:
     ``forget`` the child's spec (a temporary child, or a dynamic child that
     will not restart)."""
 
-    restart: tuple = ()
+    restart: tuple[Any, ...] = ()
     forget: bool = False
 
 
@@ -190,7 +195,7 @@ class Supervisor(GenServer):
 
     trap_exit = True
 
-    def children(self, args: Any) -> tuple[Any, list]:
+    def children(self, args: Any) -> tuple[Any, list[Any]]:
         """Return ``(flags, specs)``; the default reads them from ``args``."""
         flags, specs = args
         return flags, specs
@@ -208,12 +213,12 @@ class Supervisor(GenServer):
             self._kids = [_Kid(s) for s in specs]
         self._restarts: tuple[float, ...] = ()
         self._op: _Op | None = None
-        self._ops: collections.deque = collections.deque()
-        self._backlog: collections.deque = collections.deque()
+        self._ops: collections.deque[_Steps] = collections.deque()
+        self._backlog: collections.deque[tuple[str, tuple[Any, ...]]] = collections.deque()
         self._run(self._start_all())
         return DEFER_START
 
-    def _start_all(self) -> Generator:
+    def _start_all(self) -> _Steps:
         for kid in list(self._kids):
             ok, reason = yield from self._start_kid(kid)
             if not ok:
@@ -223,7 +228,7 @@ class Supervisor(GenServer):
         self.start_complete()
 
     # ------------------------------------------------ operations machinery
-    def _run(self, gen: Generator, urgent: bool = False) -> None:
+    def _run(self, gen: _Steps, urgent: bool = False) -> None:
         """Queue an operation; operations run one at a time."""
         if urgent:
             self._ops.appendleft(gen)
@@ -262,6 +267,7 @@ class Supervisor(GenServer):
 
     def _arm_wait(self, op: _Op) -> None:
         wait = op.waiting
+        assert wait is not None  # _step just set it
         if wait.kind == "start":
             op.timers.append(self.start_timer(START_TIMEOUT, lambda: self._start_timed_out(wait.addr), real=True))
 
@@ -290,7 +296,7 @@ class Supervisor(GenServer):
             super()._dispatch(msg, sender)
 
     # ------------------------------------------------ child start and stop
-    def _start_kid(self, kid: _Kid) -> Generator:
+    def _start_kid(self, kid: _Kid) -> Generator[_Wait, Any, tuple[bool, Any]]:
         """Start one child; returns (ok, reason). Ignore counts as ok."""
         try:
             addr = self._create_child(kid.spec.actor_class(), kid.spec.args, name=kid.spec.name,
@@ -328,7 +334,7 @@ class Supervisor(GenServer):
         if self._op is None:
             self._next_op()
 
-    def _terminate_kid(self, kid: _Kid, reason: Any = SHUTDOWN) -> Generator:
+    def _terminate_kid(self, kid: _Kid, reason: Any = SHUTDOWN) -> _Steps:
         """Stop one child (Shutdown, timeout, SIGKILL); waits for its exit."""
         addr = kid.addr
         if addr is None:
@@ -344,6 +350,7 @@ class Supervisor(GenServer):
         else:
             self.send(addr, m.Shutdown(reason))
             if shutdown != INFINITY:
+                assert self._op is not None  # this runs as the current operation
                 self._op.timers.append(self.start_timer(float(shutdown), lambda: self._kill_and_watch(addr), real=True))
         exit_reason = yield _Wait("exit", addr)
         expected = KILLED if shutdown == BRUTAL_KILL else reason
@@ -370,7 +377,7 @@ class Supervisor(GenServer):
     def _drop_backlogged_exit(self, addr: Any) -> None:
         self._backlog = collections.deque(e for e in self._backlog if not (e[0] == "exit" and e[1][0] == addr))
 
-    def _terminate_all(self) -> Generator:
+    def _terminate_all(self) -> _Steps:
         for kid in reversed(list(self._kids)):
             yield from self._terminate_kid(kid)
 
@@ -399,7 +406,7 @@ class Supervisor(GenServer):
                                               self.flags.period)
         return allowed
 
-    def _restart(self, kid: _Kid, reason: Any) -> Generator:
+    def _restart(self, kid: _Kid, reason: Any) -> _Steps:
         """Restart :func:`on_child_exit`'s group for ``kid``'s exit (as the
         children are when this operation runs), or give up past the intensity."""
         if not self._add_restart():
@@ -414,7 +421,7 @@ class Supervisor(GenServer):
                 yield from self._terminate_kid(other)
         yield from self._start_group(kid, group)
 
-    def _start_group(self, kid: _Kid, group: list) -> Generator:
+    def _start_group(self, kid: _Kid, group: list[_Kid]) -> _Steps:
         """Start again ``group`` in order (``kid`` is the child that exited).
 
         A start that fails counts as a restart and is tried again later, as
@@ -446,7 +453,7 @@ class Supervisor(GenServer):
     def _on_shutdown(self, msg: m.Shutdown) -> None:
         self._run(self._shutdown(msg.reason), urgent=True)
 
-    def _shutdown(self, reason: Any) -> Generator:
+    def _shutdown(self, reason: Any) -> _Steps:
         yield from self._terminate_all()
         self._exit(reason)
 
@@ -469,14 +476,16 @@ class Supervisor(GenServer):
             return self._count_children()
         if isinstance(msg, GetChildSpec):
             return self._kid_by_id(msg.child_id).spec.to_dict()
-        op = {StartChild: self._op_start_child, TerminateChild: self._op_terminate_child,
-              RestartChild: self._op_restart_child, DeleteChild: self._op_delete_child}.get(type(msg))
+        ops: dict[type, Callable[[Any], _Steps]] = {
+            StartChild: self._op_start_child, TerminateChild: self._op_terminate_child,
+            RestartChild: self._op_restart_child, DeleteChild: self._op_delete_child}
+        op = ops.get(type(msg))
         if op is None:
             return super().handle_call(msg, from_)
         self._run(self._answering(from_, op(msg)))
         return NOREPLY
 
-    def _answering(self, from_: From, gen: Generator) -> Generator:
+    def _answering(self, from_: From, gen: _Steps) -> _Steps:
         """Run a request's operation and reply with its result or error."""
         try:
             result = yield from gen
@@ -490,7 +499,7 @@ class Supervisor(GenServer):
                 return kid
         raise NoProc(child_id)
 
-    def _op_start_child(self, msg: StartChild) -> Generator:
+    def _op_start_child(self, msg: StartChild) -> _Steps:
         if self._template is not None:
             spec = self._template.with_args(msg.spec_or_args)
             kid = _Kid(spec)
@@ -508,14 +517,14 @@ class Supervisor(GenServer):
             self._kids.remove(kid)
         return kid.addr
 
-    def _op_terminate_child(self, msg: TerminateChild) -> Generator:
+    def _op_terminate_child(self, msg: TerminateChild) -> _Steps:
         kid = self._kid_by_id(msg.child)
         yield from self._terminate_kid(kid)
         if self._template is not None or kid.spec.restart is Restart.TEMPORARY:
             self._kids.remove(kid)
         return True
 
-    def _op_restart_child(self, msg: RestartChild) -> Generator:
+    def _op_restart_child(self, msg: RestartChild) -> _Steps:
         if self._template is not None:
             raise SupervisionError("restart_child is not supported by simple_one_for_one")
         kid = self._kid_by_id(msg.child_id)
@@ -526,7 +535,7 @@ class Supervisor(GenServer):
             raise StartError(kid.spec.id, reason)
         return kid.addr
 
-    def _op_delete_child(self, msg: DeleteChild) -> Generator:
+    def _op_delete_child(self, msg: DeleteChild) -> _Steps:
         if self._template is not None:
             raise SupervisionError("delete_child is not supported by simple_one_for_one")
         kid = self._kid_by_id(msg.child_id)
@@ -540,7 +549,7 @@ class Supervisor(GenServer):
         return [ChildInfo(k.spec.id if self._template is None else None, k.addr, k.spec.type.value,
                           k.spec.start, k.pid) for k in self._kids]
 
-    def _count_children(self) -> dict:
+    def _count_children(self) -> dict[str, int]:
         active = [k for k in self._kids if k.addr is not None]
         return {"specs": len(self._kids) if self._template is None else 1,
                 "active": len(active),
@@ -549,12 +558,12 @@ class Supervisor(GenServer):
 
     # ------------------------------------------------------------ names
     def _register(self, kid: _Kid) -> None:
-        if self.node is not None:
+        if self.node is not None and kid.spec.name:
             self.send(self.node, m.Cast(m.Register(kid.spec.name, kid.addr, kid.pid)))
 
     def _unregister(self, kid: _Kid, addr: Any) -> None:
         if self.node is not None and kid.spec.name:
             self.send(self.node, m.Cast(m.Unregister(kid.spec.name, addr)))
 
-    def format_status(self) -> dict:
+    def format_status(self) -> dict[str, Any]:
         return {"flags": self.flags, "children": [k.spec.id for k in self._kids]}

@@ -70,7 +70,7 @@ def port_open(port: int, host: str = "127.0.0.1", timeout: float = 0.5) -> bool:
         return False
 
 
-def log_defs(level: int = logging.INFO, stream: str = "ext://sys.stderr") -> dict:
+def log_defs(level: int = logging.INFO, stream: str = "ext://sys.stderr") -> dict[str, Any]:
     """Logging config for the actor system: one line per record, to ``stream``."""
     return {
         "version": 1,
@@ -172,7 +172,8 @@ def cleanup_stale(port: int) -> bool:
         return True
     if _live(entry):
         return False
-    spare = [entry.info[k] for k in ("owner", "starter") if runtime.recorded_alive(entry.info, k)]
+    info = entry.info or {}
+    spare = [info[k] for k in ("owner", "starter") if runtime.recorded_alive(entry.info, k)]
     killed = runtime.kill_node_processes(entry, spare=spare)
     runtime.remove(entry)
     _wait_port_closed(port, 10.0)
@@ -181,9 +182,9 @@ def cleanup_stale(port: int) -> bool:
     return True
 
 
-def start_node(port: int = DEFAULT_PORT, flags: Any = None, specs: list | None = None, *,
+def start_node(port: int = DEFAULT_PORT, flags: Any = None, specs: list[Any] | None = None, *,
                level: int = logging.INFO, log_stream: str = "ext://sys.stderr",
-               log_config: dict | None = None, timeout: float = 60.0, die_with_owner: bool = True) -> Node:
+               log_config: dict[str, Any] | None = None, timeout: float = 60.0, die_with_owner: bool = True) -> Node:
     """Start a node whose node supervisor runs ``specs`` under ``flags``.
 
     ``log_config`` (a ``logging.config.dictConfig`` dict, applied in the
@@ -229,7 +230,8 @@ def start_node(port: int = DEFAULT_PORT, flags: Any = None, specs: list | None =
     return node
 
 
-def _start(port: int, flags: SupFlags, specs: list, record: dict, log_config: dict, timeout: float) -> Node:
+def _start(port: int, flags: SupFlags, specs: list[Any], record: dict[str, Any], log_config: dict[str, Any],
+           timeout: float) -> Node:
     system = ActorSystem(BASE, {"Admin Port": port}, logDefs=log_config, transientUnique=True)
     try:
         address = system.createActor(NodeSupervisor, globalName=NODE_NAME)

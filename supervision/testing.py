@@ -38,7 +38,7 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Callable, Iterator, List, Optional
+from typing import Any, Callable, Iterator, List, cast
 
 from .exceptions import SupervisionError
 from .system import Node, start_node
@@ -69,10 +69,10 @@ def free_port() -> int:
     """A loopback TCP port that was free a moment ago."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+        return cast(int, sock.getsockname()[1])
 
 
-def _log_config(path: Path, level: int) -> dict:
+def _log_config(path: Path, level: int) -> dict[str, Any]:
     return {
         "version": 1,
         "formatters": {
@@ -116,7 +116,7 @@ class NodeHandle:
         """The OS process of a registered child."""
         return self.client.get_pid(name, timeout)
 
-    def which_children(self, sup: Any = None) -> list:
+    def which_children(self, sup: Any = None) -> list[Any]:
         """A supervisor's children (the node supervisor's by default)."""
         return self.client.which_children(sup if sup is not None else self.node.address)
 
@@ -175,7 +175,7 @@ class NodeHandle:
                          for e in told[-6:])
 
     # ------------------------------------------------------------ what happened
-    def events(self) -> List[dict]:
+    def events(self) -> List[dict[str, Any]]:
         """The supervision reports so far, in order: dicts with ``event`` and
         the report's fields (``supervisor``, ``child``, ``reason``, ``pid``...:
         literals as values, other objects as their ``repr``), plus ``time``
@@ -192,7 +192,8 @@ class NodeHandle:
                     event[key] = _unrepr(value)
         return out
 
-    def wait_event(self, predicate: Callable[[dict], bool], timeout: float = 5.0, what: str = "an event") -> dict:
+    def wait_event(self, predicate: Callable[[dict[str, Any]], bool], timeout: float = 5.0,
+                   what: str = "an event") -> dict[str, Any]:
         """The first report for which ``predicate`` is true, waiting for it."""
         deadline = time.monotonic() + timeout
         while True:
@@ -218,7 +219,7 @@ def _unrepr(text: str) -> Any:
 
 
 @contextlib.contextmanager
-def running_node(specs: list, flags: Any = None, *, level: int = logging.WARNING,
+def running_node(specs: list[Any], flags: Any = None, *, level: int = logging.WARNING,
                  timeout: float = 60.0) -> Iterator[NodeHandle]:
     """Start a node running ``specs`` under ``flags`` on a free loopback port,
     with its runtime files in a temporary directory; stop it at the end and
@@ -263,7 +264,7 @@ def _stop_and_check(node: Node, token: str) -> None:
     with contextlib.suppress(Exception):
         node.system.shutdown()
 
-    def census() -> set:
+    def census() -> set[int]:
         return set(marked_processes(token)) | node.processes()
     deadline = time.monotonic() + 5
     survivors = census()
@@ -274,7 +275,7 @@ def _stop_and_check(node: Node, token: str) -> None:
         return
     described = [f"{pid} ({cmdline(pid)})" for pid in sorted(survivors)]
     for pid in survivors:
-        _signal_if(pid, signal.SIGKILL, lambda p=pid: p in census())
+        _signal_if(pid, signal.SIGKILL, lambda: pid in census())
     deadline = time.monotonic() + 5
     while census() and time.monotonic() < deadline:  # gone (or a zombie) before we say so
         time.sleep(0.02)

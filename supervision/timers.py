@@ -10,9 +10,12 @@ from __future__ import annotations
 import heapq
 import itertools
 from datetime import timedelta
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from . import messages as m
+
+if TYPE_CHECKING:
+    from .clock import Clock
 
 #: Longest single wait handed to Thespian (under 12 days); longer timers are
 #: armed in steps of this, so no delay overflows its date arithmetic or the
@@ -24,10 +27,17 @@ class Timers:
     """The timer methods of a GenServer (which supplies ``clock``,
     ``handle_info``, ``send`` and Thespian's ``wakeupAfter``)."""
 
+    if TYPE_CHECKING:  # what the GenServer supplies, for the type checker
+        clock: Clock
+
+        def handle_info(self, msg: Any) -> None: ...
+        def send(self, target: Any, msg: Any) -> None: ...
+        def wakeupAfter(self, timePeriod: timedelta, payload: Any = None) -> None: ...  # noqa: N802, N803
+
     def _init_timers(self) -> None:
-        self._timers: dict[int, tuple] = {}
+        self._timers: dict[int, tuple[Callable[[], None], bool]] = {}
         self._timer_rest: dict[int, float] = {}  # token -> seconds left after the armed step
-        self._timer_heap: list = []
+        self._timer_heap: list[tuple[float, int]] = []
         self._timer_ids = itertools.count(1)
 
     def send_after(self, delay: float, msg: Any) -> int:

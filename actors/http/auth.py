@@ -72,8 +72,8 @@ def is_hashed(value: str) -> bool:
 def verify_password(stored: str, password: str) -> bool:
     """True if ``password`` matches the ``-pbkdf2-`` hash ``stored``."""
     try:
-        derived, salt, iterations = stored[len(PBKDF2_PREFIX):].split(",")
-        iterations = int(iterations)
+        derived, salt, count = stored[len(PBKDF2_PREFIX):].split(",")
+        iterations = int(count)
     except ValueError:
         return False
     if not is_hashed(stored) or iterations < 1:
@@ -179,8 +179,8 @@ class Auth:
         """``(name, issued)`` of a valid, unexpired token, else None."""
         try:
             raw = _unb64(token)
-            name, stamp, mac = raw.split(b":", 2)
-            name, stamp = name.decode(), stamp.decode()
+            name_raw, stamp_raw, mac = raw.split(b":", 2)
+            name, stamp = name_raw.decode(), stamp_raw.decode()
             issued = int(stamp, 16)
         except (ValueError, binascii.Error, UnicodeDecodeError):
             return None

@@ -187,7 +187,8 @@ def queue_status(db: Any, now: float) -> dict:
     return overview.queue_status(db, DEFAULT_LAYOUT, now)
 
 
-def workers_route(req: Any, seg: list[str], store: Callable[[], Any], error: Callable[..., Exception]) -> tuple[int, Any]:
+def workers_route(req: Any, seg: list[str], store: Callable[[], Any],
+                  error: Callable[..., Exception]) -> tuple[int, Any]:
     """Answer a GET or HEAD of ``/_workers``."""
     if seg:
         raise error(404, "not_found", "missing")

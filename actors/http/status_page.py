@@ -29,7 +29,7 @@ import hashlib
 import html
 import json
 import time
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, Sequence
 from urllib.parse import quote, urlencode
 
 #: History entries shown per job (newest first).
@@ -335,7 +335,7 @@ def _type_text(job_type: Any) -> Any:
 
 
 # -------------------------------------------------------------- hosts
-def hosts_section(hosts: list[Mapping[str, Any]] | None, now: float, error: str | None = None) -> str:
+def hosts_section(hosts: Sequence[Mapping[str, Any]] | None, now: float, error: str | None = None) -> str:
     """The worker hosts' last beats (``fdblayer.jobs.hosts.list_hosts``), at most :data:`MAX_HOSTS`."""
     if hosts is None:
         return f'<section id="hosts"><h2>Worker hosts</h2><p class="empty">{esc(error or "No store.")}</p></section>'
@@ -502,7 +502,7 @@ def render(*, node: str, version: str, jobs_total: int, jobs: list[Mapping[str, 
            docs: list[Mapping[str, Any]], skip: int, limit: int, docs_error: str | None = None,
            now: float | None = None, queue: Mapping[str, Any] | None = None,
            queue_error: str | None = None, throughput: Mapping[str, Any] | None = None,
-           hosts: list[Mapping[str, Any]] | None = None, hosts_error: str | None = None) -> str:
+           hosts: Sequence[Mapping[str, Any]] | None = None, hosts_error: str | None = None) -> str:
     """The whole page.
 
     Args:

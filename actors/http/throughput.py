@@ -17,6 +17,7 @@ the next difference then spans two intervals.
 """
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 import time
@@ -105,7 +106,7 @@ class Sampler:
         with self._lock:
             readings = {t: list(r) for t, r in self._readings.items()}
             taken = self._taken
-        series = {job_type: [(b[0], max(0, b[1] - a[1]), max(0, b[2] - a[2])) for a, b in zip(rows, rows[1:])]
+        series = {job_type: [(b[0], max(0, b[1] - a[1]), max(0, b[2] - a[2])) for a, b in itertools.pairwise(rows)]
                   for job_type, rows in readings.items()}
         return {"interval": self.interval, "points": self.points, "samples": taken, "series": series}
 

@@ -171,7 +171,7 @@ def load(path: str | Path | None = None, overrides: dict[tuple[str, str], Any] |
                 for key, raw in parser.items(section):
                     config.set(section, key, raw)
         exact = configparser.ConfigParser(interpolation=None)
-        exact.optionxform = str  # job types keep their case
+        exact.optionxform = str  # type: ignore[method-assign, assignment]  # configparser's hook: job types keep their case
         _read_file(exact, path)
         for section in FREE_SECTIONS:
             if exact.has_section(section):
@@ -305,6 +305,7 @@ def _with_value(text: str, section: str, key: str, value: str) -> str:
         body = line.rstrip("\r\n")
         stripped = body.strip()
         option = _OPTION_LINE.match(stripped)
+        assert option is not None  # the line matched when it was found
         prefix = body[: len(body) - len(body.lstrip())] + stripped[: option.start("value")]
         if not option.group("value") and not prefix[-1].isspace():
             prefix += " "  # "key =" becomes "key = value", not "key =value"

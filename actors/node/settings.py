@@ -147,6 +147,11 @@ SCHEMA: tuple[Setting, ...] = (
 _BY_KEY = {(s.section, s.key): s for s in SCHEMA}
 
 
+def known(section: str, key: str) -> Setting:
+    """The setting ``[section] key`` of the schema (KeyError if there is none)."""
+    return _BY_KEY[(section, key)]
+
+
 def lookup(section: Any, key: Any) -> Setting | None:
     """The setting ``[section] key``; None for anything unknown (even unhashable)."""
     if not isinstance(section, str) or not isinstance(key, str):

@@ -21,7 +21,7 @@ from typing import Any
 import fdblayer
 from fdblayer.jobs import activity
 from fdblayer.jobs.keys import DEFAULT_LAYOUT
-from supervision import ChildSpec, GenServer, Supervisor
+from supervision import ChildSpec, GenServer, Restart, Supervisor
 
 from actors.node.config import CouchJobsChanged, GetCouchJobsInUse
 from actors.node.settings import seconds
@@ -97,5 +97,5 @@ class ActivityMonitorSup(Supervisor):
 
     def children(self, args: Any) -> tuple:
         flags = {"strategy": "simple_one_for_one", "intensity": 10, "period": 3}
-        return flags, [ChildSpec("activity_monitor", ActivityMonitor, None, restart="temporary",
+        return flags, [ChildSpec("activity_monitor", ActivityMonitor, None, restart=Restart.TEMPORARY,
                                  shutdown="brutal_kill")]

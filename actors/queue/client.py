@@ -205,12 +205,13 @@ def _current(db: Any, job_type: Any, job_id: str) -> JobInfo:
 
 
 def subscribe(db: Any, type: Any, job_id: str, *, node: Any = None,
-              timeout: float = 10.0) -> tuple[Subscription | None, JobState, dict]:
+              timeout: float | None = 10.0) -> tuple[Subscription | None, JobState, dict | None]:
     """Subscribe this process to a job's state changes.
 
     Returns:
         ``(subscription, state, data)`` as of now; for a finished job
-        ``(None, JobState.FINISHED, data)`` (nothing more will happen).
+        ``(None, JobState.FINISHED, data)`` (nothing more will happen); data
+        is None if it is corrupt (reported).
 
     Raises:
         NotFound: no such job, or its type has no activity timeout.
@@ -271,7 +272,7 @@ def _state_value(state: Any) -> str:
 
 
 def wait(subs: Subscription | Iterable[Subscription], state: JobState | str | None = None,
-         timeout: float | None = None) -> tuple[Any, str, JobState, Any] | None:
+         timeout: float | None = None) -> tuple[Any, str, JobState | str, Any] | None:
     """Wait for the next event of one or many subscriptions.
 
     Args:

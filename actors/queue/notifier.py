@@ -37,7 +37,7 @@ from fdblayer.jobs.codec import decode_data
 from fdblayer.jobs.exceptions import CorruptValue
 from fdblayer.jobs.job import JobState
 from fdblayer.jobs.keys import DEFAULT_LAYOUT
-from supervision import NOREPLY, ChildSpec, GenServer, Request, Supervisor
+from supervision import NOREPLY, ChildSpec, GenServer, Request, Restart, Supervisor
 
 from actors.node.config import CouchJobsChanged, GetCouchJobsInUse
 from actors.queue.protocol import EventsRead, JobEvent, SubscriberGone, Subscribe, Unsubscribe
@@ -267,4 +267,4 @@ class NotifierSup(Supervisor):
 
     def children(self, args: Any) -> tuple:
         flags = {"strategy": "simple_one_for_one", "intensity": 10, "period": 3}
-        return flags, [ChildSpec("notifier", Notifier, None, restart="temporary", shutdown="brutal_kill")]
+        return flags, [ChildSpec("notifier", Notifier, None, restart=Restart.TEMPORARY, shutdown="brutal_kill")]

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from supervision import ChildSpec, Supervisor
+from supervision import ChildSpec, ChildType, Restart, Supervisor
 
 from actors.queue.activity_monitor import ActivityMonitorSup
 from actors.node.config import Config
@@ -45,7 +45,7 @@ def jobs_children(config: Config, *, config_server: bool = True) -> list[ChildSp
     from actors.node.config_server import config_children
 
     keeper = config_children(config) if config_server else []
-    return keeper + [ChildSpec("couch_jobs_sup", JobsSup, jobs_args(config), type="supervisor", name=JOBS_SUP)]
+    return keeper + [ChildSpec("couch_jobs_sup", JobsSup, jobs_args(config), type=ChildType.SUPERVISOR, name=JOBS_SUP)]
 
 
 class JobsSup(Supervisor):
@@ -54,11 +54,11 @@ class JobsSup(Supervisor):
     def children(self, args: Any) -> tuple:
         flags = {"strategy": "rest_for_one", "intensity": 3, "period": 10}
         return flags, [
-            ChildSpec("couch_jobs_fdb", StoreCache, args, restart="transient"),
+            ChildSpec("couch_jobs_fdb", StoreCache, args, restart=Restart.TRANSIENT),
             ChildSpec("couch_jobs_activity_monitor_sup", ActivityMonitorSup, args, shutdown="brutal_kill",
-                      type="supervisor", name=ACTIVITY_MONITOR_SUP),
+                      type=ChildType.SUPERVISOR, name=ACTIVITY_MONITOR_SUP),
             ChildSpec("couch_jobs_notifier_sup", NotifierSup, args, shutdown="brutal_kill",
-                      type="supervisor", name=NOTIFIER_SUP),
+                      type=ChildType.SUPERVISOR, name=NOTIFIER_SUP),
             ChildSpec("couch_jobs_server", JobsServer, args, shutdown="brutal_kill", name=JOBS_SERVER),
         ]
 

@@ -395,6 +395,7 @@ class Scheduling:
     def start_pending_jobs(self, running: int | None = None, pending: int | None = None) -> None:
         if running is None:
             running, pending = self.table.running_count(), self.table.pending_count()
+        assert pending is not None  # given with running
         max_jobs = self.settings.max_jobs
         if running < max_jobs and pending > 0:
             self.start_jobs(max_jobs - running)

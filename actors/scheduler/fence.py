@@ -67,6 +67,7 @@ class LeaseFence:
 
     def _open_existing(self) -> int | None:
         """The fence file if it exists and is a regular file of this user's."""
+        assert self.path is not None  # _mapped checks it
         try:
             fd = os.open(self.path, os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
         except OSError:  # missing, or a symlink: no deadline to read

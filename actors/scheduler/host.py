@@ -31,7 +31,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from supervision import ChildSpec, GenServer, Supervisor, SupFlags
+from supervision import ChildSpec, GenServer, Strategy, Supervisor, SupFlags
 from supervision.messages import Cast, Failure
 from supervision.reasons import portable
 from supervision.waker import Waker
@@ -288,6 +288,6 @@ class JobHostSup(Supervisor):
         count = (args or {}).get("hosts", DEFAULT_HOSTS)
         name = (args or {}).get("name", HOST_NAME)
         fence = (args or {}).get("fence")
-        flags = SupFlags("one_for_one", intensity=10, period=10)
+        flags = SupFlags(Strategy.ONE_FOR_ONE, intensity=10, period=10)
         return flags, [ChildSpec(f"host{i}", HOST_START, {"index": i, "fence": fence}, shutdown=STOP_GRACE + 1.0,
                                  name=name.format(i)) for i in range(count)]

@@ -9,7 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["AddJob", "RemoveJob", "RemoveJobs", "Reschedule", "Jobs", "JobsPage", "GetJob", "JobSummary", "JobStates", "JobAddress", "HealthThreshold", "GetStats", "GetSettings", "SetSetting", "LoadJobs", "CountRunning", "HOST_NAME", "DEFAULT_HOSTS", "MAX_IDS"]
+__all__ = ["AddJob", "RemoveJob", "RemoveJobs", "Reschedule", "Jobs", "JobsPage", "GetJob", "JobSummary", "JobStates",
+           "JobAddress", "HealthThreshold", "GetStats", "GetSettings", "SetSetting", "LoadJobs", "CountRunning",
+           "HOST_NAME", "DEFAULT_HOSTS", "MAX_IDS"]
 
 #: Registered name of job host ``i`` of the scheduler named "scheduler" (a
 #: scheduler named N has hosts "N.host.i").

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from supervision import ChildSpec, Supervisor, SupFlags
+from supervision import ChildSpec, ChildType, Restart, Strategy, Supervisor, SupFlags
 
 from actors.node.config import RUNTIME_KEYS, Config, node_name
 from actors import names
@@ -43,8 +43,8 @@ class SchedulerSup(Supervisor):
     """simple_one_for_one supervisor of job actors; start_child(args) starts one."""
 
     def children(self, args: Any) -> tuple:
-        flags = SupFlags("simple_one_for_one", intensity=10, period=3)
-        return flags, [ChildSpec("scheduler_job", JOB_START, None, restart="temporary", shutdown=5.0)]
+        flags = SupFlags(Strategy.SIMPLE_ONE_FOR_ONE, intensity=10, period=3)
+        return flags, [ChildSpec("scheduler_job", JOB_START, None, restart=Restart.TEMPORARY, shutdown=5.0)]
 
 
 class SchedulerTree(Supervisor):
@@ -59,11 +59,11 @@ class SchedulerTree(Supervisor):
         name = args.get("name", SCHEDULER_NAME)
         hosts = args.get("hosts") or DEFAULT_HOSTS
         host_name = f"{name}.host.{{}}"
-        flags = SupFlags("rest_for_one", intensity=10, period=1)
+        flags = SupFlags(Strategy.REST_FOR_ONE, intensity=10, period=1)
         return flags, [
-            ChildSpec("scheduler_sup", SchedulerSup, None, type="supervisor", name=sup_name),
+            ChildSpec("scheduler_sup", SchedulerSup, None, type=ChildType.SUPERVISOR, name=sup_name),
             ChildSpec("job_hosts", JobHostSup, {"hosts": hosts, "name": host_name, "fence": args.get("fence")},
-                      type="supervisor",
+                      type=ChildType.SUPERVISOR,
                       name=f"{name}.hosts"),
             ChildSpec("scheduler", SCHEDULER_START, {"settings": args.get("settings", {}), "sup_name": sup_name,
                                                      "node_name": args.get("node_name"), "fence": args.get("fence"),
@@ -89,4 +89,4 @@ def scheduler_children(config: Config, *, clock: str | None = None, fence: str |
     """
     args = {"settings": scheduler_settings(config), "clock": clock, "node_name": node_name(config),
             "fence": fence}
-    return [ChildSpec("scheduler_tree", SchedulerTree, args, type="supervisor")]
+    return [ChildSpec("scheduler_tree", SchedulerTree, args, type=ChildType.SUPERVISOR)]

@@ -31,22 +31,23 @@ from fdblayer.jobs.exceptions import InvalidArgument, JobFailed, NoTypeTimeout, 
 from fdblayer.jobs.job import JobState
 from fdblayer.jobs.keys import DEFAULT_LAYOUT, MAX_PRIORITY
 from fdblayer.jobs.work_record import FAILED, SUCCEEDED
-from fdblayer.jobs.validate import INT_MAX, check_id, check_key_size, check_timeout, check_type
+from fdblayer.jobs.codec import INT_MAX
+from fdblayer.jobs.validate import check_id, check_key_size, check_timeout, check_type
 
-from actors.node.settings import lookup
+from actors.node.settings import known
 from actors.workers.context import decode_result
 from actors.workers.control import MAX_DELAY
 from actors.workers.schedule import check_cron, next_tick
 
-__all__ = ["JobFailed", "JobStatus", "enqueue", "pause", "resume", "prune", "result", "status", "schedule", "unschedule",
-           "schedules", "MAX_ATTEMPTS", "DEFAULT_TYPE_TIMEOUT", "declare_type"]
+__all__ = ["JobFailed", "JobStatus", "enqueue", "pause", "resume", "prune", "result", "status", "schedule",
+           "unschedule", "schedules", "MAX_ATTEMPTS", "DEFAULT_TYPE_TIMEOUT", "declare_type"]
 
 #: The most attempts a job may be given.
 MAX_ATTEMPTS = 1000
 
 #: The activity timeout (seconds) an enqueue gives a type that has none: the
 #: default of ``[worker] type_timeout``, as a worker host gives the types it serves.
-DEFAULT_TYPE_TIMEOUT = float(lookup("worker", "type_timeout").default)
+DEFAULT_TYPE_TIMEOUT = float(known("worker", "type_timeout").default)
 
 
 def _check_db(db: Any, what: str) -> Database:
@@ -256,8 +257,8 @@ def prune(db: Any, type: Any = None, older_than: Optional[float] = None) -> int:
         InvalidArgument: a bad argument (nothing is removed).
     """
     if older_than is None:
-        keep = {SUCCEEDED: float(lookup("worker", "keep_finished").default),
-                FAILED: float(lookup("worker", "keep_failed").default)}
+        keep = {SUCCEEDED: float(known("worker", "keep_finished").default),
+                FAILED: float(known("worker", "keep_failed").default)}
     else:
         older_than = _seconds(older_than, "older_than")
         keep = {SUCCEEDED: older_than, FAILED: older_than}

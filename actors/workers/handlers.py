@@ -76,7 +76,7 @@ def is_async(fn: Any) -> bool:
         fn = fn.func
     if inspect.iscoroutinefunction(fn):
         return True
-    call = getattr(type(fn), "__call__", None)
+    call = getattr(type(fn), "__call__", None)  # noqa: B004 - the method itself, to test for a coroutine
     return not inspect.isfunction(fn) and not inspect.ismethod(fn) and inspect.iscoroutinefunction(call)
 
 

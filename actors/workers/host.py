@@ -94,14 +94,14 @@ def check(spec: HostSpec) -> None:
     from fdblayer.docs import DOCS_TYPE
     from fdblayer.jobs.exceptions import InvalidArgument
 
-    from actors.node.settings import lookup
+    from actors.node.settings import known
     from actors.workers.schedule import check_cron
 
     if not spec.types:
         raise InvalidArgument("a worker host needs at least one TYPE=package.module:callable")
     for key, value in (("concurrency", spec.concurrency), ("async_concurrency", spec.async_concurrency),
                        ("max_attempts", spec.max_attempts)):
-        setting = lookup("worker", key)  # the bounds of the [worker] setting it overrides
+        setting = known("worker", key)  # the bounds of the [worker] setting it overrides
         if value < setting.low or value > setting.high:
             raise InvalidArgument(f"{key.replace('_', ' ')} must be from {setting.low} to {setting.high}, "
                                   f"not {value}")

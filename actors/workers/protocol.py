@@ -9,7 +9,7 @@ dispatcher with :class:`Drain` and :class:`GetStatus`.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any
 
 __all__ = ["RunJob", "RunJobs", "StopJob", "TakeBack", "Release", "Drain", "GetStatus"]
 

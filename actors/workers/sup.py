@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from supervision import ChildSpec, Supervisor, SupFlags
+from supervision import ChildSpec, ChildType, Restart, Strategy, Supervisor, SupFlags
 
 from actors import names
 from actors.workers.dispatcher import Dispatcher
@@ -26,17 +26,18 @@ class WorkerPool(Supervisor):
     def children(self, args: Any) -> tuple:
         # A worker dies with the job that killed it (its attempt fails, and max_attempts
         # bounds it), so poison jobs among many must not take the pool down.
-        flags = SupFlags("simple_one_for_one", intensity=max(50, 10 * int(args or 1)), period=10)
-        return flags, [ChildSpec("worker", Worker, None, restart="permanent", shutdown="brutal_kill")]
+        flags = SupFlags(Strategy.SIMPLE_ONE_FOR_ONE, intensity=max(50, 10 * int(args or 1)), period=10)
+        return flags, [ChildSpec("worker", Worker, None, restart=Restart.PERMANENT, shutdown="brutal_kill")]
 
 
 class WorkersSup(Supervisor):
     """rest_for_one: the pool, then the dispatcher. args: the dispatcher's."""
 
     def children(self, args: Any) -> tuple:
-        flags = SupFlags("rest_for_one", intensity=5, period=10)
+        flags = SupFlags(Strategy.REST_FOR_ONE, intensity=5, period=10)
         return flags, [
-            ChildSpec("worker_pool", WorkerPool, args["concurrency"], type="supervisor", name=names.WORKER_POOL),
+            ChildSpec("worker_pool", WorkerPool, args["concurrency"], type=ChildType.SUPERVISOR,
+                      name=names.WORKER_POOL),
             ChildSpec("dispatcher", Dispatcher, dict(args, pool=names.WORKER_POOL), shutdown=5.0,
                       name=names.WORKER_DISPATCHER),
         ]
@@ -44,4 +45,4 @@ class WorkersSup(Supervisor):
 
 def workers_children(args: dict) -> list[ChildSpec]:
     """The worker host as a node root child: ``[ChildSpec(workers_sup)]``."""
-    return [ChildSpec("workers_sup", WorkersSup, args, type="supervisor", name=names.WORKERS_SUP)]
+    return [ChildSpec("workers_sup", WorkersSup, args, type=ChildType.SUPERVISOR, name=names.WORKERS_SUP)]

@@ -138,7 +138,7 @@ def _encode_optional(data: Any, job: Job) -> Optional[bytes]:
 
 
 def add(
-    tx: Tx, type: JobType, job_id: str, data: dict, scheduled_time: int = 0
+    tx: Tx, type: JobType, job_id: str, data: dict[str, Any], scheduled_time: int = 0
 ) -> None:
     """Add a job as pending, or resubmit the job if it exists.
 
@@ -170,7 +170,7 @@ def add(
 def add_many(
     tx: Tx,
     type: JobType,
-    jobs: Union[Mapping[str, dict], Iterable[tuple[str, dict]]],
+    jobs: Union[Mapping[str, dict[str, Any]], Iterable[tuple[str, dict[str, Any]]]],
     scheduled_time: int = 0,
 ) -> int:
     """Add many jobs of one type in one transaction, each as :func:`add` would.
@@ -258,7 +258,7 @@ def _state_and_data(tx: Tx, job_type: JobType, job_id: str) -> model.StateAndDat
     return found
 
 
-def get_job_data(tx: Tx, type: JobType, job_id: str) -> dict:
+def get_job_data(tx: Tx, type: JobType, job_id: str) -> dict[str, Any]:
     """Read a job's data.
 
     Args:
@@ -343,7 +343,7 @@ def accept(
     timeout: Optional[float] = None,
     max_sched_time: Optional[int] = None,
     no_schedule: bool = False,
-) -> tuple[Job, dict]:
+) -> tuple[Job, dict[str, Any]]:
     """Take a pending job, waiting for one if needed.
 
     The job becomes running under a new lock, held by the returned handle.
@@ -392,7 +392,7 @@ def accept_job(
     clock: Callable[[], float] = time.time,
     monotonic: Callable[[], float] = time.monotonic,
     rng: Optional[random.Random] = None,
-) -> tuple[Job, dict]:
+) -> tuple[Job, dict[str, Any]]:
     """:func:`accept` with the layout, clocks and random source injectable.
 
     ``clock`` gives wall time (compared with scheduled times), ``monotonic``
@@ -421,6 +421,7 @@ def accept_job(
         if found is not None:
             job, data = found
             return job, decode_data(data)
+        assert watch is not None  # none found: _try_accept watches the pending jobs
         if not _wait(watch, deadline, monotonic):
             raise NotFound(
                 f"no pending job of type {job_type!r} before the timeout",
@@ -456,7 +457,7 @@ def _wait(watch: Watch, deadline: Optional[float], monotonic: Callable[[], float
         watch.cancel()
 
 
-def finish(tx: Tx, job: Job, data: Optional[dict] = None) -> None:
+def finish(tx: Tx, job: Job, data: Optional[dict[str, Any]] = None) -> None:
     """Finish a running job: it becomes finished, or pending if resubmitted.
 
     Args:
@@ -475,7 +476,7 @@ def finish(tx: Tx, job: Job, data: Optional[dict] = None) -> None:
     model.finish(tx, DEFAULT_LAYOUT, job, encoded)
 
 
-def update(tx: Tx, job: Job, data: Optional[dict] = None) -> Job:
+def update(tx: Tx, job: Job, data: Optional[dict[str, Any]] = None) -> Job:
     """Record progress on a running job, which keeps it from being re-enqueued.
 
     Args:

@@ -127,7 +127,7 @@ def _check_value(value: Any, path: str, depth: int) -> None:
     )
 
 
-def _check_dict(value: dict, path: str, depth: int) -> None:
+def _check_dict(value: dict[Any, Any], path: str, depth: int) -> None:
     for key, item in value.items():
         if not isinstance(key, str):
             raise EncodingError(
@@ -220,7 +220,7 @@ def encode_data(data: Any) -> bytes:
     return encoded
 
 
-def decode_data(encoded: bytes) -> dict:
+def decode_data(encoded: bytes) -> dict[str, Any]:
     """Decode job data written by :func:`encode_data`.
 
     Raises:
@@ -290,7 +290,7 @@ def pack_job_value(value: JobValue) -> bytes:
         head = _unlocked_head(value.seq, value.sched_time, value.resubmit)
         tail = fdb.tuple.pack((value.priority,)) if value.priority else b""
         return head + pack_bytes_element(value.data) + tail
-    fields: tuple = (value.seq, value.lock, value.sched_time, value.resubmit, value.data)
+    fields: tuple[Any, ...] = (value.seq, value.lock, value.sched_time, value.resubmit, value.data)
     if value.priority:
         fields += (value.priority,)
     if value.stamped:
@@ -335,7 +335,7 @@ def _reason(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {str(exc)[:80]}"
 
 
-_REPORTED: "collections.OrderedDict[tuple, None]" = collections.OrderedDict()
+_REPORTED: "collections.OrderedDict[tuple[Any, ...], None]" = collections.OrderedDict()
 
 
 def report_bad_row(what: str, key: bytes, error: Any) -> None:

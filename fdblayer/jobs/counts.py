@@ -24,7 +24,7 @@ is counted from the pending index, which is ordered by time, up to
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional
 
 from fdblayer.interface import Transaction, strinc, transactional
 from fdblayer.jobs import model, pending, work
@@ -49,7 +49,7 @@ _MARK = "counted"
 
 
 @transactional
-def read(tr: Transaction, layout: Layout, job_type: JobType, now: float) -> dict:
+def read(tr: Transaction, layout: Layout, job_type: JobType, now: float) -> dict[str, int]:
     """The type's counts: ``jobs, pending, scheduled, claimed, running,
     finished, failed`` and ``scheduled_capped`` (True when more than
     :data:`SCHEDULED_CAP` jobs are not yet due). ``running`` counts the
@@ -62,7 +62,7 @@ def read(tr: Transaction, layout: Layout, job_type: JobType, now: float) -> dict
         values = recount(tr, layout, job_type)
     else:
         raws = tr.snapshot.get_many([layout.count_key(job_type, name) for name in FIELDS])
-        values = {name: _unpack(raw) for name, raw in zip(FIELDS, raws)}
+        values = {name: _unpack(raw) for name, raw in zip(FIELDS, raws, strict=True)}
     future = 0
     for priority in [0] + pending.priorities(tr, layout, job_type):
         prefix = layout.pending_prefix(job_type, priority)
@@ -78,7 +78,7 @@ def read(tr: Transaction, layout: Layout, job_type: JobType, now: float) -> dict
             "failed": values["failed"]}
 
 
-def recount(tr: Transaction, layout: Layout, job_type: JobType) -> dict:
+def recount(tr: Transaction, layout: Layout, job_type: JobType) -> dict[str, int]:
     """Count the type's rows and set its counters (and mark) to the result."""
     values = tally(tr, layout, job_type)
     for name, value in values.items():
@@ -87,7 +87,7 @@ def recount(tr: Transaction, layout: Layout, job_type: JobType) -> dict:
     return values
 
 
-def tally(tr: Transaction, layout: Layout, job_type: JobType) -> dict:
+def tally(tr: Transaction, layout: Layout, job_type: JobType) -> dict[str, int]:
     """What the counters should say, from the rows themselves (reads every job)."""
     jobs = model.get_jobs(tr, layout, job_type)
     pending = sum(1 for _, state, _ in jobs.values() if state is JobState.PENDING)
@@ -102,18 +102,18 @@ def tally(tr: Transaction, layout: Layout, job_type: JobType) -> dict:
 
 
 @transactional
-def read_events(tr: Transaction, layout: Layout, job_type: JobType) -> dict:
+def read_events(tr: Transaction, layout: Layout, job_type: JobType) -> dict[str, Any]:
     """The type's event counters and run-time histogram: ``{event: n, ...,
     "run": {"buckets": [(bound, cumulative count), ..., (inf, count)],
     "count": n, "sum": seconds}}``."""
     names = list(EVENTS) + [f"run_le_{i}" for i in range(len(RUN_BUCKETS) + 1)] + ["run_count", "run_sum_us"]
     raws = tr.snapshot.get_many([layout.count_key(job_type, name) for name in names])
-    values = {name: _unpack(raw) for name, raw in zip(names, raws)}
+    values = {name: _unpack(raw) for name, raw in zip(names, raws, strict=True)}
     cumulative, buckets = 0, []
     for i, bound in enumerate(RUN_BUCKETS + (float("inf"),)):
         cumulative += values[f"run_le_{i}"]
         buckets.append((bound, cumulative))
-    out = {event: values[event] for event in EVENTS}
+    out: dict[str, Any] = {event: values[event] for event in EVENTS}
     out["run"] = {"buckets": buckets, "count": values["run_count"], "sum": values["run_sum_us"] / 1e6}
     return out
 

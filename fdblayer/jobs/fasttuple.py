@@ -45,7 +45,7 @@ def _pack_int(value: int) -> bytes:
     raise _Unsupported
 
 
-def _pack_element(value: Any, out: list, stamp_at: list) -> None:
+def _pack_element(value: Any, out: list[bytes], stamp_at: list[int]) -> None:
     kind = type(value)
     if value is None:
         out.append(b"\x00")
@@ -65,15 +65,15 @@ def _pack_element(value: Any, out: list, stamp_at: list) -> None:
         raise _Unsupported
 
 
-def _pack(fields: tuple) -> tuple[bytes, list]:
-    out: list = []
-    stamp_at: list = []
+def _pack(fields: tuple[Any, ...]) -> tuple[bytes, list[int]]:
+    out: list[bytes] = []
+    stamp_at: list[int] = []
     for value in fields:
         _pack_element(value, out, stamp_at)
     return b"".join(out), stamp_at
 
 
-def pack(fields: tuple) -> bytes:
+def pack(fields: tuple[Any, ...]) -> bytes:
     """``fdb.tuple.pack(fields)`` (an incomplete versionstamp is refused there)."""
     try:
         packed, stamp_at = _pack(fields)
@@ -84,7 +84,7 @@ def pack(fields: tuple) -> bytes:
     return packed
 
 
-def pack_with_versionstamp(fields: tuple) -> bytes:
+def pack_with_versionstamp(fields: tuple[Any, ...]) -> bytes:
     """``fdb.tuple.pack_with_versionstamp(fields)``: one incomplete versionstamp,
     its position appended as 4 little-endian bytes."""
     try:
@@ -136,7 +136,7 @@ def _read_element(raw: bytes, pos: int) -> tuple[Any, int]:
     raise _Unsupported
 
 
-def unpack(raw: bytes, prefix_len: int = 0) -> tuple:
+def unpack(raw: bytes, prefix_len: int = 0) -> tuple[Any, ...]:
     """``fdb.tuple.unpack(raw, prefix_len)``."""
     values = []
     pos, size = prefix_len, len(raw)

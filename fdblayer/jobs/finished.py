@@ -55,7 +55,8 @@ def forget_record(tr: Transaction, layout: Layout, job_type: JobType, job_id: st
         tr.clear(layout.finished_key(job_type, rec.outcome, ms(rec.ended), job_id))
 
 
-def due(tr: Transaction, layout: Layout, job_type: JobType, outcome: str, before: float, limit: int) -> list:
+def due(tr: Transaction, layout: Layout, job_type: JobType, outcome: str, before: float,
+        limit: int) -> list[tuple[bytes, int, str]]:
     """``(key, ended_ms, job_id)`` of up to ``limit`` keys of jobs that ended
     with ``outcome`` before ``before`` (epoch seconds), oldest first (a
     snapshot read: the caller checks each job in its transaction). A

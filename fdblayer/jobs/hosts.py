@@ -37,7 +37,7 @@ def _prefix(layout: Layout) -> bytes:
 
 
 @transactional
-def beat(tr: Transaction, layout: Layout, host: str, info: dict, now: float) -> None:
+def beat(tr: Transaction, layout: Layout, host: str, info: dict[str, Any], now: float) -> None:
     """Record ``host``'s status at ``now``; clear beats older than :data:`FORGET_AFTER`."""
     raw = msgpack.packb({"b": now, "i": info}, use_bin_type=True, default=str)
     while len(raw) > MAX_INFO and info.get("running"):
@@ -60,7 +60,7 @@ def forget(tr: Transaction, layout: Layout, host: str) -> None:
 
 
 @transactional
-def list_hosts(tr: Transaction, layout: Layout, now: float) -> list[dict]:
+def list_hosts(tr: Transaction, layout: Layout, now: float) -> list[dict[str, Any]]:
     """Every host's last status, with ``last_beat`` (epoch s), ``age`` and ``alive``."""
     prefix = _prefix(layout)
     out = []

@@ -86,7 +86,7 @@ class JobInfo:
         type: The job type.
         id: The job id.
         state: The job state.
-        data: The decoded job data.
+        data: The decoded job data (None if it is corrupt: reported).
         scheduled_time: The scheduled time (seconds since the epoch, 0: now).
         resubmit: Whether a running job will be re-enqueued on finish.
         seq: 0 (pending), None (finished) or the running versionstamp.
@@ -96,7 +96,7 @@ class JobInfo:
     type: JobType
     id: str
     state: JobState
-    data: dict
+    data: dict[str, Any] | None
     scheduled_time: int
     resubmit: bool
     seq: Any

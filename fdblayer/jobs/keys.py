@@ -87,7 +87,7 @@ TYPE_PRIORITY = 15
 #: Priorities are 0 (the default, first) to MAX_PRIORITY (last), as Oban's.
 MAX_PRIORITY = 9
 
-JobType = Union[str, int, tuple]
+JobType = Union[str, int, tuple[Any, ...]]
 
 _TYPE_CACHE_SIZE = 4096
 _ELEMENT_CACHE_SIZE = 16384

@@ -189,7 +189,7 @@ def add_many(
         )
     keys = [layout.data_key(job_type, job_id) for job_id, _ in jobs]
     created = []
-    for (job_id, data), key, raw in zip(jobs, keys, tr.get_many(keys)):
+    for (job_id, data), key, raw in zip(jobs, keys, tr.get_many(keys), strict=True):
         current = None if raw is None else rows.job_val_or_none(key, raw)
         if current is None:  # new, or a corrupt row that this write replaces
             rows.set_job_val(tr, key, JobValue(PENDING_SEQ, None, sched_time, False, data))
@@ -266,7 +266,7 @@ def get_job_states(
     job_ids = list(job_ids)
     raws = tr.get_many([layout.data_key(job_type, job_id) for job_id in job_ids])
     states: dict[str, Optional[StateAndData]] = {}
-    for job_id, raw in zip(job_ids, raws):
+    for job_id, raw in zip(job_ids, raws, strict=True):
         value = None if raw is None else rows.job_val_or_none(layout.data_key(job_type, job_id), raw)
         if value is None:
             states[job_id] = None

@@ -33,7 +33,7 @@ DATA_PREVIEW = 200
 
 
 @transactional
-def types_overview(tr: Transaction, layout: Layout, now: float) -> list[dict]:
+def types_overview(tr: Transaction, layout: Layout, now: float) -> list[dict[str, Any]]:
     """Every type with its activity timeout, whether it is paused, and its counts, in key order."""
     out = []
     paused = work.paused_types(tr, layout)
@@ -47,7 +47,7 @@ def types_overview(tr: Transaction, layout: Layout, now: float) -> list[dict]:
 
 @transactional
 def list_jobs(tr: Transaction, layout: Layout, job_type: JobType, state: Optional[str], limit: int, skip: int,
-              now: float) -> tuple[int, list[dict]]:
+              now: float) -> tuple[int, list[dict[str, Any]]]:
     """``(total, page)``: the type's jobs in ``state`` (None: all), ``skip`` then ``limit``.
 
     Pending jobs come in due order, claimed and running ones least
@@ -69,14 +69,14 @@ def list_jobs(tr: Transaction, layout: Layout, job_type: JobType, state: Optiona
 
 
 def _scan_held(tr: Transaction, layout: Layout, job_type: JobType, state: str, limit: int,
-               skip: int) -> list[dict]:
+               skip: int) -> list[dict[str, Any]]:
     """The views of held jobs in ``state`` (``running``: the handler runs;
     ``claimed``: not yet), least recently active first, reading at most
     :data:`MAX_SCAN` rows of the ACTIVITY index."""
     prefix = layout.activity_prefix(job_type)
     found = tr.snapshot.get_range(prefix, strinc(prefix), limit=MAX_SCAN)
     ids = [row[0] for row in (unpack_activity_value_or_none(kv.key, kv.value) for kv in found) if row]
-    out: list[dict] = []
+    out: list[dict[str, Any]] = []
     for start in range(0, len(ids), 500):
         out += [v for v in _views(tr, layout, job_type, ids[start:start + 500]) if v["state"] == state]
         if len(out) >= skip + limit:
@@ -85,7 +85,7 @@ def _scan_held(tr: Transaction, layout: Layout, job_type: JobType, state: str, l
 
 
 def _scan_finished(tr: Transaction, layout: Layout, job_type: JobType, failed_only: bool, limit: int,
-                   skip: int) -> list[dict]:
+                   skip: int) -> list[dict[str, Any]]:
     prefix = layout.data_prefix(job_type)
     ids = []
     for kv in tr.snapshot.get_range(prefix, strinc(prefix), limit=MAX_SCAN):
@@ -98,14 +98,15 @@ def _scan_finished(tr: Transaction, layout: Layout, job_type: JobType, failed_on
 
 
 @transactional
-def job_view(tr: Transaction, layout: Layout, job_type: JobType, job_id: str) -> Optional[dict]:
+def job_view(tr: Transaction, layout: Layout, job_type: JobType, job_id: str) -> Optional[dict[str, Any]]:
     """One job whole (its data and result too), or None when it does not exist."""
     views = _views(tr, layout, job_type, [job_id], preview=False)
     return views[0] if views else None
 
 
 @transactional
-def queue_status(tr: Transaction, layout: Layout, now: float, per_list: int = 10, max_types: int = 100) -> dict:
+def queue_status(tr: Transaction, layout: Layout, now: float, per_list: int = 10,
+                 max_types: int = 100) -> dict[str, Any]:
     """What a status page shows of the queue, bounded whatever its size.
 
     Returns ``{"types", "running", "failures", "delayed", "types_cut"}``:
@@ -118,7 +119,9 @@ def queue_status(tr: Transaction, layout: Layout, now: float, per_list: int = 10
     """
     all_types = types_overview(tr, layout, now)
     shown = all_types[:max_types]
-    running, failed, delayed = [], [], []
+    running: list[dict[str, Any]] = []
+    failed: list[dict[str, Any]] = []
+    delayed: list[dict[str, Any]] = []
     for entry in shown:
         job_type = entry["type"]
         if entry.get("running") and len(running) < per_list:
@@ -136,15 +139,15 @@ def queue_status(tr: Transaction, layout: Layout, now: float, per_list: int = 10
             "failures": failed[:per_list], "delayed": delayed[:per_list]}
 
 
-def _next_delayed(tr: Transaction, layout: Layout, job_type: JobType, now: float, limit: int) -> list[dict]:
+def _next_delayed(tr: Transaction, layout: Layout, job_type: JobType, now: float, limit: int) -> list[dict[str, Any]]:
     """The first ``limit`` pending jobs of ``job_type`` not due yet, soonest first."""
     return _views(tr, layout, job_type, _pending_ids(tr, layout, job_type, int(now), limit))
 
 
-def _pending_ids(tr: Transaction, layout: Layout, job_type: JobType, after: Optional[int], limit: int) -> list:
+def _pending_ids(tr: Transaction, layout: Layout, job_type: JobType, after: Optional[int], limit: int) -> list[str]:
     """Ids of the first ``limit`` pending jobs (with ``after``: only those
     scheduled later), priority 0 first, then 1, 2..., each in due order."""
-    ids: list = []
+    ids: list[str] = []
     for priority in [0] + pending.priorities(tr, layout, job_type):
         prefix = layout.pending_prefix(job_type, priority)
         begin = prefix if after is None else layout.pending_end(job_type, after, priority)
@@ -155,10 +158,11 @@ def _pending_ids(tr: Transaction, layout: Layout, job_type: JobType, after: Opti
     return ids
 
 
-def _views(tr: Transaction, layout: Layout, job_type: JobType, ids: list[str], preview: bool = True) -> list[dict]:
+def _views(tr: Transaction, layout: Layout, job_type: JobType, ids: list[str],
+           preview: bool = True) -> list[dict[str, Any]]:
     """The views of the jobs that exist among ``ids``, in order."""
     out = []
-    for job_id, entry in zip(ids, work.read_many_tolerant(tr, layout, job_type, ids)):
+    for job_id, entry in zip(ids, work.read_many_tolerant(tr, layout, job_type, ids), strict=True):
         if entry is None:
             continue
         state, raw_data, record, sched_time, priority = entry

@@ -207,7 +207,7 @@ def _random_item(tr: Transaction, prefix: bytes, rng: random.Random) -> Optional
     Which side is tried first is itself random, so that neither the ids near
     ``00...`` nor those near ``ff...`` wait longer than the others.
     """
-    pivot = fdb.tuple.pack(("%032x" % rng.getrandbits(128),), prefix=prefix)
+    pivot = fdb.tuple.pack((f"{rng.getrandbits(128):032x}",), prefix=prefix)
     snapshot = tr.snapshot
     sides = (KeySelector.first_greater_or_equal, KeySelector.last_less_or_equal)
     if rng.random() > 0.5:

@@ -50,7 +50,8 @@ def prune_batch(tr: Transaction, layout: Layout, job_type: JobType, outcome: str
     removed, latest, seen, tally = 0, None, set(), Tally(tr, layout)
     for n, (key, ended_ms, job_id) in enumerate(due):
         tr.clear(key)  # the job goes, or the key outlived it (stale): either way it is read once
-        current = None if raws[n] is None else rows.job_val_or_none(data_keys[n], raws[n])
+        raw = raws[n]
+        current = None if raw is None else rows.job_val_or_none(data_keys[n], raw)
         if current is None or job_id in seen or job_state(current.lock, current.seq) is not JobState.FINISHED:
             continue
         rec = WorkRecord.unpack(raws[len(due) + n], job_id)
@@ -68,7 +69,7 @@ def prune_batch(tr: Transaction, layout: Layout, job_type: JobType, outcome: str
     return removed, len(due)
 
 
-def prune_type(db: Database, layout: Layout, job_type: JobType, keep: dict, now: float,
+def prune_type(db: Database, layout: Layout, job_type: JobType, keep: dict[str, float], now: float,
                batch: int = BATCH, max_batches: Optional[int] = None) -> tuple[int, bool]:
     """Prune ``job_type``: for each outcome in ``keep`` (outcome -> seconds
     kept, None: for ever), the jobs that ended more than that long before

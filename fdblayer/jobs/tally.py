@@ -57,9 +57,9 @@ class Tally:
 
     def __init__(self, tr: Transaction, layout: Layout, deferred: bool = True) -> None:
         self.tr, self.layout, self.deferred = tr, layout, deferred
-        self.bumps: dict = {}
-        self.stamped: set = set()
-        self.enqueued: dict = {}
+        self.bumps: dict[tuple[JobType, str], int] = {}
+        self.stamped: set[JobType] = set()
+        self.enqueued: dict[JobType, int] = {}
 
     def bump(self, job_type: JobType, name: str, n: int = 1) -> None:
         """:func:`bump`."""

@@ -62,13 +62,13 @@ class WorkRecord(NamedTuple):
     max_attempts: Optional[int] = None
     outcome: Optional[str] = None
     result: Optional[bytes] = None
-    error: Optional[dict] = None
-    progress: dict = {}  # noqa: RUF012 - never mutated: shared safely
+    error: Optional[dict[str, Any]] = None
+    progress: dict[str, Any] = {}  # noqa: RUF012 - never mutated: shared safely
     worker: Optional[str] = None
     started: Optional[float] = None
     ended: Optional[float] = None
     claimed: Optional[float] = None
-    errors: tuple = ()
+    errors: tuple[dict[str, Any], ...] = ()
     time_limit: Optional[float] = None
 
     def pack(self) -> bytes:
@@ -98,7 +98,7 @@ class WorkRecord(NamedTuple):
         return WorkRecord(self.attempt + 1, self.max_attempts, None, self.result, self.error, {}, worker, None,
                           None, now, self.errors, self.time_limit)
 
-    def end_attempt(self, outcome: Optional[str], result: Optional[bytes], error: Optional[dict],
+    def end_attempt(self, outcome: Optional[str], result: Optional[bytes], error: Optional[dict[str, Any]],
                     now: float, started: Optional[float] = None) -> "WorkRecord":
         """The record of its attempt ended at ``now``: finished (``outcome``) or
         to be retried (``outcome`` None, ``result`` kept); ``started`` fills
@@ -113,7 +113,8 @@ class WorkRecord(NamedTuple):
         return self._replace(attempt=max(0, self.attempt - 1), started=None, worker=None, claimed=None)
 
 
-def with_error(errors: tuple, attempt: int, at: float, error: dict) -> tuple:
+def with_error(errors: tuple[dict[str, Any], ...], attempt: int, at: float,
+               error: dict[str, Any]) -> tuple[dict[str, Any], ...]:
     """``errors`` with the entry of a failed attempt added, bounded (see the
     module docstring)."""
     traceback = str(error.get("traceback") or "")
@@ -127,7 +128,7 @@ def with_error(errors: tuple, attempt: int, at: float, error: dict) -> tuple:
     return out
 
 
-def _errors(value: Any) -> tuple:
+def _errors(value: Any) -> tuple[dict[str, Any], ...]:
     """A stored error history, its malformed entries dropped."""
     if not isinstance(value, list):
         return ()
