@@ -54,7 +54,7 @@ from actors.node.config import node_name
 from actors.names import JOBS_SERVER
 from actors.scheduler.protocol import MAX_IDS, AddJob, Jobs, JobStates, RemoveJob, RemoveJobs, Reschedule
 from actors.scheduler.core import InvalidJobSpec, reason_text
-from actors.scheduler.sup import SCHEDULER_NAME
+from actors.names import SCHEDULER as SCHEDULER_NAME
 from actors.scheduler.fence import LeaseFence
 from actors import names
 

@@ -60,6 +60,7 @@ from actors.node.config import (
     SetConfig,
     parse_runtime_value,
 )
+from actors import names
 from actors.node.settings import seconds
 from actors.scheduler.core import (
     Event,
@@ -127,7 +128,7 @@ class Scheduler(GenServer):
         settings = apply_settings(Settings(), args.get("settings") or {})
         host_names = args.get("host_names") or [HOST_NAME.format(i) for i in range(DEFAULT_HOSTS)]
         self.core = Scheduling(Runners(self, host_names), self.clock, settings)
-        self.sup_name = args.get("sup_name", "scheduler_sup")
+        self.sup_name = args.get("sup_name", names.SCHEDULER_SUP)
         self.fence_path = args.get("fence")  # the node's lease fence, handed to process jobs
         self.node_name = args.get("node_name")
         self.sup: Any = None
