@@ -471,7 +471,7 @@ def _run_retrying(
                     elapsed=elapsed,
                     last_error=err,
                 ) from err
-            logger.debug("Transaction %s: attempt %d failed: %s", func.__qualname__, attempts, err)
+            logger.debug("transaction_retry function=%s attempt=%d error=%s", func.__qualname__, attempts, err)
             tr.on_error(err)
 
 

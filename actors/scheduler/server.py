@@ -255,7 +255,7 @@ class Scheduler(GenServer):
                 self.send(addr, Cast(RunJob(self.myAddress)))
             log.info("job_adopted job=%r pid=%s", spec.id, addr)
         else:
-            log.warning("could not adopt job actor %s: %r", addr, error)
+            log.warning("job_adopt_failed pid=%s reason=%r", addr, error)
         self._adopted_one(index)
 
     def _adopt_hosted(self, index: int, addr: Any, details: Any, error: Exception | None) -> None:
@@ -270,9 +270,9 @@ class Scheduler(GenServer):
             self.core.runner.hosts.adopted(index)
             self.adopted.add(spec.id)
         if error is not None:
-            log.warning("could not list the jobs of job host %s: %r", addr, error)
+            log.warning("job_host_list_failed host=%s reason=%r", addr, error)
         elif details:
-            log.info("adopted %d jobs running on job host %s", len(details), addr)
+            log.info("jobs_adopted host=%s count=%d", addr, len(details))
         self._adopted_one(("host", index))
 
     def _adopted_one(self, key: Any) -> None:
@@ -427,7 +427,7 @@ class Scheduler(GenServer):
 
     def _progress(self, msg: JobProgress) -> None:
         if not isinstance(msg.stats, dict) or not all(isinstance(key, str) for key in msg.stats):
-            log.warning("Job %r: progress ignored, stats must be a dict with str keys: %.200r", msg.job_id, msg.stats)
+            log.warning("job_progress_ignored job=%r reason=not_str_keyed_dict stats=%.200r", msg.job_id, msg.stats)
             return
         job = self._job(msg.job_id)
         if job is None or (job.pid is not None and job.pid != msg.addr):
