@@ -18,8 +18,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("supervision", "fdblayer", "actors")
-LEVELS = {"debug", "info", "warning", "error", "critical", "exception", "log"}
-LOGGER = re.compile(r"(?:^|[._])(?:log|logger|logging)$", re.IGNORECASE)
+LEVELS = {"debug", "info", "warning", "warn", "error", "critical", "exception", "log"}
+#: What a logger looks like in a call: ``log``, ``logger``, ``self._log``, ``logging``, ``getLogger(...)``.
+LOGGER = re.compile(r"(?:(?:^|[._])(?:log|logger|logging)|getLogger\(.*\))$", re.IGNORECASE)
 EVENT = re.compile(r"^([a-z][a-z0-9]*(?:_[a-z0-9]+)*)(?: [a-z_]+=|$)")
 DOC_ROW = re.compile(r"^\| `([a-z0-9_]+)` \|", re.MULTILINE)
 #: Log calls that are not events, by file and message: the report
