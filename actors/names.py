@@ -28,3 +28,10 @@ HTTP_SERVER = "http_server"
 WORKER_DISPATCHER = "workers.dispatcher"
 WORKER_POOL = "workers.pool"
 WORKERS_SUP = "workers.sup"
+
+#: The scheduler's job hosts (:mod:`actors.scheduler.host`): their supervisor
+#: and host ``i`` (a template: ``SCHEDULER_HOST.format(i)``). A scheduler
+#: registered under another name N has "N.hosts" and "N.host.i"
+#: (:class:`actors.scheduler.sup.SchedulerTree`).
+SCHEDULER_HOSTS_SUP = SCHEDULER + ".hosts"
+SCHEDULER_HOST = SCHEDULER + ".host.{}"

@@ -1,9 +1,10 @@
-"""fdblayer: one FoundationDB-shaped store interface, two backends.
+"""fdblayer: one FoundationDB-shaped store interface, three backends.
 
 Principle: code above this package (the jobs data model, the actors) is
 written once against ``Database``/``Transaction``/``@transactional`` and runs
-unchanged on the embedded SQLite backend or on FoundationDB. This package
-knows nothing of actors or supervision.
+unchanged on the embedded SQLite backend, on PostgreSQL or on FoundationDB
+(``sqlite_backend``, ``postgres_backend``, ``fdb_backend``; ``open`` picks one
+by the URL's scheme). This package knows nothing of actors or supervision.
 
 Usage::
 

@@ -429,7 +429,7 @@ def _delete(tr: Transaction, db_name: str, doc_id: str, rev: Optional[str]) -> s
     try:
         api.remove(tr, DOCS_TYPE, queue_job_id(db_name, doc_id))
     except NotFound:
-        logger.warning("Doc %s/%s: had no queue job", db_name, doc_id)
+        logger.warning("doc_job_missing doc=%s/%s", db_name, doc_id)
     return _new_rev(current.rev, None)
 
 
@@ -505,7 +505,7 @@ def accept(tr: Transaction, node: str, now: float) -> tuple[Optional[tuple[Lease
     db_name, doc_id = parse_queue_job_id(job.id)
     doc = _read(tr, db_name, doc_id)
     if doc is None:
-        logger.warning("Doc %s/%s: queue job without a document, finished", db_name, doc_id)
+        logger.warning("doc_job_orphaned doc=%s/%s action=finished", db_name, doc_id)
         model.finish(tr, DEFAULT_LAYOUT, job, None)
         return None, None
     doc = Doc(db_name, doc_id, doc.rev, doc.body, DocState.INITIALIZING.value, doc.error_count, None, now,

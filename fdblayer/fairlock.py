@@ -127,7 +127,7 @@ class TicketLock:
                 self._threads.release()
                 return False
         except OSError:
-            logger.exception("Lock %s: queue unusable; relying on SQLite's lock alone", self.path)
+            logger.exception("lock_queue_unusable lock=%s fallback=sqlite_lock", self.path)
             self._release_slot()
             return True
         try:

@@ -2,10 +2,13 @@
 
 Principle: one small transaction interface shaped like the official
 FoundationDB Python bindings, implemented once per backend
-(``sqlite_backend``, ``fdb_backend``). Keys and values are ``bytes``, keys are
-packed with ``fdb.tuple`` and compare as unsigned bytes (memcmp) on every
-backend. FoundationDB's size limits are checked here, at the call, so both
-backends refuse the same writes with the same named errors.
+(``sqlite_backend``, ``postgres_backend``, ``fdb_backend``). Keys and values
+are ``bytes``, keys are packed with ``fdb.tuple`` and compare as unsigned
+bytes (memcmp) on every backend. FoundationDB's size limits and their checks
+live in :mod:`fdblayer.limits` (re-exported here); each backend's transaction
+calls them at the call, before anything reaches its store, and counts its
+own transaction size against ``MAX_TRANSACTION_SIZE``, so every backend
+refuses the same writes with the same named errors.
 
 Transactions are serializable. A transaction body may run more than once
 (``transactional`` retries conflicts), so it must have no effect outside its
@@ -489,7 +492,7 @@ def _run_retrying(
                     elapsed=elapsed,
                     last_error=err,
                 ) from err
-            logger.debug("Transaction %s: attempt %d failed: %s", func.__qualname__, attempts, err)
+            logger.debug("transaction_retry function=%s attempt=%d error=%s", func.__qualname__, attempts, err)
             tr.on_error(err)
 
 

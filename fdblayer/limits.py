@@ -1,8 +1,9 @@
 """FoundationDB's limits, and the checks every backend applies at the call.
 
-Principle: both backends refuse the same writes with the same named errors,
-so a key, a value, an atomic add's operand and a versionstamp template are
-checked here, before anything reaches a store; the pure helpers of atomic
+Principle: every backend (SQLite, PostgreSQL, FoundationDB) refuses the same
+writes with the same named errors, so a key, a value, an atomic add's
+operand and a versionstamp template are checked by these functions, which
+each backend's transaction calls before anything reaches its store; the pure helpers of atomic
 adds and versionstamps live beside them. Re-exported by
 :mod:`fdblayer.interface`.
 """

@@ -340,7 +340,7 @@ class SqliteDatabase(Database):
         try:
             os.pwrite(fd, b"\x01", 0)
         except OSError as exc:
-            logger.warning("Store %s: cannot write the notify file: %s", self.path, exc)
+            logger.warning("store_notify_failed store=%s error=%s", self.path, exc)
         if hub is not None:
             hub.wake()
 
@@ -457,11 +457,11 @@ class _Checkpointer:
             if isinstance(exc, sqlite3.Error) and is_busy(exc):
                 return conn  # another process is checkpointing: its work counts
             if not self._failing:  # one line per run of failures, not one per wake-up
-                logger.warning("Store %s: background checkpoint failed: %s", self._path, exc)
+                logger.warning("store_checkpoint_failed store=%s error=%s", self._path, exc)
             self._failing = True
             return conn
         if self._failing:
-            logger.info("Store %s: background checkpoints work again", self._path)
+            logger.info("store_checkpoint_back store=%s", self._path)
             self._failing = False
         return conn
 

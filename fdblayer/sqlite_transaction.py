@@ -185,7 +185,7 @@ class SqliteTransaction(SqliteLocking, Transaction):
                 try:
                     conn.execute("ROLLBACK")
                 except sqlite3.Error as exc:
-                    logger.warning("Store %s: rollback failed: %s", self._db.path, exc)
+                    logger.warning("store_rollback_failed store=%s error=%s", self._db.path, exc)
             self._db.checkin(conn, self._epoch)
         if self._gate_held:
             self._gate_held = False

@@ -116,7 +116,7 @@ class Watch:
         try:
             callback(self)
         except Exception:  # a bad callback must not break the hub thread
-            logger.exception("Watch %r: on_ready callback failed", self.key)
+            logger.exception("watch_callback_failed key=%r", self.key)
 
 
 # --------------------------------------------------------------------------- inotify
@@ -307,7 +307,7 @@ class WatchHub:
             notifier = self._notifier_factory()
         except OSError as exc:
             logger.warning(
-                "Store %s: inotify unavailable (%s); watches poll every %.0f ms",
+                "store_watch_polling store=%s reason=%s interval_ms=%.0f",
                 self._name,
                 exc,
                 FALLBACK_POLL_INTERVAL * 1000,
@@ -322,7 +322,7 @@ class WatchHub:
         try:
             self._loop(notifier)
         except Exception:  # the thread's outer boundary: log, then cancel the watches
-            logger.exception("Store %s: watch thread failed; cancelling watches", self._name)
+            logger.exception("store_watch_thread_failed store=%s action=cancel_watches", self._name)
             with self._lock:
                 pending = [w for entries in self._watches.values() for _, w in entries]
                 self._watches.clear()

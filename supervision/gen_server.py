@@ -436,7 +436,7 @@ class GenServer(Calls, Timers, Actor):  # type: ignore[misc]  # Actor: thespian 
 
     def _exit_overdue(self, addr: Any) -> None:
         if addr in self._children:
-            log.warning("child %s said goodbye, but its exit reason never came; taken as killed", addr)
+            log.warning("child_exit_reason_lost child=%s taken_as=killed", addr)
             self._on_child_actor_exited(addr)
 
     def _on_child_actor_exited(self, addr: Any) -> None:
@@ -465,7 +465,7 @@ class GenServer(Calls, Timers, Actor):  # type: ignore[misc]  # Actor: thespian 
     def _lost_exit(self, addr: Any, pid: int) -> None:
         child = self._children.get(addr)
         if child is not None and child.get("pid") == pid:
-            log.warning("exit notice of child %s (pid %s) lost by Thespian; handling it now", addr, pid)
+            log.warning("child_exit_notice_lost child=%s pid=%s", addr, pid)
             self._on_child_actor_exited(addr)
 
     def _notify_for_dead_child(self, addr: Any, child: dict[str, Any]) -> None:
@@ -585,7 +585,7 @@ class GenServer(Calls, Timers, Actor):  # type: ignore[misc]  # Actor: thespian 
             self.send(msg.addr, m.Exit(self.myAddress, NOPROC))
 
     def _on_undeliverable(self, msg: Any) -> None:
-        log.debug("%s: undeliverable message %r", type(self).__name__, msg)
+        log.debug("undeliverable actor=%s message=%.200r", type(self).__name__, msg)
 
 
 

@@ -165,7 +165,7 @@ def die_with_parent(parent_pid: int | None = None) -> None:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     except (OSError, AttributeError):
-        log.warning("PR_SET_PDEATHSIG unavailable: orphans may outlive a killed parent")
+        log.warning("pdeathsig_unavailable pid=%s", os.getpid())
         return
     ppid = os.getppid()
     if ppid == 1 or (parent_pid is not None and ppid != parent_pid):

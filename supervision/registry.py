@@ -130,7 +130,7 @@ class NodeSupervisor(Supervisor):
         dead, letter = msg.deadAddress, msg.deadMessage
         answer = _noproc_answer(dead, letter)
         if answer is None:
-            log.debug("dead letter to %s: %r", dead, letter)
+            log.debug("dead_letter to=%s message=%.200r", dead, letter)
             return
         to, reply = answer
         self.send(to, reply)

@@ -54,7 +54,7 @@ from actors.node.config import node_name
 from actors.names import JOBS_SERVER
 from actors.scheduler.protocol import MAX_IDS, AddJob, Jobs, JobStates, RemoveJob, RemoveJobs, Reschedule
 from actors.scheduler.core import InvalidJobSpec, reason_text
-from actors.scheduler.sup import SCHEDULER_NAME
+from actors.names import SCHEDULER as SCHEDULER_NAME
 from actors.scheduler.fence import LeaseFence
 from actors import names
 
@@ -172,7 +172,7 @@ class DocProcessor(GenServer):
             try:
                 yield Request(server, ForceCheckTypes(), CALL_TIMEOUT)
             except Exception as exc:  # noqa: BLE001 - the periodic type check will do it
-                log.warning("doc_processor: jobs server did not check types: %r", exc)
+                log.warning("doc_type_check_failed reason=%r", exc)
 
     def _remove_stale(self):
         """Remove the document jobs a previous incarnation left in the scheduler
@@ -188,7 +188,7 @@ class DocProcessor(GenServer):
                 if job.get("database") is not None and job["id"] not in mine:
                     yield Request(sched, RemoveJob(job["id"]), CALL_TIMEOUT)
         except SCHEDULER_DOWN as exc:
-            log.warning("doc_processor: scheduler unavailable (%r); stale jobs removed later", exc)
+            log.warning("doc_scheduler_unavailable step=remove_stale reason=%r", exc)
             return
         self._stale = False
 
@@ -394,7 +394,7 @@ class DocProcessor(GenServer):
         try:
             sched = yield Request(self.node, WhereIs(self.scheduler_name))
         except SCHEDULER_DOWN as exc:  # the node's registry is busy: the next tick looks again
-            log.warning("doc_processor: scheduler not found (%r); next tick", exc)
+            log.warning("doc_scheduler_unavailable step=find reason=%r", exc)
             return states, done
         if sched is None:
             return states, done
@@ -420,7 +420,7 @@ class DocProcessor(GenServer):
             try:  # the owned jobs' states and stats only, in one call (not every job's dict)
                 answers = yield Request(sched, JobStates(ids[chunk:chunk + MAX_IDS]), CALL_TIMEOUT)
             except SCHEDULER_DOWN as exc:  # it restarts: the next tick adds the jobs to the new one
-                log.warning("doc_processor: scheduler unavailable (%r); next tick", exc)
+                log.warning("doc_scheduler_unavailable step=job_states reason=%r", exc)
                 break
             for job_id, answer in answers.items():
                 jid = added[job_id]
@@ -460,7 +460,7 @@ class DocProcessor(GenServer):
     def _answered(_value: Any, error: Exception | None) -> None:
         """A scheduler call whose answer only matters if it failed (logged)."""
         if error is not None:
-            log.warning("doc_processor: scheduler call failed: %r", error)
+            log.warning("doc_scheduler_call_failed reason=%r", error)
 
     # ------------------------------------------------------------- stop
     def terminate(self, reason: Any) -> None:
@@ -471,7 +471,7 @@ class DocProcessor(GenServer):
             try:
                 docs.release(self.db, [o.lease for o in self.owned.values()])
             except Exception:  # noqa: BLE001 - they come back after the timeout anyway
-                log.exception("doc_processor: could not hand documents back")
+                log.exception("doc_release_failed count=%d", len(self.owned))
         self.db.close()
 
 

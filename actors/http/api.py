@@ -134,10 +134,10 @@ class App:
             if exc.status == 401 and req.segments[:1] == ["_utils"]:  # let a browser ask for credentials
                 headers = headers + [("WWW-Authenticate", 'Basic realm="otpjobs", charset="UTF-8"')]
         except (NoProc, CallTimeout, CallFailed, NodeDown) as exc:
-            log.warning("%s %s: the scheduler did not answer: %r", req.method, environ.get("PATH_INFO"), exc)
+            log.warning("http_scheduler_unavailable method=%s path=%s reason=%r", req.method, req.path, exc)
             status, payload = 503, {"error": "service_unavailable", "reason": "the scheduler did not answer"}
         except Exception as exc:  # noqa: BLE001 - one bad request must not take the server down
-            log.exception("%s %s failed", req.method, environ.get("PATH_INFO"))
+            log.exception("http_request_failed method=%s path=%s", req.method, req.path)
             status, payload = 500, {"error": "unknown_error", "reason": type(exc).__name__}
         if req.new_cookie:
             headers = headers + [("Set-Cookie", req.new_cookie)]

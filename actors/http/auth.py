@@ -117,10 +117,9 @@ def load_admins(path: str | Path | None, rewrite: bool = True) -> dict[str, str]
     if changed and rewrite:
         try:
             replace_file(path, "".join(lines))
-            log.info("config %s: clear admin passwords replaced by their hashes", path)
+            log.info("admin_passwords_hashed file=%s", path)
         except OSError as exc:
-            log.warning("config %s: cannot rewrite clear admin passwords as hashes (%s); "
-                        "they are hashed in memory only", path, exc)
+            log.warning("admin_passwords_rewrite_failed file=%s error=%s (hashed in memory only)", path, exc)
     return admins
 
 

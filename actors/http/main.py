@@ -134,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     from actors.http.throughput import INTERVAL, Sampler, read_counters
     from actors.node.policy import JobPolicy
     from actors.scheduler.client import SchedulerClient
-    from actors.scheduler.sup import SCHEDULER_NAME
+    from actors.names import SCHEDULER as SCHEDULER_NAME
 
     out = os.fdopen(sys.stdout.fileno(), "w", buffering=1, closefd=False)
     try:

@@ -180,5 +180,4 @@ def make_room(server, limit: int) -> None:
     now = time.monotonic()
     if now - _last_eviction_warning >= EVICTION_WARNING_EVERY:
         _last_eviction_warning = now
-        log.warning("%d connections open (the limit): closing those that waited longest on their "
-                    "clients to make room for newcomers", len(channels))
+        log.warning("http_connection_limit open=%d action=close_longest_waiting", len(channels))

@@ -62,7 +62,7 @@ from actors.node.config import (
 )
 from actors.queue.server import fan_out
 from actors.names import JOBS_SERVER
-from actors.scheduler.sup import SCHEDULER_NAME
+from actors.names import SCHEDULER as SCHEDULER_NAME
 
 log = logging.getLogger(__name__)
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from actors import names
 from actors.scheduler.protocol import (
     AddJob,
     RemoveJob,
@@ -35,7 +36,7 @@ class SchedulerClient:
         name: the scheduler's registered name.
     """
 
-    def __init__(self, client: Any, name: str = "scheduler", timeout: float = 10.0) -> None:
+    def __init__(self, client: Any, name: str = names.SCHEDULER, timeout: float = 10.0) -> None:
         self.client = client
         self.name = name
         self.timeout = timeout
@@ -91,7 +92,7 @@ class SchedulerClient:
     def set_setting(self, key: str, value: Any) -> Any:
         return self.call(SetSetting(key, value))
 
-    def live_jobs(self, hosts: int = DEFAULT_HOSTS, sup_name: str = "scheduler_sup") -> int:
+    def live_jobs(self, hosts: int = DEFAULT_HOSTS, sup_name: str = names.SCHEDULER_SUP) -> int:
         """How many jobs' code runs now: job processes under ``sup_name`` and
         job threads of the ``hosts`` job hosts (a stopped job counts until
         its code has ended)."""

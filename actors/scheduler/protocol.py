@@ -9,13 +9,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from actors.names import SCHEDULER_HOST
+
 __all__ = ["AddJob", "RemoveJob", "RemoveJobs", "Reschedule", "Jobs", "JobsPage", "GetJob", "JobSummary", "JobStates",
            "JobAddress", "HealthThreshold", "GetStats", "GetSettings", "SetSetting", "LoadJobs", "CountRunning",
            "HOST_NAME", "DEFAULT_HOSTS", "MAX_IDS"]
 
 #: Registered name of job host ``i`` of the scheduler named "scheduler" (a
 #: scheduler named N has hosts "N.host.i").
-HOST_NAME = "scheduler.host.{}"
+HOST_NAME = SCHEDULER_HOST
 #: Job hosts per node (each runs any number of jobs).
 DEFAULT_HOSTS = 4
 

@@ -193,7 +193,7 @@ class ActorRunner:
 
     def _terminated(self, key: Any, _value: Any, error: Exception | None) -> None:
         if error is not None:
-            log.debug("Job run %s: terminate_child: %r", key, error)
+            log.debug("job_terminate_failed run=%s reason=%r", key, error)
         self.runners.ended(key)
 
 

@@ -60,6 +60,7 @@ from actors.node.config import (
     SetConfig,
     parse_runtime_value,
 )
+from actors import names
 from actors.node.settings import seconds
 from actors.scheduler.core import (
     Event,
@@ -127,7 +128,7 @@ class Scheduler(GenServer):
         settings = apply_settings(Settings(), args.get("settings") or {})
         host_names = args.get("host_names") or [HOST_NAME.format(i) for i in range(DEFAULT_HOSTS)]
         self.core = Scheduling(Runners(self, host_names), self.clock, settings)
-        self.sup_name = args.get("sup_name", "scheduler_sup")
+        self.sup_name = args.get("sup_name", names.SCHEDULER_SUP)
         self.fence_path = args.get("fence")  # the node's lease fence, handed to process jobs
         self.node_name = args.get("node_name")
         self.sup: Any = None
@@ -254,7 +255,7 @@ class Scheduler(GenServer):
                 self.send(addr, Cast(RunJob(self.myAddress)))
             log.info("job_adopted job=%r pid=%s", spec.id, addr)
         else:
-            log.warning("could not adopt job actor %s: %r", addr, error)
+            log.warning("job_adopt_failed pid=%s reason=%r", addr, error)
         self._adopted_one(index)
 
     def _adopt_hosted(self, index: int, addr: Any, details: Any, error: Exception | None) -> None:
@@ -269,9 +270,9 @@ class Scheduler(GenServer):
             self.core.runner.hosts.adopted(index)
             self.adopted.add(spec.id)
         if error is not None:
-            log.warning("could not list the jobs of job host %s: %r", addr, error)
+            log.warning("job_host_list_failed host=%s reason=%r", addr, error)
         elif details:
-            log.info("adopted %d jobs running on job host %s", len(details), addr)
+            log.info("jobs_adopted host=%s count=%d", addr, len(details))
         self._adopted_one(("host", index))
 
     def _adopted_one(self, key: Any) -> None:
@@ -426,7 +427,7 @@ class Scheduler(GenServer):
 
     def _progress(self, msg: JobProgress) -> None:
         if not isinstance(msg.stats, dict) or not all(isinstance(key, str) for key in msg.stats):
-            log.warning("Job %r: progress ignored, stats must be a dict with str keys: %.200r", msg.job_id, msg.stats)
+            log.warning("job_progress_ignored job=%r reason=not_str_keyed_dict stats=%.200r", msg.job_id, msg.stats)
             return
         job = self._job(msg.job_id)
         if job is None or (job.pid is not None and job.pid != msg.addr):

@@ -1,20 +1,21 @@
 """The jobs data model: a durable job queue on the store interface.
 
 A port of CouchDB's couch_jobs_fdb and couch_jobs_pending, written once
-against :mod:`fdblayer.interface` so that it runs unchanged on the SQLite and
-FoundationDB backends. It knows nothing of actors: the per-type activity
-monitors and notifiers (``actors/``) build on the store-level functions of
-:mod:`fdblayer.jobs.model` and :mod:`fdblayer.jobs.activity`.
+against :mod:`fdblayer.interface` so that it runs unchanged on the SQLite,
+PostgreSQL and FoundationDB backends. It knows nothing of actors: the
+per-type activity monitors and notifiers (``actors/``) build on the
+store-level functions of :mod:`fdblayer.jobs.model` and
+:mod:`fdblayer.jobs.activity`.
 
 Modules, one role each, each importing only those below it (no cycle):
 
 - top: ``api`` (the public calls), ``overview`` (what the views read),
   ``counts`` (the per-type counters, read or recounted), ``schedules``
   (periodic schedules and their exactly-once ticks, above ``work``);
-- ``work`` (the worker pools' batch transitions: claim, start, complete,
-  renew, release, schedules) and ``retention`` (pruning finished pool
-  jobs in batches), above ``model`` (the couch_jobs
-  transitions), above ``activity`` (types, activity stamps, re-enqueue
+- ``work`` (the worker pools' batch transitions: enqueue, claim, start,
+  complete, renew, release; type priorities and pauses, progress) and
+  ``retention`` (pruning finished pool jobs in batches), above ``model``
+  (the couch_jobs transitions), above ``activity`` (types, activity stamps, re-enqueue
   of silent jobs);
 - ``rows`` (the row writes the transitions share), ``pending`` (the
   pending queue), ``failures`` (the index of recent failures),
@@ -22,8 +23,9 @@ Modules, one role each, each importing only those below it (no cycle):
   (worker hosts' heartbeats);
 - bottom: ``tally`` (counter bumps and watch stamps), ``work_record``
   (the pools' record of a job), ``keys`` (the key layout), ``codec``
-  (data and value encoding), ``validate`` (argument checks), ``job``
-  (value types), ``exceptions``.
+  (data and value encoding), ``fasttuple`` (fast paths of the tuple
+  encoding for row values, below ``codec``), ``validate`` (argument
+  checks), ``job`` (value types), ``exceptions``.
 """
 
 from fdblayer.jobs.api import (

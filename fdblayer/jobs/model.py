@@ -386,8 +386,9 @@ def accept(
     key = layout.data_key(job_type, job_id)
     current = rows.get_job_val(tr, key)
     if current is None or current.lock is not None:
-        message = f"pending job {job_id!r} of type {job_type!r} is {'missing' if current is None else 'running'}"
-        logger.critical("Job %s: %s", job_id, message)
+        state = "missing" if current is None else "running"
+        message = f"pending job {job_id!r} of type {job_type!r} is {state}"
+        logger.critical("job_not_pending job=%r type=%r state=%s", job_id, job_type, state)
         raise JobsError(message, job_type=job_type, job_id=job_id)
     lock = os.urandom(16).hex()  # 32 hex digits, as uuid4().hex, without the UUID object
     uv = rows.next_user_version(tr)

@@ -13,6 +13,7 @@ import socket
 
 import pytest
 
+from actors.names import HTTP_SERVER
 from actors.node.config import Config
 from actors.http.server import HttpStartError, check_bind
 from supervision import StartError
@@ -294,11 +295,11 @@ def test_malformed_requests_get_clear_errors_and_the_node_keeps_serving(n) -> No
 
 def test_sigkilled_http_actor_takes_its_process_along_and_is_restarted(n) -> None:
     old_pid = n.http_info()["pid"]
-    actor_pid = n.client.get_pid("http_server")
+    actor_pid = n.client.get_pid(HTTP_SERVER)
     os.kill(actor_pid, signal.SIGKILL)
     wait_until(lambda: not _alive(old_pid), what="the old HTTP process gone with its actor (PR_SET_PDEATHSIG)")
     new = wait_until(lambda: (p := _pid_or_none(n)) not in (None, old_pid) and p, what="a new HTTP process")
-    assert n.client.get_pid("http_server") != actor_pid and _alive(new)
+    assert n.client.get_pid(HTTP_SERVER) != actor_pid and _alive(new)
     wait_until(lambda: _up(n), what="the new HTTP process serving")
 
 

@@ -12,6 +12,7 @@ import time
 
 import pytest
 
+from actors import names
 from actors.scheduler.host import KILL_GRACE, STOP_GRACE, StartHosted
 from actors.scheduler.model import InvalidJobSpec
 from supervision.registry import pid_alive
@@ -26,7 +27,7 @@ def h(tmp_path):
 
 
 def host_pids(h) -> set[int]:
-    return {c.pid for c in h.client.which_children("scheduler.hosts")}
+    return {c.pid for c in h.client.which_children(names.SCHEDULER_HOSTS_SUP)}
 
 
 def test_many_jobs_share_a_few_processes(h):
@@ -35,7 +36,7 @@ def test_many_jobs_share_a_few_processes(h):
     wait_until(lambda: len(h.running()) == 40 and h.live_job_actors() == 40, what="40 jobs running")
     pids = {int(line.split()[2]) for line in h.events("start")}
     assert pids <= host_pids(h) and len(pids) == 4, "spread over the 4 hosts, no process per job"
-    assert h.client.which_children("scheduler_sup") == []
+    assert h.client.which_children(names.SCHEDULER_SUP) == []
 
 
 def test_stubborn_handlers_stop_in_parallel_and_a_new_job_starts_meanwhile(h):

@@ -285,7 +285,7 @@ class Injector:
 def run_chaos(s: ChaosSettings, workdir: Path, out: Callable[[str], Any] = print) -> ChaosReport:
     """One chaos run in ``workdir``; every process it started is gone when it returns."""
     import fdblayer
-    from actors import docs, jobs
+    from actors import docs, jobs, names
     from actors.node.config import load, node_name
     from actors.scheduler.client import SchedulerClient
 
@@ -353,7 +353,7 @@ def run_chaos(s: ChaosSettings, workdir: Path, out: Callable[[str], Any] = print
 
         def scheduler_settled() -> bool:
             counts: dict = {}
-            kids = node.client.which_children("scheduler_sup")
+            kids = node.client.which_children(names.SCHEDULER_SUP)
             pids = {k.pid for k in kids if k.addr is not None}
             problems = checks.check_scheduler(sched.jobs(), pids, str(handler_log), doc_ids, s.max_jobs, counts)
             problems += checks.check_docs(docs.list_docs(db, "_replicator")[1], jobs.get_jobs(db, docs.DOCS_TYPE),

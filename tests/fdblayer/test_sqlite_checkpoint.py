@@ -127,7 +127,7 @@ def test_a_failing_checkpoint_is_logged_once_and_loses_nothing(tmp_path, low_thr
                 assert _until(lambda: len(attempts) > round_)
         finally:
             db.connect = original
-        assert caplog.text.count("background checkpoint failed") == 1
+        assert caplog.text.count("store_checkpoint_failed ") == 1
         assert len(db.get_range(b"", b"\xff")) == 61
     finally:
         db.close()

@@ -13,7 +13,7 @@ from typing import Any
 import fdblayer
 from actors.node.config import Config
 from actors.http.server import HTTP_SERVER_NAME, GetHttpInfo, http_children
-from actors.names import JOBS_SERVER, JOBS_SUP
+from actors.names import JOBS_SERVER, JOBS_SUP, SCHEDULER
 from actors.node.root import ROOT_FLAGS, root_children
 from actors.scheduler.client import SchedulerClient
 from fdblayer import docs
@@ -76,7 +76,7 @@ class HostileNode:
         return self.client.call(HTTP_SERVER_NAME, GetHttpInfo(), 5.0)
 
     def scheduler_pid(self) -> int:
-        return self.client.get_pid("scheduler")
+        return self.client.get_pid(SCHEDULER)
 
     def actor_pids(self) -> dict:
         """OS pids of the long-lived actors and of the HTTP process."""
