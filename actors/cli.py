@@ -114,7 +114,8 @@ def build_parser() -> argparse.ArgumentParser:
     watch.add_argument("--timeout", type=float, default=None)
     _store_arg(watch)
 
-    types = groups.add_parser("types", help="job types and their activity timeouts").add_subparsers(dest="cmd", required=True)
+    types = groups.add_parser("types", help="job types and their activity timeouts").add_subparsers(
+        dest="cmd", required=True)
     st = types.add_parser("set-timeout", help="create a type / set its activity timeout")
     st.add_argument("type")
     st.add_argument("seconds", type=_timeout_seconds)
@@ -201,7 +202,7 @@ def _db(args: argparse.Namespace, existing: bool = False) -> Any:
     url = _config(args).node.store
     if existing:
         parsed = parse_store_url(url)
-        if parsed.scheme == "sqlite" and not os.path.exists(parsed.path):
+        if parsed.scheme == "sqlite" and parsed.path and not os.path.exists(parsed.path):
             raise FileNotFoundError(f"no store at {os.path.abspath(parsed.path)} (from {url}); "
                                     "only node start, worker and commands that write create one")
     return fdblayer.open(url)
@@ -281,7 +282,7 @@ def cmd_jobs_add(args: argparse.Namespace) -> int:
     try:
         data = json.loads(text)
     except ValueError as exc:
-        raise SystemExit(_fail(f"job data is not JSON: {exc}", 2))
+        raise SystemExit(_fail(f"job data is not JSON: {exc}", 2)) from None
     if not isinstance(data, dict):
         raise SystemExit(_fail(f"job data must be a JSON object, not {type(data).__name__}", 2))
     client.enqueue(_db(args), _job_type(args.type), data, id=args.job_id, delay=args.delay,
@@ -536,7 +537,7 @@ def cmd_docs_add(args: argparse.Namespace) -> int:
     try:
         body = json.loads(args.body)
     except ValueError as exc:
-        raise SystemExit(_fail(f"document is not JSON: {exc}", 2))
+        raise SystemExit(_fail(f"document is not JSON: {exc}", 2)) from None
     rev = docs.put(_db(args), args.db, args.doc_id, body)
     print(json.dumps({"ok": True, "id": args.doc_id, "rev": rev}))
     return 0
@@ -575,7 +576,8 @@ COMMANDS: dict[tuple[str, str], Callable[[argparse.Namespace], int]] = {
     ("jobs", "add"): cmd_jobs_add, ("jobs", "list"): cmd_jobs_list, ("jobs", "remove"): cmd_jobs_remove,
     ("jobs", "watch"): cmd_jobs_watch, ("jobs", "stats"): cmd_jobs_stats,
     ("jobs", "schedules"): cmd_jobs_schedules, ("jobs", "unschedule"): cmd_jobs_unschedule,
-    ("jobs", "result"): cmd_jobs_result, ("jobs", "show"): cmd_jobs_show, ("jobs", "pause"): cmd_jobs_pause, ("jobs", "prune"): cmd_jobs_prune,
+    ("jobs", "result"): cmd_jobs_result, ("jobs", "show"): cmd_jobs_show, ("jobs", "pause"): cmd_jobs_pause,
+    ("jobs", "prune"): cmd_jobs_prune,
     ("jobs", "resume"): cmd_jobs_pause, ("jobs", "retry"): cmd_jobs_retry, ("workers", "list"): cmd_workers_list,
     ("types", "set-timeout"): cmd_types_set_timeout, ("types", "clear-timeout"): cmd_types_clear_timeout,
     ("types", "list"): cmd_types_list,

@@ -58,7 +58,7 @@ import logging
 import os
 import re
 import threading
-from typing import Any, Dict, List, Optional
+from typing import Any, ClassVar, Dict, List, Optional
 
 from fdblayer.exceptions import InvalidTransactionState, StoreUnavailable
 from fdblayer.forks import ForkEpoch
@@ -78,7 +78,8 @@ from fdblayer.postgres_transaction import PostgresTransaction
 from fdblayer.urls import redact_url
 from fdblayer.watches import WatchHub
 
-__all__ = ["PostgresDatabase", "map_pg_error", "connection_is_broken", "key_prefixes", "SCHEMA_VERSION", "KEY_PREFIX_BYTES"]
+__all__ = ["PostgresDatabase", "map_pg_error", "connection_is_broken", "key_prefixes", "SCHEMA_VERSION",
+           "KEY_PREFIX_BYTES"]
 
 logger = logging.getLogger(__name__)
 
@@ -235,7 +236,7 @@ class PostgresDatabase(Database):
             return
         try:
             conn.close()
-        except Exception:  # a broken socket: nothing more to release
+        except Exception:  # noqa: BLE001 - a broken socket: nothing more to release
             pass
 
     # ------------------------------------------------------------ watches
@@ -328,7 +329,7 @@ class _Listener:
     have been missed meanwhile).
     """
 
-    names = {b"commit"}
+    names: ClassVar[set[bytes]] = {b"commit"}
 
     def __init__(self, db: PostgresDatabase) -> None:
         self._db = db
@@ -341,8 +342,8 @@ class _Listener:
         try:
             conn = self._db.connect()
             conn.execute(f'LISTEN "{self._db.sql.channel}"')
-        except Exception as exc:
-            logger.debug("Store %s: listener cannot connect: %s", self._db.where, first_line(exc))
+        except Exception as exc:  # noqa: BLE001 - any failure to listen: polled again, then retried
+            logger.debug("store_listener_unavailable store=%s error=%s", self._db.where, first_line(exc))
             self._conn, self.fd = None, -1
             return False
         self._conn, self.fd = conn, conn.fileno()
@@ -360,7 +361,7 @@ class _Listener:
             seen = False
             while pgconn.notifies() is not None:
                 seen = True
-        except Exception as exc:  # the server went away: reconnect, then re-check
+        except Exception as exc:  # noqa: BLE001 - the server went away: reconnect, then re-check
             logger.warning("store_listener_lost store=%s reason=%r", self._db.where, first_line(exc))
             self._db.discard(self._conn, ForkEpoch.value)
             self._conn, self.fd = None, -1
@@ -389,11 +390,11 @@ class _ValueReader:
             rows = self._conn.execute(
                 self._db.sql.watched, (key_prefixes(keys), keys), binary=True
             ).fetchall()
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - any failed read: the next wake-up reads again
             if self._conn is not None:
                 self._db.discard(self._conn, ForkEpoch.value)
             self._conn, self._version = None, None
-            logger.debug("Store %s: watch read failed: %s", self._db.where, first_line(exc))
+            logger.debug("store_watch_read_failed store=%s error=%s", self._db.where, first_line(exc))
             return None
         version = next((row[2] for row in rows if row[0] is None), None)
         if version == self._version and not force:

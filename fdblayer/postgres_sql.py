@@ -201,7 +201,7 @@ def map_pg_error(exc: BaseException, where: str, committing: bool = False) -> St
         return DiskFull(f"store {where}: disk full ({message})")
     if state == "25006":
         return ReadOnlyStore(f"store {where}: cannot write ({message})")
-    if state.startswith("57P") or state.startswith("08") or isinstance(exc, psycopg.OperationalError) and not state:
+    if state.startswith(("57P", "08")) or isinstance(exc, psycopg.OperationalError) and not state:
         if committing:
             return CommitUnknownResult(
                 f"store {where}: connection lost during commit; it may have committed ({message})"

@@ -172,7 +172,7 @@ class PostgresTransaction(OwnWrites, Transaction):
         if in_snapshot:
             try:
                 conn.execute("ROLLBACK")
-            except Exception:  # the connection is unusable: forget it
+            except Exception:  # noqa: BLE001 - the connection is unusable: forget it
                 self._db.discard(conn, self._epoch)
                 return
         self._db.checkin(conn, self._epoch)
@@ -323,7 +323,7 @@ class PostgresTransaction(OwnWrites, Transaction):
         if getattr(self, "_conn", None) is not None and self._epoch == ForkEpoch.value:
             try:
                 self._drop_connection(broken=False)
-            except Exception:  # interpreter shutdown: nothing left to release
+            except Exception:  # noqa: BLE001 - interpreter shutdown: nothing left to release
                 pass
 
     # ------------------------------------------------------------ the view

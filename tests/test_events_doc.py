@@ -28,9 +28,6 @@ DOC_ROW = re.compile(r"^\| `([a-z0-9_]+)` \|", re.MULTILINE)
 #: in modules being rewritten elsewhere (convert them when that is merged).
 PROSE_LEFT = {
     ("supervision/reports.py", "%s"),
-    ("fdblayer/jobs/work.py", "Job %s: pending job of type %r is %s"),
-    ("fdblayer/postgres_backend.py", "Store %s: listener cannot connect: %s"),
-    ("fdblayer/postgres_backend.py", "Store %s: watch read failed: %s"),
 }
 
 

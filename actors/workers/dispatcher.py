@@ -66,7 +66,7 @@ from supervision import Down, GenServer, Request
 from supervision.addrmap import AddrMap
 from supervision.messages import WhereIs
 from supervision.supervisor import StartChild, TerminateChild, WhichChildren
-from supervision.system import runtime_dir
+from supervision.runtime import runtime_dir
 from supervision.waker import Waker
 
 from actors.workers import channel
@@ -460,7 +460,7 @@ class Dispatcher(PoolKeeping, HostUpkeep, PeriodicTicks, Draining, GenServer):
             return
         for job in lost:
             log.info("job_outcome_discarded host=%s type=%s job=%s reason=lock_lost", self.host, job.type, job.id)
-        for (job_type, limit, _), result in zip(claims, results):
+        for (job_type, limit, _), result in zip(claims, results, strict=True):
             self._claimed(job_type, limit, result, now)
         self.order = self.order[1:] + self.order[:1]  # the next step asks another type first
         self._hand_out()

@@ -20,13 +20,14 @@ from supervision import NOREPLY
 from fdblayer.jobs import work
 
 from actors.workers.protocol import Drain, Release
+from actors.workers.state import DispatcherState
 
 __all__ = ["Draining"]
 
 log = logging.getLogger("otpjobs.workers")
 
 
-class Draining:
+class Draining(DispatcherState):
     """The drain of a dispatcher."""
 
     def _release(self, jobs: list) -> None:

@@ -20,6 +20,7 @@ from supervision.supervisor import StartChild, TerminateChild, WhichChildren
 
 from actors.workers.channel import Channel
 from actors.workers.protocol import StopJob
+from actors.workers.state import DispatcherState
 from actors.workers.runs import CALL_TIMEOUT, CANCEL_WAIT, Running, Slot
 
 __all__ = ["PoolKeeping"]
@@ -27,7 +28,7 @@ __all__ = ["PoolKeeping"]
 log = logging.getLogger("otpjobs.workers")
 
 
-class PoolKeeping:
+class PoolKeeping(DispatcherState):
     """Workers adopted, watched and replaced; runs held to their time limits."""
 
     def _adopt(self, addr: Any) -> None:

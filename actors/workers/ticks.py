@@ -17,6 +17,7 @@ from fdblayer.jobs.keys import DEFAULT_LAYOUT
 
 from fdblayer.jobs import schedules as periodic
 
+from actors.workers.state import DispatcherState
 from actors.workers.runs import TypeSlot
 from actors.workers.schedule import next_tick, previous_tick
 
@@ -28,7 +29,7 @@ log = logging.getLogger("otpjobs.workers")
 SCHEDULE_CHECK = 10.0
 
 
-class PeriodicTicks:
+class PeriodicTicks(DispatcherState):
     """The cron timers of a dispatcher."""
 
     def _check_schedules(self) -> None:
@@ -40,12 +41,12 @@ class PeriodicTicks:
         now = time.time()
         for job_type, slot in self.types.items():
             schedule = schedules.get(job_type)
-            cron = schedule.cron if schedule is not None else None
+            cron = None if schedule is None else schedule.cron
             if cron != slot.schedule and slot.tick_timer is not None:
                 self.cancel_timer(slot.tick_timer)
                 slot.tick_timer = slot.tick_at = None
             slot.schedule = cron
-            if cron is None:
+            if schedule is None or cron is None:
                 continue
             missed = previous_tick(cron, now)
             if missed is not None and (schedule.last is None or schedule.last < missed):
@@ -55,7 +56,7 @@ class PeriodicTicks:
         self.start_timer(SCHEDULE_CHECK, self._check_schedules, real=True)
 
     def _arm_tick(self, job_type: Any, slot: TypeSlot, now: float) -> None:
-        tick = next_tick(slot.schedule, now)
+        tick = None if slot.schedule is None else next_tick(slot.schedule, now)
         if tick is None:
             return
         slot.tick_at = tick

@@ -22,6 +22,7 @@ from fdblayer.jobs.keys import DEFAULT_LAYOUT
 from fdblayer.jobs import activity, hosts, work
 
 from actors.workers.protocol import StopJob
+from actors.workers.state import DispatcherState
 from actors.workers.runs import STEP_RETRY, short
 
 __all__ = ["HostUpkeep", "retention_of", "MAX_RENEW_INTERVAL", "MIN_RENEW_INTERVAL", "LIFELINE_JITTER"]
@@ -52,7 +53,7 @@ def retention_of(args: dict) -> dict:
             FAILED: float(args.get("keep_failed") or 0) or None}
 
 
-class HostUpkeep:
+class HostUpkeep(DispatcherState):
     """Leases, lifeline, retention and heartbeat timers of a dispatcher."""
 
     def _renew(self) -> None:

@@ -40,7 +40,7 @@ class Schedule:
     last: Optional[int] = None
 
     def pack(self) -> bytes:
-        return msgpack.packb({"c": self.cron, "d": self.data, "l": self.last}, use_bin_type=True)
+        return bytes(msgpack.packb({"c": self.cron, "d": self.data, "l": self.last}, use_bin_type=True))
 
     @classmethod
     def unpack(cls, raw: bytes, where: Any = None) -> Optional["Schedule"]:
@@ -48,7 +48,8 @@ class Schedule:
         try:
             d = msgpack.unpackb(raw, raw=False)
             last = d.get("l")
-            return cls(str(d["c"]), bytes(d["d"]), last if isinstance(last, int) and not isinstance(last, bool) else None)
+            last = last if isinstance(last, int) and not isinstance(last, bool) else None
+            return cls(str(d["c"]), bytes(d["d"]), last)
         except Exception as exc:  # noqa: BLE001 - a bad stored value is skipped, never fatal
             logger.warning("schedule_unreadable type=%r error=%r", where, exc)
             return None
@@ -77,7 +78,7 @@ def clear_schedule(tr: Transaction, layout: Layout, job_type: JobType) -> None:
 
 
 @transactional
-def get_schedules(tr: Transaction, layout: Layout) -> dict:
+def get_schedules(tr: Transaction, layout: Layout) -> dict[Any, Schedule]:
     """Every readable schedule, by job type."""
     prefix = layout.subspace(SCHEDULES)
     out = {}

@@ -69,8 +69,9 @@ from fdblayer.jobs.work_record import (FAILED, SUCCEEDED, WORKER_LOST, WorkRecor
 from fdblayer.watches import Watch
 
 __all__ = [
-    "Claimed", "ClaimResult", "Outcome", "OutcomeKind", "enqueue", "prefetch_step", "type_priority", "set_type_priority", "claim", "set_paused", "paused_types", "mark_started", "complete", "renew", "release", "requeue_held_by",
-    "set_progress", "read", "read_many",
+    "Claimed", "ClaimResult", "Outcome", "OutcomeKind", "enqueue", "prefetch_step", "type_priority",
+    "set_type_priority", "claim", "set_paused", "paused_types", "mark_started", "complete", "renew",
+    "release", "requeue_held_by", "set_progress", "read", "read_many",
 ]
 
 logger = logging.getLogger(__name__)
@@ -199,16 +200,16 @@ def claim(tr: Transaction, layout: Layout, job_type: JobType, now: float, limit:
     found = len(keys)
     if keys:
         ids = [pending.unpack_pending_key(key, prefix_len)[1] for key, prefix_len in due]
-        for key in [k for k, i in zip(keys, ids) if i is None]:
+        for key in [k for k, i in zip(keys, ids, strict=True) if i is None]:
             tr.clear(key)  # a corrupt index key names no job: dropped, never claimed
-        keys, ids = [k for k, i in zip(keys, ids) if i is not None], [i for i in ids if i is not None]
+        keys, ids = [k for k, i in zip(keys, ids, strict=True) if i is not None], [i for i in ids if i is not None]
         data_keys = [layout.data_key(job_type, i) for i in ids]
         work_keys = [layout.work_key(job_type, i) for i in ids]
         raws = tr.get_many(data_keys + work_keys)
         tally = Tally(tr, layout)
         locks = os.urandom(16 * len(ids)).hex()  # one system call for the batch's new locks
         tally.bump(job_type, "pending", -len(ids))
-        for n, (key, job_id) in enumerate(zip(keys, ids)):
+        for n, (key, job_id) in enumerate(zip(keys, ids, strict=True)):
             tr.add_read_conflict_key(key)
             tr.clear(key)
             got = _claim_one(tr, layout, job_type, job_id, data_keys[n], raws[n], raws[len(ids) + n],
@@ -272,8 +273,8 @@ def _claim_one(tr: Transaction, layout: Layout, job_type: JobType, job_id: str, 
     """Claim one dequeued job: a Claimed, its id (exhausted), or None (inconsistent row)."""
     current = None if raw is None else rows.job_val_or_none(key, raw)
     if current is None or current.lock is not None:
-        logger.critical("Job %s: pending job of type %r is %s", job_id, job_type,
-                        "missing or unreadable" if current is None else "running")
+        logger.critical("job_not_pending job=%r type=%r state=%s", job_id, job_type,
+                        "missing_or_unreadable" if current is None else "running")
         return None
     record = WorkRecord.unpack(raw_work, job_id)
     attempt = record.attempt + 1
@@ -340,7 +341,7 @@ def mark_started(tr: Transaction, layout: Layout, starts: list) -> list:
     started; returns the jobs whose lock was lost (left alone)."""
     lost = []
     tally = Tally(tr, layout)
-    for (job, when), held in zip(starts, _held(tr, layout, [job for job, _ in starts])):
+    for (job, when), held in zip(starts, _held(tr, layout, [job for job, _ in starts]), strict=True):
         if held is None:
             lost.append(job)
             continue
@@ -364,7 +365,8 @@ def complete(tr: Transaction, layout: Layout, outcomes: list, now: float) -> lis
     kinds = [OutcomeKind(o.kind) for o in outcomes]  # ValueError for another kind, before any write
     lost = []
     tally = Tally(tr, layout)
-    for outcome, kind, held in zip(outcomes, kinds, _held(tr, layout, [o.job for o in outcomes])):
+    for outcome, kind, held in zip(outcomes, kinds, _held(tr, layout, [o.job for o in outcomes]),
+                                   strict=True):
         if held is None:
             lost.append(outcome.job)
             continue
@@ -413,7 +415,7 @@ def renew(tr: Transaction, layout: Layout, jobs: list) -> list:
     untouched); returns the jobs whose lock was lost."""
     lost = []
     tally = Tally(tr, layout)
-    for job, held in zip(jobs, _held(tr, layout, jobs)):
+    for job, held in zip(jobs, _held(tr, layout, jobs), strict=True):
         if held is None:
             lost.append(job)
             continue
@@ -459,7 +461,7 @@ def requeue_held_by(tr: Transaction, layout: Layout, job_type: JobType, worker: 
     ids = [row[0] for row in found if row is not None]
     raws = tr.get_many([layout.work_key(job_type, job_id) for job_id in ids])
     tally = Tally(tr, layout)
-    done = [job_id for job_id, raw in zip(ids, raws)
+    done = [job_id for job_id, raw in zip(ids, raws, strict=True)
             if raw is not None and WorkRecord.unpack(raw, job_id).worker == worker
             and activity.requeue_silent(tr, layout, job_type, job_id, tally)]
     tally.write()

@@ -1,0 +1,76 @@
+"""What a worker host's dispatcher holds, declared once for its parts.
+
+The dispatcher (:mod:`actors.workers.dispatcher`) is one actor written as
+a class and the mixins of its concepts (:mod:`~actors.workers.pool`,
+:mod:`~actors.workers.upkeep`, :mod:`~actors.workers.ticks`,
+:mod:`~actors.workers.drain`). :class:`DispatcherState` is the base of
+each: it declares the state they share (set by ``Dispatcher.init``) and the
+steps one part calls in another, so each part reads alone and a type
+checker sees the whole. It holds no value and runs nothing: the
+dispatcher's own methods come first in its method order.
+"""
+from __future__ import annotations
+
+import collections
+from typing import Any, Optional
+
+from supervision import Down
+from supervision.gen_server import GenServer
+
+from actors.workers.runs import Slot, TypeSlot
+
+__all__ = ["DispatcherState"]
+
+
+class DispatcherState(GenServer):
+    """The dispatcher's shared state (declarations only) and cross-part steps."""
+
+    store: str
+    db: Any
+    host: str
+    concurrency: int
+    backoff: tuple
+    pool_name: str
+    grace: float
+    keep: Any
+    types: dict[Any, TypeSlot]
+    any_async: bool
+    async_limit: int
+    order: list
+    pool: Any
+    rundir: Any
+    slots: Any  #: AddrMap: worker address -> Slot
+    gone: Any  #: AddrMap: addresses of workers seen dead
+    slot_count: int
+    buffer: collections.deque
+    outcomes: list
+    to_mark: dict
+    tokens: int
+    run_seconds: Optional[float]
+    prefetch: int
+    flush_queued: bool
+    watching_runs: bool
+    draining: bool
+    drain_from: Any
+    drain_timer: Optional[int]
+    stats: Any  #: a Counter of events, and step_ms a float sum of milliseconds
+    renew_interval: float
+
+    # the steps of the dispatcher itself that its parts call
+    def _held(self) -> list:
+        raise NotImplementedError
+
+    def _kick(self) -> None:
+        raise NotImplementedError
+
+    def _hand_out(self, idle_only: bool = False) -> None:
+        raise NotImplementedError
+
+    def _worker_down(self, down: Down) -> None:
+        raise NotImplementedError
+
+    def _status(self) -> dict:
+        raise NotImplementedError
+
+    def _read_channel(self, slot: Slot) -> None:
+        raise NotImplementedError
