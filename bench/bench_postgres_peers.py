@@ -1,7 +1,7 @@
 """Benchmark: ours on PostgreSQL beside procrastinate, pgqueuer and oban-py, each with its own worker command.
 
 Principle: one throwaway PostgreSQL server (Debian's binaries, started by
-``fdblayer.postgres_server.TemporaryServer`` with ``fsync`` on and the
+``fdblayer.backends.postgres_server.TemporaryServer`` with ``fsync`` on and the
 server's defaults otherwise, as ``store_postgres.py`` starts it), a fresh
 database for every cell and system (created before, dropped after), every
 system run as its users run it: its own worker command, its own producer
@@ -91,7 +91,7 @@ import psycopg  # noqa: E402
 
 import pg_peers as pp  # noqa: E402
 import worker_peers as wp  # noqa: E402
-from fdblayer.postgres_server import TemporaryServer  # noqa: E402
+from fdblayer.backends.postgres_server import TemporaryServer  # noqa: E402
 
 PEERS = ("procrastinate", "pgqueuer", "oban")
 SYSTEMS = ("ours",) + PEERS

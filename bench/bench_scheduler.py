@@ -165,7 +165,7 @@ def bench_docs(n: int, store: str, max_jobs: int = 500) -> dict:
     workdir = Path(tempfile.mkdtemp(prefix="bench-docs-"))
     server = None
     if store == "postgres":
-        from fdblayer.postgres_server import TemporaryServer
+        from fdblayer.backends.postgres_server import TemporaryServer
 
         server = TemporaryServer()
         server.start()

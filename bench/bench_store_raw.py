@@ -21,7 +21,7 @@ import time
 from typing import Callable, List
 
 import fdblayer
-from fdblayer.sqlite_backend import SqliteDatabase
+from fdblayer.backends.sqlite_backend import SqliteDatabase
 
 
 def rate(action: Callable[[int], None], seconds: float) -> float:

@@ -46,7 +46,7 @@ import psycopg  # noqa: E402
 
 import fdblayer  # noqa: E402
 from fdblayer.jobs import api  # noqa: E402
-from fdblayer.postgres_server import TemporaryServer  # noqa: E402
+from fdblayer.backends.postgres_server import TemporaryServer  # noqa: E402
 
 JOB_TYPE = "bench"
 DATA = {"url": "http://example.com/doc", "n": 1}

@@ -3,7 +3,7 @@
 Principle: code above this package (the jobs data model, the actors) is
 written once against ``Database``/``Transaction``/``@transactional`` and runs
 unchanged on the embedded SQLite backend, on PostgreSQL or on FoundationDB
-(``sqlite_backend``, ``postgres_backend``, ``fdb_backend``; ``open`` picks one
+(``fdblayer.backends``: ``sqlite_backend``, ``postgres_backend``, ``fdb_backend``; ``open`` picks one
 by the URL's scheme). This package knows nothing of actors or supervision.
 
 Usage::
@@ -108,7 +108,7 @@ def open(url: Optional[str] = None) -> Database:  # noqa: A001  (mirrors fdb.ope
     """
     parsed = parse_store_url(url)
     if parsed.scheme == "sqlite":
-        from fdblayer.sqlite_backend import SqliteDatabase
+        from fdblayer.backends.sqlite_backend import SqliteDatabase
 
         assert parsed.path is not None
         return SqliteDatabase(
@@ -117,10 +117,10 @@ def open(url: Optional[str] = None) -> Database:  # noqa: A001  (mirrors fdb.ope
             read_only=parsed.params["mode"] == "ro",
         )
     if parsed.scheme == "postgresql":
-        from fdblayer.postgres_backend import PostgresDatabase
+        from fdblayer.backends.postgres_backend import PostgresDatabase
 
         assert parsed.path is not None
         return PostgresDatabase(parsed.path, parsed.params["prefix"])
-    from fdblayer.fdb_backend import FdbDatabase
+    from fdblayer.backends.fdb_backend import FdbDatabase
 
     return FdbDatabase.open(parsed.path, parsed.params["prefix"])

@@ -114,7 +114,7 @@ def _parse_fdb(url: str, rest: str, params: Dict[str, str]) -> StoreURL:
 
 def _parse_postgres(url: str, scheme: str, rest: str, query: str) -> StoreURL:
     """A PostgreSQL URL: libpq's own, less our ``prefix`` parameter."""
-    from fdblayer.postgres_sql import check_prefix  # psycopg is imported lazily there
+    from fdblayer.backends.postgres_sql import check_prefix  # psycopg is imported lazily there
 
     if not rest.startswith("//"):
         raise InvalidStoreURL(f"store URL {url!r}: expected {scheme}://[user[:password]@]host[:port]/dbname")

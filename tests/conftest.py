@@ -1,7 +1,7 @@
 """Fixtures shared by every test directory.
 
 - ``pg_server``: one throwaway PostgreSQL server for the whole session
-  (``fdblayer.postgres_server``: initdb in a temporary directory, loopback
+  (``fdblayer.backends.postgres_server``: initdb in a temporary directory, loopback
   only, stopped and removed at the end). Where Debian's ``postgresql``
   binaries are missing, the tests that need it skip with that reason;
   ``.ci/run`` installs them, so CI always runs them.
@@ -17,7 +17,7 @@ from typing import Iterator
 import pytest
 
 import fdblayer
-from fdblayer.postgres_server import ServerUnavailable, TemporaryServer
+from fdblayer.backends.postgres_server import ServerUnavailable, TemporaryServer
 
 
 @pytest.fixture(scope="session")

@@ -94,7 +94,7 @@ def test_a_node_that_cannot_renew_stops_the_job_before_the_lease_runs_out(tmp_pa
     document: the node stops the document's job within the owner timeout
     (another node could take it after that), and runs it again once the
     store is back."""
-    from fdblayer.postgres_server import ServerUnavailable, TemporaryServer
+    from fdblayer.backends.postgres_server import ServerUnavailable, TemporaryServer
 
     server = TemporaryServer(durable=True)
     try:

@@ -22,7 +22,7 @@ import fdblayer
 from actors import jobs
 from fdblayer.jobs.job import JobState
 from fdblayer.exceptions import RetryLimitExceeded, ServerGone
-from fdblayer.postgres_server import ServerUnavailable, TemporaryServer
+from fdblayer.backends.postgres_server import ServerUnavailable, TemporaryServer
 from tests.procs import free_port, kill_groups, wait_until
 from tests.workers.hosts import Host, write_handlers
 

@@ -10,7 +10,7 @@ import pytest
 
 import fdblayer
 from fdblayer.exceptions import RetryLimitExceeded, ServerGone
-from fdblayer.postgres_server import ServerUnavailable, TemporaryServer
+from fdblayer.backends.postgres_server import ServerUnavailable, TemporaryServer
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -9,7 +9,7 @@ import pytest
 
 import fdblayer
 from fdblayer.exceptions import InvalidStoreURL, KeyTooLarge, ServerGone, StoreUnavailable
-from fdblayer.postgres_backend import KEY_PREFIX_BYTES, SCHEMA_VERSION
+from fdblayer.backends.postgres_backend import KEY_PREFIX_BYTES, SCHEMA_VERSION
 
 
 def test_two_prefixes_in_one_database_are_two_stores(pg_server):

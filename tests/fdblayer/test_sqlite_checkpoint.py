@@ -14,7 +14,7 @@ import time
 import pytest
 
 import fdblayer
-from fdblayer import sqlite_backend
+from fdblayer.backends import sqlite_backend
 
 WAIT = 10.0
 

@@ -16,7 +16,7 @@ import pytest
 
 import fdblayer
 from fdblayer.exceptions import LockTimeout
-from fdblayer.sqlite_backend import SqliteDatabase
+from fdblayer.backends.sqlite_backend import SqliteDatabase
 
 ROOT = Path(__file__).resolve().parents[2]
 

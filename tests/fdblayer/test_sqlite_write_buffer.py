@@ -21,7 +21,7 @@ import fdblayer
 from fdblayer import KeySelector
 from fdblayer.exceptions import ConflictError, InvalidTransactionState
 from fdblayer.interface import add_little_endian
-from fdblayer.sqlite_backend import SqliteDatabase
+from fdblayer.backends.sqlite_backend import SqliteDatabase
 
 WAIT = 30.0  # seconds: deadline of every wait on a thread or process
 

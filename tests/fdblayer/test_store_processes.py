@@ -18,7 +18,7 @@ import pytest
 
 import fdblayer
 from fdblayer.exceptions import DiskFull, ReadOnlyStore
-from fdblayer.sqlite_backend import SqliteDatabase
+from fdblayer.backends.sqlite_backend import SqliteDatabase
 
 WAIT = 30.0  # seconds: deadline of every wait on a process or an event
 

@@ -1,5 +1,5 @@
 """How a SQLite transaction begins: a read snapshot, or the write lock
-(a mixin of :class:`~fdblayer.sqlite_transaction.SqliteTransaction`).
+(a mixin of :class:`~fdblayer.backends.sqlite_transaction.SqliteTransaction`).
 
 A read begins a deferred SQLite transaction, waiting out a transient
 SQLITE_BUSY (a WAL restart). A write first takes its turn in the store's
@@ -14,13 +14,13 @@ import sqlite3
 import time
 from typing import TYPE_CHECKING, Callable, Optional
 
-from fdblayer import fairlock
+from fdblayer.backends import fairlock
 from fdblayer.exceptions import LockTimeout, StoreError
 from fdblayer.forks import ForkEpoch
-from fdblayer.sqlite_sql import _BUSY_BACKOFF_MAX, _BUSY_BACKOFF_MIN, is_busy
+from fdblayer.backends.sqlite_sql import _BUSY_BACKOFF_MAX, _BUSY_BACKOFF_MIN, is_busy
 
 if TYPE_CHECKING:
-    from fdblayer.sqlite_backend import SqliteDatabase
+    from fdblayer.backends.sqlite_backend import SqliteDatabase
 
 __all__ = ["SqliteLocking"]
 

@@ -54,15 +54,16 @@ from fdblayer.interface import (
     check_write_key,
     splice_versionstamp,
 )
+from fdblayer.backends.buffered import StampAndWatches
 from fdblayer.limits import add_params, apply_adds, check_versionstamp_template
-from fdblayer.postgres_sql import connection_is_broken, key_prefixes, map_pg_error
-from fdblayer.postgres_own_writes import OwnWrites
+from fdblayer.backends.postgres_sql import connection_is_broken, key_prefixes, map_pg_error
+from fdblayer.backends.postgres_own_writes import OwnWrites
 from fdblayer.selectors import END_OF_KEYSPACE, KeyOrSelector, KeySelector, KeyValue, to_selector
 from fdblayer.forks import ForkEpoch
 from fdblayer.watches import Watch
 
 if TYPE_CHECKING:
-    from fdblayer.postgres_backend import PostgresDatabase
+    from fdblayer.backends.postgres_backend import PostgresDatabase
 
 __all__ = ["PostgresTransaction"]
 
@@ -93,7 +94,7 @@ class _SnapshotView(ReadView):
         return self._tr._get_range(begin, end, limit, reverse, snapshot=True)
 
 
-class PostgresTransaction(OwnWrites, Transaction):
+class PostgresTransaction(OwnWrites, StampAndWatches, Transaction):
     """A transaction on a ``PostgresDatabase`` (see the module docstring)."""
 
     def __init__(self, db: "PostgresDatabase", lone: bool = False) -> None:
@@ -561,23 +562,6 @@ class PostgresTransaction(OwnWrites, Transaction):
         self._sets.pop(key, None)
         self._adds.pop(key, None)
         self._stamped_values.append((key, template[:-4], int.from_bytes(template[-4:], "little")))
-
-    def get_versionstamp(self) -> VersionstampFuture:
-        """The future of this transaction's versionstamp (ask before ``commit``)."""
-        if self._stamp is None:
-            self._stamp = VersionstampFuture()
-            if self._closed is not None:
-                self._stamp.set_exception(
-                    InvalidTransactionState("get_versionstamp() must be called before commit")
-                )
-        return self._stamp
-
-    def watch(self, key: bytes) -> Watch:
-        """A watch on ``key``, armed when this transaction commits."""
-        self._ensure_usable()
-        watch = Watch(check_key(key))
-        self._watches.append(watch)
-        return watch
 
     def add_read_conflict_range(self, begin: bytes, end: bytes) -> None:
         """Make the commit fail if another commit after this one's reads wrote in ``[begin, end)``."""

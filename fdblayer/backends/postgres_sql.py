@@ -1,8 +1,8 @@
 """The PostgreSQL store's tables, functions and statements, and what its
 errors mean.
 
-Shared by the handle (:mod:`fdblayer.postgres_backend`) and its
-transactions (:mod:`fdblayer.postgres_transaction`), so neither imports the
+Shared by the handle (:mod:`fdblayer.backends.postgres_backend`) and its
+transactions (:mod:`fdblayer.backends.postgres_transaction`), so neither imports the
 other for them. psycopg is imported where an error is mapped, so this
 module loads without it.
 """

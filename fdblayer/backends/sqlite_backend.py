@@ -58,11 +58,11 @@ import urllib.parse
 import weakref
 from typing import Any, Callable, Dict, List, Mapping, Optional
 
-from fdblayer import fairlock
-from fdblayer.exceptions import InvalidTransactionState, StoreError, StoreUnavailable
+from fdblayer.backends import fairlock
+from fdblayer.exceptions import StoreError, StoreUnavailable
 from fdblayer.forks import ForkEpoch
 from fdblayer.interface import Database, add_little_endian
-from fdblayer.sqlite_sql import (
+from fdblayer.backends.sqlite_sql import (
     _BUSY_BACKOFF_MAX,
     _BUSY_BACKOFF_MIN,
     SCHEMA,
@@ -71,7 +71,8 @@ from fdblayer.sqlite_sql import (
     is_busy,
     map_sqlite_error,
 )
-from fdblayer.sqlite_transaction import SqliteTransaction
+from fdblayer.backends.pooling import IdleConnections
+from fdblayer.backends.sqlite_transaction import SqliteTransaction
 from fdblayer.watches import DirectoryNotifier, WatchHub
 
 __all__ = ["SqliteDatabase", "SYNCHRONOUS_MODES", "ForkEpoch", "map_sqlite_error"]
@@ -109,7 +110,7 @@ def _sql_add(current: Optional[bytes], param: bytes) -> bytes:
     return add_little_endian(current, param)
 
 
-class SqliteDatabase(Database):
+class SqliteDatabase(IdleConnections[sqlite3.Connection], Database):
     """A handle on an SQLite store file.
 
     Args:
@@ -144,6 +145,7 @@ class SqliteDatabase(Database):
         if synchronous.upper() not in SYNCHRONOUS_MODES:
             raise ValueError(f"synchronous must be one of {SYNCHRONOUS_MODES}, got {synchronous!r}")
         self.path = os.path.abspath(path)
+        self.where = self.path  # in messages, as every handle says where it is
         self.synchronous = synchronous.upper()
         self.read_only = read_only
         self.lock_timeout = lock_timeout
@@ -267,25 +269,6 @@ class SqliteDatabase(Database):
         self._checkpointer = None  # its thread did not survive the fork
         self._lock = threading.Lock()
         self._epoch = ForkEpoch.value
-
-    def checkout(self) -> sqlite3.Connection:
-        """A connection for one transaction (reused from the idle pool when possible).
-
-        Raises:
-            StoreError: when the database is closed.
-        """
-        if self._epoch == ForkEpoch.value and not self._closed:
-            try:
-                return self._idle.pop()  # atomic: no lock on the hot path
-            except IndexError:
-                return self.connect()
-        with self._lock:
-            self._check_fork()
-            if self._closed:
-                raise InvalidTransactionState(f"store {self.path} is closed")
-            if self._idle:
-                return self._idle.pop()
-        return self.connect()
 
     def checkin(self, conn: sqlite3.Connection, epoch: int) -> None:
         """Give back a connection after its transaction ended.

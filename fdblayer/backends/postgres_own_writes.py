@@ -1,5 +1,5 @@
 """A PostgreSQL transaction's own writes as its reads see them (a mixin of
-:class:`~fdblayer.postgres_transaction.PostgresTransaction`).
+:class:`~fdblayer.backends.postgres_transaction.PostgresTransaction`).
 
 Principle: writes stay in the transaction's buffer until commit, yet every
 read sees them. A range read merges the buffer into the snapshot's rows:

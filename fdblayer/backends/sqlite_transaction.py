@@ -47,11 +47,12 @@ from fdblayer.interface import (
     check_write_key,
     splice_versionstamp,
 )
+from fdblayer.backends.buffered import StampAndWatches
 from fdblayer.limits import add_params, apply_adds, check_versionstamp_template
 from fdblayer.selectors import END_OF_KEYSPACE, KeyOrSelector, KeySelector, KeyValue, to_selector
 from fdblayer.forks import ForkEpoch
-from fdblayer.sqlite_locking import SqliteLocking
-from fdblayer.sqlite_sql import (
+from fdblayer.backends.sqlite_locking import SqliteLocking
+from fdblayer.backends.sqlite_sql import (
     SQL_ADD,
     SQL_BUMP_VERSION,
     SQL_CLEAR,
@@ -64,7 +65,7 @@ from fdblayer.sqlite_sql import (
 from fdblayer.watches import Watch
 
 if TYPE_CHECKING:
-    from fdblayer.sqlite_backend import SqliteDatabase
+    from fdblayer.backends.sqlite_backend import SqliteDatabase
 
 __all__ = ["SqliteTransaction"]
 
@@ -111,7 +112,7 @@ class _SnapshotView(ReadView):
         return self._tr.get_range(begin, end, limit=limit, reverse=reverse)
 
 
-class SqliteTransaction(SqliteLocking, Transaction):
+class SqliteTransaction(SqliteLocking, StampAndWatches, Transaction):
     """A transaction on an ``SqliteDatabase`` (see the module docstring).
 
     Args:
@@ -572,23 +573,6 @@ class SqliteTransaction(SqliteLocking, Transaction):
         check_value(template[:-4])
         self._prepare_write(len(key) + len(template))
         self._buffer(key, splice_versionstamp(template, self._stamp_bytes()))
-
-    def get_versionstamp(self) -> VersionstampFuture:
-        """The future of this transaction's versionstamp (ask before ``commit``)."""
-        if self._stamp is None:
-            self._stamp = VersionstampFuture()
-            if self._closed is not None:
-                self._stamp.set_exception(
-                    InvalidTransactionState("get_versionstamp() must be called before commit")
-                )
-        return self._stamp
-
-    def watch(self, key: bytes) -> Watch:
-        """A watch on ``key``, armed when this transaction commits."""
-        self._ensure_usable()
-        watch = Watch(check_key(key))
-        self._watches.append(watch)
-        return watch
 
     def add_read_conflict_range(self, begin: bytes, end: bytes) -> None:
         """Pin the snapshot: any commit after it makes this transaction's writes conflict."""

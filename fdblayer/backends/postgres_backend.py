@@ -60,10 +60,10 @@ import re
 import threading
 from typing import Any, ClassVar, Dict, List, Optional
 
-from fdblayer.exceptions import InvalidTransactionState, StoreUnavailable
+from fdblayer.exceptions import StoreUnavailable
 from fdblayer.forks import ForkEpoch
 from fdblayer.interface import Database
-from fdblayer.postgres_sql import (
+from fdblayer.backends.postgres_sql import (
     KEY_PREFIX_BYTES,
     SCHEMA_VERSION,
     Statements,
@@ -74,7 +74,8 @@ from fdblayer.postgres_sql import (
     map_pg_error,
     schema_sql,
 )
-from fdblayer.postgres_transaction import PostgresTransaction
+from fdblayer.backends.pooling import IdleConnections
+from fdblayer.backends.postgres_transaction import PostgresTransaction
 from fdblayer.urls import redact_url
 from fdblayer.watches import WatchHub
 
@@ -95,7 +96,7 @@ _POOL_MAX = 16
 #: (closing would end the parent's session on the shared socket).
 _ABANDONED: List[Any] = []
 
-class PostgresDatabase(Database):
+class PostgresDatabase(IdleConnections[Any], Database):
     """A handle on a store in a PostgreSQL database.
 
     Args:
@@ -196,26 +197,6 @@ class PostgresDatabase(Database):
         self._hub = None
         self._lock = threading.Lock()
         self._epoch = ForkEpoch.value
-
-    def checkout(self) -> Any:
-        """A connection for one transaction (from the idle pool when possible).
-
-        Raises:
-            InvalidTransactionState: when the handle is closed.
-            ServerGone: when a new connection cannot be made.
-        """
-        if self._epoch == ForkEpoch.value and not self._closed:
-            try:
-                return self._idle.pop()
-            except IndexError:
-                return self.connect()
-        with self._lock:
-            self._check_fork()
-            if self._closed:
-                raise InvalidTransactionState(f"store {self.where} is closed")
-            if self._idle:
-                return self._idle.pop()
-        return self.connect()
 
     def checkin(self, conn: Any, epoch: int) -> None:
         """Give back a connection whose transaction ended (a broken one is dropped)."""

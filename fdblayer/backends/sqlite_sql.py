@@ -1,8 +1,8 @@
 """The SQLite store's tables and statements, and what its errors mean.
 
-Shared by the handle (:mod:`fdblayer.sqlite_backend`), its transactions
-(:mod:`fdblayer.sqlite_transaction`) and their write lock
-(:mod:`fdblayer.sqlite_locking`), so none of them imports another for them.
+Shared by the handle (:mod:`fdblayer.backends.sqlite_backend`), its transactions
+(:mod:`fdblayer.backends.sqlite_transaction`) and their write lock
+(:mod:`fdblayer.backends.sqlite_locking`), so none of them imports another for them.
 """
 from __future__ import annotations
 
