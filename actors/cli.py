@@ -31,7 +31,7 @@ import sys
 import time
 from typing import Any, Callable, Sequence
 
-from actors.node import config as config_mod
+from actors.settings import config as config_mod
 
 from actors.cli_args import (DEFAULT_PORT, _epoch, _port_arg, _seconds,
                              _store_arg, _timeout_seconds)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import math
 
-from actors.node import config as config_mod
+from actors.settings import config as config_mod
 
 __all__ = ["DEFAULT_PORT"]
 

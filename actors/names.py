@@ -5,7 +5,7 @@ same name at a new address), so clients and sibling actors find each other
 by these names, never by a remembered address.
 """
 
-#: The settings keeper (:mod:`actors.node.config_server`).
+#: The settings keeper (:mod:`actors.settings.keeper`).
 CONFIG_SERVER = "config"
 
 #: The queue's tree (:mod:`actors.queue`): its supervisors and the jobs server.
@@ -35,3 +35,7 @@ WORKERS_SUP = "workers.sup"
 #: (:class:`actors.scheduler.sup.SchedulerTree`).
 SCHEDULER_HOSTS_SUP = SCHEDULER + ".hosts"
 SCHEDULER_HOST = SCHEDULER + ".host.{}"
+
+#: The handler of replication jobs that name none (``source`` + ``target``):
+#: a handler's import path, which the job policy treats apart.
+REPLICATE_HANDLER = "actors.scheduler.replicate:replicate"

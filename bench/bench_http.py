@@ -275,7 +275,7 @@ def main() -> int:
 
     import supervision
     import supervision.system
-    from actors.node import config as config_mod
+    from actors.settings import config as config_mod
     from actors.http import server as http_server
     from actors.node import root as node_mod
 

@@ -160,7 +160,7 @@ def main() -> int:
 
     import fdblayer
     from actors import jobs
-    from actors.node.config import load
+    from actors.settings.config import load
     from actors.queue.protocol import ForceCheckTypes
     from actors.names import JOBS_SERVER
     from actors.node.root import ROOT_FLAGS, root_children

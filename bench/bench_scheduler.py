@@ -107,7 +107,7 @@ def _pss_and_fds(pgid: int) -> tuple[float, int, int]:
 def bench_running(n: int, isolation: str) -> dict:
     """Start ``n`` checkpointing jobs (max_jobs=n): time to all running, memory
     and descriptors while they run, then time to stop them all."""
-    from actors.node.config import Config
+    from actors.settings.config import Config
     from actors.scheduler.client import SchedulerClient
     from actors.scheduler.sup import scheduler_children
     from supervision import start_node

@@ -33,7 +33,7 @@ sys.path[:0] = [str(HERE.parent), str(HERE)]
 import fdblayer  # noqa: E402
 from actors import docs, jobs  # noqa: E402
 from actors.http.server import http_children  # noqa: E402
-from actors.node.config import Config  # noqa: E402
+from actors.settings.config import Config  # noqa: E402
 from actors.node.root import ROOT_FLAGS, root_children  # noqa: E402
 from fdblayer.jobs import hosts  # noqa: E402
 from supervision import start_node  # noqa: E402

@@ -103,3 +103,29 @@ def test_the_walk_sees_imports_inside_functions_and_not_those_for_type_hints(tmp
     graph = _graph()
     graph["fdblayer.jobs.tally"] = graph["fdblayer.jobs.tally"] | {"fdblayer.jobs.counts"}
     assert any({"fdblayer.jobs.tally", "fdblayer.jobs.counts"} <= set(c) for c in _cycles(graph))
+
+
+def _in(name: str, package: str) -> bool:
+    return name == package or name.startswith(package + ".")
+
+
+def test_the_layers_import_only_downwards() -> None:
+    """supervision knows nothing of jobs or stores, fdblayer nothing of
+    actors; a node's settings (actors.settings) are under every subsystem
+    (they import only actors' names and errors), and the node's root
+    (actors.node) is imported by nothing but the command line."""
+    graph = _graph()
+    wrong = []
+    for name, targets in graph.items():
+        for target in targets:
+            if _in(name, "supervision") and not _in(target, "supervision"):
+                wrong.append((name, target))
+            if _in(name, "fdblayer") and _in(target, "actors"):
+                wrong.append((name, target))
+            if _in(name, "actors.settings") and _in(target, "actors") and not (
+                    _in(target, "actors.settings") or target in ("actors.names", "actors.errors", "actors")):
+                wrong.append((name, target))
+            top = _in(name, "actors.node") or name in ("actors.cli", "actors.__main__")
+            if _in(target, "actors.node") and not top:
+                wrong.append((name, target))
+    assert wrong == []

@@ -50,7 +50,7 @@ from supervision import DEFER_START, CallFailed, CallTimeout, ChildSpec, GenServ
 from supervision.messages import WhereIs
 from supervision.waker import Waker
 
-from actors.node.config import node_name
+from actors.settings.config import node_name
 from actors.names import JOBS_SERVER
 from actors.scheduler.protocol import MAX_IDS, AddJob, Jobs, JobStates, RemoveJob, RemoveJobs, Reschedule
 from actors.scheduler.core import InvalidJobSpec, reason_text

@@ -19,7 +19,7 @@ is ``{"error", "reason"}`` with CouchDB's status (but the 404 of a job's
 page asked for by a browser, ``Accept: text/html``: a page saying so).
 
 ``_config``: ``[replicator]`` and ``[couch_jobs]`` keys are read from and
-written to the node's settings keeper (:class:`actors.node.config_server.ConfigServer`),
+written to the node's settings keeper (:class:`actors.settings.keeper.ConfigServer`),
 which hands a change to the actors running with it (the scheduler, the
 queue's server) before it answers, so a change takes effect at once and
 outlives a restart of those actors and of this process. A ``PUT`` also
@@ -30,7 +30,7 @@ keeper, ``[replicator]`` goes to the scheduler alone.
 
 Jobs (``POST /_replicate``) and ``_replicator`` documents name code and
 stores a node process will import and open: each is checked against the
-node's job policy (:class:`actors.node.policy.JobPolicy`, from ``[replicator]
+node's job policy (:class:`actors.settings.policy.JobPolicy`, from ``[replicator]
 handlers`` and ``stores``) once it is well-formed (a malformed one is a 400
 first), and one naming what the policy does not allow is a 403
 ``forbidden`` that adds no job and writes no document.
@@ -52,8 +52,8 @@ from supervision.reports import report
 from actors.http import metrics, monitoring, queue_routes, status_page
 from actors.http.request import FormHtml, HttpError, Html, Request, Text, not_allowed
 from actors.http.auth import COOKIE_NAME, Auth
-from actors.node.config import RUNTIME_KEYS, ConfigError, ConfigWriteError, format_value, parse_runtime_value
-from actors.node.policy import Forbidden, JobPolicy
+from actors.settings.config import RUNTIME_KEYS, ConfigError, ConfigWriteError, format_value, parse_runtime_value
+from actors.settings.policy import Forbidden, JobPolicy
 from actors.scheduler.core import InvalidJobSpec, InvalidSetting, JobNotFound, JobSpec
 
 log = logging.getLogger(__name__)
@@ -98,7 +98,7 @@ class App:
         store: the store URL holding the documents (``_replicator``,
             ``_scheduler/docs``), opened at the first request that needs it.
         settings: the node's settings keeper's client
-            (:class:`~actors.node.config_server.ConfigClient`): ``[replicator]``
+            (:class:`~actors.settings.keeper.ConfigClient`): ``[replicator]``
             and ``[couch_jobs]`` read and written at run time through
             ``_config``; None (or a node running no keeper) leaves
             ``[replicator]`` to the scheduler and ``[couch_jobs]`` read-only.

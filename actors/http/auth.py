@@ -34,7 +34,7 @@ import re
 import time
 from pathlib import Path
 
-from actors.node.config import replace_file
+from actors.settings.config import replace_file
 
 log = logging.getLogger(__name__)
 

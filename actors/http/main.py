@@ -7,7 +7,7 @@ admins' hashes never show on a command line): ``bind_address``, ``admins``
 (the start-time ``[couch_jobs]``, shown when the node's settings keeper
 does not answer), ``node``, ``parent_pid``, ``store`` (the store URL
 holding the documents), ``policy`` (the handlers and stores jobs may
-name, :meth:`actors.node.policy.JobPolicy.to_dict`), ``sample_interval``
+name, :meth:`actors.settings.policy.JobPolicy.to_dict`), ``sample_interval``
 (seconds between two readings of the queue's counters for the status
 page's charts, :mod:`actors.http.throughput`; default 60). The process dies with its
 parent (PR_SET_PDEATHSIG), binds, writes ``ready <port>`` (or ``error
@@ -129,10 +129,10 @@ def main(argv: list[str] | None = None) -> int:
 
     import supervision
     from actors.http.auth import Auth
-    from actors.node.config_server import ConfigClient
+    from actors.settings.keeper import ConfigClient
     from actors.http.api import App
     from actors.http.throughput import INTERVAL, Sampler, read_counters
-    from actors.node.policy import JobPolicy
+    from actors.settings.policy import JobPolicy
     from actors.scheduler.client import SchedulerClient
     from actors.names import SCHEDULER as SCHEDULER_NAME
 

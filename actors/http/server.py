@@ -12,7 +12,7 @@ process's reason: a port in use, a refused bind address).
   (clear passwords hashed and the file rewritten, see :mod:`actors.http.auth`),
   and handed to the process on its stdin with the session secret.
 * With no admin configured, only a loopback ``bind_address`` is accepted.
-* The node's job policy (:class:`~actors.node.policy.JobPolicy`: the
+* The node's job policy (:class:`~actors.settings.policy.JobPolicy`: the
   handlers and stores a job may name) is built here from the config and
   handed to the process the same way.
 * ``GetHttpInfo()`` answers ``{"port", "bind_address", "pid"}``.
@@ -35,8 +35,8 @@ from supervision import DEFER_START, ChildSpec, GenServer
 
 from actors.errors import ActorsError
 from actors.http.auth import SESSION_TIMEOUT, load_admins
-from actors.node.config import node_name
-from actors.node.policy import JobPolicy
+from actors.settings.config import node_name
+from actors.settings.policy import JobPolicy
 from actors import names
 
 log = logging.getLogger(__name__)
@@ -79,7 +79,7 @@ class HttpServer(GenServer):
     """args: ``{"admin_port", "port", "bind_address", "config_path", "secret", "config",
     "session_timeout", "store", "node_name", "policy", "sample_interval"}`` (the node's name, as job and doc
     entries show it, in ``_node/{name}`` paths and on the status page; the
-    job policy as :meth:`~actors.node.policy.JobPolicy.to_dict` gives it; the
+    job policy as :meth:`~actors.settings.policy.JobPolicy.to_dict` gives it; the
     seconds between two readings of the queue's counters for the status
     page's charts, None for :data:`actors.http.throughput.INTERVAL`)."""
 
@@ -184,11 +184,11 @@ def http_children(config: Any, *, admin_port: int | None = None, config_path: st
     """The HTTP listener as a node root child.
 
     Args:
-        config: the node's :class:`~actors.node.config.Config` ([node] port,
+        config: the node's :class:`~actors.settings.config.Config` ([node] port,
             http_port, bind_address, store (documents are read and written
             there); [couch_jobs] (its start-time values, shown when the
             node's settings keeper does not answer); [replicator] handlers
-            and stores (the job policy, :class:`~actors.node.policy.JobPolicy`).
+            and stores (the job policy, :class:`~actors.settings.policy.JobPolicy`).
         admin_port: the node's admin port (default: ``[node] port``).
         config_path: the INI file holding ``[admins]`` (default: the
             config's ``path`` attribute, if it has one).

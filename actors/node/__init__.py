@@ -1,3 +1,4 @@
-"""A node: ``root`` (the root tree and the foreground run), ``config``
-(the INI file and its values) and ``config_server`` (the settings keeper).
+"""A node, at the top of ``actors``: ``root`` (the root tree of every
+subsystem and the foreground run) and ``app`` (a user's app module). Its
+settings are :mod:`actors.settings`.
 """

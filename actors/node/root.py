@@ -22,7 +22,7 @@ from supervision.system import start_node, stop_node, wait_for_stop
 from fdblayer.urls import redact_url
 
 from actors.errors import ActorsError
-from actors.node.config import Config
+from actors.settings.config import Config
 
 log = logging.getLogger("otpjobs.node")
 
@@ -38,7 +38,7 @@ def root_children(config: Config) -> list:
     processor (adopts permanent jobs through the queue and runs them on the
     scheduler; its lease fence bounds how long their jobs run without a
     renewal), then the HTTP listener."""
-    from actors.node.config_server import config_children
+    from actors.settings.keeper import config_children
     from actors.docs.processor import doc_children
     from actors.http.server import http_children
     from actors.queue.sup import jobs_children

@@ -7,7 +7,7 @@ were running at the previous check and have not been updated since are put
 back in the pending queue, and each is logged (``job_reenqueued``). When the
 type's timeout changes, the versionstamp is reset, as the seed does, so a
 shortened timeout cannot re-enqueue a job early. A
-:class:`~actors.node.config.CouchJobsChanged` call sets the jitter of the next
+:class:`~actors.settings.config.CouchJobsChanged` call sets the jitter of the next
 check (``activity_monitor_max_jitter_msec``), as the seed reads it anew at
 each check.
 """
@@ -23,8 +23,8 @@ from fdblayer.jobs import activity
 from fdblayer.jobs.keys import DEFAULT_LAYOUT
 from supervision import ChildSpec, GenServer, Restart, Supervisor
 
-from actors.node.config import CouchJobsChanged, GetCouchJobsInUse
-from actors.node.settings import seconds
+from actors.settings.config import CouchJobsChanged, GetCouchJobsInUse
+from actors.settings.schema import seconds
 
 log = logging.getLogger(__name__)
 

@@ -18,9 +18,9 @@ subscriber stopped or frozen (SIGSTOP, a debugger) therefore holds a few of
 Thespian's 20 in-flight sends, never all of them, so the other subscribers
 keep getting their events at once; after :data:`STALLED_AFTER` seconds
 with a full window its subscriptions are dropped (``subscriber_dropped``).
-A :class:`~actors.node.config.CouchJobsChanged` call is passed on to the type
+A :class:`~actors.settings.config.CouchJobsChanged` call is passed on to the type
 monitor (holdoff and timeout) and answered once it applied it;
-:class:`~actors.node.config.GetCouchJobsInUse` answers what the type monitor
+:class:`~actors.settings.config.GetCouchJobsInUse` answers what the type monitor
 runs with.
 """
 from __future__ import annotations
@@ -39,7 +39,7 @@ from fdblayer.jobs.job import JobState
 from fdblayer.jobs.keys import DEFAULT_LAYOUT
 from supervision import NOREPLY, ChildSpec, GenServer, Request, Restart, Supervisor
 
-from actors.node.config import CouchJobsChanged, GetCouchJobsInUse
+from actors.settings.config import CouchJobsChanged, GetCouchJobsInUse
 from actors.queue.protocol import EventsRead, JobEvent, SubscriberGone, Subscribe, Unsubscribe
 from actors.queue.type_monitor import TypeMonitor, TypeUpdated, type_monitor_settings
 

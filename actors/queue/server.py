@@ -12,11 +12,11 @@ supervisor (rest_for_one) starts it again with a fresh set. Calls:
 requests arriving meanwhile are answered after the next check.
 
 Run-time ``[couch_jobs]`` settings: at start the server asks the node's
-settings keeper (:class:`~actors.node.config_server.ConfigServer`) for the
+settings keeper (:class:`~actors.settings.keeper.ConfigServer`) for the
 current values (and to be told of every change), so a restarted server
 and the per-type actors it starts run with the latest values, not the
 node's start-time ones. A
-:class:`~actors.node.config.CouchJobsChanged` call re-arms the type check timer
+:class:`~actors.settings.config.CouchJobsChanged` call re-arms the type check timer
 with the new period and is passed on to every activity monitor and
 notifier; it is answered once they all applied it.
 """
@@ -36,10 +36,11 @@ from supervision import DEFER_START, NOREPLY, Down, GenServer, Request
 from supervision.messages import Failure, WhereIs
 from supervision.supervisor import StartChild, TerminateChild, WhichChildren
 
-from actors.node.config import CONFIG_SERVER, CouchJobsChanged, GetCouchJobs, GetCouchJobsInUse
-from actors.node.settings import couch_jobs_settings
+from actors.settings.config import CONFIG_SERVER, CouchJobsChanged, GetCouchJobs, GetCouchJobsInUse
+from actors.settings.schema import couch_jobs_settings
 from actors.names import ACTIVITY_MONITOR_SUP, NOTIFIER_SUP
 from actors.queue.protocol import ForceCheckTypes, GetNotifierServer
+from actors.settings.keeper import fan_out
 
 log = logging.getLogger(__name__)
 
@@ -53,37 +54,12 @@ class _Timer(enum.Enum):
 CHECK_TYPES = _Timer.CHECK_TYPES
 
 #: Registered name of the settings keeper the server asks for ``[couch_jobs]``: the
-#: node's (:class:`actors.node.config_server.ConfigServer`, registered as ``config.CONFIG_SERVER``).
+#: node's (:class:`actors.settings.keeper.ConfigServer`, registered as ``config.CONFIG_SERVER``).
 JOBS_CONFIG = CONFIG_SERVER
 #: Seconds a per-type actor has to apply new settings.
 APPLY_TIMEOUT = 10.0
 #: The [couch_jobs] keys the server itself uses.
 OWN_KEYS = ("type_check_period_msec", "type_check_max_jitter_msec")
-
-
-def fan_out(actor: GenServer, targets: list, msg: Any, timeout: float, done: Callable[[], None]) -> None:
-    """Call every target with ``msg`` at once; ``done()`` once each answered or failed.
-
-    A failure is logged, not raised: a target that died is restarted with
-    the current settings anyway.
-    """
-    left = len(targets)
-    if not left:
-        done()
-        return
-
-    def answered(target: Any) -> Callable[[Any, Exception | None], None]:
-        def callback(_value: Any, error: Exception | None) -> None:
-            nonlocal left
-            if error is not None:
-                log.info("config_not_applied target=%s reason=%r", target, error)
-            left -= 1
-            if left == 0:
-                done()
-        return callback
-
-    for target in targets:
-        actor.call_async(target, msg, answered(target), timeout)
 
 
 @dataclass

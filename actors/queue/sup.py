@@ -6,7 +6,7 @@ supervisor, the jobs server. A crashed notifier supervisor therefore also
 restarts the jobs server, which starts fresh per-type children.
 
 The ``[couch_jobs]`` settings come from the node's settings keeper
-(:class:`actors.node.config_server.ConfigServer`, CouchDB's config server), a
+(:class:`actors.settings.keeper.ConfigServer`, CouchDB's config server), a
 sibling started before this tree: the jobs server reads the current values
 there when it starts and is told of every change, which it passes on to its
 per-type actors. So a restarted server, activity monitor, notifier or type
@@ -19,7 +19,7 @@ from typing import Any
 from supervision import ChildSpec, ChildType, Restart, Supervisor
 
 from actors.queue.activity_monitor import ActivityMonitorSup
-from actors.node.config import Config
+from actors.settings.config import Config
 from actors.queue.store_check import StoreCache
 from actors.queue.server import JobsServer
 from actors.names import ACTIVITY_MONITOR_SUP, JOBS_SERVER, JOBS_SUP, NOTIFIER_SUP
@@ -42,7 +42,7 @@ def jobs_children(config: Config, *, config_server: bool = True) -> list[ChildSp
             child, for every tree); True gives a queue started alone its
             run-time ``[couch_jobs]`` (and ``[replicator]``) settings.
     """
-    from actors.node.config_server import config_children
+    from actors.settings.keeper import config_children
 
     keeper = config_children(config) if config_server else []
     return keeper + [ChildSpec("couch_jobs_sup", JobsSup, jobs_args(config), type=ChildType.SUPERVISOR, name=JOBS_SUP)]

@@ -9,7 +9,7 @@ actor watches (Thespian's ThespianWatch), so a commit anywhere wakes it
 within milliseconds and its own messages (including shutdown) still flow.
 ``timeout`` (the seed's type_monitor_timeout_msec; None is infinity)
 re-arms the watch periodically even without a change. A
-:class:`~actors.node.config.CouchJobsChanged` call (from the notifier) sets both
+:class:`~actors.settings.config.CouchJobsChanged` call (from the notifier) sets both
 at run time: a notification waiting out the old holdoff is re-timed with the
 new one, and the re-arm timer restarts with the new timeout.
 """
@@ -25,9 +25,9 @@ from fdblayer.jobs.keys import DEFAULT_LAYOUT
 from supervision import GenServer
 from supervision.waker import Waker
 
-from actors.node.config import CouchJobsChanged, GetCouchJobsInUse
-from actors.node.settings import INFINITY
-from actors.node.settings import couch_jobs_settings
+from actors.settings.config import CouchJobsChanged, GetCouchJobsInUse
+from actors.settings.schema import INFINITY
+from actors.settings.schema import couch_jobs_settings
 
 
 class _Timer(enum.Enum):

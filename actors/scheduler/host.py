@@ -40,8 +40,9 @@ from actors.scheduler.core import JobSpec
 from actors.scheduler.fence import LeaseFence
 from actors.scheduler.model import InvalidJobSpec
 from actors.scheduler.protocol import DEFAULT_HOSTS, HOST_NAME, CountRunning
-from actors.scheduler.job import (PUBLISH_INTERVAL, REPLICATE_HANDLER, STOP_GRACE, HandlerExit, JobContext,
-                                  JobProgress, JobStopping, resolve_handler)
+from actors.names import REPLICATE_HANDLER
+from actors.scheduler.job import (PUBLISH_INTERVAL, STOP_GRACE, HandlerExit, JobContext, JobProgress, JobStopping,
+                                  resolve_handler)
 
 log = logging.getLogger(__name__)
 

@@ -42,6 +42,7 @@ from supervision import GenServer
 from supervision.messages import Cast
 
 from actors.errors import ActorsError
+from actors.names import REPLICATE_HANDLER
 from actors.scheduler.core import JobSpec
 from actors.scheduler.fence import LEASE_EXPIRED, LeaseFence
 from actors.scheduler.model import InvalidJobSpec
@@ -49,8 +50,6 @@ from actors.scheduler.replicate import missing_source
 
 log = logging.getLogger(__name__)
 
-#: The handler of jobs that name no handler (``source`` + ``target``).
-REPLICATE_HANDLER = "actors.scheduler.replicate:replicate"
 #: Seconds terminate waits for the handler to stop (the sup kills at 5 s).
 STOP_GRACE = 4.0
 POLL_MIN, POLL_MAX = 0.01, 0.25

@@ -10,7 +10,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from actors.node.config import ConfigError, parse_value
+from actors.settings.config import ConfigError, parse_value
 from actors.errors import ActorsError
 
 DEFAULT_HEALTH_THRESHOLD = 2 * 60  # seconds
@@ -224,12 +224,12 @@ class Settings:
 
     def with_setting(self, key: str, value: Any) -> "Settings":
         """A copy with one setting changed, validated as the config file's
-        ``[replicator]`` values are (:func:`actors.node.config.parse_value`).
+        ``[replicator]`` values are (:func:`actors.settings.config.parse_value`).
 
         Raises:
             InvalidSetting: unknown key, not an integer (an int or its
                 decimal text), or out of range (max_jobs >= 0, the others
-                >= 1; interval at most ``actors.node.settings.MAX_MSEC`` ms, a timer's
+                >= 1; interval at most ``actors.settings.schema.MAX_MSEC`` ms, a timer's
                 limit; none longer than 20 digits).
         """
         if not isinstance(key, str) or key not in {f.name for f in dataclasses.fields(self)}:

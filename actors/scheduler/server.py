@@ -17,7 +17,7 @@ is requested.
   longer runs (:mod:`actors.scheduler.runners`);
 * settings (max_jobs, max_churn, interval, max_history, health_threshold):
   at start it reads the current ``[replicator]`` values from the node's
-  settings keeper (:class:`actors.node.config_server.ConfigServer`) and is
+  settings keeper (:class:`actors.settings.keeper.ConfigServer`) and is
   called with every change (``ReplicatorChanged``, the seed's config
   listener), so a scheduler restarted after a crash or a SIGKILL runs with
   the values changed at run time, not with its start args (which are the
@@ -51,7 +51,7 @@ from supervision.messages import Cast, Down, Failure, WhereIs
 from supervision.reports import report
 from supervision.supervisor import WhichChildren
 
-from actors.node.config import (
+from actors.settings.config import (
     CONFIG_SERVER,
     RUNTIME_KEYS,
     ConfigError,
@@ -61,7 +61,7 @@ from actors.node.config import (
     parse_runtime_value,
 )
 from actors import names
-from actors.node.settings import seconds
+from actors.settings.schema import seconds
 from actors.scheduler.core import (
     Event,
     EventType,

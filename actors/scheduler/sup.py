@@ -23,7 +23,7 @@ from typing import Any
 
 from supervision import ChildSpec, ChildType, Restart, Strategy, Supervisor, SupFlags
 
-from actors.node.config import RUNTIME_KEYS, Config, node_name
+from actors.settings.config import RUNTIME_KEYS, Config, node_name
 from actors import names
 from actors.scheduler.host import JobHostSup
 from actors.scheduler.protocol import DEFAULT_HOSTS

@@ -34,7 +34,7 @@ from fdblayer.jobs.work_record import FAILED, SUCCEEDED
 from fdblayer.jobs.codec import INT_MAX
 from fdblayer.jobs.validate import check_id, check_key_size, check_timeout, check_type
 
-from actors.node.settings import known
+from actors.settings.schema import known
 from actors.workers.context import decode_result
 from actors.workers.control import MAX_DELAY
 from actors.workers.schedule import check_cron, next_tick

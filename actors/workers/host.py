@@ -94,7 +94,7 @@ def check(spec: HostSpec) -> None:
     from fdblayer.docs import DOCS_TYPE
     from fdblayer.jobs.exceptions import InvalidArgument
 
-    from actors.node.settings import known
+    from actors.settings.schema import known
     from actors.workers.schedule import check_cron
 
     if not spec.types:

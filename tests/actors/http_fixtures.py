@@ -7,7 +7,7 @@ import urllib.error
 import urllib.request
 from typing import Any
 
-from actors.node.config import DEFAULTS, Config
+from actors.settings.config import DEFAULTS, Config
 from actors.http.server import HTTP_SERVER_NAME, GetHttpInfo, http_children
 from actors.node.root import ROOT_FLAGS
 from actors.scheduler.client import SchedulerClient

@@ -60,7 +60,7 @@ def clear_store(db) -> None:
 
 
 def queue_config(store_url: str, **couch_jobs: Any):
-    from actors.node.config import load
+    from actors.settings.config import load
 
     values = dict(FAST_COUCH_JOBS, **couch_jobs)
     overrides = {("node", "store"): store_url}

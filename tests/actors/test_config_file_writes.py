@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 
-from actors.node.config import load, write_value
+from actors.settings.config import load, write_value
 
 TEXT = "# my node\n[node]\nport = 1900\n\n[replicator]\n; tuned by hand\nmax_jobs = 500\nmax_churn = 20\n"
 

@@ -17,8 +17,8 @@ import pytest
 import actors
 from actors.errors import ActorsError
 from actors.http.api import HttpError
-from actors.node.config import ConfigError, ConfigWriteError
-from actors.node.policy import Forbidden
+from actors.settings.config import ConfigError, ConfigWriteError
+from actors.settings.policy import Forbidden
 from actors.scheduler.model import InvalidRequest, InvalidSetting, JobNotFound
 
 #: Not ActorsError, on purpose: JobStopping is control flow raised inside a

@@ -14,7 +14,7 @@ import socket
 import pytest
 
 from actors.names import HTTP_SERVER
-from actors.node.config import Config
+from actors.settings.config import Config
 from actors.http.server import HttpStartError, check_bind
 from supervision import StartError
 

@@ -16,7 +16,7 @@ import time
 import pytest
 
 from actors.http.auth import Auth, hash_password, load_admins, verify_password
-from actors.node.config import Config
+from actors.settings.config import Config
 
 from .http_fixtures import HttpNode, wait_until
 

@@ -30,7 +30,7 @@ import requests
 
 import fdblayer
 from actors import jobs
-from actors.node.config import CONFIG_SERVER, ConfigWriteError, GetCouchJobsInUse, load, write_value
+from actors.settings.config import CONFIG_SERVER, ConfigWriteError, GetCouchJobsInUse, load, write_value
 from actors.http.server import HTTP_SERVER_NAME, GetHttpInfo
 from actors.queue.protocol import GetNotifierServer
 from actors.names import ACTIVITY_MONITOR_SUP, JOBS_SERVER, NOTIFIER_SUP

@@ -9,7 +9,7 @@ import pytest
 
 import fdblayer
 from actors import jobs
-from actors.node.config import Config
+from actors.settings.config import Config
 from actors.workers.context import encode_result
 from fdblayer.jobs import work
 from fdblayer.jobs.keys import DEFAULT_LAYOUT as L

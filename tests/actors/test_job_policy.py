@@ -1,4 +1,4 @@
-"""The job policy (:mod:`actors.node.policy`) and its two config keys, as pure code.
+"""The job policy (:mod:`actors.settings.policy`) and its two config keys, as pure code.
 
 Grouped by concept: what the config accepts, which handlers are allowed,
 which SQLite files (real paths: ``..`` and symlinks cannot escape), which
@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from actors.node.config import Config, ConfigError, load, parse_runtime_value, parse_value
-from actors.node.policy import Forbidden, JobPolicy, data_directory
-from actors.scheduler.job import REPLICATE_HANDLER
+from actors.settings.config import Config, ConfigError, load, parse_runtime_value, parse_value
+from actors.settings.policy import Forbidden, JobPolicy, data_directory
+from actors.names import REPLICATE_HANDLER
 
 
 def node_policy(data: Path, handlers: str = "", stores: str = "") -> JobPolicy:

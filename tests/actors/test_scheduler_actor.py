@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from actors.node.config import CONFIG_SERVER, Config, GetConfig
-from actors.node.config_server import config_children
+from actors.settings.config import CONFIG_SERVER, Config, GetConfig
+from actors.settings.keeper import config_children
 from actors.scheduler.client import SchedulerClient
 from actors.scheduler.core import InvalidSetting, JobNotFound
 from actors.scheduler.sup import SCHEDULER_NAME, SCHEDULER_SUP_NAME, scheduler_children

@@ -1,11 +1,11 @@
-"""The settings schema (actors.node.settings): one entry per key, and what is
+"""The settings schema (actors.settings.schema): one entry per key, and what is
 derived from it: defaults, run-time keys, validation, typed sections."""
 from __future__ import annotations
 
 import pytest
 
-from actors.node import settings
-from actors.node.config import DEFAULTS, RUNTIME_KEYS, Config, ConfigError, CouchJobsChanged, parse_value
+from actors.settings import schema as settings
+from actors.settings.config import DEFAULTS, RUNTIME_KEYS, Config, ConfigError, CouchJobsChanged, parse_value
 
 
 def test_defaults_and_runtime_keys_are_read_off_the_schema():

@@ -24,7 +24,7 @@ import requests
 import fdblayer
 from actors import jobs
 from actors.http.server import http_children
-from actors.node.config import Config
+from actors.settings.config import Config
 from actors.node.root import ROOT_FLAGS, root_children
 from actors.scheduler.client import SchedulerClient
 from supervision import start_node

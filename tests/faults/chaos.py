@@ -286,7 +286,7 @@ def run_chaos(s: ChaosSettings, workdir: Path, out: Callable[[str], Any] = print
     """One chaos run in ``workdir``; every process it started is gone when it returns."""
     import fdblayer
     from actors import docs, jobs, names
-    from actors.node.config import load, node_name
+    from actors.settings.config import load, node_name
     from actors.scheduler.client import SchedulerClient
 
     seed = s.seed if s.seed is not None else random.randrange(1 << 30)

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import fdblayer
-from actors.node.config import Config
+from actors.settings.config import Config
 from actors.http.server import HTTP_SERVER_NAME, GetHttpInfo, http_children
 from actors.names import JOBS_SERVER, JOBS_SUP, SCHEDULER
 from actors.node.root import ROOT_FLAGS, root_children

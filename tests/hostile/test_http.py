@@ -24,7 +24,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from actors.node.config import DEFAULTS
+from actors.settings.config import DEFAULTS
 
 from . import strategies as S
 from .http import Reply, describe, exchange, is_couch_error, parse, request, request_bytes, segment

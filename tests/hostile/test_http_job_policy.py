@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 
 import fdblayer
-from actors.node.config import Config, load
+from actors.settings.config import Config, load
 from actors.node.root import ROOT_FLAGS, root_children
 from supervision import start_node
 from tests.procs import free_port, group_pids, wait_until

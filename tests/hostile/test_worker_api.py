@@ -47,7 +47,7 @@ def test_enqueue_refuses_bad_types(w, job_type):
 
 
 def test_enqueue_of_a_new_type_declares_it_with_the_default_timeout_in_its_transaction(w):
-    from actors.node.settings import lookup
+    from actors.settings.schema import lookup
     from actors.workers.client import DEFAULT_TYPE_TIMEOUT
 
     store, db = w

@@ -304,7 +304,7 @@ def test_async_handlers_are_told_apart():
 
 
 def test_async_concurrency_is_a_setting_and_a_flag_with_bounds(workdir):
-    from actors.node import config as config_mod
+    from actors.settings import config as config_mod
     from actors.workers.host import check, spec_from_config
     from fdblayer.jobs.exceptions import InvalidArgument
 

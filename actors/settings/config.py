@@ -3,7 +3,7 @@
 Sections and keys (all optional; values are validated on load, a bad one is
 a :class:`ConfigError` naming section, key and value). Each key's kind,
 unit, bounds, default and whether it changes at run time are one entry of
-:data:`actors.node.settings.SCHEMA`, the source of what follows:
+:data:`actors.settings.schema.SCHEMA`, the source of what follows:
 
 * ``[node]`` ``port`` (admin port, 1900), ``store`` (store URL, the embedded
   SQLite file ``./otpjobs.db``), ``http_port`` (5984; 0 lets the system
@@ -15,7 +15,7 @@ unit, bounds, default and whether it changes at run time are one entry of
   scheduler checks them; ``doc_owner_timeout`` (30 s); ``handlers`` and
   ``stores`` (comma-separated lists, empty by default, read at start only:
   what a job may run and which stores it may touch, see
-  :mod:`actors.node.policy`). A ``handlers`` entry is ``package.module``
+  :mod:`actors.settings.policy`). A ``handlers`` entry is ``package.module``
   (every callable of that module) or ``package.module:callable``; a
   ``stores`` entry with ``://`` is a URL prefix (not ``sqlite:``), any
   other a directory (SQLite files inside it); empty ``stores`` means the
@@ -30,7 +30,7 @@ unit, bounds, default and whether it changes at run time are one entry of
 
 The keys of :data:`RUNTIME_KEYS` also change while the node runs (``PUT
 /_node/_local/_config/{section}/{key}``), through the node's settings
-keeper (:class:`actors.node.config_server.ConfigServer`), which writes a change
+keeper (:class:`actors.settings.keeper.ConfigServer`), which writes a change
 into the file with :func:`write_value`. The keeper's messages live here so
 that every actor reading a section can import them: :class:`GetConfig` and
 :class:`SetConfig` (calls to the keeper), :class:`ReplicatorChanged` and
@@ -50,10 +50,10 @@ from typing import Any
 
 from actors.errors import ActorsError
 from actors.names import CONFIG_SERVER  # noqa: F401 - re-exported
-from actors.node import settings as schema
-from actors.node.settings import SettingsChanged
+from actors.settings import schema
+from actors.settings.schema import SettingsChanged
 
-#: ``{section: {key: default}}``, read off :data:`actors.node.settings.SCHEMA`.
+#: ``{section: {key: default}}``, read off :data:`actors.settings.schema.SCHEMA`.
 DEFAULTS: dict[str, dict[str, Any]] = schema.defaults()
 #: Free-form sections: ``[workers] TYPE = package.module:callable`` (the types a
 #: node's worker pool serves) and ``[periodic] TYPE = cron expression``.
@@ -72,7 +72,7 @@ class ConfigError(ActorsError, ValueError):
 
 def parse_value(section: str, key: str, raw: Any) -> Any:
     """Validate and convert one value of a known key, by its entry in
-    :data:`actors.node.settings.SCHEMA`.
+    :data:`actors.settings.schema.SCHEMA`.
 
     Raises:
         ConfigError: unknown key, or a value of the wrong type or range.
@@ -136,7 +136,7 @@ class Config:
 
     @property
     def node(self) -> schema.NodeSettings:
-        """``[node]`` as a typed record (see :func:`actors.node.settings.typed`)."""
+        """``[node]`` as a typed record (see :func:`actors.settings.schema.typed`)."""
         return schema.typed("node", self.values["node"])
 
     @property
@@ -383,7 +383,7 @@ class SetConfig:
 @dataclass(frozen=True)
 class ReplicatorChanged(SettingsChanged):
     """Call to the scheduler: run with these ``[replicator]`` values from now
-    on (``generation`` as in :class:`~actors.node.settings.SettingsChanged`)."""
+    on (``generation`` as in :class:`~actors.settings.schema.SettingsChanged`)."""
 
 
 @dataclass(frozen=True)

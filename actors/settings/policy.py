@@ -10,7 +10,7 @@ nothing). Pure: no actors, no store; the store URLs are only parsed.
 
 * ``[replicator] handlers``: ``package.module`` allows every attribute of
   that module, ``package.module:callable`` exactly that one. The built-in
-  ``replicate`` handler (:data:`~actors.scheduler.job.REPLICATE_HANDLER`),
+  ``replicate`` handler (:data:`~actors.names.REPLICATE_HANDLER`),
   and a job that names no handler (a replication), are always allowed.
 * ``[replicator] stores``: directories and URL prefixes. A ``sqlite:`` URL
   is allowed only when the real path of the file it opens (after ``..``
@@ -31,9 +31,9 @@ from typing import Any, Mapping
 from urllib.parse import unquote
 
 from actors.errors import ActorsError
-from actors.node.config import Config
-from actors.node.settings import split_list
-from actors.scheduler.job import REPLICATE_HANDLER
+from actors.settings.config import Config
+from actors.settings.schema import split_list
+from actors.names import REPLICATE_HANDLER
 from fdblayer.exceptions import InvalidStoreURL
 from fdblayer.urls import parse_store_url
 

@@ -2,7 +2,7 @@
 bounds, default and whether it changes at run time.
 
 Principle: one table says what a setting is; everything else is derived
-from it. :mod:`actors.node.config` validates file, ``_config`` and code
+from it. :mod:`actors.settings.config` validates file, ``_config`` and code
 values with :func:`parse`, its ``DEFAULTS`` and ``RUNTIME_KEYS`` are read
 off the table, and code reading a section gets it as a typed, frozen
 record with the units converted once (:func:`typed`, and ``Config.node``,

@@ -1,13 +1,13 @@
 """The node's settings keeper: CouchDB's config server for what changes at run time.
 
 Principle: one actor per node holds the current values of the keys that
-change while the node runs (:data:`~actors.node.config.RUNTIME_KEYS`:
+change while the node runs (:data:`~actors.settings.config.RUNTIME_KEYS`:
 ``[replicator]`` and ``[couch_jobs]``). It is the first child of the
 node's root supervisor, so it starts before and outlives the actors that
 read it. A reader asks it for its section when it starts, naming itself as
 a subscriber, and is called with every later change:
-:class:`~actors.node.config.ReplicatorChanged` to the scheduler,
-:class:`~actors.node.config.CouchJobsChanged` to the queue's jobs server (which
+:class:`~actors.settings.config.ReplicatorChanged` to the scheduler,
+:class:`~actors.settings.config.CouchJobsChanged` to the queue's jobs server (which
 passes them on to its per-type actors). So a reader restarted after a crash
 or a SIGKILL runs with the latest values, not with its start-time args.
 
@@ -39,13 +39,13 @@ import configparser
 import functools
 import logging
 import time
-from typing import Any
+from typing import Any, Callable
 
 from supervision import NOREPLY, ChildSpec, Down, GenServer
 from supervision.messages import Failure, WhereIs
 from supervision.reports import report
 
-from actors.node.config import (
+from actors.settings.config import (
     CHANGED,
     CONFIG_SERVER,
     RUNTIME_KEYS,
@@ -60,7 +60,6 @@ from actors.node.config import (
     parse_runtime_value,
     write_value,
 )
-from actors.queue.server import fan_out
 from actors.names import JOBS_SERVER
 from actors.names import SCHEDULER as SCHEDULER_NAME
 
@@ -70,6 +69,31 @@ log = logging.getLogger(__name__)
 READERS = {"replicator": (SCHEDULER_NAME,), "couch_jobs": (JOBS_SERVER,)}
 #: Seconds the keeper waits for its subscribers to apply a change before answering anyway.
 APPLY_TIMEOUT = 20.0
+
+
+def fan_out(actor: GenServer, targets: list, msg: Any, timeout: float, done: Callable[[], None]) -> None:
+    """Call every target with ``msg`` at once; ``done()`` once each answered or failed.
+
+    A failure is logged, not raised: a target that died is restarted with
+    the current settings anyway.
+    """
+    left = len(targets)
+    if not left:
+        done()
+        return
+
+    def answered(target: Any) -> Callable[[Any, Exception | None], None]:
+        def callback(_value: Any, error: Exception | None) -> None:
+            nonlocal left
+            if error is not None:
+                log.info("config_not_applied target=%s reason=%r", target, error)
+            left -= 1
+            if left == 0:
+                done()
+        return callback
+
+    for target in targets:
+        actor.call_async(target, msg, answered(target), timeout)
 
 
 def config_args(config: Config) -> dict:
@@ -87,9 +111,9 @@ def config_children(config: Config) -> list[ChildSpec]:
 class ConfigServer(GenServer):
     """Keeps the run-time sections, writes changes to the file, tells subscribers.
 
-    Calls: :class:`~actors.node.config.GetConfig` and
-    :class:`~actors.node.config.GetCouchJobs` (``(generation, values)``;
-    subscribes a subscriber), :class:`~actors.node.config.SetConfig` (the old
+    Calls: :class:`~actors.settings.config.GetConfig` and
+    :class:`~actors.settings.config.GetCouchJobs` (``(generation, values)``;
+    subscribes a subscriber), :class:`~actors.settings.config.SetConfig` (the old
     value, or a Failure with ConfigError or ConfigWriteError).
     """
 
@@ -211,4 +235,4 @@ class ConfigClient:
         return self.client.call(CONFIG_SERVER, SetConfig(section, key, value, persist), self.timeout)
 
 
-__all__ = ["ConfigServer", "ConfigClient", "config_children", "config_args", "CONFIG_SERVER"]
+__all__ = ["ConfigServer", "ConfigClient", "config_children", "config_args", "fan_out", "CONFIG_SERVER"]
