@@ -75,8 +75,8 @@ from actors.workers.handlers import is_async, resolve
 from actors.workers.protocol import Drain, GetStatus, RunJob, RunJobs, TakeBack
 from actors.workers.drain import Draining
 from actors.workers.pool import PoolKeeping
-from actors.workers.runs import (CALL_TIMEOUT, STEP_RETRY, Running, Slot, TypeSlot, prefetch_for, retry_delay,
-                                 short)
+from actors.workers.runs import (CALL_TIMEOUT, DEFAULT_BACKOFF, STEP_RETRY, Running, Slot, TypeSlot, prefetch_for,
+                                 retry_delay, short, worker_default)
 from actors.workers.ticks import PeriodicTicks
 from actors.workers.upkeep import MAX_RENEW_INTERVAL, MIN_RENEW_INTERVAL, HostUpkeep, retention_of
 
@@ -116,14 +116,14 @@ class Dispatcher(PoolKeeping, HostUpkeep, PeriodicTicks, Draining, GenServer):
         self.db = fdblayer.open(self.store)
         self.host = args.get("host") or f"{os.uname().nodename}:{os.getpid()}"
         self.concurrency = int(args["concurrency"])
-        self.backoff = tuple(args.get("backoff") or (1.0, 3600.0))
+        self.backoff = tuple(args.get("backoff") or DEFAULT_BACKOFF)
         self.pool_name = args["pool"]
-        default_max = int(args.get("max_attempts") or 3)
-        self.grace = float(args.get("grace") or 30.0)
+        default_max = int(args.get("max_attempts") or worker_default("max_attempts"))
+        self.grace = float(args.get("grace") or worker_default("grace"))
         self.keep = retention_of(args)  # seconds finished and failed jobs are kept, by outcome (None: for ever)
         self.types: dict[Any, TypeSlot] = {}
         for job_type, spec in args["types"].items():
-            timeout = activity.get_type_timeout(self.db, DEFAULT_LAYOUT, job_type) or 30.0
+            timeout = activity.get_type_timeout(self.db, DEFAULT_LAYOUT, job_type) or worker_default("type_timeout")
             declared = handler_options(resolve(spec["handler"]))  # imported before the fork: no cost
             self.types[job_type] = TypeSlot(
                 spec["handler"], int(spec.get("max_attempts") or declared.get("max_attempts") or default_max),
@@ -132,7 +132,7 @@ class Dispatcher(PoolKeeping, HostUpkeep, PeriodicTicks, Draining, GenServer):
         for spec_slot in self.types.values():
             spec_slot.is_async = is_async(resolve(spec_slot.handler))
         self.any_async = any(t.is_async for t in self.types.values())
-        self.async_limit = max(1, int(args.get("async_concurrency") or 100))
+        self.async_limit = max(1, int(args.get("async_concurrency") or worker_default("async_concurrency")))
         self.order = list(self.types)
         self.pool: Any = None
         self.rundir = runtime_dir()

@@ -23,6 +23,7 @@ from supervision.system import start_node, stop_node, wait_for_stop
 from actors import names
 from actors.workers.handlers import add_cwd_to_path, resolve
 from actors.workers.protocol import Drain
+from actors.workers.runs import DEFAULT_BACKOFF, worker_default
 from actors.workers.sup import workers_children
 from fdblayer.urls import redact_url
 
@@ -43,10 +44,14 @@ class HostSpec:
     finished and failed jobs are kept (``keep_finished``, ``keep_failed``,
     0: for ever)."""
 
-    def __init__(self, store: str, types: dict, *, periodic: Optional[dict] = None, concurrency: int = 4,
-                 max_attempts: int = 3, type_timeout: float = 30.0, grace: float = 30.0, job_timeout: float = 0.0,
-                 backoff: tuple = (1.0, 3600.0), keep_finished: float = 86400.0,
-                 keep_failed: float = 7 * 86400.0, async_concurrency: int = 100) -> None:
+    def __init__(self, store: str, types: dict, *, periodic: Optional[dict] = None,
+                 concurrency: int = worker_default("concurrency"),
+                 max_attempts: int = worker_default("max_attempts"),
+                 type_timeout: float = worker_default("type_timeout"), grace: float = worker_default("grace"),
+                 job_timeout: float = worker_default("job_timeout"), backoff: tuple = DEFAULT_BACKOFF,
+                 keep_finished: float = worker_default("keep_finished"),
+                 keep_failed: float = worker_default("keep_failed"),
+                 async_concurrency: int = worker_default("async_concurrency")) -> None:
         self.store = store
         self.types = dict(types)
         self.periodic = dict(periodic or {})

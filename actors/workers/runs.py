@@ -14,6 +14,7 @@ from typing import Any, Optional
 
 from fdblayer.jobs import work
 
+from actors.settings.schema import known
 from actors.workers.channel import Channel
 
 __all__ = ["Running", "Slot", "TypeSlot", "prefetch_for", "retry_delay", "short",
@@ -92,15 +93,26 @@ class Slot:
     pidfd: Optional[int] = None  # the worker's process, once it said hello
 
 
+def worker_default(key: str) -> Any:
+    """``[worker] key``'s default, read from the settings schema (the one
+    place a default is written; seconds for times)."""
+    return known("worker", key).default
+
+
+#: Retry delays of a failed attempt: ``base * 2**(attempt-1)`` seconds, at
+#: most ``cap`` (:func:`retry_delay`), unless a handler declares its own.
+DEFAULT_BACKOFF = (1.0, 3600.0)
+
+
 @dataclass
 class TypeSlot:
     """What the dispatcher knows of one served type."""
 
     handler: str
     max_attempts: int
-    timeout: float = 30.0
+    timeout: float = float(worker_default("type_timeout"))
     time_limit: Optional[float] = None
-    backoff: tuple = (1.0, 3600.0)
+    backoff: tuple = DEFAULT_BACKOFF
     maybe_work: bool = True
     watch: Any = None
     due_at: Optional[float] = None
