@@ -225,7 +225,7 @@ def cmd_node_start(args: argparse.Namespace) -> int:
     logging.basicConfig(level=getattr(logging, cfg.node.log_level.upper()),
                         format="%(asctime)s %(levelname)s %(name)s pid=%(process)d %(message)s")
     if args.workers:
-        from actors.workers.handlers import parse_assignments
+        from actors.handlers import parse_assignments
 
         cfg.workers.update(parse_assignments(args.workers))
     return node.run(cfg)

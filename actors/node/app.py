@@ -24,7 +24,7 @@ from supervision import BadChildSpec, ChildSpec
 
 from actors.errors import ActorsError
 from actors import names
-from actors.workers.handlers import HandlerError, add_cwd_to_path, resolve
+from actors.handlers import HandlerError, add_cwd_to_path, resolve
 
 __all__ = ["AppError", "load_app", "reserved_names"]
 

@@ -41,8 +41,8 @@ from actors.scheduler.fence import LeaseFence
 from actors.scheduler.model import InvalidJobSpec
 from actors.scheduler.protocol import DEFAULT_HOSTS, HOST_NAME, CountRunning
 from actors.names import REPLICATE_HANDLER
-from actors.scheduler.job import (PUBLISH_INTERVAL, STOP_GRACE, HandlerExit, JobContext, JobProgress, JobStopping,
-                                  resolve_handler)
+from actors.handlers import resolve
+from actors.scheduler.job import PUBLISH_INTERVAL, STOP_GRACE, HandlerExit, JobContext, JobProgress, JobStopping
 
 log = logging.getLogger(__name__)
 
@@ -181,7 +181,7 @@ class JobHost(GenServer):
         path = run.spec.handler or REPLICATE_HANDLER
         try:
             try:
-                resolve_handler(path)(ctx)
+                resolve(path)(ctx)
                 run.outcome = "normal"
             except JobStopping:
                 run.outcome = "shutdown" if run.stop.is_set() else "normal"

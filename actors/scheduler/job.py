@@ -36,12 +36,13 @@ import queue
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from supervision import GenServer
 from supervision.messages import Cast
 
 from actors.errors import ActorsError
+from actors.handlers import resolve
 from actors.names import REPLICATE_HANDLER
 from actors.scheduler.core import JobSpec
 from actors.scheduler.fence import LEASE_EXPIRED, LeaseFence
@@ -168,25 +169,6 @@ class JobContext:
             raise JobStopping()
 
 
-def resolve_handler(path: str) -> Callable[[JobContext], Any]:
-    """Import ``package.module:callable``.
-
-    Raises:
-        ImportError: the module or attribute cannot be found.
-        TypeError: it is not callable.
-    """
-    module_name, _, attr = path.partition(":")
-    obj: Any = importlib.import_module(module_name)
-    for part in attr.split("."):
-        try:
-            obj = getattr(obj, part)
-        except AttributeError:
-            raise ImportError(f"{module_name} has no attribute {attr!r}") from None
-    if not callable(obj):
-        raise TypeError(f"handler {path!r} is not callable")
-    return obj
-
-
 def check_runnable(spec: JobSpec) -> None:
     """Raise :class:`InvalidJobSpec` for a well-formed job that could never run.
 
@@ -286,7 +268,7 @@ class SchedulerJob(GenServer):
 
     def _work(self, path: str, ctx: JobContext) -> None:
         try:
-            handler = resolve_handler(path)
+            handler = resolve(path)
             handler(ctx)
             self.outcome = ctx.exit_reason("normal")
         except JobStopping:

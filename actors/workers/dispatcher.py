@@ -71,7 +71,7 @@ from supervision.waker import Waker
 
 from actors.workers import channel
 from actors.workers.control import handler_options
-from actors.workers.handlers import is_async, resolve
+from actors.handlers import is_async, resolve
 from actors.workers.protocol import Drain, GetStatus, RunJob, RunJobs, TakeBack
 from actors.workers.drain import Draining
 from actors.workers.pool import PoolKeeping

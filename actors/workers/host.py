@@ -21,7 +21,7 @@ from supervision.runtime import runtime_dir
 from supervision.system import start_node, stop_node, wait_for_stop
 
 from actors import names
-from actors.workers.handlers import add_cwd_to_path, resolve
+from actors.handlers import add_cwd_to_path, resolve
 from actors.workers.protocol import Drain
 from actors.workers.runs import DEFAULT_BACKOFF, worker_default
 from actors.workers.sup import workers_children
@@ -70,7 +70,7 @@ def spec_from_config(cfg: Any, assignments: list, crons: list, args: Any = None)
     """The host a config file (``[workers]``, ``[periodic]``, ``[worker]``, ``[node] store``)
     and a command line (``TYPE=handler`` items, ``--cron`` items, options) ask for;
     the command line wins."""
-    from actors.workers.handlers import parse_assignments
+    from actors.handlers import parse_assignments
 
     types = dict(cfg.workers, **parse_assignments(assignments))
     periodic = dict(cfg.periodic, **parse_assignments(crons))

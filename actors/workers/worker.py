@@ -44,7 +44,7 @@ from supervision import GenServer
 
 from actors.workers.channel import Writer
 from actors.workers.context import JobContext, describe_error, encode_result
-from actors.workers.handlers import resolve
+from actors.handlers import resolve
 from actors.workers.protocol import Release, RunJobs, StopJob, TakeBack
 
 __all__ = ["Worker"]

@@ -28,7 +28,7 @@ from actors.scheduler.model import InvalidRequest, InvalidSetting, JobNotFound
 #: UnstorableResult is the queue's EncodingError (a handler's result, encoded
 #: as job data is, that cannot be stored); Retry, Snooze and Cancel are
 #: control flow a handler raises to steer its own job, not errors of ours.
-OUTSIDE = {"actors.scheduler.job.JobStopping", "actors.workers.handlers.HandlerError",
+OUTSIDE = {"actors.scheduler.job.JobStopping", "actors.handlers.HandlerError",
            "actors.workers.context.UnstorableResult", "actors.workers.control.Retry",
            "actors.workers.control.Snooze", "actors.workers.control.Cancel"}
 

@@ -288,7 +288,7 @@ def test_ctx_stopped_wakes_from_another_thread_and_times_out():
 def test_async_handlers_are_told_apart():
     import functools
 
-    from actors.workers.handlers import is_async
+    from actors.handlers import is_async
 
     async def a(ctx):
         return None

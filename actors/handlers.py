@@ -1,4 +1,5 @@
-"""Job handlers named ``package.module:callable``, found as ``rq worker`` finds them.
+"""Job handlers named ``package.module:callable``, found as ``rq worker`` finds them:
+the one resolver of worker pools' handlers and of the scheduler's jobs.
 
 Principle: a handler that cannot be used is found out before anything
 starts, with one line saying why (:class:`HandlerError`), never as a crash
