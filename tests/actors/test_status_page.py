@@ -203,6 +203,7 @@ def _samples(text: str) -> int:
     return int(re.search(r'<span id="samples">(\d+)</span>', text).group(1))
 
 
+@pytest.mark.slow
 def test_the_charts_count_the_jobs_that_succeed_and_fail_per_reading(n) -> None:
     start = _samples(page(n).text)
     db = fdblayer.open(n.store_url)
@@ -361,6 +362,7 @@ def dump_dom(url: str, tmp_path) -> str:
     return out.decode()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not os.path.exists(CHROMIUM) or not shutil.which(CHROMIUM),
                     reason="Debian's chromium is not installed (.ci/run installs it)")
 def test_headless_chromium_renders_the_page_and_runs_no_injected_script(n, tmp_path) -> None:

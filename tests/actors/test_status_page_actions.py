@@ -195,6 +195,7 @@ def test_the_forms_carry_the_token_and_the_actions_are_post_only(n) -> None:
 # ------------------------------------------------------ in a real browser
 
 
+@pytest.mark.slow
 @needs_chromium
 def test_in_chromium_retry_runs_a_failed_job_again(n, tmp_path) -> None:
     with Browser(str(tmp_path / "profile")) as browser:
@@ -212,6 +213,7 @@ def test_in_chromium_retry_runs_a_failed_job_again(n, tmp_path) -> None:
     assert view(n, "retry-me").json()["outcome"] == "succeeded"
 
 
+@pytest.mark.slow
 @needs_chromium
 def test_in_chromium_cancel_stops_and_removes_a_running_job(n, tmp_path) -> None:
     with Browser(str(tmp_path / "profile")) as browser:

@@ -122,6 +122,7 @@ def test_the_public_api_refuses_a_timeout_no_reader_could_use(tmp_path):
         db.close()
 
 
+@pytest.mark.slow
 def test_the_worst_stored_values_do_not_stop_a_node(node):
     db, proc, http_port, log = node
     wait_until(lambda: _up(http_port) or proc.poll() is not None, 60, "the node's HTTP API")

@@ -237,6 +237,7 @@ def test_a_process_is_signalled_only_with_its_own_start_time(bystander):
 
 
 # ------------------------------------------------------------ the directory
+@pytest.mark.slow
 @pytest.mark.parametrize("problem", ["world_writable", "group_writable", "foreign_owner"])
 def test_an_unsafe_runtime_dir_stops_every_command_before_it_creates_or_kills_anything(tmp_path, bystander,
                                                                                       problem):

@@ -41,6 +41,7 @@ def test_many_jobs_each_finish_once_with_their_result(hosts, db, workdir):
     assert sorted(ends) == sorted(ids)
 
 
+@pytest.mark.slow
 def test_a_failing_job_is_retried_then_fails_for_good(hosts, db):
     hosts(["flaky=handlers_mod:fail_until"], extra=["--max-attempts", "2"])
     started = time.time()
@@ -60,6 +61,7 @@ def test_a_failing_job_is_retried_then_fails_for_good(hosts, db):
     assert "fail_until" in st.errors[0]["traceback"] and st.errors[0]["at"] <= st.errors[1]["at"]
 
 
+@pytest.mark.slow
 def test_a_retry_can_succeed_and_max_attempts_is_per_job(hosts, db):
     hosts(["flaky=handlers_mod:fail_until"], extra=["--max-attempts", "1"])
     job_id = jobs.enqueue(db, "flaky", {"ok_at": 2}, max_attempts=2)
@@ -74,6 +76,7 @@ def test_prefetch_follows_the_run_time():
     assert prefetch_for(0.5) == prefetch_for(3600) == 1, "a long job never waits behind another"
 
 
+@pytest.mark.slow
 def test_a_quick_result_is_kept_at_once_though_a_long_job_runs_next_in_its_worker(hosts, db):
     """A worker reports ended runs in batches; one queued behind a long run
     is still reported within REPORT_DELAY (a timer), not when that run ends."""
@@ -159,6 +162,7 @@ def unstorable(ctx):
 # Both sides of issue 27, item 7: the worker marks the error "final"
 # (describe_error), the dispatcher then ends the job without a retry (before,
 # it ran max_attempts, 3, times).
+@pytest.mark.slow
 def test_an_unstorable_result_fails_the_job_at_once_and_runs_exactly_once(hosts, db, workdir):
     (workdir / "unstorable_mod.py").write_text(UNSTORABLE)
     run_log = workdir / "runs.jsonl"
@@ -176,6 +180,7 @@ def test_an_unstorable_result_fails_the_job_at_once_and_runs_exactly_once(hosts,
     assert started == sorted(ids.values()), "each handler ran exactly once: its side effects were not repeated"
 
 
+@pytest.mark.slow
 def test_a_delayed_job_never_starts_early(hosts, db, workdir):
     run_log = workdir / "runs.jsonl"
     hosts(["sum=handlers_mod:add"], run_log=run_log)
@@ -188,6 +193,7 @@ def test_a_delayed_job_never_starts_early(hosts, db, workdir):
     assert start["t"] - jobs.get_job(db, "sum", job_id).scheduled_time < 1.0, "it started soon after it was due"
 
 
+@pytest.mark.slow
 def test_a_job_at_a_time_waits_for_it(hosts, db, workdir):
     run_log = workdir / "runs.jsonl"
     hosts(["sum=handlers_mod:add"], run_log=run_log)
@@ -209,6 +215,7 @@ def test_a_worker_killed_mid_job_is_restarted_and_the_job_runs_again_at_once(hos
     wait_for(lambda: len(host.worker_pids()) == 2 and set(host.worker_pids()) != before, 10, "a restarted worker")
 
 
+@pytest.mark.slow
 def test_sigkill_of_a_busy_worker_from_outside(hosts, db, workdir):
     jobs.set_type_timeout(db, "pid", 60)
     host = hosts(["pid=handlers_mod:pid"])
@@ -223,6 +230,7 @@ def test_sigkill_of_a_busy_worker_from_outside(hosts, db, workdir):
     assert result != victim and jobs.status(db, "pid", job_id).attempt == 2
 
 
+@pytest.mark.slow
 def test_every_job_finishes_exactly_once_across_worker_kills(hosts, db, workdir):
     jobs.set_type_timeout(db, "sum", 60)
     run_log = workdir / "runs.jsonl"
@@ -240,6 +248,7 @@ def test_every_job_finishes_exactly_once_across_worker_kills(hosts, db, workdir)
     assert all(jobs.status(db, "sum", i).outcome == "succeeded" for i in ids)
 
 
+@pytest.mark.slow
 def test_a_job_removed_while_running_sees_stopping_and_its_outcome_is_discarded(hosts, db, workdir):
     jobs.set_type_timeout(db, "long", 2)  # leases renew every 0.5 s
     run_log = workdir / "runs.jsonl"
@@ -253,6 +262,7 @@ def test_a_job_removed_while_running_sees_stopping_and_its_outcome_is_discarded(
         jobs.get_job(db, "long", job_id)
 
 
+@pytest.mark.slow
 def test_a_long_handler_keeps_its_lease(hosts, db, workdir):
     jobs.set_type_timeout(db, "sleepy", 1)  # the activity monitor would take it after 1 s of silence
     run_log = workdir / "runs.jsonl"
@@ -276,6 +286,7 @@ def test_sigterm_lets_running_handlers_finish_and_releases_claimed_jobs(hosts, d
     assert len(runs(run_log)) == 2
 
 
+@pytest.mark.slow
 def test_sigterm_past_the_grace_puts_the_job_back(hosts, db, workdir):
     run_log = workdir / "runs.jsonl"
     host = hosts(["forever=handlers_mod:pid"], concurrency=1, run_log=run_log, extra=["--grace", "0.5"])
@@ -288,6 +299,7 @@ def test_sigterm_past_the_grace_puts_the_job_back(hosts, db, workdir):
     assert st.state is JobState.PENDING and st.attempt == 0
 
 
+@pytest.mark.slow
 def test_two_hosts_share_a_queue_and_never_run_a_job_twice_at_once(hosts, db, workdir):
     run_log = workdir / "runs.jsonl"
     hosts(["sleepy=handlers_mod:sleepy"], concurrency=2, run_log=run_log, name="a")
@@ -300,6 +312,7 @@ def test_two_hosts_share_a_queue_and_never_run_a_job_twice_at_once(hosts, db, wo
     assert len(pids) >= 3, "both hosts' workers took jobs"
 
 
+@pytest.mark.slow
 def test_periodic_ticks_are_enqueued_once_with_two_hosts(hosts, db, workdir):
     run_log = workdir / "runs.jsonl"
     cron = ["--cron", "tick=* * * * * *"]
@@ -314,6 +327,7 @@ def test_periodic_ticks_are_enqueued_once_with_two_hosts(hosts, db, workdir):
     assert stamps == list(range(stamps[0], stamps[0] + len(stamps))), "one job per tick, none skipped"
 
 
+@pytest.mark.slow
 def test_missed_ticks_are_not_replayed(db, hosts, workdir):
     from fdblayer.jobs import work
     from fdblayer.jobs.codec import encode_data
@@ -349,6 +363,7 @@ def test_a_broken_handler_is_a_clear_error(hosts, item, says):
     assert says in host.log() and host.log().count("\n") == 1
 
 
+@pytest.mark.slow
 def test_a_node_runs_a_pool_from_its_config(workdir, store_url, db):
     import subprocess
     import sys
@@ -386,6 +401,7 @@ def test_progress_that_would_pass_its_bound_writes_nothing(hosts, db):
     assert jobs.status(db, "big", job_id).progress == {"a": "x" * 5000}
 
 
+@pytest.mark.slow
 def test_a_running_host_is_visible_with_the_job_it_runs_and_gone_after_a_clean_stop(hosts, db, workdir):
     from fdblayer.jobs import hosts as beats
     from fdblayer.jobs.keys import DEFAULT_LAYOUT
