@@ -232,20 +232,36 @@ def test_sigkill_of_a_busy_worker_from_outside(hosts, db, workdir):
 
 @pytest.mark.slow
 def test_every_job_finishes_exactly_once_across_worker_kills(hosts, db, workdir):
+    """A SIGKILL may make a job run again (at least once), never twice in
+    workers that live on: of each job's runs, every one but the last was in
+    a killed worker, and the last ran to its end and is the attempt kept."""
     jobs.set_type_timeout(db, "sum", 60)
     run_log = workdir / "runs.jsonl"
     host = hosts(["sum=handlers_mod:add"], concurrency=4, run_log=run_log, extra=["--max-attempts", "10"])
     ids = [jobs.enqueue(db, "sum", {"a": n, "b": 0}) for n in range(400)]
-    kills = 0
+    killed: set[int] = set()
     deadline = time.time() + 60
-    while time.time() < deadline and kills < 6:
+    while time.time() < deadline and len(killed) < 6:
         pids = host.worker_pids()
         if pids:
-            os.kill(pids[kills % len(pids)], signal.SIGKILL)
-            kills += 1
+            victim = pids[len(killed) % len(pids)]
+            os.kill(victim, signal.SIGKILL)
+            killed.add(victim)
         time.sleep(0.15)
     assert [jobs.result(db, "sum", i, timeout=60) for i in ids] == list(range(400))
-    assert all(jobs.status(db, "sum", i).outcome == "succeeded" for i in ids)
+    by_job: dict[str, list[dict]] = {}
+    for r in runs(run_log):
+        by_job.setdefault(r["id"], []).append(r)
+    assert sorted(by_job) == sorted(ids), "every job ran, and only these"
+    for job_id in ids:
+        starts = sorted((r for r in by_job[job_id] if r["event"] == "start"), key=lambda r: r["t"])
+        ends = [r for r in by_job[job_id] if r["event"] == "end"]
+        *cut_short, last = starts
+        assert all(r["pid"] in killed for r in cut_short), f"{job_id} ran again though no kill cut it short: {starts}"
+        assert any(e["pid"] == last["pid"] and e["attempt"] == last["attempt"] for e in ends), \
+            f"{job_id}: its last run did not reach its end: {by_job[job_id]}"
+        st = jobs.status(db, "sum", job_id)
+        assert st.outcome == "succeeded" and st.attempt == last["attempt"], (job_id, st.attempt, starts)
 
 
 @pytest.mark.slow
