@@ -10,7 +10,7 @@ import time
 import pytest
 
 from actors import jobs
-from actors.workers.dispatcher import retry_delay
+from actors.workers.dispatcher import SCHEDULE_CHECK, retry_delay
 from fdblayer.jobs.job import JobState
 from tests.workers.hosts import wait_for
 
@@ -328,35 +328,76 @@ def test_two_hosts_share_a_queue_and_never_run_a_job_twice_at_once(hosts, db, wo
     assert len(pids) >= 3, "both hosts' workers took jobs"
 
 
+def tick_of(job_id: str) -> int:
+    """The tick (seconds since the epoch) of a periodic job's id, ``tick-<epoch>``."""
+    prefix, _, stamp = job_id.partition("-")
+    assert prefix == "tick" and stamp.isdigit(), job_id
+    return int(stamp)
+
+
+def watch_ticks_past_a_schedule_reread(run_log, since: float) -> None:
+    """Wait until a tick later than ``since`` plus a re-read of the schedules
+    (SCHEDULE_CHECK) ran: a tick replayed by that re-read has run by then."""
+    until = since + SCHEDULE_CHECK + 2
+    wait_for(lambda: any(tick_of(r["id"]) >= until for r in runs(run_log)), SCHEDULE_CHECK + 60,
+             f"a tick past {until:.0f}")
+
+
+def check_tick_jobs(db, run_log) -> list[int]:
+    """What holds for any schedule once its hosts stopped: the type's jobs are
+    the ticks up to the schedule's last one, each run at most once, none run
+    before its tick. Returns the ticks in the store, in order."""
+    stamps = sorted(tick_of(info.id) for info in jobs.get_jobs(db, "tick"))
+    [entry] = jobs.schedules(db)
+    assert stamps and stamps[-1] == entry["last_tick"], (stamps[-5:], entry)
+    ran = [r for r in runs(run_log) if r["event"] == "start"]
+    ids = [r["id"] for r in ran]
+    assert len(ids) == len(set(ids)), f"a tick ran twice: {sorted(i for i in ids if ids.count(i) > 1)}"
+    assert {tick_of(i) for i in ids} <= set(stamps), "every tick that ran is a job of the schedule"
+    early = [r for r in ran if r["t"] < tick_of(r["id"]) - 0.05]
+    assert not early, f"ran before their tick: {early}"
+    return stamps
+
+
 @pytest.mark.slow
 def test_periodic_ticks_are_enqueued_once_with_two_hosts(hosts, db, workdir):
+    """Two hosts serve one schedule: each second after the schedule was set
+    is one job, whichever host fires it, and no tick already done is
+    enqueued again, at the hosts' start or when they re-read the schedules."""
+    jobs.set_type_timeout(db, "tick", 30)
+    jobs.schedule(db, "tick", "* * * * * *")
+    [entry] = jobs.schedules(db)
+    set_at = entry["last_tick"]  # ticks up to here count as done
     run_log = workdir / "runs.jsonl"
-    cron = ["--cron", "tick=* * * * * *"]
-    hosts(["tick=handlers_mod:tick"], run_log=run_log, extra=cron, name="a")
-    hosts(["tick=handlers_mod:tick"], run_log=run_log, extra=cron, name="b")
-    time.sleep(3.5)  # three or four one-second ticks: what is measured is how many jobs they made
-    ticks = [r["id"] for r in runs(run_log)]
-    assert len(ticks) >= 2
-    assert len(ticks) == len(set(ticks)), f"a tick ran twice: {ticks}"
-    assert all(t.startswith("tick-") for t in ticks)
-    stamps = sorted(int(t.split("-")[1]) for t in ticks)
-    assert stamps == list(range(stamps[0], stamps[0] + len(stamps))), "one job per tick, none skipped"
+    cron = ["--cron", "tick=* * * * * *"]  # the same schedule: it keeps its last tick
+    a = hosts(["tick=handlers_mod:tick"], run_log=run_log, extra=cron, name="a")
+    up_at = time.time()
+    b = hosts(["tick=handlers_mod:tick"], run_log=run_log, extra=cron, name="b")
+    watch_ticks_past_a_schedule_reread(run_log, up_at)
+    assert a.terminate() == 0 and b.terminate() == 0
+    stamps = check_tick_jobs(db, run_log)
+    assert stamps[0] > set_at, f"tick {stamps[0]} was done when the schedule was set ({set_at})"
+    assert stamps == list(range(stamps[0], stamps[-1] + 1)), "one job per tick, none skipped"
 
 
 @pytest.mark.slow
 def test_missed_ticks_are_not_replayed(db, hosts, workdir):
+    """Five ticks passed while no host ran: when one starts, only the latest
+    of them is enqueued (no tick from before its start), then one job per
+    tick, and a re-read of the schedules enqueues no tick again."""
     from fdblayer.jobs import work
     from fdblayer.jobs.codec import encode_data
     from fdblayer.jobs.keys import DEFAULT_LAYOUT
 
     jobs.set_type_timeout(db, "tick", 30)
-    # A schedule whose last tick is 5 s old: five ticks passed while no host ran.
     work.set_schedule(db, DEFAULT_LAYOUT, "tick", "* * * * * *", encode_data({}), int(time.time()) - 5)
     run_log = workdir / "runs.jsonl"
-    hosts(["tick=handlers_mod:tick"], run_log=run_log)
-    wait_for(lambda: runs(run_log), 10, "a tick")
-    time.sleep(0.5)
-    assert len(runs(run_log)) <= 2, "only the latest missed tick (and perhaps one new) ran"
+    launched = int(time.time())
+    host = hosts(["tick=handlers_mod:tick"], run_log=run_log)
+    watch_ticks_past_a_schedule_reread(run_log, time.time())
+    assert host.terminate() == 0
+    stamps = check_tick_jobs(db, run_log)
+    assert stamps[0] >= launched, f"ticks from before the host started were replayed: {stamps[:6]} ({launched})"
 
 
 def test_a_missing_handler_is_a_one_line_error(hosts, workdir):
