@@ -150,6 +150,7 @@ def test_retry_refuses_an_unfinished_job_and_cancel_a_job_finished_since(n) -> N
     assert view(n, "retry-me").status_code == 200
 
 
+@pytest.mark.slow
 def test_with_admins_the_token_is_bound_to_the_admin_and_expires(a) -> None:
     adm, other = ADMINS_AUTH["adm"], ADMINS_AUTH["other"]
     assert job_page(a, "later-1").status_code == 401

@@ -408,6 +408,7 @@ def test_a_missing_handler_is_a_one_line_error(hosts, workdir):
                      f"(on sys.path or in {workdir})"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("item, says", [
     ("x=handlers_mod:nope", "has no attribute 'nope'"),
     ("x=handlers_mod", "package.module:callable"),
