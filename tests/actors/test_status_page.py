@@ -27,6 +27,7 @@ from actors.http.server import http_children
 from actors.node.config import Config
 from actors.node.root import ROOT_FLAGS, root_children
 from actors.scheduler.client import SchedulerClient
+from fdblayer.jobs.hosts import BEAT
 from supervision import start_node
 
 from .http_fixtures import HttpNode, free_port, group_pids, wait_until
@@ -231,6 +232,10 @@ def test_the_charts_count_the_jobs_that_succeed_and_fail_per_reading(n) -> None:
 
 
 def test_the_hosts_section_lists_the_running_host(n) -> None:
+    # The held job shows from the host's first heartbeat after it started
+    # (every BEAT seconds): waited for here, not left to the tests before.
+    wait_until(lambda: any(h["busy"] >= 1 for h in n.request("GET", "/_workers").json()["hosts"]),
+               3 * BEAT + 30, "a heartbeat of the host with its running job")
     workers = n.request("GET", "/_workers").json()["hosts"]
     assert len(workers) == 1
     section = re.search(r'<section id="hosts">.*?</section>', page(n).text).group(0)
