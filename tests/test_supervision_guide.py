@@ -177,7 +177,20 @@ def test_the_guide_has_blocks_of_every_kind_and_no_unknown_fences() -> None:
     assert unknown == [], f"{GUIDE_NAME}: fenced blocks in a language that is neither run nor known: {unknown}"
 
 
-@pytest.mark.parametrize("block", BLOCKS, ids=[block.id for block in BLOCKS])
+#: What makes a block slow (a second or more on a loaded machine): it starts
+#: a node (running_node, or from the command line), kills processes or sends
+#: exit signals, sleeps, or waits out a leak; a pytest file is slow too.
+SLOW_BLOCK = ("running_node(", '"node", "start"', "os.kill", "SIGKILL", ".exit(", "time.sleep(", "LeakedProcesses")
+
+
+def is_slow(block: Block) -> bool:
+    """A block for the slow tier (``pytest -m slow``) rather than the quick loop
+    (a module block only writes a file: never slow)."""
+    return block.kind == "test" or (block.kind == "script" and any(sign in block.code for sign in SLOW_BLOCK))
+
+
+@pytest.mark.parametrize("block", [pytest.param(block, id=block.id, marks=pytest.mark.slow if is_slow(block) else ())
+                                   for block in BLOCKS])
 def test_guide_block(block: Block, tmp_path: Path) -> None:
     for name, code in files_up_to(block).items():
         (tmp_path / name).write_text(code)

@@ -128,6 +128,7 @@ TRACEBACK = ('Traceback (most recent call last):\n  File "/app/tasks.py", line 3
              '    raise ValueError("nope")\nValueError: nope\n')
 
 
+@pytest.mark.slow
 def test_result_and_retry_of_a_pool_job(store):
     from actors.workers.context import encode_result
     from fdblayer.jobs import work
@@ -175,6 +176,7 @@ def test_add_on_a_fresh_store_declares_the_type_with_the_default_timeout(store):
     assert out.returncode == 2 and "JSON object" in out.stderr and jobs.get_type_timeout(db, "other") is None
 
 
+@pytest.mark.slow
 def test_schedules_are_listed_from_the_store_and_removed(store):
     url, db = store
     assert cli("jobs", "schedules", "--store", url).stdout == ""
@@ -241,6 +243,7 @@ REFUSED = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", list(REFUSED))
 def test_a_refused_command_creates_no_store_files(tmp_path, busy_port, case):
     from tests.procs import free_port

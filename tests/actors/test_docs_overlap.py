@@ -29,10 +29,13 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 LEDGER = "tests.actors.scheduler_fixtures:ledger"
 #: (documents, max_jobs a node, seconds between ticks, owner timeout in
-#: seconds): a quick case, and the issue's scale (2,000 documents, the
-#: seed's max_jobs of 500 a node; a 10 s owner timeout, as 1,000 running
-#: jobs a node on two shared CPUs need more than the quick case's 2 s).
-SCALES = {"60_docs": (60, 60, 0.1, 2), "2000_docs": (2000, 500, 0.5, 10)}
+#: seconds, seconds a wait that grows with the documents may take): a quick
+#: case, and the issue's scale (2,000 documents, the seed's max_jobs of 500 a
+#: node; a 10 s owner timeout, as 1,000 running jobs a node on two shared
+#: CPUs need more than the quick case's 2 s). The waits are bounds for a
+#: loaded 2-CPU machine, not figures: how soon documents are owned and
+#: taken over at scale is bench/bench_scheduler.py's to measure.
+SCALES = {"60_docs": (60, 60, 0.1, 2, 60), "2000_docs": (2000, 500, 0.5, 10, 300)}
 
 
 def runs(path) -> dict:
@@ -91,9 +94,10 @@ def ticking(path, pgid: int, since: float) -> set:
     return {doc for doc, doc_runs in runs(path).items() for r in doc_runs if r[0] == pgid and r[2] > since}
 
 
-@pytest.mark.parametrize("scale", list(SCALES))
+@pytest.mark.parametrize("scale", [pytest.param(scale, marks=pytest.mark.timeout(300 + 6 * SCALES[scale][4]))
+                                   for scale in SCALES])
 def test_a_paused_then_a_killed_node_never_lets_a_document_run_twice(pg_server, tmp_path, scale):
-    n_docs, max_jobs, tick, owner_timeout = SCALES[scale]
+    n_docs, max_jobs, tick, owner_timeout, settle = SCALES[scale]
     url = pg_server.url(prefix=f"overlap{os.getpid()}")
     db = fdblayer.open(url)
     ledger = tmp_path / "ledger"
@@ -105,13 +109,13 @@ def test_a_paused_then_a_killed_node_never_lets_a_document_run_twice(pg_server, 
         for doc_id in ids:
             docs.put(db, "_replicator", doc_id, {"handler": LEDGER, "continuous": True,
                                                  "options": {"ledger": str(ledger), "doc": doc_id, "tick": tick}})
-        wait_until(lambda: sorted(nodes[0].doc_ids() + nodes[1].doc_ids()) == ids, 120,
+        wait_until(lambda: sorted(nodes[0].doc_ids() + nodes[1].doc_ids()) == ids, 2 * settle,
                    "every document owned by one node", step=0.5)
         paused = max(nodes, key=lambda n: len(n.doc_ids()))
         other = nodes[1] if paused is nodes[0] else nodes[0]
         pgid_p = paused.info["pgid"]
         wait_until(lambda: len(ticking(ledger, pgid_p, time.time() - 1)) >= min(len(paused.doc_ids()), max_jobs) // 2,
-                   60, "the paused-to-be node's jobs working", step=0.5)
+                   settle, "the paused-to-be node's jobs working", step=0.5)
         for _ in range(20):  # pause it outside a commit: a frozen transaction would block the other node
             pause(paused, signal.SIGSTOP)
             if not frozen_transactions(db):
@@ -123,19 +127,19 @@ def test_a_paused_then_a_killed_node_never_lets_a_document_run_twice(pg_server, 
         stopped_at = time.time()
         was_paused = ticking(ledger, pgid_p, stopped_at - 2)
         try:
-            wait_until(lambda: ticking(ledger, other.info["pgid"], stopped_at) & was_paused, 10 * owner_timeout + 30,
-                       "the other node to take the paused node's documents over", step=0.5)
+            wait_until(lambda: ticking(ledger, other.info["pgid"], stopped_at) & was_paused,
+                       10 * owner_timeout + settle, "the other node to take the paused node's documents over", step=0.5)
             time.sleep(owner_timeout)
         finally:
             pause(paused, signal.SIGCONT)
         continued_at = time.time()
-        wait_until(lambda: sorted(nodes[0].doc_ids() + nodes[1].doc_ids()) == ids, 60,
+        wait_until(lambda: sorted(nodes[0].doc_ids() + nodes[1].doc_ids()) == ids, settle,
                    "every document owned by exactly one node again", step=0.5)
         other.kill()
         killed_at = time.time()
-        wait_until(lambda: paused.doc_ids() == ids, 10 * owner_timeout + 60,
+        wait_until(lambda: paused.doc_ids() == ids, 10 * owner_timeout + settle,
                    "the continued node to take everything back", step=0.5)
-        wait_until(lambda: len(ticking(ledger, pgid_p, killed_at)) >= min(n_docs, max_jobs) // 2, 60,
+        wait_until(lambda: len(ticking(ledger, pgid_p, killed_at)) >= min(n_docs, max_jobs) // 2, settle,
                    "the continued node's jobs working", step=0.5)
         found = overlaps(runs(ledger))
         assert not found, f"{len(found)} overlapping runs, first ones: {found[:5]}"

@@ -69,6 +69,7 @@ def test_accept_renew_and_a_replaced_doc_going_back_to_the_queue(db):
     assert jobs.get_job_state(db, docs.DOCS_TYPE, again.job.id) == "finished"
 
 
+@pytest.mark.slow
 def test_leases_renewed_together_are_each_re_enqueued_when_silent(db):
     from fdblayer.jobs import activity
     from fdblayer.jobs.keys import DEFAULT_LAYOUT

@@ -143,6 +143,7 @@ def test_put_answers_the_old_value_and_every_actor_runs_with_the_new_one(q) -> N
 # ------------------------------------------------------------ behaviour
 
 
+@pytest.mark.slow
 def test_holdoff_change_batches_notifications_differently(q) -> None:
     """holdoff 0: one event per update; 60 s: updates coalesce, none goes out
     meanwhile; back to 50 ms: the waiting notification goes out at once."""
@@ -177,6 +178,7 @@ def test_holdoff_change_batches_notifications_differently(q) -> None:
         q.client.terminate_child(q.client.node, "cfg-sub-holdoff")
 
 
+@pytest.mark.slow
 def test_type_check_period_change_picks_up_a_new_type_sooner(q) -> None:
     monitors = lambda: len(q.kids(ACTIVITY_MONITOR_SUP))  # noqa: E731
     start = monitors()
@@ -209,6 +211,7 @@ def test_other_sections_stay_read_only(q) -> None:
 # ----------------------------------------------------------------- restarts
 
 
+@pytest.mark.slow
 def test_sigkilled_actors_come_back_with_the_new_values(q) -> None:
     changed = {"type_monitor_holdoff_msec": 123, "type_monitor_timeout_msec": 4567,
                "activity_monitor_max_jitter_msec": 77, "type_check_period_msec": 700,
@@ -348,6 +351,7 @@ def fnode(tmp_path):
         node.close()
 
 
+@pytest.mark.slow
 def test_replicator_values_survive_a_sigkilled_scheduler_and_http_process(fnode) -> None:
     for i in range(2):
         fnode.add(f"j{i}")
@@ -384,6 +388,7 @@ def test_replicator_values_survive_a_sigkilled_scheduler_and_http_process(fnode)
     assert fnode.path.read_text() == file_before  # X-Couch-Persist: false
 
 
+@pytest.mark.slow
 def test_a_put_is_written_to_the_config_file_and_kept_by_a_node_restart(fnode) -> None:
     assert fnode.put("replicator", "max_jobs", "7").json() == "3"
     assert fnode.put("replicator", "max_churn", " 9 ").json() == "20"  # not in the file yet

@@ -39,6 +39,7 @@ def test_many_jobs_share_a_few_processes(h):
     assert h.client.which_children(names.SCHEDULER_SUP) == []
 
 
+@pytest.mark.slow
 def test_stubborn_handlers_stop_in_parallel_and_a_new_job_starts_meanwhile(h):
     for i in range(20):
         h.s.add_job(h.spec(f"s{i}", handler="stubborn"))
@@ -55,6 +56,7 @@ def test_stubborn_handlers_stop_in_parallel_and_a_new_job_starts_meanwhile(h):
     assert time.monotonic() - t0 < STOP_GRACE + KILL_GRACE + 3, "in parallel: one grace for all 20"
 
 
+@pytest.mark.slow
 def test_a_handler_blocked_in_native_code_takes_its_host_down_and_nothing_else_is_lost(h):
     h.s.add_job(h.spec("blocked", handler="blocked"))
     wait_until(lambda: h.events("start"), what="the blocked job running")
@@ -96,6 +98,7 @@ def test_a_malformed_start_is_refused_and_the_host_runs_on(h):
     wait_until(lambda: h.live_job_actors() == 1, what="the hosts still run jobs")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("isolation", ["thread", "process"])
 def test_a_removed_job_is_listed_until_its_code_ended_and_a_job_of_its_id_waits_for_it(h, isolation):
     """Removing only asks a job to stop: the scheduler keeps listing it (and
@@ -115,6 +118,7 @@ def test_a_removed_job_is_listed_until_its_code_ended_and_a_job_of_its_id_waits_
     assert h.live_job_actors() == 1
 
 
+@pytest.mark.slow
 def test_a_process_job_holds_none_of_its_siblings_descriptors(h):
     """isolation "process": each job is a forked child of scheduler_sup, and
     the k-th must not inherit the pipes its parent keeps for the k-1 before

@@ -36,7 +36,7 @@ from .jobs_fixtures import (
     wait_until,
 )
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
 T = ("kill", 1)
 TIMEOUT = 30  # long: no re-enqueue while a kill test holds a job

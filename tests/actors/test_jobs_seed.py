@@ -106,6 +106,7 @@ def test_dead_notifier_restarts_jobs_server(q):
     assert not set(q.kid_pids(NOTIFIER_SUP)) & set(notifier_pids)
 
 
+@pytest.mark.slow
 def test_bad_messages_restart_couch_jobs_server(q):
     restart_app(q)
     pid1 = q.pid(JOBS_SERVER)
@@ -126,6 +127,7 @@ def test_bad_messages_restart_couch_jobs_server(q):
     assert len({pid1, pid2, pid3, q.pid(JOBS_SERVER)}) == 4
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sup", [NOTIFIER_SUP, ACTIVITY_MONITOR_SUP], ids=["notifier", "activity_monitor"])
 def test_bad_messages_restart_per_type_actor(q, sup):
     """bad_messages_restart_notifier / bad_messages_restart_activity_monitor."""

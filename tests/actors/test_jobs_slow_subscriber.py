@@ -45,6 +45,7 @@ def q(tmp_path):
         node.stop()
 
 
+@pytest.mark.slow
 def test_a_stopped_subscriber_does_not_hold_up_the_others(q):
     for n in range(N):
         jobs.add(q.db, T, f"j{n}", {})

@@ -156,6 +156,7 @@ def _pid_or_none(client):
         return None
 
 
+@pytest.mark.slow
 def test_app_from_the_config_file(app_node):
     ini = app_node.dir / "node.ini"
     ini.write_text("[node]\napp = myapp:children\n")

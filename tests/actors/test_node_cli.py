@@ -71,6 +71,7 @@ def test_node_starts_logs_up_and_stops_cleanly_on_sigterm(node):
     assert not (Path(node.env["OTPJOBS_RUNTIME_DIR"]) / f"node-{node.port}.json").exists()
 
 
+@pytest.mark.slow
 def test_every_socket_of_the_node_listens_on_loopback_only(node):
     node.start()
     pids = group_pids(node.runtime()["pgid"]) | {node.proc.pid}
@@ -79,6 +80,7 @@ def test_every_socket_of_the_node_listens_on_loopback_only(node):
     assert addresses and all(a.startswith("127.0.0.1:") for a in addresses), addresses
 
 
+@pytest.mark.slow
 def test_status_and_stop_commands(node):
     node.start()
     status = node.cli("node", "status", "--port", str(node.port))
@@ -91,6 +93,7 @@ def test_status_and_stop_commands(node):
     assert down.returncode == 1 and json.loads(down.stdout)["running"] is False
 
 
+@pytest.mark.slow
 def test_a_sigkilled_node_command_takes_its_node_down_and_a_new_one_starts(node):
     node.start()
     old_pgid = node.runtime()["pgid"]
@@ -111,6 +114,7 @@ def test_status_of_a_port_with_no_node_starts_nothing(node):
         assert s.connect_ex(("127.0.0.1", node.port)) != 0, "no actor system was started by the client"
 
 
+@pytest.mark.slow
 def test_jobs_and_types_commands_round_trip(node):
     assert node.cli("jobs", "add", "t", "j0", "{}", "--store", node.store).returncode == 0, \
         "adding to a type with no timeout declares it (issue 27, item 8)"
@@ -127,6 +131,7 @@ def test_jobs_and_types_commands_round_trip(node):
     assert node.cli("jobs", "list", "t", "--store", node.store).stdout == ""
 
 
+@pytest.mark.slow
 def test_http_port_zero_serves_on_a_port_the_system_picked(node):
     import urllib.request
 

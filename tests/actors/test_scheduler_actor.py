@@ -137,6 +137,7 @@ RESCHEDULE_CASES = [
 ]
 
 
+@pytest.mark.slow
 def test_seed_reschedule_cases_through_the_real_actor(h) -> None:
     """Every reschedule case of the seed, with real job actors started and stopped."""
     for name, jobs, steps in RESCHEDULE_CASES:
@@ -214,6 +215,7 @@ def test_one_shot_job_that_completes_leaves_the_table(h, tmp_path) -> None:
     assert [line.split()[0] for line in h.events()] == ["start", "done"]
 
 
+@pytest.mark.slow
 def test_stopped_job_checkpoints_and_resumes_from_it(h) -> None:
     h.s.add_job(h.spec("c1"))
     wait_until(lambda: h.s.job("c1")["info"].get("ticks", 0) >= 3, what="ticks")

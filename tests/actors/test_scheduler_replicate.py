@@ -96,6 +96,7 @@ def test_one_shot_job_on_a_node_completes_and_leaves_the_table(h, tmp_path) -> N
     assert contents(tgt) == contents(src)
 
 
+@pytest.mark.slow
 def test_continuous_job_follows_new_writes(h, tmp_path) -> None:  # noqa: F811
     src, tgt = tmp_path / "src.db", tmp_path / "tgt.db"
     fill(src, 100)
@@ -111,6 +112,7 @@ def test_continuous_job_follows_new_writes(h, tmp_path) -> None:  # noqa: F811
     wait_until(lambda: h.live_job_actors() == 0, what="job stopped")
 
 
+@pytest.mark.slow
 def test_sigkilled_replication_resumes_from_its_checkpoint(h, tmp_path) -> None:  # noqa: F811
     src, tgt = tmp_path / "src.db", tmp_path / "tgt.db"
     n = 2000

@@ -27,6 +27,7 @@ from actors.http.server import http_children
 from actors.settings.config import Config
 from actors.node.root import ROOT_FLAGS, root_children
 from actors.scheduler.client import SchedulerClient
+from fdblayer.jobs.hosts import BEAT
 from supervision import start_node
 
 from .http_fixtures import HttpNode, free_port, group_pids, wait_until
@@ -203,6 +204,7 @@ def _samples(text: str) -> int:
     return int(re.search(r'<span id="samples">(\d+)</span>', text).group(1))
 
 
+@pytest.mark.slow
 def test_the_charts_count_the_jobs_that_succeed_and_fail_per_reading(n) -> None:
     # a difference needs a reading before the jobs finish: wait for one that knows the type (a node
     # just started may have read the store before the fixture's jobs declared it)
@@ -233,6 +235,10 @@ def test_the_charts_count_the_jobs_that_succeed_and_fail_per_reading(n) -> None:
 
 
 def test_the_hosts_section_lists_the_running_host(n) -> None:
+    # The held job shows from the host's first heartbeat after it started
+    # (every BEAT seconds): waited for here, not left to the tests before.
+    wait_until(lambda: any(h["busy"] >= 1 for h in n.request("GET", "/_workers").json()["hosts"]),
+               3 * BEAT + 30, "a heartbeat of the host with its running job")
     workers = n.request("GET", "/_workers").json()["hosts"]
     assert len(workers) == 1
     section = re.search(r'<section id="hosts">.*?</section>', page(n).text).group(0)
@@ -364,6 +370,7 @@ def dump_dom(url: str, tmp_path) -> str:
     return out.decode()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not os.path.exists(CHROMIUM) or not shutil.which(CHROMIUM),
                     reason="Debian's chromium is not installed (.ci/run installs it)")
 def test_headless_chromium_renders_the_page_and_runs_no_injected_script(n, tmp_path) -> None:

@@ -150,6 +150,7 @@ def test_retry_refuses_an_unfinished_job_and_cancel_a_job_finished_since(n) -> N
     assert view(n, "retry-me").status_code == 200
 
 
+@pytest.mark.slow
 def test_with_admins_the_token_is_bound_to_the_admin_and_expires(a) -> None:
     adm, other = ADMINS_AUTH["adm"], ADMINS_AUTH["other"]
     assert job_page(a, "later-1").status_code == 401
@@ -195,6 +196,7 @@ def test_the_forms_carry_the_token_and_the_actions_are_post_only(n) -> None:
 # ------------------------------------------------------ in a real browser
 
 
+@pytest.mark.slow
 @needs_chromium
 def test_in_chromium_retry_runs_a_failed_job_again(n, tmp_path) -> None:
     with Browser(str(tmp_path / "profile")) as browser:
@@ -212,6 +214,7 @@ def test_in_chromium_retry_runs_a_failed_job_again(n, tmp_path) -> None:
     assert view(n, "retry-me").json()["outcome"] == "succeeded"
 
 
+@pytest.mark.slow
 @needs_chromium
 def test_in_chromium_cancel_stops_and_removes_a_running_job(n, tmp_path) -> None:
     with Browser(str(tmp_path / "profile")) as browser:

@@ -138,6 +138,7 @@ def procs() -> Iterator[Procs]:
         group.kill_all()
 
 
+@pytest.mark.slow
 def test_many_workers_accept_each_job_exactly_once(db, store_url, procs):
     api.set_type_timeout(db, T, 60)
     deadline = time.monotonic() + DEADLINE

@@ -12,7 +12,7 @@ import fdblayer
 from fdblayer.exceptions import RetryLimitExceeded, ServerGone
 from fdblayer.backends.postgres_server import ServerUnavailable, TemporaryServer
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
 
 @pytest.fixture

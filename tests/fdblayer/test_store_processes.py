@@ -111,12 +111,14 @@ def finish(procs: List[subprocess.Popen]) -> List[dict]:
     return results
 
 
+@pytest.mark.slow
 def test_concurrent_read_modify_write_loses_no_update(sqlite_db, sqlite_url):
     procs = [start("increment", sqlite_url, n=150) for _ in range(4)]
     finish(procs)
     assert sqlite_db.get(b"counter") == b"600"
 
 
+@pytest.mark.slow
 def test_each_item_claimed_exactly_once(sqlite_db, sqlite_url):
     pack = fdb.tuple.pack
 
@@ -138,6 +140,7 @@ def test_each_item_claimed_exactly_once(sqlite_db, sqlite_url):
     assert sqlite_db.get_range(pack(("pending",)), pack(("pending",)) + b"\xff") == []
 
 
+@pytest.mark.slow
 def test_versionstamps_strictly_increase_across_processes(sqlite_db, sqlite_url):
     results = finish([start("stamp", sqlite_url, n=60) for _ in range(3)])
     all_stamps = [s for r in results for s in r["stamps"]]
@@ -167,6 +170,7 @@ def test_watch_fired_by_another_process(sqlite_db, sqlite_url):
     assert sqlite_db.hub().mode == "inotify"
 
 
+@pytest.mark.slow
 def test_sigkill_mid_transaction_leaves_store_consistent(sqlite_db, sqlite_url):
     proc = start("hold", sqlite_url)
     try:

@@ -24,6 +24,7 @@ import fdblayer
 from actors import jobs
 from fdblayer import docs
 from fdblayer.jobs import activity, schedules
+from fdblayer.jobs import hosts as beats
 from fdblayer.jobs.exceptions import CorruptValue, InvalidArgument
 from fdblayer.jobs.keys import DEFAULT_LAYOUT as L
 from tests.procs import free_port, group_pids, wait_until
@@ -122,18 +123,43 @@ def test_the_public_api_refuses_a_timeout_no_reader_could_use(tmp_path):
         db.close()
 
 
+def skipped_as_logged() -> list[str]:
+    """The log lines that show the node read each family of poisoned values
+    and skipped it (as the readers log them; each once per process)."""
+    served = ("echo", "good")
+    return ([f"job_type_started type={job_type!r}" for job_type in BAD_TIMEOUTS]  # a type actor, bad timeout or not
+            + [f"Job bad{n}: pending job of type {job_type!r} is missing or unreadable"
+               for job_type in served for n in range(len(GARBAGE))]  # the pool skipped each bad pending job
+            + [f"document 'bad{n}' in '_replicator' is unreadable" for n in range(len(GARBAGE))]
+            + ["schedule_unreadable type='echo'"])
+
+
+@pytest.mark.slow
 def test_the_worst_stored_values_do_not_stop_a_node(node):
     db, proc, http_port, log = node
     wait_until(lambda: _up(http_port) or proc.poll() is not None, 60, "the node's HTTP API")
     assert proc.poll() is None, log.read_text()[-3000:]
-    job_id = jobs.enqueue(db, "echo", {"n": 1})
-    assert jobs.result(db, "echo", job_id, timeout=30) == {"n": 1}
+    # A good job of each served type runs past the bad rows in its queue (and "good"'s bad schedule).
+    for job_type in ("echo", "good"):
+        job_id = jobs.enqueue(db, job_type, {"n": job_type})
+        assert jobs.result(db, job_type, job_id, timeout=30) == {"n": job_type}, job_type
     with pytest.raises(CorruptValue):
         jobs.status(db, "echo", "bad1")  # asked for by name: a clear error, not a crash
-    time.sleep(3)  # a few monitor periods: no restart loop may build up
-    assert proc.poll() is None, log.read_text()[-3000:]
     for path in ("/_up", "/_scheduler/docs", "/_scheduler/jobs"):
         assert _up(http_port, path), path
+    # Every bad value the node read was logged and skipped (by other processes: polled).
+    wait_until(lambda: all(line in log.read_text() for line in skipped_as_logged()), 30,
+               "every family of bad values logged as skipped")
+    text = log.read_text()
+    assert text.count("stored_value_skipped what=type_timeout") >= len(BAD_TIMEOUTS), text[-3000:]
+    assert text.count("stored_value_skipped what=job ") >= 2 * len(GARBAGE), text[-3000:]
+    # No restart loop builds up: the pool's periodic work goes on past the reads
+    # (a heartbeat newer than them, BEAT apart), the node still answers, and
+    # nothing of it crashed, exited or went down.
+    read_at = time.time()
+    wait_until(lambda: any(h["last_beat"] > read_at for h in beats.list_hosts(db, L, time.time())),
+               3 * beats.BEAT + 30, "a heartbeat of the node's pool after the bad values were read")
+    assert proc.poll() is None, log.read_text()[-3000:]
+    assert _up(http_port), "the node still answers"
     text = log.read_text()
     assert " crash " not in text and "child_exited" not in text and "node_down" not in text, text[-3000:]
-    assert "stored_value_skipped what=type_timeout" in text, "bad values are logged"

@@ -17,6 +17,7 @@ import os
 import signal
 import time
 
+import pytest
 from thespian.actors import ActorAddress, ChildActorExited
 
 from supervision import ChildSpec, GenServer
@@ -29,6 +30,7 @@ W = "tests.supervision.fixtures:Worker"
 SUP = "tests.supervision.fixtures:Sup"
 
 
+@pytest.mark.slow
 def test_an_exit_sent_while_a_timer_comes_due_reaches_a_parent_slow_to_take_it():
     inner = {"id": "inner", "flags": {"strategy": "one_for_one", "intensity": 5, "period": 10},
              "specs": [ChildSpec("w", W, {"id": "w"}, name="w")]}

@@ -99,6 +99,7 @@ def _run_node(port: int, mode: str, tmp_path) -> dict:
     return json.loads(out.read_text().strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_node_starts_on_the_port_of_a_sigkilled_predecessor(tmp_path):
     port = free_port()
     first = _run_node(port, "leave", tmp_path)  # a node left running (on purpose) by a process that exited

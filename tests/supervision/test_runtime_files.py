@@ -142,6 +142,7 @@ def test_a_stale_file_of_a_really_dead_node_is_cleaned_up(rundir, bystander, cap
     assert bystander.poll() is None
 
 
+@pytest.mark.slow
 def test_what_a_killed_node_left_running_is_killed_and_nothing_else(rundir, bystander, caplog, tmp_path):
     port = free_port()
     first = leave_node(port, tmp_path)
@@ -237,6 +238,7 @@ def test_a_process_is_signalled_only_with_its_own_start_time(bystander):
 
 
 # ------------------------------------------------------------ the directory
+@pytest.mark.slow
 @pytest.mark.parametrize("problem", ["world_writable", "group_writable", "foreign_owner"])
 def test_an_unsafe_runtime_dir_stops_every_command_before_it_creates_or_kills_anything(tmp_path, bystander,
                                                                                       problem):

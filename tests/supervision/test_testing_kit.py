@@ -46,6 +46,7 @@ def test_sigkill_of_a_worker_restarts_what_the_strategy_says(otp_node, strategy,
     assert exited and exited[0]["reason"] == "killed" and exited[0]["supervisor"] == "supervision.node"
 
 
+@pytest.mark.slow
 def test_exit_with_a_reason_is_reported_with_it_and_the_worker_restarts(otp_node):
     node = otp_node([worker("a")])
     old = node.pid("a")
@@ -65,6 +66,7 @@ def test_a_trapping_worker_gets_the_exit_as_a_message(otp_node):
     assert [e.reason for e in events] == ["please"] and node.pid("t") == old
 
 
+@pytest.mark.slow
 def test_wait_restarted_names_what_the_supervisor_did_instead(otp_node):
     node = otp_node([worker("tmp", restart="temporary")])
     old = node.kill("tmp")
@@ -133,6 +135,7 @@ def test_a_manual_clock_fires_timers_only_when_advanced(otp_node):
     assert node.call("c", "events") == [("timer_fired", "tick")]
 
 
+@pytest.mark.slow
 def test_a_node_whose_process_leaks_is_reported_and_the_leak_killed():
     with pytest.raises(LeakedProcesses) as caught:
         with running_node([ChildSpec("l", "tests.supervision.fixtures:Leaker", {"id": "l"}, name="l")]) as node:
@@ -151,6 +154,7 @@ def _not_zombie(pid: int) -> bool:
         return False
 
 
+@pytest.mark.slow
 def test_a_users_test_file_passes_in_a_fresh_directory_with_only_the_package_installed(tmp_path):
     (tmp_path / "myapp.py").write_text(textwrap.dedent("""
         from supervision import GenServer

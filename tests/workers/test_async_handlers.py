@@ -118,6 +118,7 @@ def _most_at_once(rows: list) -> int:
     return peak
 
 
+@pytest.mark.slow
 def test_fifty_async_handlers_sleeping_a_second_finish_in_about_a_second_on_one_worker(hosts, db, ledger):
     hosts(["a=async_mod:nap"], concurrency=1)
     started = time.monotonic()

@@ -72,6 +72,7 @@ def test_jobs_a_host_holds_go_back_when_their_type_is_paused(hosts, db, started)
     assert sorted(started()) == sorted(ids), "each ran exactly once"
 
 
+@pytest.mark.slow
 def test_pause_and_resume_from_the_command_line(db, store_url):
     jobs.set_type_timeout(db, "cli-pz", 30)
 

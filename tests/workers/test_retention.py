@@ -20,6 +20,9 @@ from fdblayer.jobs.job import JobState
 from fdblayer.jobs.keys import DEFAULT_LAYOUT
 from tests.workers.hosts import ROOT, wait_for
 
+#: Real hosts and node pools waiting out retention periods: seconds each.
+pytestmark = pytest.mark.slow
+
 
 def _exact(db, job_type) -> dict:
     """The type's counters, checked against counting its rows."""

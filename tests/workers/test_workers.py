@@ -11,6 +11,7 @@ import pytest
 
 from actors import jobs
 from actors.workers.runs import retry_delay
+from actors.workers.ticks import SCHEDULE_CHECK
 from fdblayer.jobs.job import JobState
 from tests.workers.hosts import wait_for
 
@@ -41,6 +42,7 @@ def test_many_jobs_each_finish_once_with_their_result(hosts, db, workdir):
     assert sorted(ends) == sorted(ids)
 
 
+@pytest.mark.slow
 def test_a_failing_job_is_retried_then_fails_for_good(hosts, db):
     hosts(["flaky=handlers_mod:fail_until"], extra=["--max-attempts", "2"])
     started = time.time()
@@ -60,6 +62,7 @@ def test_a_failing_job_is_retried_then_fails_for_good(hosts, db):
     assert "fail_until" in st.errors[0]["traceback"] and st.errors[0]["at"] <= st.errors[1]["at"]
 
 
+@pytest.mark.slow
 def test_a_retry_can_succeed_and_max_attempts_is_per_job(hosts, db):
     hosts(["flaky=handlers_mod:fail_until"], extra=["--max-attempts", "1"])
     job_id = jobs.enqueue(db, "flaky", {"ok_at": 2}, max_attempts=2)
@@ -74,6 +77,7 @@ def test_prefetch_follows_the_run_time():
     assert prefetch_for(0.5) == prefetch_for(3600) == 1, "a long job never waits behind another"
 
 
+@pytest.mark.slow
 def test_a_quick_result_is_kept_at_once_though_a_long_job_runs_next_in_its_worker(hosts, db):
     """A worker reports ended runs in batches; one queued behind a long run
     is still reported within REPORT_DELAY (a timer), not when that run ends."""
@@ -159,6 +163,7 @@ def unstorable(ctx):
 # Both sides of issue 27, item 7: the worker marks the error "final"
 # (describe_error), the dispatcher then ends the job without a retry (before,
 # it ran max_attempts, 3, times).
+@pytest.mark.slow
 def test_an_unstorable_result_fails_the_job_at_once_and_runs_exactly_once(hosts, db, workdir):
     (workdir / "unstorable_mod.py").write_text(UNSTORABLE)
     run_log = workdir / "runs.jsonl"
@@ -176,6 +181,7 @@ def test_an_unstorable_result_fails_the_job_at_once_and_runs_exactly_once(hosts,
     assert started == sorted(ids.values()), "each handler ran exactly once: its side effects were not repeated"
 
 
+@pytest.mark.slow
 def test_a_delayed_job_never_starts_early(hosts, db, workdir):
     run_log = workdir / "runs.jsonl"
     hosts(["sum=handlers_mod:add"], run_log=run_log)
@@ -188,6 +194,7 @@ def test_a_delayed_job_never_starts_early(hosts, db, workdir):
     assert start["t"] - jobs.get_job(db, "sum", job_id).scheduled_time < 1.0, "it started soon after it was due"
 
 
+@pytest.mark.slow
 def test_a_job_at_a_time_waits_for_it(hosts, db, workdir):
     run_log = workdir / "runs.jsonl"
     hosts(["sum=handlers_mod:add"], run_log=run_log)
@@ -209,6 +216,7 @@ def test_a_worker_killed_mid_job_is_restarted_and_the_job_runs_again_at_once(hos
     wait_for(lambda: len(host.worker_pids()) == 2 and set(host.worker_pids()) != before, 10, "a restarted worker")
 
 
+@pytest.mark.slow
 def test_sigkill_of_a_busy_worker_from_outside(hosts, db, workdir):
     jobs.set_type_timeout(db, "pid", 60)
     host = hosts(["pid=handlers_mod:pid"])
@@ -223,23 +231,41 @@ def test_sigkill_of_a_busy_worker_from_outside(hosts, db, workdir):
     assert result != victim and jobs.status(db, "pid", job_id).attempt == 2
 
 
+@pytest.mark.slow
 def test_every_job_finishes_exactly_once_across_worker_kills(hosts, db, workdir):
+    """A SIGKILL may make a job run again (at least once), never twice in
+    workers that live on: of each job's runs, every one but the last was in
+    a killed worker, and the last ran to its end and is the attempt kept."""
     jobs.set_type_timeout(db, "sum", 60)
     run_log = workdir / "runs.jsonl"
     host = hosts(["sum=handlers_mod:add"], concurrency=4, run_log=run_log, extra=["--max-attempts", "10"])
     ids = [jobs.enqueue(db, "sum", {"a": n, "b": 0}) for n in range(400)]
-    kills = 0
+    killed: set[int] = set()
     deadline = time.time() + 60
-    while time.time() < deadline and kills < 6:
+    while time.time() < deadline and len(killed) < 6:
         pids = host.worker_pids()
         if pids:
-            os.kill(pids[kills % len(pids)], signal.SIGKILL)
-            kills += 1
+            victim = pids[len(killed) % len(pids)]
+            os.kill(victim, signal.SIGKILL)
+            killed.add(victim)
         time.sleep(0.15)
     assert [jobs.result(db, "sum", i, timeout=60) for i in ids] == list(range(400))
-    assert all(jobs.status(db, "sum", i).outcome == "succeeded" for i in ids)
+    by_job: dict[str, list[dict]] = {}
+    for r in runs(run_log):
+        by_job.setdefault(r["id"], []).append(r)
+    assert sorted(by_job) == sorted(ids), "every job ran, and only these"
+    for job_id in ids:
+        starts = sorted((r for r in by_job[job_id] if r["event"] == "start"), key=lambda r: r["t"])
+        ends = [r for r in by_job[job_id] if r["event"] == "end"]
+        *cut_short, last = starts
+        assert all(r["pid"] in killed for r in cut_short), f"{job_id} ran again though no kill cut it short: {starts}"
+        assert any(e["pid"] == last["pid"] and e["attempt"] == last["attempt"] for e in ends), \
+            f"{job_id}: its last run did not reach its end: {by_job[job_id]}"
+        st = jobs.status(db, "sum", job_id)
+        assert st.outcome == "succeeded" and st.attempt == last["attempt"], (job_id, st.attempt, starts)
 
 
+@pytest.mark.slow
 def test_a_job_removed_while_running_sees_stopping_and_its_outcome_is_discarded(hosts, db, workdir):
     jobs.set_type_timeout(db, "long", 2)  # leases renew every 0.5 s
     run_log = workdir / "runs.jsonl"
@@ -253,6 +279,7 @@ def test_a_job_removed_while_running_sees_stopping_and_its_outcome_is_discarded(
         jobs.get_job(db, "long", job_id)
 
 
+@pytest.mark.slow
 def test_a_long_handler_keeps_its_lease(hosts, db, workdir):
     jobs.set_type_timeout(db, "sleepy", 1)  # the activity monitor would take it after 1 s of silence
     run_log = workdir / "runs.jsonl"
@@ -276,6 +303,7 @@ def test_sigterm_lets_running_handlers_finish_and_releases_claimed_jobs(hosts, d
     assert len(runs(run_log)) == 2
 
 
+@pytest.mark.slow
 def test_sigterm_past_the_grace_puts_the_job_back(hosts, db, workdir):
     run_log = workdir / "runs.jsonl"
     host = hosts(["forever=handlers_mod:pid"], concurrency=1, run_log=run_log, extra=["--grace", "0.5"])
@@ -288,6 +316,7 @@ def test_sigterm_past_the_grace_puts_the_job_back(hosts, db, workdir):
     assert st.state is JobState.PENDING and st.attempt == 0
 
 
+@pytest.mark.slow
 def test_two_hosts_share_a_queue_and_never_run_a_job_twice_at_once(hosts, db, workdir):
     run_log = workdir / "runs.jsonl"
     hosts(["sleepy=handlers_mod:sleepy"], concurrency=2, run_log=run_log, name="a")
@@ -300,33 +329,75 @@ def test_two_hosts_share_a_queue_and_never_run_a_job_twice_at_once(hosts, db, wo
     assert len(pids) >= 3, "both hosts' workers took jobs"
 
 
+def tick_of(job_id: str) -> int:
+    """The tick (seconds since the epoch) of a periodic job's id, ``tick-<epoch>``."""
+    prefix, _, stamp = job_id.partition("-")
+    assert prefix == "tick" and stamp.isdigit(), job_id
+    return int(stamp)
+
+
+def watch_ticks_past_a_schedule_reread(run_log, since: float) -> None:
+    """Wait until a tick later than ``since`` plus a re-read of the schedules
+    (SCHEDULE_CHECK) ran: a tick replayed by that re-read has run by then."""
+    until = since + SCHEDULE_CHECK + 2
+    wait_for(lambda: any(tick_of(r["id"]) >= until for r in runs(run_log)), SCHEDULE_CHECK + 60,
+             f"a tick past {until:.0f}")
+
+
+def check_tick_jobs(db, run_log) -> list[int]:
+    """What holds for any schedule once its hosts stopped: the type's jobs are
+    the ticks up to the schedule's last one, each run at most once, none run
+    before its tick. Returns the ticks in the store, in order."""
+    stamps = sorted(tick_of(info.id) for info in jobs.get_jobs(db, "tick"))
+    [entry] = jobs.schedules(db)
+    assert stamps and stamps[-1] == entry["last_tick"], (stamps[-5:], entry)
+    ran = [r for r in runs(run_log) if r["event"] == "start"]
+    ids = [r["id"] for r in ran]
+    assert len(ids) == len(set(ids)), f"a tick ran twice: {sorted(i for i in ids if ids.count(i) > 1)}"
+    assert {tick_of(i) for i in ids} <= set(stamps), "every tick that ran is a job of the schedule"
+    early = [r for r in ran if r["t"] < tick_of(r["id"]) - 0.05]
+    assert not early, f"ran before their tick: {early}"
+    return stamps
+
+
+@pytest.mark.slow
 def test_periodic_ticks_are_enqueued_once_with_two_hosts(hosts, db, workdir):
+    """Two hosts serve one schedule: each second after the schedule was set
+    is one job, whichever host fires it, and no tick already done is
+    enqueued again, at the hosts' start or when they re-read the schedules."""
+    jobs.set_type_timeout(db, "tick", 30)
+    jobs.schedule(db, "tick", "* * * * * *")
+    [entry] = jobs.schedules(db)
+    set_at = entry["last_tick"]  # ticks up to here count as done
     run_log = workdir / "runs.jsonl"
-    cron = ["--cron", "tick=* * * * * *"]
-    hosts(["tick=handlers_mod:tick"], run_log=run_log, extra=cron, name="a")
-    hosts(["tick=handlers_mod:tick"], run_log=run_log, extra=cron, name="b")
-    time.sleep(3.5)  # three or four one-second ticks: what is measured is how many jobs they made
-    ticks = [r["id"] for r in runs(run_log)]
-    assert len(ticks) >= 2
-    assert len(ticks) == len(set(ticks)), f"a tick ran twice: {ticks}"
-    assert all(t.startswith("tick-") for t in ticks)
-    stamps = sorted(int(t.split("-")[1]) for t in ticks)
-    assert stamps == list(range(stamps[0], stamps[0] + len(stamps))), "one job per tick, none skipped"
+    cron = ["--cron", "tick=* * * * * *"]  # the same schedule: it keeps its last tick
+    a = hosts(["tick=handlers_mod:tick"], run_log=run_log, extra=cron, name="a")
+    b = hosts(["tick=handlers_mod:tick"], run_log=run_log, extra=cron, name="b")
+    watch_ticks_past_a_schedule_reread(run_log, time.time())  # both read the schedules once they started
+    assert a.terminate() == 0 and b.terminate() == 0
+    stamps = check_tick_jobs(db, run_log)
+    assert stamps[0] > set_at, f"tick {stamps[0]} was done when the schedule was set ({set_at})"
+    assert stamps == list(range(stamps[0], stamps[-1] + 1)), "one job per tick, none skipped"
 
 
+@pytest.mark.slow
 def test_missed_ticks_are_not_replayed(db, hosts, workdir):
+    """Five ticks passed while no host ran: when one starts, only the latest
+    of them is enqueued (no tick from before its start), and a re-read of
+    the schedules enqueues no tick again."""
     from fdblayer.jobs import schedules
     from fdblayer.jobs.codec import encode_data
     from fdblayer.jobs.keys import DEFAULT_LAYOUT
 
     jobs.set_type_timeout(db, "tick", 30)
-    # A schedule whose last tick is 5 s old: five ticks passed while no host ran.
     schedules.set_schedule(db, DEFAULT_LAYOUT, "tick", "* * * * * *", encode_data({}), int(time.time()) - 5)
     run_log = workdir / "runs.jsonl"
-    hosts(["tick=handlers_mod:tick"], run_log=run_log)
-    wait_for(lambda: runs(run_log), 10, "a tick")
-    time.sleep(0.5)
-    assert len(runs(run_log)) <= 2, "only the latest missed tick (and perhaps one new) ran"
+    launched = int(time.time())
+    host = hosts(["tick=handlers_mod:tick"], run_log=run_log)
+    watch_ticks_past_a_schedule_reread(run_log, time.time())
+    assert host.terminate() == 0
+    stamps = check_tick_jobs(db, run_log)
+    assert stamps[0] >= launched, f"ticks from before the host started were replayed: {stamps[:6]} ({launched})"
 
 
 def test_a_missing_handler_is_a_one_line_error(hosts, workdir):
@@ -337,6 +408,7 @@ def test_a_missing_handler_is_a_one_line_error(hosts, workdir):
                      f"(on sys.path or in {workdir})"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("item, says", [
     ("x=handlers_mod:nope", "has no attribute 'nope'"),
     ("x=handlers_mod", "package.module:callable"),
@@ -349,6 +421,7 @@ def test_a_broken_handler_is_a_clear_error(hosts, item, says):
     assert says in host.log() and host.log().count("\n") == 1
 
 
+@pytest.mark.slow
 def test_a_node_runs_a_pool_from_its_config(workdir, store_url, db):
     import subprocess
     import sys
@@ -386,6 +459,7 @@ def test_progress_that_would_pass_its_bound_writes_nothing(hosts, db):
     assert jobs.status(db, "big", job_id).progress == {"a": "x" * 5000}
 
 
+@pytest.mark.slow
 def test_a_running_host_is_visible_with_the_job_it_runs_and_gone_after_a_clean_stop(hosts, db, workdir):
     from fdblayer.jobs import hosts as beats
     from fdblayer.jobs.keys import DEFAULT_LAYOUT
