@@ -123,7 +123,7 @@ def retry(db: Any, job_type: str, job_id: str, error: Callable[..., Exception]) 
     if view["state"] != "finished":
         raise error(409, "conflict", f"job {job_id!r} is {view['state']}: only a finished job is retried")
     client.enqueue(db, job_type, view["data"], id=job_id, max_attempts=view["max_attempts"],
-                   priority=view.get("priority") or 0)
+                   priority=view.get("priority") or 0, timeout=view.get("time_limit"))
 
 
 def job_action(db: Any, job_type: str, job_id: str, action: str, was: str | None,

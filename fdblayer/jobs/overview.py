@@ -167,7 +167,8 @@ def _views(tr: Transaction, layout: Layout, job_type: JobType, ids: list[str],
             continue
         state, raw_data, record, sched_time, priority = entry
         view = {"id": job_id, "state": state.value, "scheduled_time": sched_time, "priority": priority,
-                "attempt": record.attempt, "max_attempts": record.max_attempts, "outcome": record.outcome,
+                "attempt": record.attempt, "max_attempts": record.max_attempts, "time_limit": record.time_limit,
+                "outcome": record.outcome,
                 "progress": record.progress, "error": record.error if record.outcome == FAILED else None,
                 "last_error": record.error, "errors": list(record.errors), "worker": record.worker,
                 "started": record.started,

@@ -191,7 +191,7 @@ def test_add_remove_and_retry_over_http(filled):
     assert job["state"] == "pending" and job["data"] == {"to": "http"} and job["scheduled_time"] > time.time()
     assert node.request("DELETE", "/_jobs/httpjobs/viahttp").status == 200
     assert get(node, "/_jobs/httpjobs/viahttp", 404)["error"] == "not_found"
-    fresh = node.request("POST", "/_jobs/httpjobs", {"data": {"n": 1}, "max_attempts": 1}).json()["id"]
+    fresh = node.request("POST", "/_jobs/httpjobs", {"data": {"n": 1}, "max_attempts": 1, "timeout": 7}).json()["id"]
     assert len(fresh) == 32
     [claimed] = work.claim(db, L, "httpjobs", time.time(), 5, "host-b", 3).claimed
     work.complete(db, L, [work.Outcome(claimed.job, "fail", None, {"type": "E", "message": "m", "traceback": ""})],
@@ -203,6 +203,7 @@ def test_add_remove_and_retry_over_http(filled):
     assert node.request("POST", f"/_jobs/httpjobs/{fresh}/_retry").status == 201
     retried = get(node, f"/_jobs/httpjobs/{fresh}")
     assert retried["state"] == "pending" and retried["attempt"] == 0 and retried["data"] == {"n": 1}
+    assert retried["max_attempts"] == 1 and retried["time_limit"] == 7  # the job's own limits come back with it
     assert counts()["failed"] == 0 and counts()["pending"] == 1
 
 
