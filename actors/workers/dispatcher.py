@@ -280,9 +280,12 @@ class Dispatcher(PoolKeeping, HostUpkeep, PeriodicTicks, Draining, GenServer):
         back = [r for r in popped if not r.lost]
         for running in back:
             running.worker = None
-        held = [r for r in back if self.draining or self.types[r.claimed.job.type].paused]
+        held: list = []
+        kept: list = []
+        for running in back:
+            to_queue = self.draining or self.types[running.claimed.job.type].paused
+            (held if to_queue else kept).append(running)
         self._release([r.claimed.job for r in held])
-        kept = [r for r in back if not (self.draining or self.types[r.claimed.job.type].paused)]
         self.buffer.extendleft(reversed(kept))  # first in line: they were claimed first
 
     def _give_back_type(self, job_type: Any) -> None:
