@@ -1,4 +1,5 @@
 """Shim so that old pip versions can do editable installs; metadata lives in setup.cfg."""
+
 from setuptools import setup
 
 setup()

@@ -1,4 +1,5 @@
 """``python -m actors`` is the ``otpjobs`` console command."""
+
 import sys
 
 from actors.cli import main

@@ -20,6 +20,7 @@
 Errors print one line to stderr and exit with status 2 (bad input) or 1
 (failure); nothing is changed by a command that fails.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,8 +34,7 @@ from typing import Any, Callable, Sequence
 
 from actors.settings import config as config_mod
 
-from actors.cli_args import (DEFAULT_PORT, _epoch, _port_arg, _seconds,
-                             _store_arg, _timeout_seconds)
+from actors.cli_args import DEFAULT_PORT, _epoch, _port_arg, _seconds, _store_arg, _timeout_seconds
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -48,17 +48,26 @@ def build_parser() -> argparse.ArgumentParser:
     start.add_argument("--http-port", type=int, help="HTTP monitoring port (default 5984)")
     start.add_argument("--port", type=int, help=f"admin port (default {DEFAULT_PORT})")
     start.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
-    start.add_argument("--workers", action="append", metavar="TYPE=package.module:callable", default=[],
-                       help="run a worker pool for these types in the node (also [workers] in the config file)")
-    start.add_argument("--app", metavar="package.module:callable",
-                       help="start your own child specs (returned by the callable) under the node's root, "
-                            "after the built-in subsystems (also [node] app in the config file)")
+    start.add_argument(
+        "--workers",
+        action="append",
+        metavar="TYPE=package.module:callable",
+        default=[],
+        help="run a worker pool for these types in the node (also [workers] in the config file)",
+    )
+    start.add_argument(
+        "--app",
+        metavar="package.module:callable",
+        help="start your own child specs (returned by the callable) under the node's root, "
+        "after the built-in subsystems (also [node] app in the config file)",
+    )
     _port_arg(node.add_parser("stop", help="stop the node on a port"))
     _port_arg(node.add_parser("status", help="show whether a node runs and its children"))
 
     _worker_parser(groups)
-    workers = groups.add_parser("workers", help="worker hosts serving the store").add_subparsers(dest="cmd",
-                                                                                                required=True)
+    workers = groups.add_parser("workers", help="worker hosts serving the store").add_subparsers(
+        dest="cmd", required=True
+    )
     _store_arg(workers.add_parser("list", help="each host's last heartbeat: types, busy workers, running jobs"))
     jobs = groups.add_parser("jobs", help="add, list and remove jobs").add_subparsers(dest="cmd", required=True)
     add = jobs.add_parser("add", help="add (or resubmit) a job")
@@ -81,8 +90,11 @@ def build_parser() -> argparse.ArgumentParser:
     res.add_argument("job_id")
     res.add_argument("--timeout", type=_seconds, default=None)
     _store_arg(res)
-    show = jobs.add_parser("show", help="one job whole, as GET /_jobs/{type}/{id}: state, attempts, progress, "
-                           "result, the error of every failed attempt")
+    show = jobs.add_parser(
+        "show",
+        help="one job whole, as GET /_jobs/{type}/{id}: state, attempts, progress, "
+        "result, the error of every failed attempt",
+    )
     show.add_argument("type")
     show.add_argument("job_id")
     _store_arg(show)
@@ -91,20 +103,30 @@ def build_parser() -> argparse.ArgumentParser:
     rt.add_argument("job_id")
     _store_arg(rt)
     _store_arg(jobs.add_parser("stats", help="per type: timeout and counts of each state (as GET /_jobs)"))
-    for verb, what in (("pause", "no host starts the type's jobs until it is resumed (running ones finish)"),
-                       ("resume", "hosts start the paused type's jobs again")):
+    for verb, what in (
+        ("pause", "no host starts the type's jobs until it is resumed (running ones finish)"),
+        ("resume", "hosts start the paused type's jobs again"),
+    ):
         p = jobs.add_parser(verb, help=what)
         p.add_argument("type")
         _store_arg(p)
-    prune = jobs.add_parser("prune", help="remove finished and failed pool jobs past their retention now "
-                            "(hosts do it by themselves; never a pending or running job)")
+    prune = jobs.add_parser(
+        "prune",
+        help="remove finished and failed pool jobs past their retention now "
+        "(hosts do it by themselves; never a pending or running job)",
+    )
     prune.add_argument("type", nargs="?", help="only this type (default: every type)")
-    prune.add_argument("--older-than", type=_seconds, default=None,
-                       help="seconds since a job ended (0: every finished pool job; default: the config's "
-                            "[worker] keep_finished and keep_failed, a day and a week)")
+    prune.add_argument(
+        "--older-than",
+        type=_seconds,
+        default=None,
+        help="seconds since a job ended (0: every finished pool job; default: the config's "
+        "[worker] keep_finished and keep_failed, a day and a week)",
+    )
     _store_arg(prune)
-    _store_arg(jobs.add_parser("schedules", help="the periodic schedules kept in the store: type, cron, "
-                                                  "last and next tick"))
+    _store_arg(
+        jobs.add_parser("schedules", help="the periodic schedules kept in the store: type, cron, last and next tick")
+    )
     unsched = jobs.add_parser("unschedule", help="remove a type's periodic schedule (its jobs stay)")
     unsched.add_argument("type")
     _store_arg(unsched)
@@ -115,7 +137,8 @@ def build_parser() -> argparse.ArgumentParser:
     _store_arg(watch)
 
     types = groups.add_parser("types", help="job types and their activity timeouts").add_subparsers(
-        dest="cmd", required=True)
+        dest="cmd", required=True
+    )
     st = types.add_parser("set-timeout", help="create a type / set its activity timeout")
     st.add_argument("type")
     st.add_argument("seconds", type=_timeout_seconds)
@@ -126,7 +149,8 @@ def build_parser() -> argparse.ArgumentParser:
     _store_arg(types.add_parser("list", help="list types with their timeouts"))
 
     docs = groups.add_parser("docs", help="permanent jobs (replicator documents)").add_subparsers(
-        dest="cmd", required=True)
+        dest="cmd", required=True
+    )
     dadd = docs.add_parser("add", help="create or replace a document (a node adopts and runs it)")
     dadd.add_argument("doc_id")
     dadd.add_argument("body", help='the document as JSON: {"source","target","continuous"} or {"handler","options"}')
@@ -147,29 +171,53 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _worker_parser(groups: Any) -> None:
-    w = groups.add_parser("worker", help="run a worker host: Python functions as queue jobs",
-                          description="Run a worker host in the foreground: a pool of worker processes running "
-                                      "package.module:callable per job type, until SIGTERM or Ctrl-C.")
+    w = groups.add_parser(
+        "worker",
+        help="run a worker host: Python functions as queue jobs",
+        description="Run a worker host in the foreground: a pool of worker processes running "
+        "package.module:callable per job type, until SIGTERM or Ctrl-C.",
+    )
     w.set_defaults(cmd="run")
-    w.add_argument("assignments", nargs="*", metavar="TYPE=package.module:callable",
-                   help="the handler of each job type (also [workers] in the config file)")
+    w.add_argument(
+        "assignments",
+        nargs="*",
+        metavar="TYPE=package.module:callable",
+        help="the handler of each job type (also [workers] in the config file)",
+    )
     _store_arg(w)
     w.add_argument("--concurrency", "-c", type=int, help="worker processes (default 4)")
-    w.add_argument("--async-concurrency", type=int, help="runs of async def handlers each worker awaits at "
-                   "once (default 100)")
+    w.add_argument(
+        "--async-concurrency", type=int, help="runs of async def handlers each worker awaits at once (default 100)"
+    )
     w.add_argument("--max-attempts", type=int, help="attempts per job unless the job says (default 3)")
-    w.add_argument("--grace", type=_seconds, help="seconds running handlers get on SIGTERM, and past their "
-                   "time limit, before they are stopped (default 30)")
-    w.add_argument("--job-timeout", type=_seconds, help="seconds a run may take unless its job or handler "
-                   "says (default 0: no limit)")
-    w.add_argument("--keep-finished", type=_seconds, help="seconds a succeeded job is kept once finished, "
-                   "then pruned (default a day; 0: for ever)")
-    w.add_argument("--keep-failed", type=_seconds, help="seconds a job that failed for good is kept, then pruned "
-                   "(default a week; 0: for ever)")
-    w.add_argument("--timeout", type=_timeout_seconds,
-                   help="activity timeout of a type that has none (default 30 s)")
-    w.add_argument("--cron", action="append", default=[], metavar="TYPE=EXPR",
-                   help="a periodic schedule of a type, e.g. 'report=*/5 * * * *' (repeat it; also [periodic])")
+    w.add_argument(
+        "--grace",
+        type=_seconds,
+        help="seconds running handlers get on SIGTERM, and past their time limit, before they are stopped (default 30)",
+    )
+    w.add_argument(
+        "--job-timeout",
+        type=_seconds,
+        help="seconds a run may take unless its job or handler says (default 0: no limit)",
+    )
+    w.add_argument(
+        "--keep-finished",
+        type=_seconds,
+        help="seconds a succeeded job is kept once finished, then pruned (default a day; 0: for ever)",
+    )
+    w.add_argument(
+        "--keep-failed",
+        type=_seconds,
+        help="seconds a job that failed for good is kept, then pruned (default a week; 0: for ever)",
+    )
+    w.add_argument("--timeout", type=_timeout_seconds, help="activity timeout of a type that has none (default 30 s)")
+    w.add_argument(
+        "--cron",
+        action="append",
+        default=[],
+        metavar="TYPE=EXPR",
+        help="a periodic schedule of a type, e.g. 'report=*/5 * * * *' (repeat it; also [periodic])",
+    )
     w.add_argument("--port", type=int, help="the host's admin port (default: a free one)")
     w.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
 
@@ -184,11 +232,13 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 
 def _config(args: argparse.Namespace) -> config_mod.Config:
-    overrides = {("node", "store"): getattr(args, "store", None),
-                 ("node", "port"): getattr(args, "port", None),
-                 ("node", "http_port"): getattr(args, "http_port", None),
-                 ("node", "log_level"): getattr(args, "log_level", None),
-                 ("node", "app"): getattr(args, "app", None)}
+    overrides = {
+        ("node", "store"): getattr(args, "store", None),
+        ("node", "port"): getattr(args, "port", None),
+        ("node", "http_port"): getattr(args, "http_port", None),
+        ("node", "log_level"): getattr(args, "log_level", None),
+        ("node", "app"): getattr(args, "app", None),
+    }
     return config_mod.load(args.config, overrides)
 
 
@@ -203,8 +253,10 @@ def _db(args: argparse.Namespace, existing: bool = False) -> Any:
     if existing:
         parsed = parse_store_url(url)
         if parsed.scheme == "sqlite" and parsed.path and not os.path.exists(parsed.path):
-            raise FileNotFoundError(f"no store at {os.path.abspath(parsed.path)} (from {url}); "
-                                    "only node start, worker and commands that write create one")
+            raise FileNotFoundError(
+                f"no store at {os.path.abspath(parsed.path)} (from {url}); "
+                "only node start, worker and commands that write create one"
+            )
     return fdblayer.open(url)
 
 
@@ -222,8 +274,10 @@ def cmd_node_start(args: argparse.Namespace) -> int:
     from actors.node import root as node
 
     cfg = _config(args)
-    logging.basicConfig(level=getattr(logging, cfg.node.log_level.upper()),
-                        format="%(asctime)s %(levelname)s %(name)s pid=%(process)d %(message)s")
+    logging.basicConfig(
+        level=getattr(logging, cfg.node.log_level.upper()),
+        format="%(asctime)s %(levelname)s %(name)s pid=%(process)d %(message)s",
+    )
     if args.workers:
         from actors.handlers import parse_assignments
 
@@ -242,8 +296,11 @@ def cmd_node_stop(args: argparse.Namespace) -> int:
     port = _config(args).node.port
     info = read_runtime(port) or {}
     owner = info.get("owner")
-    if owner != os.getpid() and recorded_alive(info, "owner") and \
-            signal_process(owner, info.get("owner_start"), signal.SIGTERM):
+    if (
+        owner != os.getpid()
+        and recorded_alive(info, "owner")
+        and signal_process(owner, info.get("owner_start"), signal.SIGTERM)
+    ):
         deadline = time.monotonic() + 60
         while (recorded_alive(info, "owner") or port_open(port)) and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -267,8 +324,16 @@ def cmd_node_status(args: argparse.Namespace) -> int:
     except NodeDown as exc:
         print(json.dumps({"port": port, "running": False, "reason": str(exc)}))
         return 1
-    print(json.dumps({"port": port, "running": True, "supervisor_pid": pid,
-                      "children": [{"id": str(c.id), "pid": c.pid, "type": c.type} for c in children]}))
+    print(
+        json.dumps(
+            {
+                "port": port,
+                "running": True,
+                "supervisor_pid": pid,
+                "children": [{"id": str(c.id), "pid": c.pid, "type": c.type} for c in children],
+            }
+        )
+    )
     return 0
 
 
@@ -285,8 +350,9 @@ def cmd_jobs_add(args: argparse.Namespace) -> int:
         raise SystemExit(_fail(f"job data is not JSON: {exc}", 2)) from None
     if not isinstance(data, dict):
         raise SystemExit(_fail(f"job data must be a JSON object, not {type(data).__name__}", 2))
-    client.enqueue(_db(args), _job_type(args.type), data, id=args.job_id, delay=args.delay,
-                   at=args.scheduled_time or None)
+    client.enqueue(
+        _db(args), _job_type(args.type), data, id=args.job_id, delay=args.delay, at=args.scheduled_time or None
+    )
     print(f"added {args.type}/{args.job_id}")
     return 0
 
@@ -309,8 +375,16 @@ def cmd_jobs_result(args: argparse.Namespace) -> int:
         value = client.result(_db(args, existing=True), _job_type(args.type), args.job_id, timeout=args.timeout)
     except client.JobFailed as exc:
         # stdout: one JSON line (the traceback among its fields); stderr: the traceback as Python prints it.
-        print(json.dumps({"error": exc.error_type, "message": exc.error_message, "attempts": exc.attempts,
-                          "traceback": exc.traceback}))
+        print(
+            json.dumps(
+                {
+                    "error": exc.error_type,
+                    "message": exc.error_message,
+                    "attempts": exc.attempts,
+                    "traceback": exc.traceback,
+                }
+            )
+        )
         if exc.traceback:
             print(exc.traceback.rstrip("\n"), file=sys.stderr)
         return _fail(exc.message, 1)
@@ -486,10 +560,19 @@ def cmd_jobs_schedules(args: argparse.Namespace) -> int:
     from actors.workers import client
 
     for entry in client.schedules(_db(args, existing=True)):
-        print(json.dumps({"type": entry["type"], "cron": entry["cron"],
-                          "last_tick": entry["last_tick"], "last_tick_utc": _utc(entry["last_tick"]),
-                          "next_tick": entry["next_tick"], "next_tick_utc": _utc(entry["next_tick"]),
-                          "data": entry["data"]}))
+        print(
+            json.dumps(
+                {
+                    "type": entry["type"],
+                    "cron": entry["cron"],
+                    "last_tick": entry["last_tick"],
+                    "last_tick_utc": _utc(entry["last_tick"]),
+                    "next_tick": entry["next_tick"],
+                    "next_tick_utc": _utc(entry["next_tick"]),
+                    "data": entry["data"],
+                }
+            )
+        )
     return 0
 
 
@@ -572,16 +655,29 @@ def cmd_docs_list(args: argparse.Namespace) -> int:
 
 COMMANDS: dict[tuple[str, str], Callable[[argparse.Namespace], int]] = {
     ("worker", "run"): cmd_worker,
-    ("node", "start"): cmd_node_start, ("node", "stop"): cmd_node_stop, ("node", "status"): cmd_node_status,
-    ("jobs", "add"): cmd_jobs_add, ("jobs", "list"): cmd_jobs_list, ("jobs", "remove"): cmd_jobs_remove,
-    ("jobs", "watch"): cmd_jobs_watch, ("jobs", "stats"): cmd_jobs_stats,
-    ("jobs", "schedules"): cmd_jobs_schedules, ("jobs", "unschedule"): cmd_jobs_unschedule,
-    ("jobs", "result"): cmd_jobs_result, ("jobs", "show"): cmd_jobs_show, ("jobs", "pause"): cmd_jobs_pause,
+    ("node", "start"): cmd_node_start,
+    ("node", "stop"): cmd_node_stop,
+    ("node", "status"): cmd_node_status,
+    ("jobs", "add"): cmd_jobs_add,
+    ("jobs", "list"): cmd_jobs_list,
+    ("jobs", "remove"): cmd_jobs_remove,
+    ("jobs", "watch"): cmd_jobs_watch,
+    ("jobs", "stats"): cmd_jobs_stats,
+    ("jobs", "schedules"): cmd_jobs_schedules,
+    ("jobs", "unschedule"): cmd_jobs_unschedule,
+    ("jobs", "result"): cmd_jobs_result,
+    ("jobs", "show"): cmd_jobs_show,
+    ("jobs", "pause"): cmd_jobs_pause,
     ("jobs", "prune"): cmd_jobs_prune,
-    ("jobs", "resume"): cmd_jobs_pause, ("jobs", "retry"): cmd_jobs_retry, ("workers", "list"): cmd_workers_list,
-    ("types", "set-timeout"): cmd_types_set_timeout, ("types", "clear-timeout"): cmd_types_clear_timeout,
+    ("jobs", "resume"): cmd_jobs_pause,
+    ("jobs", "retry"): cmd_jobs_retry,
+    ("workers", "list"): cmd_workers_list,
+    ("types", "set-timeout"): cmd_types_set_timeout,
+    ("types", "clear-timeout"): cmd_types_clear_timeout,
     ("types", "list"): cmd_types_list,
-    ("docs", "add"): cmd_docs_add, ("docs", "get"): cmd_docs_get, ("docs", "remove"): cmd_docs_remove,
+    ("docs", "add"): cmd_docs_add,
+    ("docs", "get"): cmd_docs_get,
+    ("docs", "remove"): cmd_docs_remove,
     ("docs", "list"): cmd_docs_list,
 }
 
@@ -603,11 +699,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         return COMMANDS[(args.group, args.cmd)](args)
-    except (config_mod.ConfigError, config_mod.ConfigFileError, FileNotFoundError, AppError,
-            RuntimeDirError) as exc:
+    except (config_mod.ConfigError, config_mod.ConfigFileError, FileNotFoundError, AppError, RuntimeDirError) as exc:
         return _fail(str(exc), 2)
     except JobsError as exc:
-        return _fail(str(exc), 2 if type(exc).__name__ in ("InvalidArgument", "EncodingError", "NoTypeTimeout",
-                                                          "Conflict", "HandlerError") else 1)
+        return _fail(
+            str(exc),
+            2
+            if type(exc).__name__ in ("InvalidArgument", "EncodingError", "NoTypeTimeout", "Conflict", "HandlerError")
+            else 1,
+        )
     except (StoreError, SupervisionError, ValueError) as exc:
         return _fail(str(exc), 1)

@@ -4,6 +4,7 @@ Principle: a bad value (a negative duration, a timeout out of the API's
 bounds, a time that is not whole seconds) is an argparse error, exit 2,
 before a store is opened or a process started.
 """
+
 from __future__ import annotations
 
 import argparse

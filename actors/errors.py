@@ -12,6 +12,7 @@ The queue's errors (``actors.jobs.NotFound``, ``InvalidArgument`` ...) are
 :mod:`fdblayer.jobs.exceptions`' own, with their own root, as the store
 layer raises them.
 """
+
 from __future__ import annotations
 
 from typing import Any

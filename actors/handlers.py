@@ -5,6 +5,7 @@ Principle: a handler that cannot be used is found out before anything
 starts, with one line saying why (:class:`HandlerError`), never as a crash
 loop of workers.
 """
+
 from __future__ import annotations
 
 import functools
@@ -53,11 +54,11 @@ def resolve(path: str) -> Callable[..., Any]:
     try:
         obj: Any = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
-        raise HandlerError(f"handler {path!r}: no module named {exc.name!r} (on sys.path or in {os.getcwd()})") \
-            from None
+        raise HandlerError(
+            f"handler {path!r}: no module named {exc.name!r} (on sys.path or in {os.getcwd()})"
+        ) from None
     except BaseException as exc:  # noqa: BLE001 - any import-time failure is the handler's
-        raise HandlerError(f"handler {path!r}: importing {module_name} raised {type(exc).__name__}: {exc}") \
-            from None
+        raise HandlerError(f"handler {path!r}: importing {module_name} raised {type(exc).__name__}: {exc}") from None
     for part in attr.split("."):
         try:
             obj = getattr(obj, part)

@@ -21,6 +21,7 @@ Usage::
     .venv/bin/python bench/bench_async.py [--jobs 1000] [--sleep 0.1] [--workers 1]
         [--async-concurrency 100,10] [--sync]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -41,7 +42,7 @@ from actors import jobs  # noqa: E402
 from fdblayer.jobs import counts  # noqa: E402
 from fdblayer.jobs.keys import DEFAULT_LAYOUT  # noqa: E402
 
-TASKS = '''
+TASKS = """
 import asyncio, time
 
 async def nap(ctx):
@@ -49,7 +50,7 @@ async def nap(ctx):
 
 def nap_sync(ctx):
     time.sleep(ctx.data["s"])
-'''
+"""
 
 
 def _enqueue(db, job_type: str, count: int, seconds: float, chunk: int = 5000) -> None:
@@ -57,6 +58,7 @@ def _enqueue(db, job_type: str, count: int, seconds: float, chunk: int = 5000) -
     def add(tr, n: int) -> None:
         for _ in range(n):
             jobs.enqueue(tr, job_type, {"s": seconds})
+
     for start in range(0, count, chunk):
         add(db, min(chunk, count - start))
 
@@ -71,11 +73,28 @@ def run_one(workdir: Path, handler: str, count: int, seconds: float, workers: in
     log_path = workdir / f"{job_type}.log"
     env = dict(os.environ, PYTHONPATH=str(ROOT), THESPLOG_FILE=str(workdir / "thespian.log"))
     with open(log_path, "w") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "actors", "worker", "--store", store, "--concurrency",
-                                 str(workers), "--async-concurrency", str(limit), "--log-level", "info",
-                                 f"{job_type}=bench_async_tasks:{handler}"],
-                                cwd=workdir, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "actors",
+                "worker",
+                "--store",
+                store,
+                "--concurrency",
+                str(workers),
+                "--async-concurrency",
+                str(limit),
+                "--log-level",
+                "info",
+                f"{job_type}=bench_async_tasks:{handler}",
+            ],
+            cwd=workdir,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     try:
         while "workers_up" not in log_path.read_text() and proc.poll() is None:
             time.sleep(0.02)
@@ -97,9 +116,16 @@ def run_one(workdir: Path, handler: str, count: int, seconds: float, workers: in
         db.close()
     if done < count:
         raise SystemExit(f"the host stopped early:\n{log_path.read_text()[-3000:]}")
-    return {"handler": handler, "jobs": count, "sleep": seconds, "workers": workers, "async_concurrency": limit,
-            "seconds": took, "jobs_per_s": count / took,
-            "bound": workers * (limit if handler == "nap" else 1) / seconds if seconds > 0 else None}
+    return {
+        "handler": handler,
+        "jobs": count,
+        "sleep": seconds,
+        "workers": workers,
+        "async_concurrency": limit,
+        "seconds": took,
+        "jobs_per_s": count / took,
+        "bound": workers * (limit if handler == "nap" else 1) / seconds if seconds > 0 else None,
+    }
 
 
 def main() -> int:
@@ -117,12 +143,16 @@ def main() -> int:
         if args.sync:
             count = args.jobs if args.sleep <= 0 else min(args.jobs, int(20 * args.workers / args.sleep))
             rows.append(run_one(workdir, "nap_sync", count, args.sleep, args.workers, 1))  # about 20 s at most
-    print(f"{'handler':<9} {'jobs':>6} {'sleep':>6} {'workers':>7} {'async_c':>7} {'seconds':>8} "
-          f"{'jobs/s':>8} {'bound':>8}")
+    print(
+        f"{'handler':<9} {'jobs':>6} {'sleep':>6} {'workers':>7} {'async_c':>7} {'seconds':>8} "
+        f"{'jobs/s':>8} {'bound':>8}"
+    )
     for r in rows:
         bound = "-" if r["bound"] is None else f"{r['bound']:.0f}"
-        print(f"{r['handler']:<9} {r['jobs']:>6} {r['sleep']:>6g} {r['workers']:>7} {r['async_concurrency']:>7} "
-              f"{r['seconds']:>8.2f} {r['jobs_per_s']:>8.0f} {bound:>8}")
+        print(
+            f"{r['handler']:<9} {r['jobs']:>6} {r['sleep']:>6g} {r['workers']:>7} {r['async_concurrency']:>7} "
+            f"{r['seconds']:>8.2f} {r['jobs_per_s']:>8.0f} {bound:>8}"
+        )
     return 0
 
 

@@ -29,6 +29,7 @@ process of the node's process group (from its runtime file) survives.
 
 Run: .venv/bin/python bench/bench_http.py [--jobs N] [--docs N] [--requests N] [--seconds S]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -98,9 +99,15 @@ def seed_docs(url: str, n: int) -> tuple[float, float]:
     @transactional
     def put_batch(tr, first: int, count: int, now: float) -> None:
         for i in range(first, first + count):
-            body = {"handler": f"{FIXTURES}:idle", "continuous": True} if i % 2 else \
-                {"source": f"http://127.0.0.1:5984/src-{i}", "target": f"http://127.0.0.1:5984/tgt-{i}",
-                 "continuous": True}
+            body = (
+                {"handler": f"{FIXTURES}:idle", "continuous": True}
+                if i % 2
+                else {
+                    "source": f"http://127.0.0.1:5984/src-{i}",
+                    "target": f"http://127.0.0.1:5984/tgt-{i}",
+                    "continuous": True,
+                }
+            )
             docs.put(tr, docs.REPLICATOR_DB, f"doc-{i:05d}", body, now=now)
 
     @transactional
@@ -145,8 +152,9 @@ def seed_jobs(client, n: int) -> float:
     for i in range(n):
         spec = {"id": f"job-{i:05d}", "handler": f"{FIXTURES}:idle", "continuous": True, "start_time": now - n + i}
         running = i < MAX_JOBS
-        history = [("started", now - 1, None), ("added", now - n + i, None)] if running \
-            else [("added", now - n + i, None)]
+        history = (
+            [("started", now - 1, None), ("added", now - n + i, None)] if running else [("added", now - n + i, None)]
+        )
         rows.append({"spec": spec, "history": history, "running": running})
     t0 = time.perf_counter()
     loaded = s.load_jobs(rows)
@@ -182,8 +190,10 @@ def page_path(endpoint: str, total: int, rng: random.Random) -> str:
 def check_page(endpoint: str, body: bytes, total: int) -> None:
     data = json.loads(body)
     if data.get("total_rows") != total or len(data.get(endpoint, ())) != min(PAGE, total):
-        raise RuntimeError(f"/_scheduler/{endpoint}: total_rows {data.get('total_rows')}, "
-                           f"{len(data.get(endpoint, ()))} rows (expected {total} and {min(PAGE, total)})")
+        raise RuntimeError(
+            f"/_scheduler/{endpoint}: total_rows {data.get('total_rows')}, "
+            f"{len(data.get(endpoint, ()))} rows (expected {total} and {min(PAGE, total)})"
+        )
 
 
 def latency(port: int, endpoint: str, total: int, requests: int, budget: float) -> list[float]:
@@ -267,8 +277,12 @@ def main() -> int:
     parser.add_argument("--requests", type=int, default=200, help="timed requests per endpoint (>= 200)")
     parser.add_argument("--clients", type=int, default=4, help="concurrent clients for requests/s")
     parser.add_argument("--seconds", type=float, default=5.0, help="seconds of load per endpoint")
-    parser.add_argument("--budget", type=float, default=30.0,
-                        help="most seconds of latency sampling per endpoint (fewer requests if slower)")
+    parser.add_argument(
+        "--budget",
+        type=float,
+        default=30.0,
+        help="most seconds of latency sampling per endpoint (fewer requests if slower)",
+    )
     args = parser.parse_args()
 
     import logging
@@ -283,30 +297,39 @@ def main() -> int:
     tmp = tempfile.TemporaryDirectory(prefix="bench-http-")
     store = f"sqlite:///{tmp.name}/store.db"  # tmp.name is absolute: sqlite:////abs/...
     admin_port = free_port()
-    config = config_mod.load(None, {
-        ("node", "store"): store, ("node", "port"): admin_port, ("node", "http_port"): 0,
-        ("node", "log_level"): "warning",
-        ("replicator", "max_jobs"): MAX_JOBS,
-        ("replicator", "doc_owner_timeout"): 3600,
-    })
+    config = config_mod.load(
+        None,
+        {
+            ("node", "store"): store,
+            ("node", "port"): admin_port,
+            ("node", "http_port"): 0,
+            ("node", "log_level"): "warning",
+            ("replicator", "max_jobs"): MAX_JOBS,
+            ("replicator", "doc_owner_timeout"): 3600,
+        },
+    )
     node = None
     pgid = None
     results: list[tuple[str, list[float], float, float]] = []
     try:
         put_s, take_s = seed_docs(store, args.docs)
         t0 = time.perf_counter()
-        node = supervision.start_node(admin_port, node_mod.ROOT_FLAGS, node_mod.root_children(config),
-                                      level=logging.WARNING)
+        node = supervision.start_node(
+            admin_port, node_mod.ROOT_FLAGS, node_mod.root_children(config), level=logging.WARNING
+        )
         node_s = time.perf_counter() - t0
         runtime = json.loads(supervision.system._runtime_file(admin_port).read_text())
         pgid = runtime["pgid"]
         client = node.client()
         http_port = client.call(http_server.HTTP_SERVER_NAME, http_server.GetHttpInfo(), 10)["port"]
         jobs_s = seed_jobs(client, args.jobs)
-        print(f"setup: {args.docs} docs put in {put_s:.1f} s and taken by the phantom peer in {take_s:.1f} s "
-              f"({DOCS_PER_TX} per transaction), "
-              f"node up in {node_s:.1f} s, {args.jobs} jobs loaded (LoadJobs, {MAX_JOBS} running) "
-              f"in {jobs_s:.1f} s; HTTP on 127.0.0.1:{http_port}", flush=True)
+        print(
+            f"setup: {args.docs} docs put in {put_s:.1f} s and taken by the phantom peer in {take_s:.1f} s "
+            f"({DOCS_PER_TX} per transaction), "
+            f"node up in {node_s:.1f} s, {args.jobs} jobs loaded (LoadJobs, {MAX_JOBS} running) "
+            f"in {jobs_s:.1f} s; HTTP on 127.0.0.1:{http_port}",
+            flush=True,
+        )
         for endpoint, total in (("jobs", args.jobs), ("docs", args.docs)):
             times = latency(http_port, endpoint, total, args.requests, args.budget)
             rps, p50_loaded = throughput(http_port, endpoint, total, args.clients, args.seconds)
@@ -330,25 +353,35 @@ def main() -> int:
 
     load1, load5, _ = os.getloadavg()
     print()
-    print(f"GET /_scheduler/{{jobs,docs}}?limit={PAGE}&skip=<random>; {args.jobs} jobs, {args.docs} docs; "
-          f"max_jobs {MAX_JOBS}")
-    head = f"{'endpoint':<18}{'n':>5}{'p50 ms':>9}{'p99 ms':>9}{'max ms':>9}" \
-           f"{f'req/s ({args.clients} cl)':>17}{'p50 loaded':>12}  target p50 < {TARGET_P50_MS:.0f} ms"
+    print(
+        f"GET /_scheduler/{{jobs,docs}}?limit={PAGE}&skip=<random>; {args.jobs} jobs, {args.docs} docs; "
+        f"max_jobs {MAX_JOBS}"
+    )
+    head = (
+        f"{'endpoint':<18}{'n':>5}{'p50 ms':>9}{'p99 ms':>9}{'max ms':>9}"
+        f"{f'req/s ({args.clients} cl)':>17}{'p50 loaded':>12}  target p50 < {TARGET_P50_MS:.0f} ms"
+    )
     print(head)
     print("-" * len(head))
     for endpoint, times, rps, p50_loaded in results:
         p50 = statistics.median(times)
         met = p50 < TARGET_P50_MS
-        print(f"{'/_scheduler/' + endpoint:<18}{len(times):>5}{p50:>9.1f}{pct(times, 99):>9.1f}"
-              f"{max(times):>9.1f}{rps:>17.1f}{p50_loaded:>12.1f}  {'met' if met else 'MISSED'}"
-              + ("" if len(times) >= args.requests else f" (sampling stopped at the {args.budget:.0f} s budget)"))
+        print(
+            f"{'/_scheduler/' + endpoint:<18}{len(times):>5}{p50:>9.1f}{pct(times, 99):>9.1f}"
+            f"{max(times):>9.1f}{rps:>17.1f}{p50_loaded:>12.1f}  {'met' if met else 'MISSED'}"
+            + ("" if len(times) >= args.requests else f" (sampling stopped at the {args.budget:.0f} s budget)")
+        )
     print()
     missed = [f"/_scheduler/{e}" for e, times, _, _ in results if statistics.median(times) >= TARGET_P50_MS]
-    print(f"target p50 < {TARGET_P50_MS:.0f} ms for a page of {PAGE} out of 10,000: "
-          + ("met on both endpoints" if not missed else f"MISSED on {', '.join(missed)}"))
-    print(f"run time {time.perf_counter() - started:.1f} s; {os.cpu_count()} CPUs; "
-          f"load average {load1:.2f} (1 min), {load5:.2f} (5 min); node stopped, "
-          f"process group {pgid} empty")
+    print(
+        f"target p50 < {TARGET_P50_MS:.0f} ms for a page of {PAGE} out of 10,000: "
+        + ("met on both endpoints" if not missed else f"MISSED on {', '.join(missed)}")
+    )
+    print(
+        f"run time {time.perf_counter() - started:.1f} s; {os.cpu_count()} CPUs; "
+        f"load average {load1:.2f} (1 min), {load5:.2f} (5 min); node stopped, "
+        f"process group {pgid} empty"
+    )
     return 0
 
 

@@ -21,6 +21,7 @@ SIGTERM in a ``finally``.
 
 Run: .venv/bin/python bench/bench_jobs_http.py [--jobs N] [--types N] [--requests N]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -62,8 +63,14 @@ def seed(db, jobs: int, types: int) -> float:
         job_type = f"type{t:02d}"
         api.set_type_timeout(db, job_type, 3600)
         for first in range(0, per_type, 1000):
-            api.add_many(db, job_type, [(f"j{n:06d}", {"n": n, "to": f"user{n}@example.com"})
-                                        for n in range(first, min(per_type, first + 1000))])
+            api.add_many(
+                db,
+                job_type,
+                [
+                    (f"j{n:06d}", {"n": n, "to": f"user{n}@example.com"})
+                    for n in range(first, min(per_type, first + 1000))
+                ],
+            )
         claimed = work.claim(db, L, job_type, time.time(), per_type // 10, "bench-host", 3).claimed
         fails = [work.Outcome(c.job, "fail", None, {"type": "E", "message": "x", "traceback": ""}) for c in claimed[:5]]
         work.complete(db, L, fails, time.time())
@@ -101,15 +108,23 @@ def main() -> int:
     store = f"sqlite:///{work_dir}/store.db?synchronous=NORMAL"
     db = fdblayer.open(store)
     seconds = seed(db, args.jobs, args.types)
-    print(f"seeded {args.jobs:,} jobs over {args.types} types in {seconds:.1f} s "
-          f"({args.jobs // args.types // 10:,} running and 5 failed per type); {os.cpu_count()} CPUs, "
-          f"load {os.getloadavg()[0]:.1f}")
+    print(
+        f"seeded {args.jobs:,} jobs over {args.types} types in {seconds:.1f} s "
+        f"({args.jobs // args.types // 10:,} running and 5 failed per type); {os.cpu_count()} CPUs, "
+        f"load {os.getloadavg()[0]:.1f}"
+    )
     http_port = free_port()
-    (work_dir / "node.ini").write_text(f"[node]\nport = {free_port()}\nhttp_port = {http_port}\nstore = {store}\n"
-                                       "[replicator]\nmax_jobs = 0\n")
+    (work_dir / "node.ini").write_text(
+        f"[node]\nport = {free_port()}\nhttp_port = {http_port}\nstore = {store}\n[replicator]\nmax_jobs = 0\n"
+    )
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    node = subprocess.Popen([sys.executable, "-m", "actors", "node", "start", "--config", str(work_dir / "node.ini")],
-                            cwd=work_dir, env=env, stdout=open(work_dir / "node.log", "w"), stderr=subprocess.STDOUT)
+    node = subprocess.Popen(
+        [sys.executable, "-m", "actors", "node", "start", "--config", str(work_dir / "node.ini")],
+        cwd=work_dir,
+        env=env,
+        stdout=open(work_dir / "node.log", "w"),
+        stderr=subprocess.STDOUT,
+    )
     rng = random.Random(1)
     per_type = args.jobs // args.types
     try:
@@ -126,16 +141,23 @@ def main() -> int:
         now = time.time
         cases = [
             ("GET /_jobs", lambda: "/_jobs", lambda: overview.types_overview(db, L, now())),
-            ("GET /_jobs/{type}?limit=100&skip=rand", lambda: f"/_jobs/type{rng.randrange(args.types):02d}"
-             f"?limit=100&skip={rng.randrange(per_type)}",
-             lambda: overview.list_jobs(db, L, f"type{rng.randrange(args.types):02d}", None, 100,
-                                        rng.randrange(per_type), now())),
-            ("GET /_jobs/{type}?state=pending&limit=100", lambda: f"/_jobs/type{rng.randrange(args.types):02d}"
-             "?state=pending&limit=100",
-             lambda: overview.list_jobs(db, L, f"type{rng.randrange(args.types):02d}", "pending", 100, 0, now())),
-            ("GET /_jobs/{type}?state=running&limit=100", lambda: f"/_jobs/type{rng.randrange(args.types):02d}"
-             "?state=running&limit=100",
-             lambda: overview.list_jobs(db, L, f"type{rng.randrange(args.types):02d}", "running", 100, 0, now())),
+            (
+                "GET /_jobs/{type}?limit=100&skip=rand",
+                lambda: f"/_jobs/type{rng.randrange(args.types):02d}?limit=100&skip={rng.randrange(per_type)}",
+                lambda: overview.list_jobs(
+                    db, L, f"type{rng.randrange(args.types):02d}", None, 100, rng.randrange(per_type), now()
+                ),
+            ),
+            (
+                "GET /_jobs/{type}?state=pending&limit=100",
+                lambda: f"/_jobs/type{rng.randrange(args.types):02d}?state=pending&limit=100",
+                lambda: overview.list_jobs(db, L, f"type{rng.randrange(args.types):02d}", "pending", 100, 0, now()),
+            ),
+            (
+                "GET /_jobs/{type}?state=running&limit=100",
+                lambda: f"/_jobs/type{rng.randrange(args.types):02d}?state=running&limit=100",
+                lambda: overview.list_jobs(db, L, f"type{rng.randrange(args.types):02d}", "running", 100, 0, now()),
+            ),
             ("GET /_utils/ (the status page)", lambda: "/_utils/", lambda: overview.queue_status(db, L, now())),
         ]
         print(f"{'request':46} {'p50 ms':>8} {'p99 ms':>8} {'store p50':>10} {'http/store':>11}")
@@ -145,8 +167,10 @@ def main() -> int:
             http_times = [timed(conn, path()) for _ in range(args.requests)]
             store_times = direct(read, args.requests)
             p50, p99, s50 = pct(http_times, 0.5) * 1000, pct(http_times, 0.99) * 1000, pct(store_times, 0.5) * 1000
-            print(f"{name:46} {p50:8.1f} {p99:8.1f} {s50:10.1f} {p50 / s50:10.1f}x"
-                  f"{'' if p50 < 50 else '   (target p50 < 50 ms missed)'}")
+            print(
+                f"{name:46} {p50:8.1f} {p99:8.1f} {s50:10.1f} {p50 / s50:10.1f}x"
+                f"{'' if p50 < 50 else '   (target p50 < 50 ms missed)'}"
+            )
         conn.close()
     finally:
         node.send_signal(signal.SIGTERM)

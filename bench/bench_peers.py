@@ -201,10 +201,15 @@ def free_port() -> int:
 def code_version() -> str:
     """The commit the benchmark runs, and whether the store/actor code differs from it."""
     try:
-        head = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True,
-                              text=True, timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "-C", ROOT, "status", "--porcelain", "--", "fdblayer", "actors",
-                                "supervision"], capture_output=True, text=True, timeout=10).stdout.split("\n")
+        head = subprocess.run(
+            ["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", ROOT, "status", "--porcelain", "--", "fdblayer", "actors", "supervision"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout.split("\n")
     except (OSError, subprocess.SubprocessError):
         return "unknown (no git)"
     changed = [line for line in dirty if line.strip()]
@@ -326,26 +331,39 @@ def bench_huey_and_raw(directory: str, args: argparse.Namespace, want: set[str])
                 record(section, "add+accept+finish cycle vs enqueue+dequeue", sync, figures["cycle"], pair, 0.7)
                 record(section, "100 adds/txn (api.add loop) vs enqueue, jobs/s", sync, figures["batch"], enq, 3.0)
                 if many is None:
-                    record(section, "100 adds/txn (api.add_many) vs enqueue, jobs/s", sync, figures["add_many"], enq,
-                           3.0)
+                    record(
+                        section, "100 adds/txn (api.add_many) vs enqueue, jobs/s", sync, figures["add_many"], enq, 3.0
+                    )
                 else:
                     unavailable(section, "100 adds/txn (api.add_many) vs enqueue", sync, many)
                 record(section, "add (1/txn) vs enqueue", sync, figures["add"], enq, None)
-                NOTES.append(f"Huey {sync}: enqueue {enq:,.0f}/s, dequeue {deq:,.0f}/s, "
-                             f"enqueue+dequeue pairs {pair:,.0f}/s")
+                NOTES.append(
+                    f"Huey {sync}: enqueue {enq:,.0f}/s, dequeue {deq:,.0f}/s, enqueue+dequeue pairs {pair:,.0f}/s"
+                )
         if "raw" in want:
             for section, prefix, target in (
                 ("raw sqlite3, same rows (the equivalent transactions; target of issue 4)", "same", 0.5),
                 ("raw sqlite3, minimal rows (job row + one index: no watch, lease or re-enqueue)", "raw", None),
             ):
                 record(section, "add (1/txn)", sync, figures["add"], figures[f"{prefix} add"], target)
-                record(section, "100 adds/txn (api.add loop), jobs/s", sync, figures["batch"],
-                       figures[f"{prefix} batch"], target)
+                record(
+                    section,
+                    "100 adds/txn (api.add loop), jobs/s",
+                    sync,
+                    figures["batch"],
+                    figures[f"{prefix} batch"],
+                    target,
+                )
                 if many is None:
-                    record(section, "100 adds/txn (api.add_many), jobs/s", sync, figures["add_many"],
-                           figures[f"{prefix} batch"], target)
-                record(section, "add+accept+finish cycle", sync, figures["cycle"],
-                       figures[f"{prefix} cycle"], target)
+                    record(
+                        section,
+                        "100 adds/txn (api.add_many), jobs/s",
+                        sync,
+                        figures["add_many"],
+                        figures[f"{prefix} batch"],
+                        target,
+                    )
+                record(section, "add+accept+finish cycle", sync, figures["cycle"], figures[f"{prefix} cycle"], target)
 
 
 # ---------------------------------------------------------------- RQ on a loopback redis-server
@@ -371,10 +389,27 @@ class RedisServer:
         self.port = free_port()
         persistence = ["--appendonly", "yes", "--appendfsync", "always"] if aof_always else ["--appendonly", "no"]
         self.proc = subprocess.Popen(
-            [binary, "--bind", "127.0.0.1", "--port", str(self.port), "--save", "", "--dir", self.dir,
-             "--daemonize", "no", "--protected-mode", "yes", "--logfile", os.path.join(self.dir, "redis.log"),
-             *persistence],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+            [
+                binary,
+                "--bind",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--save",
+                "",
+                "--dir",
+                self.dir,
+                "--daemonize",
+                "no",
+                "--protected-mode",
+                "yes",
+                "--logfile",
+                os.path.join(self.dir, "redis.log"),
+                *persistence,
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
         )
         try:
             self.client = self._connect()
@@ -439,8 +474,9 @@ def bench_rq(directory: str, args: argparse.Namespace) -> None:
         problem = "redis-server not installed (apt-get install --no-install-recommends redis-server)"
     for aof_always, sync in ((True, "FULL"), (False, "NORMAL")):
         label = "AOF appendfsync always" if aof_always else "no persistence"
-        section = (f"RQ {version('rq')} + redis-py {version('redis')} on a loopback redis-server ({label}), "
-                   f"ours at {sync}")
+        section = (
+            f"RQ {version('rq')} + redis-py {version('redis')} on a loopback redis-server ({label}), ours at {sync}"
+        )
         if problem is not None:
             unavailable(section, "add vs RQ enqueue", sync, problem)
             unavailable(section, "add+accept+finish cycle vs RQ enqueue+work", sync, problem)
@@ -459,8 +495,7 @@ def bench_rq(directory: str, args: argparse.Namespace) -> None:
                 lambda: rq_run(server.client, args.tasks, args.rq_work),
             )
             record(section, f"add (1/txn) vs enqueue x{args.tasks:,}", sync, add, enq, None)
-            record(section, f"add+accept+finish vs enqueue+work ({args.rq_work:,} worked)", sync, cycle, enq_work,
-                   3.0)
+            record(section, f"add+accept+finish vs enqueue+work ({args.rq_work:,} worked)", sync, cycle, enq_work, 3.0)
             record(section, "add+accept+finish vs SimpleWorker work only", sync, cycle, work, None)
         except Exception as exc:  # a peer that cannot run is reported, not fatal
             unavailable(section, "RQ rows", sync, f"{type(exc).__name__}: {exc}")
@@ -543,8 +578,9 @@ def node_latency(directory: str, n: int) -> None:
     log_path = os.path.join(directory, "node.log")
     url = f"sqlite:///{os.path.join(directory, 'node.db')}"
     port = free_port()
-    env = dict(os.environ, OTPJOBS_RUNTIME_DIR=run_dir, THESPLOG_FILE=os.path.join(directory, "thespian.log"),
-               PYTHONPATH=ROOT)
+    env = dict(
+        os.environ, OTPJOBS_RUNTIME_DIR=run_dir, THESPLOG_FILE=os.path.join(directory, "thespian.log"), PYTHONPATH=ROOT
+    )
     job_type = "e2e"
     node = worker = None
     pgid = None
@@ -555,9 +591,24 @@ def node_latency(directory: str, n: int) -> None:
 
         with open(log_path, "ab") as log:
             node = subprocess.Popen(
-                [sys.executable, "-m", "actors", "node", "start", "--port", str(port), "--store", url,
-                 "--http-port", "0"],
-                cwd=ROOT, env=env, stdout=log, stderr=log, stdin=subprocess.DEVNULL,
+                [
+                    sys.executable,
+                    "-m",
+                    "actors",
+                    "node",
+                    "start",
+                    "--port",
+                    str(port),
+                    "--store",
+                    url,
+                    "--http-port",
+                    "0",
+                ],
+                cwd=ROOT,
+                env=env,
+                stdout=log,
+                stderr=log,
+                stdin=subprocess.DEVNULL,
             )
         deadline = time.monotonic() + 60
         while "node_up" not in open(log_path).read():
@@ -568,8 +619,13 @@ def node_latency(directory: str, n: int) -> None:
             pgid = json.load(f)["pgid"]
         db = fdblayer.open(url)
         jobs.set_type_timeout(db, job_type, 60)
-        worker = subprocess.Popen([sys.executable, "-c", WORKER, url, job_type, str(n + 5)], cwd=ROOT, env=env,
-                                  stdout=subprocess.PIPE, text=True)
+        worker = subprocess.Popen(
+            [sys.executable, "-c", WORKER, url, job_type, str(n + 5)],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         read_json_line(worker, 30)
         later = int(time.time()) + 3600
         total, to_accept, to_finish, to_told = [], [], [], []
@@ -673,8 +729,10 @@ def main() -> int:
         if args.profile:
             profile(directory, args.profile, args)
             return 0
-        print(f"store directory: {directory} (sqlite {sqlite3.sqlite_version}, Python {sys.version.split()[0]}, "
-              f"{os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f})")
+        print(
+            f"store directory: {directory} (sqlite {sqlite3.sqlite_version}, Python {sys.version.split()[0]}, "
+            f"{os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f})"
+        )
         print(f"code: {code_version()}")
         print(f"medians of {args.repeat} interleaved runs; ops per second; ratio = ours / peer")
         if want & {"huey", "raw"}:
@@ -685,11 +743,15 @@ def main() -> int:
             node_latency(directory, args.latency_jobs)
         print_table()
         if "huey" in want:
-            print("note: Huey's dequeue DELETEs the task (no lease, no running state): a Huey worker that crashes"
-                  " after dequeue loses it; ours keeps it running under a lease and re-enqueues it.")
+            print(
+                "note: Huey's dequeue DELETEs the task (no lease, no running state): a Huey worker that crashes"
+                " after dequeue loses it; ours keeps it running under a lease and re-enqueues it."
+            )
         if "rq" in want:
-            print("note: the no-persistence Redis loses every job if redis-server dies; our NORMAL loses none"
-                  " on a process crash.")
+            print(
+                "note: the no-persistence Redis loses every job if redis-server dies; our NORMAL loses none"
+                " on a process crash."
+            )
         for note in NOTES:
             print(note)
     print(f"total {time.monotonic() - started:.0f} s")

@@ -71,6 +71,7 @@ A full run takes about 5 minutes on the project's 2-CPU machine. A system
 whose package or command is missing is reported as not available and left
 out; a run that fails is reported in its cell and the others go on.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -144,8 +145,7 @@ def run_all(server: TemporaryServer, args: argparse.Namespace) -> Runs:
         if workers == 4 and "pgqueuer" in args.systems:
             runs.run("drain4", PGQ_DEFAULTS, lambda: pp.drain(pp.Pgqueuer, server, n, 4, limit=0))
     for system in args.systems:
-        runs.run("latency", system,
-                 lambda: pp.latency(pp.SYSTEMS[system], server, args.latency, args.latency_workers))
+        runs.run("latency", system, lambda: pp.latency(pp.SYSTEMS[system], server, args.latency, args.latency_workers))
     if args.hosts and "ours" in args.systems:
         for hosts in (1, 4):
             runs.run(f"hosts{hosts}", "ours", lambda: pp.hosts_rate(server, n, hosts))
@@ -211,8 +211,7 @@ def table(runs: Runs) -> list[list[str]]:
     drain_fmt = lambda r: f"{_n(r['jobs_per_s'])} ({_n(r['after_first_per_s'])} after the first)"  # noqa: E731
     # drain, 1 worker
     ratio, text = _rate_ratio(value("drain1", "ours", "jobs_per_s"), peer_values("drain1", "jobs_per_s"))
-    rows.append(["drain, 1 worker (jobs/s)"] + [cell_text("drain1", s, drain_fmt) for s in systems]
-                + [text, "-"])
+    rows.append(["drain, 1 worker (jobs/s)"] + [cell_text("drain1", s, drain_fmt) for s in systems] + [text, "-"])
     # drain, 4 workers (pgqueuer also with its defaults)
     cols = []
     for s in systems:
@@ -220,20 +219,33 @@ def table(runs: Runs) -> list[list[str]]:
         if s == "pgqueuer" and PGQ_DEFAULTS in runs.cells.get("drain4", {}):
             txt += "; " + cell_text("drain4", PGQ_DEFAULTS, drain_fmt) + " with its defaults"
         cols.append(txt)
-    ratio, text = _rate_ratio(value("drain4", "ours", "jobs_per_s"),
-                              peer_values("drain4", "jobs_per_s", (PGQ_DEFAULTS,)))
-    rows.append(["drain, 4 workers (jobs/s)"] + cols + [text, "target >= 1.5x: " + _met(
-        None if ratio is None else ratio >= 1.5)])
+    ratio, text = _rate_ratio(
+        value("drain4", "ours", "jobs_per_s"), peer_values("drain4", "jobs_per_s", (PGQ_DEFAULTS,))
+    )
+    rows.append(
+        ["drain, 4 workers (jobs/s)"]
+        + cols
+        + [text, "target >= 1.5x: " + _met(None if ratio is None else ratio >= 1.5)]
+    )
     # one enqueue per transaction
     ratio, text = _rate_ratio(value("enqueue", "ours", "jobs_per_s"), peer_values("enqueue", "jobs_per_s"))
-    rows.append(["one enqueue per transaction (jobs/s)"]
-                + [cell_text("enqueue", s, lambda r: f"{_n(r['jobs_per_s'])} ({r['ms_each']:.2f} ms each)")
-                   for s in systems] + [text, "target >= 1.0x: " + _met(None if ratio is None else ratio >= 1.0)])
+    rows.append(
+        ["one enqueue per transaction (jobs/s)"]
+        + [cell_text("enqueue", s, lambda r: f"{_n(r['jobs_per_s'])} ({r['ms_each']:.2f} ms each)") for s in systems]
+        + [text, "target >= 1.0x: " + _met(None if ratio is None else ratio >= 1.0)]
+    )
     # bulk: this cell's and the drains' fills
     bulks: dict[str, list[float]] = {}
     for s in systems:
-        got = [v for v in (value("bulk", s, "jobs_per_s"), value("drain1", s, "bulk_per_s"),
-                           value("drain4", s, "bulk_per_s")) if v is not None]
+        got = [
+            v
+            for v in (
+                value("bulk", s, "jobs_per_s"),
+                value("drain1", s, "bulk_per_s"),
+                value("drain4", s, "bulk_per_s"),
+            )
+            if v is not None
+        ]
         if got:
             bulks[s] = got
 
@@ -251,14 +263,18 @@ def table(runs: Runs) -> list[list[str]]:
         target = medians["ours"] >= 0.5 * medians["pgqueuer"] and all(medians["ours"] > o for o in others)
         if not text.endswith("(pgqueuer)"):
             text += f"; {medians['ours'] / medians['pgqueuer']:.2f}x pgqueuer's"
-    rows.append([f"bulk enqueue, one call (jobs/s, range of {max(map(len, bulks.values()), default=0)})"]
-                + [bulk_fmt(s) for s in systems]
-                + [text, ">= 0.5x pgqueuer, above the others: " + _met(target)])
+    rows.append(
+        [f"bulk enqueue, one call (jobs/s, range of {max(map(len, bulks.values()), default=0)})"]
+        + [bulk_fmt(s) for s in systems]
+        + [text, ">= 0.5x pgqueuer, above the others: " + _met(target)]
+    )
     # add -> handler started
     ratio, text = _time_ratio(value("latency", "ours", "p50_ms"), peer_values("latency", "p50_ms"))
-    rows.append(["add -> handler started, idle workers, p50 (p95) ms"]
-                + [cell_text("latency", s, lambda r: f"{r['p50_ms']:.1f} ({r['p95_ms']:.1f})") for s in systems]
-                + [text, "target <= best peer: " + _met(None if ratio is None else ratio <= 1.0)])
+    rows.append(
+        ["add -> handler started, idle workers, p50 (p95) ms"]
+        + [cell_text("latency", s, lambda r: f"{r['p50_ms']:.1f} ({r['p95_ms']:.1f})") for s in systems]
+        + [text, "target <= best peer: " + _met(None if ratio is None else ratio <= 1.0)]
+    )
     # worker start -> first job done
     firsts: dict[str, list[float]] = {}
     for s in list(systems) + [PGQ_DEFAULTS]:
@@ -274,8 +290,11 @@ def table(runs: Runs) -> list[list[str]]:
 
     means = {s: statistics.mean(v) for s, v in firsts.items()}
     ratio, text = _time_ratio(means.get("ours"), {p: means[p] for p in peers if p in means})
-    rows.append(["worker start -> first job done (s)"] + [first_fmt(s) for s in systems]
-                + [text, "target <= best peer: " + _met(None if ratio is None else ratio <= 1.0)])
+    rows.append(
+        ["worker start -> first job done (s)"]
+        + [first_fmt(s) for s in systems]
+        + [text, "target <= best peer: " + _met(None if ratio is None else ratio <= 1.0)]
+    )
     # hosts, ours only
     one, four = value("hosts1", "ours", "jobs_per_s"), value("hosts4", "ours", "jobs_per_s")
     if "hosts1" in runs.cells or "hosts4" in runs.cells:
@@ -285,8 +304,11 @@ def table(runs: Runs) -> list[list[str]]:
         else:
             ours_txt = "; ".join(cell_text(c, "ours", lambda r: _n(r["jobs_per_s"])) for c in ("hosts4", "hosts1"))
             ratio_txt, target = "-", None
-        rows.append(["4 hosts of 4 vs 1 host of 4, 10 ms handler (jobs/s)", ours_txt]
-                    + ["-"] * len(peers) + [ratio_txt, "target >= 3x: " + _met(target)])
+        rows.append(
+            ["4 hosts of 4 vs 1 host of 4, 10 ms handler (jobs/s)", ours_txt]
+            + ["-"] * len(peers)
+            + [ratio_txt, "target >= 3x: " + _met(target)]
+        )
     return rows
 
 
@@ -333,8 +355,10 @@ def versions(server: TemporaryServer) -> str:
         fsync = conn.execute("SHOW fsync").fetchone()[0]
         sync = conn.execute("SHOW synchronous_commit").fetchone()[0]
     names = ("procrastinate", "pgqueuer", "oban", "asyncpg", "psycopg")
-    return (", ".join(f"{n} {wp.version(n)}" for n in names)
-            + f", python {platform.python_version()}; PostgreSQL {pg} (fsync {fsync}, synchronous_commit {sync})")
+    return (
+        ", ".join(f"{n} {wp.version(n)}" for n in names)
+        + f", python {platform.python_version()}; PostgreSQL {pg} (fsync {fsync}, synchronous_commit {sync})"
+    )
 
 
 def main() -> int:
@@ -352,8 +376,11 @@ def main() -> int:
     server = TemporaryServer(durable=True).start()
     try:
         print(f"server: a throwaway PostgreSQL at 127.0.0.1:{server.port}; {versions(server)}")
-        print(f"{args.jobs:,} no-op jobs a cell, a fresh database for each cell and system; "
-              f"{os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}\n", flush=True)
+        print(
+            f"{args.jobs:,} no-op jobs a cell, a fresh database for each cell and system; "
+            f"{os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}\n",
+            flush=True,
+        )
         runs = run_all(server, args)
     finally:
         server.stop()

@@ -20,6 +20,7 @@ Usage::
     .venv/bin/python bench/bench_prune.py [--jobs 50000] [--workers 4] [--rounds 3]
         [--keep 0.5] [--durability NORMAL]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -63,11 +64,30 @@ def drain(jobs_count: int, workers: int, keep: float, durability: str) -> dict:
             port = wp.free_port()
             log = open(Path(directory) / "host.log", "w")
             proc = subprocess.Popen(
-                [sys.executable, "-m", "actors", "worker", "--store", url, "--concurrency", str(workers),
-                 "--port", str(port), "--log-level", "warning", "--keep-finished", str(keep),
-                 "--keep-failed", str(keep), f"{JOB_TYPE}=peer_tasks:noop"],
-                env=wp.child_env(PYTHONPATH=os.pathsep.join([str(ROOT), str(BENCH)])), stdout=log,
-                stderr=subprocess.STDOUT, start_new_session=True)
+                [
+                    sys.executable,
+                    "-m",
+                    "actors",
+                    "worker",
+                    "--store",
+                    url,
+                    "--concurrency",
+                    str(workers),
+                    "--port",
+                    str(port),
+                    "--log-level",
+                    "warning",
+                    "--keep-finished",
+                    str(keep),
+                    "--keep-failed",
+                    str(keep),
+                    f"{JOB_TYPE}=peer_tasks:noop",
+                ],
+                env=wp.child_env(PYTHONPATH=os.pathsep.join([str(ROOT), str(BENCH)])),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
             try:
                 first = end = None
                 deadline = time.perf_counter() + 600
@@ -103,8 +123,12 @@ def drain(jobs_count: int, workers: int, keep: float, durability: str) -> dict:
         finally:
             db.close()
     seconds = end - first[0]
-    return {"rate": (jobs_count - first[1]) / seconds if seconds > 0 else float("inf"), "seconds": seconds,
-            "pruned": jobs_count - left, "cleared": cleared}
+    return {
+        "rate": (jobs_count - first[1]) / seconds if seconds > 0 else float("inf"),
+        "seconds": seconds,
+        "pruned": jobs_count - left,
+        "cleared": cleared,
+    }
 
 
 def _jobs(db) -> int:
@@ -131,20 +155,26 @@ def main() -> int:
             got = drain(args.jobs, args.workers, keep, args.durability)
             results[mode].append(got)
             after = "" if got["cleared"] is None else f", the rest {got['cleared']:.2f} s after"
-            print(f"round {round_ + 1} pruning {mode:3}: {got['rate']:9.0f} jobs/s over {got['seconds']:.2f} s, "
-                  f"{got['pruned']} pruned by the end{after}", flush=True)
+            print(
+                f"round {round_ + 1} pruning {mode:3}: {got['rate']:9.0f} jobs/s over {got['seconds']:.2f} s, "
+                f"{got['pruned']} pruned by the end{after}",
+                flush=True,
+            )
     off = statistics.median(r["rate"] for r in results["off"])
     on = statistics.median(r["rate"] for r in results["on"])
     pruned = statistics.median(r["pruned"] for r in results["on"])
     cleared = statistics.median(r["cleared"] for r in results["on"])
-    print(f"\ndrain of {args.jobs} no-op jobs, {args.workers} workers, SQLite synchronous={args.durability}, "
-          f"median of {args.rounds}:")
+    print(
+        f"\ndrain of {args.jobs} no-op jobs, {args.workers} workers, SQLite synchronous={args.durability}, "
+        f"median of {args.rounds}:"
+    )
     print(f"  without pruning:        {off:9.0f} jobs/s")
-    print(f"  with pruning beside it: {on:9.0f} jobs/s (keep {args.keep:g} s; {pruned:.0f} jobs pruned by the end, "
-          f"the rest {cleared:.2f} s after it on the idle host)")
-    ratios = [a['rate'] / b['rate'] for a, b in zip(results['on'], results['off'], strict=True)]
-    print(f"  ratio with / without:   {on / off:9.3f} (median of the rounds' ratios: "
-          f"{statistics.median(ratios):.3f})")
+    print(
+        f"  with pruning beside it: {on:9.0f} jobs/s (keep {args.keep:g} s; {pruned:.0f} jobs pruned by the end, "
+        f"the rest {cleared:.2f} s after it on the idle host)"
+    )
+    ratios = [a["rate"] / b["rate"] for a, b in zip(results["on"], results["off"], strict=True)]
+    print(f"  ratio with / without:   {on / off:9.3f} (median of the rounds' ratios: {statistics.median(ratios):.3f})")
     return 0
 
 

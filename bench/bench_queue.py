@@ -13,6 +13,7 @@
    the node, accepts it, and times from the accept's commit to ``wait()``
    returning the running event. Target p50 < holdoff + 30 ms.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -172,18 +173,28 @@ def main() -> int:
     db = fdblayer.open(url)
     jobs.set_type_timeout(db, "notify", 60)
     import socket
+
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     # The node's HTTP process connects to the node on ("node", "port"); port 0
     # lets the system pick the HTTP port (the default 5984 may be taken).
-    config = load(None, {("node", "store"): url, ("node", "port"): port, ("node", "http_port"): 0,
-                         ("couch_jobs", "type_monitor_holdoff_msec"): opts.holdoff_ms,
-                         ("couch_jobs", "activity_monitor_max_jitter_msec"): 100})
+    config = load(
+        None,
+        {
+            ("node", "store"): url,
+            ("node", "port"): port,
+            ("node", "http_port"): 0,
+            ("couch_jobs", "type_monitor_holdoff_msec"): opts.holdoff_ms,
+            ("couch_jobs", "activity_monitor_max_jitter_msec"): 100,
+        },
+    )
     t0 = time.monotonic()
     node = start_node(port, ROOT_FLAGS, root_children(config), level=30)
-    print(f"bench_queue: store {url}, node on port {port}, cpus {os.cpu_count()}, "
-          f"load {os.getloadavg()[0]:.1f}, holdoff {opts.holdoff_ms} ms")
+    print(
+        f"bench_queue: store {url}, node on port {port}, cpus {os.cpu_count()}, "
+        f"load {os.getloadavg()[0]:.1f}, holdoff {opts.holdoff_ms} ms"
+    )
     try:
         node.client().call(JOBS_SERVER, ForceCheckTypes(), 30)
         for workers in (1, 2, 4):
@@ -191,13 +202,17 @@ def main() -> int:
             print(f"throughput  add/accept/finish  {workers} worker(s)  {opts.jobs} jobs  {rate:8.0f} jobs/s")
         wake = [x * 1000 for x in run_wakeup(ctx, url, opts.samples)]
         p50, p99 = statistics.median(wake), pct(wake, 99)
-        print(f"accept wake-up after add    n={len(wake)}  p50 {p50:6.1f} ms  p99 {p99:6.1f} ms"
-              f"  (target p50 < 20 ms: {'ok' if p50 < 20 else 'MISSED'})")
+        print(
+            f"accept wake-up after add    n={len(wake)}  p50 {p50:6.1f} ms  p99 {p99:6.1f} ms"
+            f"  (target p50 < 20 ms: {'ok' if p50 < 20 else 'MISSED'})"
+        )
         note = [x * 1000 for x in run_notify(url, port, opts.samples)]
         p50, p99 = statistics.median(note), pct(note, 99)
         target = opts.holdoff_ms + 30
-        print(f"subscription notify         n={len(note)}  p50 {p50:6.1f} ms  p99 {p99:6.1f} ms"
-              f"  (target p50 < holdoff + 30 = {target} ms: {'ok' if p50 < target else 'MISSED'})")
+        print(
+            f"subscription notify         n={len(note)}  p50 {p50:6.1f} ms  p99 {p99:6.1f} ms"
+            f"  (target p50 < holdoff + 30 = {target} ms: {'ok' if p50 < target else 'MISSED'})"
+        )
     finally:
         db.close()
         node.stop()

@@ -23,6 +23,7 @@ n log n (issue 6); 500 running jobs within 1 GB of PSS, all running within
 Run: .venv/bin/python bench/bench_scheduler.py [--runs N] [--process-500]
      [--docs N] [--docs-store sqlite|postgres]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -69,8 +70,11 @@ def build(n: int, clock: _Clock) -> Scheduling:
             history = [Event(EventType.STARTED, started), Event(EventType.ADDED, 0.0)]
             table.put(JobRow(spec.id, spec, history, pid=next(runner.pids)))
         else:
-            history = [Event(EventType.STOPPED, started + 0.5), Event(EventType.STARTED, started),
-                       Event(EventType.ADDED, 0.0)]
+            history = [
+                Event(EventType.STOPPED, started + 0.5),
+                Event(EventType.STARTED, started),
+                Event(EventType.ADDED, 0.0),
+            ]
             table.put(JobRow(spec.id, spec, history))
     return Scheduling(runner, clock, Settings(max_jobs=500, max_churn=20), table)
 
@@ -119,8 +123,15 @@ def bench_running(n: int, isolation: str) -> dict:
         s = SchedulerClient(node.client(), timeout=60)
         t0 = time.perf_counter()
         for i in range(n):
-            s.add_job({"id": f"b{i}", "handler": "tests.actors.scheduler_fixtures:checkpointing",
-                       "continuous": True, "db_name": "db", "isolation": isolation})
+            s.add_job(
+                {
+                    "id": f"b{i}",
+                    "handler": "tests.actors.scheduler_fixtures:checkpointing",
+                    "continuous": True,
+                    "db_name": "db",
+                    "isolation": isolation,
+                }
+            )
         s.reschedule()  # the last job added fills the table: the seed starts it at the next reschedule
         _wait(lambda: sum(1 for j in s.jobs() if j["pid"] not in (None, "<starting>")) == n, f"{n} running")
         started = time.perf_counter() - t0
@@ -145,9 +156,30 @@ def _start_doc_node(url: str, workdir: Path, name: str, max_jobs: int):
     root = Path(__file__).resolve().parents[1]
     env = dict(os.environ, PYTHONPATH=str(root), OTPJOBS_RUNTIME_DIR=str(workdir))
     with open(workdir / f"{name}.log", "w") as log:  # the node keeps its own copy of the descriptor
-        proc = subprocess.Popen([sys.executable, "-m", "actors", "node", "start", "--store", url, "--port", str(port),
-                                 "--config", str(cfg), "--log-level", "warning", "--http-port", "0"],
-                                cwd=str(root), env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "actors",
+                "node",
+                "start",
+                "--store",
+                url,
+                "--port",
+                str(port),
+                "--config",
+                str(cfg),
+                "--log-level",
+                "warning",
+                "--http-port",
+                "0",
+            ],
+            cwd=str(root),
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     return proc, port
 
 
@@ -195,6 +227,7 @@ def bench_docs(n: int, store: str, max_jobs: int = 500) -> dict:
         for i in range(0, n, 500):
             put_many(db, [f"doc{j:05d}" for j in range(i, min(n, i + 500))])
         added = time.perf_counter() - t0
+
         def all_owned() -> bool:
             try:
                 return sum(s["owned"] for s in stats()) == n
@@ -209,9 +242,14 @@ def bench_docs(n: int, store: str, max_jobs: int = 500) -> dict:
         last = stats()
         span = time.perf_counter() - t1
         renewed = sum(b["renewed"] - a["renewed"] for a, b in zip(first, last, strict=True))
-        return {"added_s": added, "owned_s": owned, "renewals_per_s": renewed / span,
-                "renew_ms": max(s["renew_ms"] for s in last), "lost": sum(s["lost"] + s["given_up"] for s in last),
-                "split": [s["owned"] for s in last]}
+        return {
+            "added_s": added,
+            "owned_s": owned,
+            "renewals_per_s": renewed / span,
+            "renew_ms": max(s["renew_ms"] for s in last),
+            "lost": sum(s["lost"] + s["given_up"] for s in last),
+            "split": [s["owned"] for s in last],
+        }
     finally:
         for proc, _ in nodes:
             proc.terminate()
@@ -250,14 +288,17 @@ def main() -> None:
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=15)
-    parser.add_argument("--process-500", action="store_true",
-                        help="also run 500 jobs of a process each (needs some GB of memory)")
+    parser.add_argument(
+        "--process-500", action="store_true", help="also run 500 jobs of a process each (needs some GB of memory)"
+    )
     parser.add_argument("--docs", type=int, default=10_000, help="documents over two nodes (0: skip)")
     parser.add_argument("--docs-store", choices=("sqlite", "postgres"), default="sqlite")
     args = parser.parse_args()
     load = os.getloadavg()[0]
-    print(f"reschedule (pure policy; 500 running, the rest pending, max_churn 20); "
-          f"load average {load:.1f} on {os.cpu_count()} CPUs:")
+    print(
+        f"reschedule (pure policy; 500 running, the rest pending, max_churn 20); "
+        f"load average {load:.1f} on {os.cpu_count()} CPUs:"
+    )
     previous = None
     for n in (1_000, 10_000, 50_000):
         cpu, wall = bench_reschedule(n, args.runs)
@@ -267,20 +308,27 @@ def main() -> None:
     print("running jobs on a real node (a handler that waits and checkpoints each second):")
     figures = {}
     for isolation, n in [("thread", 100), ("thread", 500), ("process", 100)] + (
-            [("process", 500)] if args.process_500 else []):
+        [("process", 500)] if args.process_500 else []
+    ):
         f = figures[(isolation, n)] = bench_running(n, isolation)
-        print(f"  {n:>4} jobs, isolation {isolation:7}: all running in {f['start_s']:6.2f} s, "
-              f"PSS {f['pss_mb']:7.1f} MB in {f['procs']:3} processes, {f['fds']:6} descriptors, "
-              f"all stopped in {f['stop_s']:5.2f} s")
+        print(
+            f"  {n:>4} jobs, isolation {isolation:7}: all running in {f['start_s']:6.2f} s, "
+            f"PSS {f['pss_mb']:7.1f} MB in {f['procs']:3} processes, {f['fds']:6} descriptors, "
+            f"all stopped in {f['stop_s']:5.2f} s"
+        )
     t, p = figures[("thread", 100)], figures[("process", 100)]
-    print(f"  thread/process at 100 jobs: start x{p['start_s'] / t['start_s']:.1f} faster, "
-          f"PSS x{p['pss_mb'] / t['pss_mb']:.1f} smaller, descriptors x{p['fds'] / t['fds']:.1f} fewer")
+    print(
+        f"  thread/process at 100 jobs: start x{p['start_s'] / t['start_s']:.1f} faster, "
+        f"PSS x{p['pss_mb'] / t['pss_mb']:.1f} smaller, descriptors x{p['fds'] / t['fds']:.1f} fewer"
+    )
     if args.docs:
         d = bench_docs(args.docs, args.docs_store)
         print(f"{args.docs} documents over two nodes on {args.docs_store} (max_jobs 500 each, owner timeout 30 s):")
-        print(f"  added in {d['added_s']:.1f} s, all owned {d['owned_s']:.1f} s after the first put "
-              f"(split {d['split'][0]}/{d['split'][1]}); {d['renewals_per_s']:.0f} lease renewals/s over a "
-              f"minute, last round {d['renew_ms']:.0f} ms; leases lost by a live node: {d['lost']} (target 0)")
+        print(
+            f"  added in {d['added_s']:.1f} s, all owned {d['owned_s']:.1f} s after the first put "
+            f"(split {d['split'][0]}/{d['split'][1]}); {d['renewals_per_s']:.0f} lease renewals/s over a "
+            f"minute, last round {d['renew_ms']:.0f} ms; leases lost by a live node: {d['lost']} (target 0)"
+        )
 
 
 if __name__ == "__main__":

@@ -196,9 +196,7 @@ def raw_cycle(conn: sqlite3.Connection, n: int) -> float:
         conn.execute("BEGIN IMMEDIATE")
         job_id, raw = conn.execute("SELECT id, data FROM jobs WHERE state = 0 LIMIT 1").fetchone()
         json.loads(raw)
-        conn.execute(
-            "UPDATE jobs SET state = 1, lock = ? WHERE id = ?", (uuid.uuid4().hex, job_id)
-        )
+        conn.execute("UPDATE jobs SET state = 1, lock = ? WHERE id = ?", (uuid.uuid4().hex, job_id))
         conn.execute("COMMIT")
         conn.execute("BEGIN")
         conn.execute(
@@ -272,8 +270,7 @@ def raw_same_cycle(conn: sqlite3.Connection, n: int) -> float:
         conn.execute("COMMIT")
         conn.execute("BEGIN IMMEDIATE")
         job_id, raw = conn.execute(
-            "SELECT id, data FROM jobs WHERE type = ? AND state = 0 AND sched_time <= ? "
-            "ORDER BY sched_time LIMIT 1",
+            "SELECT id, data FROM jobs WHERE type = ? AND state = 0 AND sched_time <= ? ORDER BY sched_time LIMIT 1",
             (JOB_TYPE, 2**62),
         ).fetchone()
         json.loads(raw)
@@ -286,9 +283,7 @@ def raw_same_cycle(conn: sqlite3.Connection, n: int) -> float:
         conn.execute("UPDATE types SET activity = ? WHERE type = ?", (seq, JOB_TYPE))
         conn.execute("COMMIT")
         conn.execute("BEGIN")
-        (held,) = conn.execute(
-            "SELECT lock FROM jobs WHERE type = ? AND id = ?", (JOB_TYPE, job_id)
-        ).fetchone()
+        (held,) = conn.execute("SELECT lock FROM jobs WHERE type = ? AND id = ?", (JOB_TYPE, job_id)).fetchone()
         assert held == lock
         (seq,) = conn.execute(SQL_SAME_BUMP).fetchone()
         conn.execute(
@@ -447,9 +442,7 @@ def percentile(values: list[float], fraction: float) -> float:
     return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
 
 
-def measure(
-    directory: str, sync: str, args: argparse.Namespace
-) -> dict[str, tuple[float, ...]]:
+def measure(directory: str, sync: str, args: argparse.Namespace) -> dict[str, tuple[float, ...]]:
     """``{operation: (ours, raw minimal, raw same rows, ours replayed)}``, each a
     list of per-round figures in operations per second."""
     recorded = {
@@ -522,9 +515,7 @@ def print_table(results: dict[str, dict[str, tuple[list[float], ...]]], column: 
     the medians of the rounds, and the median of the rounds' ratios (a round
     runs both back to back, so its ratio cancels the weather both saw)."""
     print(f"-- against {title}")
-    print(f"{'operation':<28}" + "".join(
-        f"{sync + ' ours':>12}{sync + ' raw':>12}{'ratio':>7}" for sync in SYNC_MODES
-    ))
+    print(f"{'operation':<28}" + "".join(f"{sync + ' ours':>12}{sync + ' raw':>12}{'ratio':>7}" for sync in SYNC_MODES))
     for name in results[SYNC_MODES[0]]:
         row = f"{name:<28}"
         for sync in SYNC_MODES:
@@ -543,9 +534,12 @@ def main() -> None:
     parser.add_argument("--wakeups", type=int, default=200)
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--profile", choices=("add", "batch", "add_many", "cycle"))
-    parser.add_argument("--store", metavar="postgresql[://...]",
-                        help="bench a PostgreSQL store against raw psycopg instead (see "
-                             "store_postgres.py); 'postgresql' alone starts a throwaway server")
+    parser.add_argument(
+        "--store",
+        metavar="postgresql[://...]",
+        help="bench a PostgreSQL store against raw psycopg instead (see "
+        "store_postgres.py); 'postgresql' alone starts a throwaway server",
+    )
     parser.add_argument("--ops", type=int, default=1000, help="PostgreSQL: operations per round")
     parser.add_argument("--workers", default="1,4,16", help="PostgreSQL: pool sizes to drain with ('' skips)")
     parser.add_argument("--drain-jobs", type=int, default=3000, help="PostgreSQL: jobs per drain")
@@ -565,11 +559,19 @@ def main() -> None:
         print(f"store directory: {directory} (sqlite {sqlite3.sqlite_version}, Python {sys.version.split()[0]})")
         print(f"medians of {args.repeat} rounds; ops per second; ratio = median of the rounds' ours / raw")
         results = {sync: measure(directory, sync, args) for sync in SYNC_MODES}
-        print_table(results, 2, "raw sqlite3, same rows (+ counter, activity index, commit seq): "
-                    "the equivalent transactions, target >= 0.50")
+        print_table(
+            results,
+            2,
+            "raw sqlite3, same rows (+ counter, activity index, commit seq): "
+            "the equivalent transactions, target >= 0.50",
+        )
         print_table(results, 1, "raw sqlite3, minimal rows (job row + one index), for information")
-        print_table(results, 3, "our own statements replayed through raw sqlite3 (no Python layer "
-                    "of ours): the share of the time that is Python")
+        print_table(
+            results,
+            3,
+            "our own statements replayed through raw sqlite3 (no Python layer "
+            "of ours): the share of the time that is Python",
+        )
         print(f"watch wake-up across processes ({args.wakeups} commits), ms:")
         for sync in SYNC_MODES:
             lat = watch_latency(directory, sync, args.wakeups)

@@ -53,9 +53,7 @@ def throughput(directory: str, sync: str, seconds: float) -> None:
 
     def raw_hundred(i: int) -> None:
         raw.execute("BEGIN IMMEDIATE")
-        raw.executemany(
-            "INSERT OR REPLACE INTO kv VALUES (?, ?)", [(b"b%d-%d" % (i, j), value) for j in range(100)]
-        )
+        raw.executemany("INSERT OR REPLACE INTO kv VALUES (?, ?)", [(b"b%d-%d" % (i, j), value) for j in range(100)])
         raw.execute("COMMIT")
 
     @fdblayer.transactional
@@ -102,10 +100,7 @@ def fairness(directory: str, fair: bool, seconds: float, blind: bool = False) ->
     SqliteDatabase(path).close()
     ctx = multiprocessing.get_context("spawn")
     out, ready, go = ctx.Queue(), ctx.Queue(), ctx.Event()
-    procs = [
-        ctx.Process(target=_contender, args=(path, fair, blind, seconds, ready, go, out))
-        for _ in range(4)
-    ]
+    procs = [ctx.Process(target=_contender, args=(path, fair, blind, seconds, ready, go, out)) for _ in range(4)]
     for p in procs:
         p.start()
     for _ in procs:
@@ -120,8 +115,10 @@ def fairness(directory: str, fair: bool, seconds: float, blind: bool = False) ->
     assert total == sum(counts), (total, counts)
     label = "fair queue" if fair else "backoff only"
     kind = "blind add " if blind else "RMW one key"
-    print(f"4 processes {kind} ({label:12}): split {counts}  total {total / seconds:.0f} txn/s  "
-          f"min/max {counts[-1] / counts[0]:.2f}")
+    print(
+        f"4 processes {kind} ({label:12}): split {counts}  total {total / seconds:.0f} txn/s  "
+        f"min/max {counts[-1] / counts[0]:.2f}"
+    )
 
 
 def _watcher(path: str, rounds: int, ready, out) -> None:
@@ -156,8 +153,10 @@ def wakeup(directory: str, rounds: int) -> None:
     writer.close()
     ms = [x * 1000 for x in latencies]
     p99 = ms[min(len(ms) - 1, int(len(ms) * 0.99))]
-    print(f"watch wake-up across processes ({len(ms)} rounds, FULL): "
-          f"p50 {statistics.median(ms):.2f} ms  p99 {p99:.2f} ms  max {ms[-1]:.2f} ms")
+    print(
+        f"watch wake-up across processes ({len(ms)} rounds, FULL): "
+        f"p50 {statistics.median(ms):.2f} ms  p99 {p99:.2f} ms  max {ms[-1]:.2f} ms"
+    )
 
 
 def main() -> None:

@@ -32,6 +32,7 @@ Usage (peers: ``pip install -e '.[bench]'`` and Debian's redis-server)::
         [--handlers noop,sleep10,cpu5] [--peers ours,huey,rq,celery]
         [--scenarios drain,stream] [--durability FULL,NORMAL]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -74,8 +75,10 @@ class OursPeer(wp.Peer):
         self.enqueued = 0
 
     def settings(self) -> str:
-        return (f"SQLite WAL synchronous={self.durability}; otpjobs worker --concurrency {self.workers}: "
-                "a lease per running job, batched claim/finish/renew")
+        return (
+            f"SQLite WAL synchronous={self.durability}; otpjobs worker --concurrency {self.workers}: "
+            "a lease per running job, batched claim/finish/renew"
+        )
 
     def pool(self) -> str:
         return "processes (a thread per handler call)"
@@ -86,9 +89,24 @@ class OursPeer(wp.Peer):
 
     def start_workers(self, burst: bool) -> None:
         env = wp.child_env(PYTHONPATH=os.pathsep.join([str(ROOT), str(BENCH)]))
-        self.spawn([sys.executable, "-m", "actors", "worker", "--store", self.url, "--concurrency",
-                    str(self.workers), "--port", str(self.port), "--log-level", "warning",
-                    f"{JOB_TYPE}=peer_tasks:{self.handler}"], env)
+        self.spawn(
+            [
+                sys.executable,
+                "-m",
+                "actors",
+                "worker",
+                "--store",
+                self.url,
+                "--concurrency",
+                str(self.workers),
+                "--port",
+                str(self.port),
+                "--log-level",
+                "warning",
+                f"{JOB_TYPE}=peer_tasks:{self.handler}",
+            ],
+            env,
+        )
 
     def ready(self) -> bool:
         from supervision.system import port_open
@@ -117,8 +135,7 @@ class OursPeer(wp.Peer):
         prefix = DEFAULT_LAYOUT.work_prefix(JOB_TYPE)
         tr = self.db.create_transaction()
         try:
-            ok = sum(1 for _, raw in tr.get_range_startswith(prefix)
-                     if WorkRecord.unpack(raw).outcome == SUCCEEDED)
+            ok = sum(1 for _, raw in tr.get_range_startswith(prefix) if WorkRecord.unpack(raw).outcome == SUCCEEDED)
         finally:
             tr.cancel()
         if ok != total:
@@ -163,14 +180,31 @@ def latency(samples: int) -> dict[str, float]:
         "    if ctx.attempt == 1:\n"
         "        open(ctx.data['pidfile'], 'w').write(str(os.getpid()))\n"
         "        time.sleep(60)\n"
-        "    return t\n")
+        "    return t\n"
+    )
     with OursPeer("noop", 4, "NORMAL") as peer:
         jobs.set_type_timeout(peer.db, "lat", 30)
         jobs.set_type_timeout(peer.db, "kill", 30)
         env = wp.child_env(PYTHONPATH=os.pathsep.join([str(ROOT), str(BENCH)]))
-        peer.spawn([sys.executable, "-m", "actors", "worker", "--store", peer.url, "--concurrency", "4",
-                    "--port", str(peer.port), "--log-level", "warning", "lat=_bench_latency:started",
-                    "kill=_bench_latency:killable"], env)
+        peer.spawn(
+            [
+                sys.executable,
+                "-m",
+                "actors",
+                "worker",
+                "--store",
+                peer.url,
+                "--concurrency",
+                "4",
+                "--port",
+                str(peer.port),
+                "--log-level",
+                "warning",
+                "lat=_bench_latency:started",
+                "kill=_bench_latency:killable",
+            ],
+            env,
+        )
         wp.poll(lambda: peer.procs[0].poll() is not None or _warm(peer.db), 60, "our host to run a job")
         lat = []
         for _ in range(samples):
@@ -242,22 +276,27 @@ def _enqueue_many(db: Any, count: int, chunk: int = 5000) -> None:
     def add(tr: Any, n: int) -> None:
         for _ in range(n):
             jobs.enqueue(tr, JOB_TYPE)
+
     for start in range(0, count, chunk):
         add(db, min(chunk, count - start))
 
 
 def ratios(rows: list[dict]) -> None:
     """Ours / each peer, cell by cell, and ours' scaling of sleep10."""
-    ours = {(r["scenario"], r["durability"], r["handler"], r["workers"]): r["jobs_per_s"]
-            for r in rows if r["peer"] == "ours" and "jobs_per_s" in r}
+    ours = {
+        (r["scenario"], r["durability"], r["handler"], r["workers"]): r["jobs_per_s"]
+        for r in rows
+        if r["peer"] == "ours" and "jobs_per_s" in r
+    }
     print("\nratios (ours / peer, same scenario, durability, handler and workers):")
     for r in rows:
         if r["peer"] == "ours" or "jobs_per_s" not in r:
             continue
         key = (r["scenario"], r["durability"], r["handler"], r["workers"])
         if key in ours:
-            print(f"  {r['peer']:<7} {key[0]:<7} {key[1]:<6} {key[2]:<8} x{key[3]:<3} "
-                  f"{ours[key] / r['jobs_per_s']:6.2f}x")
+            print(
+                f"  {r['peer']:<7} {key[0]:<7} {key[1]:<6} {key[2]:<8} x{key[3]:<3} {ours[key] / r['jobs_per_s']:6.2f}x"
+            )
     for scenario in ("drain", "stream"):
         for dur in ("FULL", "NORMAL"):
             one, many = ours.get((scenario, dur, "sleep10", 1)), ours.get((scenario, dur, "sleep10", 16))
@@ -270,8 +309,9 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=10000)
     parser.add_argument("--workers", type=lambda s: [int(w) for w in s.split(",")], default=[1, 4, 16])
     parser.add_argument("--handlers", type=lambda s: wp.csv(s, wp.HANDLERS), default=list(wp.HANDLERS))
-    parser.add_argument("--peers", type=lambda s: wp.csv(s, ("ours",) + tuple(wp.PEERS)),
-                        default=["ours"] + list(wp.PEERS))
+    parser.add_argument(
+        "--peers", type=lambda s: wp.csv(s, ("ours",) + tuple(wp.PEERS)), default=["ours"] + list(wp.PEERS)
+    )
     parser.add_argument("--scenarios", type=lambda s: wp.csv(s, wp.SCENARIOS), default=list(wp.SCENARIOS))
     parser.add_argument("--durability", type=lambda s: wp.csv(s, wp.DURABILITIES), default=list(wp.DURABILITIES))
     parser.add_argument("--latency", type=int, default=100, help="add -> started samples (0: skip)")
@@ -294,13 +334,21 @@ def main() -> int:
                             unavailable[peer] = exc.reason
                             continue
                         except Exception as exc:  # one broken run is reported, the rest go on
-                            row = dict(peer=peer, scenario=scenario, handler=handler, workers=workers,
-                                       durability=durability, error=f"failed: {type(exc).__name__}: "
-                                                                    f"{str(exc).splitlines()[0] if str(exc) else ''}")
+                            row = dict(
+                                peer=peer,
+                                scenario=scenario,
+                                handler=handler,
+                                workers=workers,
+                                durability=durability,
+                                error=f"failed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
+                            )
                         rows.append(row)
-                        print(f"  {peer} {scenario} {durability} {handler} x{workers}: "
-                              f"{row.get('jobs_per_s', 0):,.0f} jobs/s ({time.monotonic() - t:.1f} s)",
-                              file=sys.stderr, flush=True)
+                        print(
+                            f"  {peer} {scenario} {durability} {handler} x{workers}: "
+                            f"{row.get('jobs_per_s', 0):,.0f} jobs/s ({time.monotonic() - t:.1f} s)",
+                            file=sys.stderr,
+                            flush=True,
+                        )
     wp.print_table(rows)
     for peer, reason in unavailable.items():
         print(f"{peer}: not available: {reason}")
@@ -309,8 +357,10 @@ def main() -> int:
         print("\nthe store alone (the dispatcher's step transaction in a loop, batches of 32, no actors):")
         for durability in args.durability:
             ceiling = store_ceiling(durability, args.jobs)
-            print(f"  {durability:<6} {ceiling['jobs_per_s']:9,.0f} jobs/s, {ceiling['us_per_job']:.1f} us a job "
-                  "(claim + finish: 5 rows written, 2 cleared, 4 read a job)")
+            print(
+                f"  {durability:<6} {ceiling['jobs_per_s']:9,.0f} jobs/s, {ceiling['us_per_job']:.1f} us a job "
+                "(claim + finish: 5 rows written, 2 cleared, 4 read a job)"
+            )
     if args.latency:
         lat = latency(args.latency)
         print("\nours, idle pool of 4 (NORMAL): " + ", ".join(f"{k} {v:.1f}" for k, v in lat.items()))

@@ -16,6 +16,7 @@
 Exits 1 if any check failed (the problems are printed). ``--short`` runs
 the CI sizes; ``--keep`` keeps the work directory (logs, ledgers, stores).
 """
+
 from __future__ import annotations
 
 import argparse

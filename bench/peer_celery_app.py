@@ -22,6 +22,7 @@ workers' app has the backend, so each task still stores its result
 (``celery-task-meta-<id>`` in Redis db 1), which the driver counts with
 ``DBSIZE``.
 """
+
 from __future__ import annotations
 
 import os

@@ -17,6 +17,7 @@ counts), pickle serialisation, no compression. Importing this module has
 no side effect; the app is made by ``make_huey`` or on first access to
 ``huey``.
 """
+
 from __future__ import annotations
 
 import os

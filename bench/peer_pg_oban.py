@@ -8,6 +8,7 @@ workers are ``async def process`` (oban's protocol). Completed jobs stay in
 ``oban_jobs`` with state ``completed`` (pruned after a day by default): the
 driver's completion count.
 """
+
 from __future__ import annotations
 
 from oban import worker

@@ -12,6 +12,7 @@ default). pgqueuer enforces the limit in its dequeue query. Completed
 jobs leave the ``pgqueuer`` table and are logged in ``pgqueuer_log`` with
 status ``successful`` (the driver's completion count).
 """
+
 from __future__ import annotations
 
 import os

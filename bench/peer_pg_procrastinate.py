@@ -12,6 +12,7 @@ task in a thread). Everything else is procrastinate's default: queue
 ``default``, jobs kept in ``procrastinate_jobs`` with status ``succeeded``
 (the driver's completion count), LISTEN/NOTIFY on.
 """
+
 from __future__ import annotations
 
 import os

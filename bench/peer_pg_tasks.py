@@ -11,6 +11,7 @@ the peers' handlers (``peer_pg_procrastinate``, ``peer_pg_pgqueuer``,
 of ours are ``peer_tasks.noop`` and ``peer_tasks.sleep10``, the SQLite
 benchmark's.
 """
+
 from __future__ import annotations
 
 import os

@@ -16,6 +16,7 @@ The peers' workers import this module as ``peer_tasks`` (bench/ on their
 path); ``peer_huey_app`` and ``peer_celery_app`` register these functions as
 Huey and Celery tasks, and RQ enqueues them by name (``peer_tasks.noop``).
 """
+
 from __future__ import annotations
 
 import time

@@ -40,6 +40,7 @@ that nothing of the session survives). The systems:
 The asynchronous producers (pgqueuer, oban) run each call to completion on
 an event loop the driver keeps for the run, one call after the other.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -93,8 +94,9 @@ class PgPeer(wp.Peer):
     modules: tuple[str, ...] = ()
     commands: tuple[str, ...] = ()
 
-    def __init__(self, server: Any, workers: int = 1, handler: str = "noop", hosts: int = 1,
-                 limit: Optional[int] = None) -> None:
+    def __init__(
+        self, server: Any, workers: int = 1, handler: str = "noop", hosts: int = 1, limit: Optional[int] = None
+    ) -> None:
         if handler not in OURS_HANDLERS:
             raise ValueError(f"handler must be one of {tuple(OURS_HANDLERS)}, not {handler!r}")
         wp.require(self.modules, self.commands, False)
@@ -200,9 +202,11 @@ class Ours(PgPeer, bw.OursPeer):
         self.port = self.ports[0]
         self.enqueued = 0
 
-    SETTINGS = ("python -m actors worker --store postgresql://... --concurrency N --port P "
-                "bench=peer_tasks:noop (peer_tasks:sleep10, and 4 such hosts, in the hosts cell); "
-                "actors.jobs.enqueue, actors.jobs.add_many")
+    SETTINGS = (
+        "python -m actors worker --store postgresql://... --concurrency N --port P "
+        "bench=peer_tasks:noop (peer_tasks:sleep10, and 4 such hosts, in the hosts cell); "
+        "actors.jobs.enqueue, actors.jobs.add_many"
+    )
 
     def enqueue_bulk(self, n: int) -> None:
         from actors import jobs
@@ -218,9 +222,24 @@ class Ours(PgPeer, bw.OursPeer):
 
     def start_workers(self, burst: bool) -> None:
         for port in self.ports:
-            self.spawn([sys.executable, "-m", "actors", "worker", "--store", self.url, "--concurrency",
-                        str(self.workers), "--port", str(port), "--log-level", "warning",
-                        f"{JOB_TYPE}={OURS_HANDLERS[self.handler]}"], self.env())
+            self.spawn(
+                [
+                    sys.executable,
+                    "-m",
+                    "actors",
+                    "worker",
+                    "--store",
+                    self.url,
+                    "--concurrency",
+                    str(self.workers),
+                    "--port",
+                    str(port),
+                    "--log-level",
+                    "warning",
+                    f"{JOB_TYPE}={OURS_HANDLERS[self.handler]}",
+                ],
+                self.env(),
+            )
 
     def close(self) -> None:
         """SIGTERM to every host, their nodes stopped by port, then as every peer."""
@@ -269,8 +288,10 @@ class Procrastinate(PgPeer):
         self.app.open()
         self.app.schema_manager.apply_schema()
 
-    SETTINGS = ("procrastinate --app peer_pg_procrastinate.app worker --concurrency N (async tasks); "
-                "task.defer, task.batch_defer through SyncPsycopgConnector")
+    SETTINGS = (
+        "procrastinate --app peer_pg_procrastinate.app worker --concurrency N (async tasks); "
+        "task.defer, task.batch_defer through SyncPsycopgConnector"
+    )
 
     def enqueue(self) -> None:
         self.tasks.noop.defer()
@@ -282,8 +303,19 @@ class Procrastinate(PgPeer):
         self.tasks.started.defer(path=path)
 
     def start_workers(self, burst: bool) -> None:
-        self.spawn([wp.command("procrastinate"), "--app", "peer_pg_procrastinate.app", "--log-level", "warning",
-                    "worker", "--concurrency", str(self.workers)], self.env())
+        self.spawn(
+            [
+                wp.command("procrastinate"),
+                "--app",
+                "peer_pg_procrastinate.app",
+                "--log-level",
+                "warning",
+                "worker",
+                "--concurrency",
+                str(self.workers),
+            ],
+            self.env(),
+        )
 
     def done(self) -> int:
         return self.count("SELECT count(*) FROM procrastinate_jobs WHERE status = 'succeeded'")
@@ -324,8 +356,10 @@ class Pgqueuer(AsyncPgPeer):
         self.queries = Queries(AsyncpgDriver(self.aconn))
         self.run(self.queries.install())
 
-    SETTINGS = ("pgq run peer_pg_pgqueuer:factory --batch-size N (asyncpg; async entrypoints with "
-                "concurrency_limit N), or its defaults (no limit, batches of 10); Queries.enqueue, scalar or lists")
+    SETTINGS = (
+        "pgq run peer_pg_pgqueuer:factory --batch-size N (asyncpg; async entrypoints with "
+        "concurrency_limit N), or its defaults (no limit, batches of 10); Queries.enqueue, scalar or lists"
+    )
 
     def enqueue(self) -> None:
         self.run(self.queries.enqueue("noop", None))
@@ -340,8 +374,10 @@ class Pgqueuer(AsyncPgPeer):
         import peer_pg_pgqueuer
 
         batch = ["--batch-size", str(self.limit)] if self.limit else []  # 0: its defaults, batches of 10
-        self.spawn([wp.command("pgq"), "run", "peer_pg_pgqueuer:factory", "--log-level", "WARNING", *batch],
-                   self.env(**{peer_pg_pgqueuer.ENV_LIMIT: str(self.limit)}))
+        self.spawn(
+            [wp.command("pgq"), "run", "peer_pg_pgqueuer:factory", "--log-level", "WARNING", *batch],
+            self.env(**{peer_pg_pgqueuer.ENV_LIMIT: str(self.limit)}),
+        )
 
     def done(self) -> int:
         return self.count("SELECT count(*) FROM pgqueuer_log WHERE status = 'successful'")
@@ -396,8 +432,19 @@ class ObanPeer(AsyncPgPeer):
         self.run(self.workers_mod.Started.enqueue({"path": path}))
 
     def start_workers(self, burst: bool) -> None:
-        self.spawn([wp.command("oban"), "start", "--dsn", self.url, "--queues", f"default:{self.workers}",
-                    "--log-level", "WARNING"], self.env())
+        self.spawn(
+            [
+                wp.command("oban"),
+                "start",
+                "--dsn",
+                self.url,
+                "--queues",
+                f"default:{self.workers}",
+                "--log-level",
+                "WARNING",
+            ],
+            self.env(),
+        )
 
     def done(self) -> int:
         return self.count("SELECT count(*) FROM oban_jobs WHERE state = 'completed'")
@@ -439,8 +486,9 @@ def wait_done(peer: PgPeer, base: int, jobs: int, start: float, burst: bool = Fa
             return now, first, at_first
         peer.check_workers(burst)
         if now > deadline:
-            raise TimeoutError(f"{peer.name}: {count - base}/{jobs} done after {now - start:.0f} s:\n"
-                               f"{peer.logs_tail()}")
+            raise TimeoutError(
+                f"{peer.name}: {count - base}/{jobs} done after {now - start:.0f} s:\n{peer.logs_tail()}"
+            )
         time.sleep(wp.POLL_SECONDS)
 
 
@@ -476,9 +524,12 @@ def drain(cls: type, server: Any, jobs: int, workers: int, limit: Optional[int] 
         peer.start_workers(burst=False)
         end, first, at_first = wait_done(peer, 0, jobs, start)
         peer.verify(jobs)
-    return {"jobs_per_s": jobs / (end - start), "first_done_s": first - start,
-            "after_first_per_s": (jobs - at_first) / (end - first) if end > first else float("inf"),
-            "bulk_per_s": bulk_rate}
+    return {
+        "jobs_per_s": jobs / (end - start),
+        "first_done_s": first - start,
+        "after_first_per_s": (jobs - at_first) / (end - first) if end > first else float("inf"),
+        "bulk_per_s": bulk_rate,
+    }
 
 
 def latency(cls: type, server: Any, samples: int, workers: int, gap: float = 0.05) -> dict[str, float]:
@@ -488,20 +539,25 @@ def latency(cls: type, server: Any, samples: int, workers: int, gap: float = 0.0
         peer.start_workers(burst=False)
         warm = os.path.join(peer.dir, "warm")
         peer.enqueue_started(warm)
-        wp.poll(lambda: peer.check_workers(False) or peer_pg_tasks.read_stamp(warm), 120,
-                f"{peer.name}'s first job to start")
+        wp.poll(
+            lambda: peer.check_workers(False) or peer_pg_tasks.read_stamp(warm),
+            120,
+            f"{peer.name}'s first job to start",
+        )
         lat = []
         for i in range(samples):
             path = os.path.join(peer.dir, f"lat{i}")
             time.sleep(gap)
             t = time.time()
             peer.enqueue_started(path)
-            started = wp.poll(lambda: peer.check_workers(False) or peer_pg_tasks.read_stamp(path), 30,
-                              f"{peer.name}'s job {i} to start")
+            started = wp.poll(
+                lambda: peer.check_workers(False) or peer_pg_tasks.read_stamp(path),
+                30,
+                f"{peer.name}'s job {i} to start",
+            )
             lat.append((started - t) * 1000)
     lat.sort()
-    return {"p50_ms": statistics.median(lat), "p95_ms": lat[min(len(lat) - 1, int(0.95 * len(lat)))],
-            "max_ms": lat[-1]}
+    return {"p50_ms": statistics.median(lat), "p95_ms": lat[min(len(lat) - 1, int(0.95 * len(lat)))], "max_ms": lat[-1]}
 
 
 def hosts_rate(server: Any, jobs: int, hosts: int, workers: int = 4) -> dict[str, float]:

@@ -102,8 +102,7 @@ RAW_SCHEMA = (
     "activity bigint NOT NULL DEFAULT 0, pending bigint NOT NULL DEFAULT 0)",
     "CREATE TABLE IF NOT EXISTS same_jobs (type text, id text, state text NOT NULL, seq bigint, "
     "lock text, data jsonb, PRIMARY KEY (type, id))",
-    "CREATE TABLE IF NOT EXISTS same_pending (type text, scheduled bigint, id text, "
-    "PRIMARY KEY (type, scheduled, id))",
+    "CREATE TABLE IF NOT EXISTS same_pending (type text, scheduled bigint, id text, PRIMARY KEY (type, scheduled, id))",
     "CREATE TABLE IF NOT EXISTS same_activity (type text, seq bigint, id text, PRIMARY KEY (type, seq))",
     "CREATE SEQUENCE IF NOT EXISTS same_seq",
 )
@@ -155,8 +154,11 @@ def raw_ops(conninfo: str, n: int) -> dict:
 
     def scan(i: int) -> None:
         with conn.transaction():
-            conn.execute("SELECT k, v FROM raw_kv WHERE k >= %s AND k < %s ORDER BY k LIMIT 100",
-                         (prefix + b"/r/", prefix + b"/r0"), binary=True).fetchall()
+            conn.execute(
+                "SELECT k, v FROM raw_kv WHERE k >= %s AND k < %s ORDER BY k LIMIT 100",
+                (prefix + b"/r/", prefix + b"/r0"),
+                binary=True,
+            ).fetchall()
 
     out["range 100"] = _rate(n, scan)
     conn.isolation_level = psycopg.IsolationLevel.READ_COMMITTED
@@ -164,8 +166,10 @@ def raw_ops(conninfo: str, n: int) -> dict:
 
     def cycle(i: int) -> None:
         with conn.transaction():
-            conn.execute("INSERT INTO raw_jobs VALUES (%s, %s, 'pending', 0, %s, NULL, %s)",
-                         (f"{job_type}-{i:07d}", job_type, psycopg.types.json.Jsonb(DATA), time.time()))
+            conn.execute(
+                "INSERT INTO raw_jobs VALUES (%s, %s, 'pending', 0, %s, NULL, %s)",
+                (f"{job_type}-{i:07d}", job_type, psycopg.types.json.Jsonb(DATA), time.time()),
+            )
             conn.execute("SELECT pg_notify('raw_jobs', %s)", (job_type,))
         lock = uuid.uuid4().hex
         with conn.transaction():
@@ -173,11 +177,13 @@ def raw_ops(conninfo: str, n: int) -> dict:
                 "UPDATE raw_jobs SET state = 'running', lock = %s, updated = %s WHERE id = ("
                 "SELECT id FROM raw_jobs WHERE type = %s AND state = 'pending' AND scheduled <= %s "
                 "ORDER BY scheduled, id FOR UPDATE SKIP LOCKED LIMIT 1) RETURNING id, data",
-                (lock, time.time(), job_type, int(time.time()))).fetchone()
+                (lock, time.time(), job_type, int(time.time())),
+            ).fetchone()
         with conn.transaction():
-            conn.execute("UPDATE raw_jobs SET state = 'finished', data = %s, updated = %s "
-                         "WHERE id = %s AND lock = %s",
-                         (psycopg.types.json.Jsonb(DATA), time.time(), row[0], lock))
+            conn.execute(
+                "UPDATE raw_jobs SET state = 'finished', data = %s, updated = %s WHERE id = %s AND lock = %s",
+                (psycopg.types.json.Jsonb(DATA), time.time(), row[0], lock),
+            )
 
     out["job cycle, bare queue"] = _rate(n // 2, cycle)
     out["job cycle, same rows"] = _rate(n // 2, lambda i: raw_same_cycle(conn, job_type, i))
@@ -201,21 +207,30 @@ def raw_same_cycle(conn: psycopg.Connection, job_type: str, i: int) -> None:
         conn.execute("SELECT pg_notify('same_pending', %s)", (job_type,))
     lock = uuid.uuid4().hex
     with conn.transaction():
-        picked = conn.execute("DELETE FROM same_pending WHERE (type, scheduled, id) = (SELECT type, scheduled, id "
-                              "FROM same_pending WHERE type = %s AND scheduled <= %s ORDER BY scheduled, id "
-                              "FOR UPDATE SKIP LOCKED LIMIT 1) RETURNING id", (job_type, int(time.time()))).fetchone()
+        picked = conn.execute(
+            "DELETE FROM same_pending WHERE (type, scheduled, id) = (SELECT type, scheduled, id "
+            "FROM same_pending WHERE type = %s AND scheduled <= %s ORDER BY scheduled, id "
+            "FOR UPDATE SKIP LOCKED LIMIT 1) RETURNING id",
+            (job_type, int(time.time())),
+        ).fetchone()
         seq = conn.execute("SELECT nextval('same_seq')").fetchone()[0]
-        conn.execute("UPDATE same_jobs SET state = 'running', seq = %s, lock = %s WHERE type = %s AND id = %s "
-                     "RETURNING data", (seq, lock, job_type, picked[0])).fetchone()
+        conn.execute(
+            "UPDATE same_jobs SET state = 'running', seq = %s, lock = %s WHERE type = %s AND id = %s RETURNING data",
+            (seq, lock, job_type, picked[0]),
+        ).fetchone()
         conn.execute("INSERT INTO same_activity VALUES (%s, %s, %s)", (job_type, seq, picked[0]))
         conn.execute("UPDATE same_types SET pending = pending - 1, activity = %s WHERE type = %s", (seq, job_type))
     with conn.transaction():
-        row = conn.execute("SELECT lock, seq FROM same_jobs WHERE type = %s AND id = %s FOR UPDATE",
-                           (job_type, picked[0])).fetchone()
+        row = conn.execute(
+            "SELECT lock, seq FROM same_jobs WHERE type = %s AND id = %s FOR UPDATE", (job_type, picked[0])
+        ).fetchone()
         assert row[0] == lock
         conn.execute("DELETE FROM same_activity WHERE type = %s AND seq = %s", (job_type, row[1]))
-        conn.execute("UPDATE same_jobs SET state = 'finished', lock = NULL, data = %s, "
-                     "seq = nextval('same_seq') WHERE type = %s AND id = %s", (data, job_type, picked[0]))
+        conn.execute(
+            "UPDATE same_jobs SET state = 'finished', lock = NULL, data = %s, "
+            "seq = nextval('same_seq') WHERE type = %s AND id = %s",
+            (data, job_type, picked[0]),
+        )
 
 
 def _rate(n: int, op: Callable[[int], object]) -> float:
@@ -248,8 +263,9 @@ def accept_latency(url: str, rounds: int) -> List[float]:
     db = fdblayer.open(url)
     job_type = f"wake-{uuid.uuid4().hex[:8]}"
     api.set_type_timeout(db, job_type, 60)
-    proc = subprocess.Popen([sys.executable, "-c", WAITER, url, job_type, str(rounds)],
-                            stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", WAITER, url, job_type, str(rounds)], stdout=subprocess.PIPE, text=True, cwd=ROOT
+    )
     latencies = []
     try:
         for i in range(rounds):
@@ -343,8 +359,10 @@ def _run(url: str, ops: int, repeat: int, workers: List[int], drain_jobs: int, w
     if wakeups:
         lat = sorted(accept_latency(_with_prefix(url, f"wake{uuid.uuid4().hex[:8]}"), wakeups))
         p50, p95 = statistics.median(lat) * 1000, lat[int(0.95 * (len(lat) - 1))] * 1000
-        print(f"\naccept wake-up across processes: p50 {p50:.2f} ms, p95 {p95:.2f} ms, "
-              f"max {lat[-1] * 1000:.2f} ms ({len(lat)} rounds; target p50 < 20 ms)")
+        print(
+            f"\naccept wake-up across processes: p50 {p50:.2f} ms, p95 {p95:.2f} ms, "
+            f"max {lat[-1] * 1000:.2f} ms ({len(lat)} rounds; target p50 < 20 ms)"
+        )
     if workers:
         print(f"\nqueue drained by otpjobs worker pools (no-op handler, {drain_jobs} jobs):")
         for row in pool_drains(url, workers, drain_jobs):

@@ -89,6 +89,7 @@ The default matrix (36 runs, 16 workers) took about 4-5 minutes on this
 project's 2-CPU machine while another test suite ran; RQ, which forks a
 process per job, is most of it.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -256,8 +257,15 @@ SESSIONS: set[int] = set()
 def spawn(argv: list[str], log_path: str, env: Optional[dict[str, str]] = None) -> subprocess.Popen:
     """Start ``argv`` in a session of its own (cwd bench/), output appended to ``log_path``."""
     with open(log_path, "ab") as log:
-        proc = subprocess.Popen(argv, cwd=HERE, env=env, stdin=subprocess.DEVNULL, stdout=log,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            argv,
+            cwd=HERE,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     SESSIONS.add(proc.pid)
     return proc
 
@@ -339,11 +347,30 @@ class RedisServer:
 
         self.port = free_port()
         self.log = os.path.join(directory, "redis.log")
-        persistence = (["--appendonly", "yes", "--appendfsync", "always"] if durability == "FULL"
-                       else ["--appendonly", "no"])
-        self.proc = spawn([shutil.which("redis-server"), "--bind", "127.0.0.1", "--port", str(self.port),
-                           "--save", "", "--dir", directory, "--daemonize", "no", "--protected-mode", "yes",
-                           "--logfile", "", *persistence], self.log)
+        persistence = (
+            ["--appendonly", "yes", "--appendfsync", "always"] if durability == "FULL" else ["--appendonly", "no"]
+        )
+        self.proc = spawn(
+            [
+                shutil.which("redis-server"),
+                "--bind",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--save",
+                "",
+                "--dir",
+                directory,
+                "--daemonize",
+                "no",
+                "--protected-mode",
+                "yes",
+                "--logfile",
+                "",
+                *persistence,
+            ],
+            self.log,
+        )
         self.url = f"redis://127.0.0.1:{self.port}"
         self.client = redis.Redis(host="127.0.0.1", port=self.port)
         try:
@@ -500,15 +527,15 @@ class HueyPeer(Peer):
         self.app, tasks = peer_huey_app.make_huey(self.db, self.durability)
         level, mode = peer_huey_app.storage_pragmas(self.app)
         if level != peer_huey_app.SYNCHRONOUS[self.durability] or mode != "wal":
-            raise RuntimeError(f"huey storage runs synchronous={level} journal_mode={mode}, "
-                               f"wanted {self.durability} and wal")
+            raise RuntimeError(
+                f"huey storage runs synchronous={level} journal_mode={mode}, wanted {self.durability} and wal"
+            )
         self.task = tasks[self.handler]
         self.kind = HUEY_WORKER_TYPE[self.handler]
 
     def settings(self) -> str:
         sync = "fsync=True (synchronous=FULL)" if self.durability == "FULL" else "synchronous=NORMAL subclass"
-        return (f"SqliteHuey {sync}, journal_mode=wal, results stored; "
-                f"huey_consumer -w N -k thread|process -d 0.01 -q")
+        return f"SqliteHuey {sync}, journal_mode=wal, results stored; huey_consumer -w N -k thread|process -d 0.01 -q"
 
     def pool(self) -> str:
         return {"thread": "threads", "process": "processes"}[self.kind]
@@ -520,8 +547,20 @@ class HueyPeer(Peer):
         import peer_huey_app
 
         env = child_env(**{peer_huey_app.ENV_DB: self.db, peer_huey_app.ENV_DURABILITY: self.durability})
-        self.spawn([command("huey_consumer"), "peer_huey_app.huey", "-w", str(self.workers), "-k", self.kind,
-                    "-d", "0.01", "-q"], env)
+        self.spawn(
+            [
+                command("huey_consumer"),
+                "peer_huey_app.huey",
+                "-w",
+                str(self.workers),
+                "-k",
+                self.kind,
+                "-d",
+                "0.01",
+                "-q",
+            ],
+            env,
+        )
 
     def done(self) -> int:
         return self.app.storage.result_store_size()
@@ -531,8 +570,10 @@ class HueyPeer(Peer):
         values = [self.app.serializer.deserialize(v) for v in storage.result_items().values()]
         wrong = [v for v in values if v != 1]
         if len(values) != total or wrong or storage.queue_size():
-            raise RuntimeError(f"huey: {len(values)} results (wanted {total}), {len(wrong)} not 1 "
-                               f"(e.g. {wrong[:1]}), {storage.queue_size()} still queued")
+            raise RuntimeError(
+                f"huey: {len(values)} results (wanted {total}), {len(wrong)} not 1 "
+                f"(e.g. {wrong[:1]}), {storage.queue_size()} still queued"
+            )
 
     def close_storage(self) -> None:
         if getattr(self, "app", None) is not None:
@@ -558,8 +599,10 @@ class RqPeer(Peer):
     def settings(self) -> str:
         persistence = "appendonly yes, appendfsync always" if self.durability == "FULL" else "appendonly no"
         launch = "rq worker-pool -n N" if RQ_LAUNCH == "pool" else "N x rq worker"
-        return (f"redis-server --save '' {persistence}; {launch} -q -w {RQ_WORKER_CLASS} (--burst for drain), "
-                f"result_ttl 500 s")
+        return (
+            f"redis-server --save '' {persistence}; {launch} -q -w {RQ_WORKER_CLASS} (--burst for drain), "
+            f"result_ttl 500 s"
+        )
 
     def pool(self) -> str:
         return "processes, fork/job" if RQ_WORKER_CLASS == "rq.Worker" else f"processes ({RQ_WORKER_CLASS})"
@@ -611,9 +654,11 @@ class CeleryPeer(Peer):
 
     def settings(self) -> str:
         persistence = "appendonly yes, appendfsync always" if self.durability == "FULL" else "appendonly no"
-        return (f"redis-server --save '' {persistence}; broker redis db 0, results redis db 1; "
-                f"task_acks_late=True, prefetch x4, json; celery worker --concurrency N "
-                f"--pool prefork|threads --without-mingle --without-gossip --without-heartbeat")
+        return (
+            f"redis-server --save '' {persistence}; broker redis db 0, results redis db 1; "
+            f"task_acks_late=True, prefetch x4, json; celery worker --concurrency N "
+            f"--pool prefork|threads --without-mingle --without-gossip --without-heartbeat"
+        )
 
     def pool(self) -> str:
         return CELERY_POOL[self.handler]
@@ -625,10 +670,26 @@ class CeleryPeer(Peer):
         import peer_celery_app
 
         env = child_env(**{peer_celery_app.ENV_BROKER: self.broker, peer_celery_app.ENV_BACKEND: self.backend})
-        self.spawn([command("celery"), "-A", "peer_celery_app", "worker", "--concurrency", str(self.workers),
-                    "--pool", CELERY_POOL[self.handler], "--loglevel", "WARNING", "--without-mingle",
-                    "--without-gossip", "--without-heartbeat", "--hostname", f"bench-{uuid.uuid4().hex[:8]}@%h"],
-                   env)
+        self.spawn(
+            [
+                command("celery"),
+                "-A",
+                "peer_celery_app",
+                "worker",
+                "--concurrency",
+                str(self.workers),
+                "--pool",
+                CELERY_POOL[self.handler],
+                "--loglevel",
+                "WARNING",
+                "--without-mingle",
+                "--without-gossip",
+                "--without-heartbeat",
+                "--hostname",
+                f"bench-{uuid.uuid4().hex[:8]}@%h",
+            ],
+            env,
+        )
 
     def done(self) -> int:
         return self.results.dbsize()
@@ -640,8 +701,10 @@ class CeleryPeer(Peer):
         broker = self.redis.client
         queued, unacked = broker.llen("celery"), broker.hlen("unacked")
         if len(metas) != total or wrong or queued or unacked:
-            raise RuntimeError(f"celery: {len(metas)} results (wanted {total}), {len(wrong)} not SUCCESS/1 "
-                               f"(e.g. {wrong[:1]}), {queued} queued, {unacked} unacked")
+            raise RuntimeError(
+                f"celery: {len(metas)} results (wanted {total}), {len(wrong)} not SUCCESS/1 "
+                f"(e.g. {wrong[:1]}), {queued} queued, {unacked} unacked"
+            )
 
     def close_storage(self) -> None:
         if getattr(self, "app", None) is not None:
@@ -671,24 +734,33 @@ def wait_done(peer: Peer, base: int, jobs: int, start: float, burst: bool) -> tu
             return now, first
         all_exited = peer.check_workers(burst)
         if all_exited and peer.done() < base + jobs:
-            raise RuntimeError(f"{peer.name}: workers exited with {peer.done() - base}/{jobs} done:\n"
-                               f"{peer.logs_tail()}")
+            raise RuntimeError(
+                f"{peer.name}: workers exited with {peer.done() - base}/{jobs} done:\n{peer.logs_tail()}"
+            )
         if now > deadline:
-            raise TimeoutError(f"{peer.name}: {count - base}/{jobs} done after {now - start:.0f} s:\n"
-                               f"{peer.logs_tail()}")
+            raise TimeoutError(
+                f"{peer.name}: {count - base}/{jobs} done after {now - start:.0f} s:\n{peer.logs_tail()}"
+            )
         time.sleep(POLL_SECONDS)
 
 
-def figures(peer: Peer, scenario: str, jobs: int, start: float, end: float, first: Optional[float],
-            enqueue_seconds: float) -> dict[str, Any]:
+def figures(
+    peer: Peer, scenario: str, jobs: int, start: float, end: float, first: Optional[float], enqueue_seconds: float
+) -> dict[str, Any]:
     """The result dict of one run (``first`` None: not measured)."""
     return {
-        "peer": peer.name, "scenario": scenario, "handler": peer.handler, "workers": peer.workers,
-        "jobs": jobs, "durability": peer.durability,
-        "jobs_per_s": jobs / (end - start), "seconds": end - start,
+        "peer": peer.name,
+        "scenario": scenario,
+        "handler": peer.handler,
+        "workers": peer.workers,
+        "jobs": jobs,
+        "durability": peer.durability,
+        "jobs_per_s": jobs / (end - start),
+        "seconds": end - start,
         "first_done_s": None if first is None else first - start,
         "enqueue_per_s": jobs / enqueue_seconds if enqueue_seconds > 0 else float("inf"),
-        "pool": peer.pool(), "settings": peer.settings(),
+        "pool": peer.pool(),
+        "settings": peer.settings(),
     }
 
 
@@ -757,9 +829,12 @@ def celery_stream(handler: str, workers: int, jobs: int, durability: str) -> dic
 
 
 RUNS = {
-    ("huey", "drain"): huey_drain, ("huey", "stream"): huey_stream,
-    ("rq", "drain"): rq_drain, ("rq", "stream"): rq_stream,
-    ("celery", "drain"): celery_drain, ("celery", "stream"): celery_stream,
+    ("huey", "drain"): huey_drain,
+    ("huey", "stream"): huey_stream,
+    ("rq", "drain"): rq_drain,
+    ("rq", "stream"): rq_stream,
+    ("celery", "drain"): celery_drain,
+    ("celery", "stream"): celery_stream,
 }
 
 
@@ -801,19 +876,24 @@ def csv(text: str, allowed: tuple) -> list:
 
 def print_table(rows: list[dict[str, Any]]) -> None:
     """The figures as a table, then each peer's settings once."""
-    head = f"{'peer':<7} {'scenario':<8} {'dur':<6} {'handler':<8} {'wk':>3} {'jobs':>6} {'jobs/s':>9} " \
-           f"{'s':>7} {'1st done s':>10} {'enqueue/s':>10}  pool"
+    head = (
+        f"{'peer':<7} {'scenario':<8} {'dur':<6} {'handler':<8} {'wk':>3} {'jobs':>6} {'jobs/s':>9} "
+        f"{'s':>7} {'1st done s':>10} {'enqueue/s':>10}  pool"
+    )
     print(head)
     print("-" * len(head))
     for r in rows:
-        where = (f"{r['peer']:<7} {r['scenario']:<8} {r['durability']:<6} {r['handler']:<8} {r['workers']:>3} "
-                 f"{r['jobs']:>6}")
+        where = (
+            f"{r['peer']:<7} {r['scenario']:<8} {r['durability']:<6} {r['handler']:<8} {r['workers']:>3} {r['jobs']:>6}"
+        )
         if "error" in r:
             print(f"{where} {r['error']}")
             continue
         first = "-" if r["first_done_s"] is None else f"{r['first_done_s']:.2f}"
-        print(f"{where} {r['jobs_per_s']:>9,.0f} {r['seconds']:>7.2f} {first:>10} "
-              f"{r['enqueue_per_s']:>10,.0f}  {r['pool']}")
+        print(
+            f"{where} {r['jobs_per_s']:>9,.0f} {r['seconds']:>7.2f} {first:>10} "
+            f"{r['enqueue_per_s']:>10,.0f}  {r['pool']}"
+        )
     print()
     seen = set()
     for r in rows:
@@ -827,8 +907,9 @@ def main() -> int:
     """Run the matrix given on the command line and print the table."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--jobs", type=int, default=1000, help="jobs per run (default 1000)")
-    parser.add_argument("--rq-jobs", type=int, default=300,
-                        help="jobs per RQ run (default 300: RQ runs some 20x slower than Huey)")
+    parser.add_argument(
+        "--rq-jobs", type=int, default=300, help="jobs per RQ run (default 300: RQ runs some 20x slower than Huey)"
+    )
     parser.add_argument("--workers", type=lambda s: [int(w) for w in s.split(",")], default=[16])
     parser.add_argument("--handlers", type=lambda s: csv(s, HANDLERS), default=list(HANDLERS))
     parser.add_argument("--peers", type=lambda s: csv(s, PEERS), default=list(PEERS))
@@ -840,8 +921,9 @@ def main() -> int:
     globals().update(RQ_LAUNCH=args.rq_launch, RQ_WORKER_CLASS=args.rq_worker_class)
 
     print("versions: " + ", ".join(f"{k} {v}" for k, v in versions().items()))
-    print(f"{args.jobs:,} jobs per run ({args.rq_jobs:,} for RQ); {os.cpu_count()} CPUs; "
-          f"load {os.getloadavg()[0]:.1f}\n")
+    print(
+        f"{args.jobs:,} jobs per run ({args.rq_jobs:,} for RQ); {os.cpu_count()} CPUs; load {os.getloadavg()[0]:.1f}\n"
+    )
     rows: list[dict[str, Any]] = []
     unavailable: dict[str, str] = {}
     started = time.monotonic()
@@ -851,8 +933,14 @@ def main() -> int:
                 for handler in args.handlers:
                     for workers in args.workers:
                         jobs = args.rq_jobs if peer == "rq" else args.jobs
-                        where = dict(peer=peer, scenario=scenario, handler=handler, workers=workers,
-                                     durability=durability, jobs=jobs)
+                        where = dict(
+                            peer=peer,
+                            scenario=scenario,
+                            handler=handler,
+                            workers=workers,
+                            durability=durability,
+                            jobs=jobs,
+                        )
                         if peer in unavailable:
                             continue
                         t = time.monotonic()
@@ -866,15 +954,20 @@ def main() -> int:
                             row = dict(where, error=f"failed: {type(exc).__name__}: {exc}".split("\n")[0])
                             print(f"{peer} {scenario} {durability} {handler} x{workers}: {exc}", file=sys.stderr)
                         rows.append(row)
-                        print(f"  {peer} {scenario} {durability} {handler} x{workers}: "
-                              f"{row.get('jobs_per_s', 0):,.0f} jobs/s ({time.monotonic() - t:.1f} s)",
-                              file=sys.stderr, flush=True)
+                        print(
+                            f"  {peer} {scenario} {durability} {handler} x{workers}: "
+                            f"{row.get('jobs_per_s', 0):,.0f} jobs/s ({time.monotonic() - t:.1f} s)",
+                            file=sys.stderr,
+                            flush=True,
+                        )
     print_table(rows)
     for peer, reason in unavailable.items():
         print(f"{peer}: not available: {reason}")
     left = survivors()
-    print(f"\n{len(rows)} runs in {time.monotonic() - started:.0f} s (load now {os.getloadavg()[0]:.1f}); "
-          + (f"SURVIVING processes (session: pids): {left}" if left else "no worker or redis process survives"))
+    print(
+        f"\n{len(rows)} runs in {time.monotonic() - started:.0f} s (load now {os.getloadavg()[0]:.1f}); "
+        + (f"SURVIVING processes (session: pids): {left}" if left else "no worker or redis process survives")
+    )
     return 1 if left else 0
 
 

@@ -14,6 +14,7 @@ node::
 The node's processes fork from this one, so the sample handlers below are
 found as ``status_page_png:...`` (this directory is put on the path).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -98,8 +99,18 @@ def fill(db, data_dir: Path, client_http, minutes: float) -> None:
     for n in range(2):
         jobs.enqueue(db, "emails", {"to": f"bounce{n}@example.org"}, id=f"welcome-bounce{n}", max_attempts=1)
     trickle(db, minutes * 60, random.Random(29))
-    wait(lambda: [(t["pending"], t["running"]) for t in client_http("GET", "/_jobs").json()["types"]
-                  if t["type"] == "emails"] == [(0, 0)], 60, "the quick emails done")
+    wait(
+        lambda: (
+            [
+                (t["pending"], t["running"])
+                for t in client_http("GET", "/_jobs").json()["types"]
+                if t["type"] == "emails"
+            ]
+            == [(0, 0)]
+        ),
+        60,
+        "the quick emails done",
+    )
     for n, batch in enumerate((400, 250, 900)):  # long ones last: none holds up a quick one
         jobs.enqueue(db, "emails", {"to": f"list{n}@example.com", "batch": batch}, id=f"newsletter-{n}")
     for n, delay in enumerate((90, 600, 3600)):
@@ -111,11 +122,21 @@ def fill(db, data_dir: Path, client_http, minutes: float) -> None:
     tr.commit()
     source.close()
     for doc_id, target in (("catalog-backup", "backup.db"), ("catalog-mirror", "mirror.db")):
-        docs.put(db, docs.REPLICATOR_DB, doc_id, {"source": f"sqlite:///{data_dir}/catalog.db",
-                                                  "target": f"sqlite:///{data_dir}/{target}",
-                                                  "continuous": True})
-    client_http("POST", "/_replicate", {"replication_id": "nightly-reindex", "handler": "status_page_png:reindex",
-                                        "continuous": True})
+        docs.put(
+            db,
+            docs.REPLICATOR_DB,
+            doc_id,
+            {
+                "source": f"sqlite:///{data_dir}/catalog.db",
+                "target": f"sqlite:///{data_dir}/{target}",
+                "continuous": True,
+            },
+        )
+    client_http(
+        "POST",
+        "/_replicate",
+        {"replication_id": "nightly-reindex", "handler": "status_page_png:reindex", "continuous": True},
+    )
 
 
 def main() -> int:
@@ -123,8 +144,12 @@ def main() -> int:
     parser.add_argument("--out", default=str(HERE / "status-page.png"))
     parser.add_argument("--minutes", type=float, default=20, help="how long emails trickle in before the shot")
     parser.add_argument("--height", type=int, default=1980, help="the screenshot's height in pixels")
-    parser.add_argument("--sample-interval", type=float, default=60,
-                        help="seconds between two readings of the counters (a chart's points)")
+    parser.add_argument(
+        "--sample-interval",
+        type=float,
+        default=60,
+        help="seconds between two readings of the counters (a chart's points)",
+    )
     args = parser.parse_args()
     if not shutil.which(CHROMIUM):
         raise SystemExit(f"{CHROMIUM} is needed (Debian: apt-get install chromium)")
@@ -140,8 +165,9 @@ def main() -> int:
         config.set("replicator", "handlers", "status_page_png")
         config.workers["emails"] = "status_page_png:send_email"
         listener = http_children(config, sample_interval=args.sample_interval)[0]
-        node = start_node(port, ROOT_FLAGS, [listener if spec.id == "http_server" else spec
-                                             for spec in root_children(config)])
+        node = start_node(
+            port, ROOT_FLAGS, [listener if spec.id == "http_server" else spec for spec in root_children(config)]
+        )
         url = f"http://127.0.0.1:{http_port}"
 
         def http(method, path, body=None):
@@ -151,16 +177,32 @@ def main() -> int:
             wait(lambda: http("GET", "/_up").status_code == 200, 30, "the HTTP API")
             db = fdblayer.open(store)
             fill(db, data_dir, http, args.minutes)
-            wait(lambda: [t["running"] for t in http("GET", "/_jobs").json()["types"]
-                          if t["type"] == "emails"] == [3], 60, "the newsletters running")
+            wait(
+                lambda: [t["running"] for t in http("GET", "/_jobs").json()["types"] if t["type"] == "emails"] == [3],
+                60,
+                "the newsletters running",
+            )
             wait(lambda: len(http("GET", "/_scheduler/jobs").json()["jobs"]) == 3, 60, "three scheduler jobs")
             time.sleep(hosts.BEAT + 1)  # a few progress reports, replication passes and a host's beat
             profile = data_dir / "chromium"
-            subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-                            f"--user-data-dir={profile}", f"--window-size=1280,{args.height}",
-                            f"--screenshot={os.path.abspath(args.out)}", url + "/_utils/"],
-                           check=True, timeout=120, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                           start_new_session=True)
+            subprocess.run(
+                [
+                    CHROMIUM,
+                    "--headless",
+                    "--no-sandbox",
+                    "--disable-gpu",
+                    "--hide-scrollbars",
+                    f"--user-data-dir={profile}",
+                    f"--window-size=1280,{args.height}",
+                    f"--screenshot={os.path.abspath(args.out)}",
+                    url + "/_utils/",
+                ],
+                check=True,
+                timeout=120,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+            )
             db.close()
         finally:
             node.stop()

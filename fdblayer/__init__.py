@@ -81,6 +81,7 @@ def _fdb_tuple_compat() -> None:
     try:
         importlib.import_module("fdb.impl")  # needs libfdb_c
     except Exception:  # noqa: BLE001 - the bindings raise a bare Exception when the library is missing
+
         class _NoValue:
             """Stand-in for ``fdb.impl.Value``: nothing is an instance of it."""
 

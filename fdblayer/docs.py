@@ -25,6 +25,7 @@ a ``handler`` and its ``options``. ``rev`` is ``"<n>-<md5 of body>"``.
 raises the jobs layer's errors (``InvalidArgument``, ``EncodingError``)
 before a transaction starts, so it writes nothing.
 """
+
 from __future__ import annotations
 
 import enum
@@ -49,10 +50,33 @@ from fdblayer.jobs.validate import MAX_SCHED_TIME, check_flag
 from fdblayer.watches import Watch
 
 __all__ = [
-    "DOCS_TYPE", "DEFAULT_OWNER_TIMEOUT", "REPLICATOR_DB", "STATES", "DocState", "Conflict", "Doc", "Lease",
-    "queue_job_id", "parse_queue_job_id", "check_body", "put", "get", "delete", "list_docs", "accept", "renew",
-    "release", "ensure_type", "InvalidArgument", "EncodingError", "NotFound", "RenewOutcome", "KEPT", "DONE",
-    "CHANGED", "LOST",
+    "DOCS_TYPE",
+    "DEFAULT_OWNER_TIMEOUT",
+    "REPLICATOR_DB",
+    "STATES",
+    "DocState",
+    "Conflict",
+    "Doc",
+    "Lease",
+    "queue_job_id",
+    "parse_queue_job_id",
+    "check_body",
+    "put",
+    "get",
+    "delete",
+    "list_docs",
+    "accept",
+    "renew",
+    "release",
+    "ensure_type",
+    "InvalidArgument",
+    "EncodingError",
+    "NotFound",
+    "RenewOutcome",
+    "KEPT",
+    "DONE",
+    "CHANGED",
+    "LOST",
 ]
 
 logger = logging.getLogger(__name__)
@@ -160,14 +184,18 @@ def check_names(db_name: Any, doc_id: Any) -> None:
     _check_str(db_name, "database name")
     _check_str(doc_id, "doc id")
     if db_name != REPLICATOR_DB and not db_name.endswith("/" + REPLICATOR_DB):
-        raise InvalidArgument(f"database name must be {REPLICATOR_DB!r} or end with '/{REPLICATOR_DB}', "
-                              f"not {db_name!r:.80}")
+        raise InvalidArgument(
+            f"database name must be {REPLICATOR_DB!r} or end with '/{REPLICATOR_DB}', not {db_name!r:.80}"
+        )
     if doc_id.startswith("_"):
         raise InvalidArgument("Only reserved document ids may start with underscore.", job_id=doc_id)
     size = len(_key(db_name, doc_id)) + len(queue_job_id(db_name, doc_id).encode()) + 64
     if size > MAX_KEY_SIZE:
-        raise InvalidArgument(f"database name and doc id are too long: their longest key would be about "
-                              f"{size:,} bytes, over the store's limit of {MAX_KEY_SIZE:,}", job_id=doc_id)
+        raise InvalidArgument(
+            f"database name and doc id are too long: their longest key would be about "
+            f"{size:,} bytes, over the store's limit of {MAX_KEY_SIZE:,}",
+            job_id=doc_id,
+        )
 
 
 def _endpoint(value: Any, what: str) -> Optional[str]:
@@ -176,7 +204,7 @@ def _endpoint(value: Any, what: str) -> Optional[str]:
     if isinstance(value, dict):
         value = value.get("url")
     if not isinstance(value, str) or not value:
-        raise InvalidArgument(f"{what} must be a URL string or an object with a \"url\" string")
+        raise InvalidArgument(f'{what} must be a URL string or an object with a "url" string')
     return value
 
 
@@ -251,15 +279,32 @@ def _decode(db_name: str, doc_id: str, raw: bytes) -> Doc:
     """
     try:
         v = msgpack.unpackb(raw, raw=False)
-        doc = Doc(db_name, doc_id, v["rev"], v["body"], v["state"], v.get("error_count", 0), v.get("info"),
-                  v.get("last_updated"), v.get("start_time"), v.get("node"), v.get("id"))
+        doc = Doc(
+            db_name,
+            doc_id,
+            v["rev"],
+            v["body"],
+            v["state"],
+            v.get("error_count", 0),
+            v.get("info"),
+            v.get("last_updated"),
+            v.get("start_time"),
+            v.get("node"),
+            v.get("id"),
+        )
     except Exception as exc:  # noqa: BLE001 - any decoding failure is the same corrupt row
-        raise CorruptValue(f"document {doc_id!r} in {db_name!r} is unreadable ({type(exc).__name__})",
-                           job_type=DOCS_TYPE, job_id=doc_id) from None
-    if not (isinstance(doc.rev, str) and isinstance(doc.body, dict) and isinstance(doc.state, str)
-            and isinstance(doc.error_count, int)):
-        raise CorruptValue(f"document {doc_id!r} in {db_name!r} has the wrong shape",
-                           job_type=DOCS_TYPE, job_id=doc_id)
+        raise CorruptValue(
+            f"document {doc_id!r} in {db_name!r} is unreadable ({type(exc).__name__})",
+            job_type=DOCS_TYPE,
+            job_id=doc_id,
+        ) from None
+    if not (
+        isinstance(doc.rev, str)
+        and isinstance(doc.body, dict)
+        and isinstance(doc.state, str)
+        and isinstance(doc.error_count, int)
+    ):
+        raise CorruptValue(f"document {doc_id!r} in {db_name!r} has the wrong shape", job_type=DOCS_TYPE, job_id=doc_id)
     return doc
 
 
@@ -273,9 +318,20 @@ def _decode_or_none(db_name: str, doc_id: str, key: bytes, raw: bytes) -> Option
 
 
 def _encode(doc: Doc) -> bytes:
-    raw = msgpack.packb({"rev": doc.rev, "body": doc.body, "state": doc.state, "error_count": doc.error_count,
-                         "info": doc.info, "last_updated": doc.last_updated, "start_time": doc.start_time,
-                         "node": doc.node, "id": doc.job_id}, use_bin_type=True)
+    raw = msgpack.packb(
+        {
+            "rev": doc.rev,
+            "body": doc.body,
+            "state": doc.state,
+            "error_count": doc.error_count,
+            "info": doc.info,
+            "last_updated": doc.last_updated,
+            "start_time": doc.start_time,
+            "node": doc.node,
+            "id": doc.job_id,
+        },
+        use_bin_type=True,
+    )
     if len(raw) > MAX_VALUE_SIZE:
         raise EncodingError(f"document row of {len(raw)} bytes exceeds the store's value limit")
     return raw
@@ -307,8 +363,12 @@ def _check_tx(tx: Any) -> None:
 
 def _check_now(now: Any) -> float:
     """A wall time given by a caller (tests): finite seconds an ISO 8601 date can show."""
-    if isinstance(now, bool) or not isinstance(now, (int, float)) or not math.isfinite(now) \
-            or not 0 <= now < MAX_SCHED_TIME:
+    if (
+        isinstance(now, bool)
+        or not isinstance(now, (int, float))
+        or not math.isfinite(now)
+        or not 0 <= now < MAX_SCHED_TIME
+    ):
         raise InvalidArgument(f"now must be seconds since the epoch, not {now!r:.80}")
     return float(now)
 
@@ -327,8 +387,16 @@ def _check_states(states: Any) -> Optional[set[str]]:
     return set(wanted)
 
 
-def put(tx: Tx, db_name: str, doc_id: str, body: dict[str, Any], *, rev: Optional[str] = None,
-        check_rev: bool = False, now: Optional[float] = None) -> str:
+def put(
+    tx: Tx,
+    db_name: str,
+    doc_id: str,
+    body: dict[str, Any],
+    *,
+    rev: Optional[str] = None,
+    check_rev: bool = False,
+    now: Optional[float] = None,
+) -> str:
     """Create or replace a document; its queue job is added (or resubmitted).
 
     A replaced document starts afresh (state ``initializing``, no errors);
@@ -365,15 +433,18 @@ def put(tx: Tx, db_name: str, doc_id: str, body: dict[str, Any], *, rev: Optiona
 
 
 @transactional
-def _put(tr: Transaction, db_name: str, doc_id: str, body: dict[str, Any], rev: Optional[str], check_rev: bool,
-         now: float) -> str:
+def _put(
+    tr: Transaction, db_name: str, doc_id: str, body: dict[str, Any], rev: Optional[str], check_rev: bool, now: float
+) -> str:
     current = _read(tr, db_name, doc_id)
     current_rev = None if current is None else current.rev
     if check_rev and rev != current_rev:
         raise Conflict("Document update conflict.", job_type=DOCS_TYPE, job_id=doc_id)
     new_rev = _new_rev(current_rev, body)
-    tr.set(_key(db_name, doc_id), _encode(Doc(db_name, doc_id, new_rev, body, DocState.INITIALIZING.value,
-                                              0, None, now, None, None, None)))
+    tr.set(
+        _key(db_name, doc_id),
+        _encode(Doc(db_name, doc_id, new_rev, body, DocState.INITIALIZING.value, 0, None, now, None, None, None)),
+    )
     ensure_type(tr)
     api.add(tr, DOCS_TYPE, queue_job_id(db_name, doc_id), {"db": db_name, "doc_id": doc_id, "rev": new_rev})
     return new_rev
@@ -433,8 +504,14 @@ def _delete(tr: Transaction, db_name: str, doc_id: str, rev: Optional[str]) -> s
     return _new_rev(current.rev, None)
 
 
-def list_docs(tx: Tx, db_name: Optional[str] = None, *, limit: Optional[int] = None, skip: int = 0,
-              states: Optional[Iterable[str]] = None) -> tuple[int, list[Doc]]:
+def list_docs(
+    tx: Tx,
+    db_name: Optional[str] = None,
+    *,
+    limit: Optional[int] = None,
+    skip: int = 0,
+    states: Optional[Iterable[str]] = None,
+) -> tuple[int, list[Doc]]:
     """List documents sorted by database then doc id.
 
     Args:
@@ -461,8 +538,9 @@ def list_docs(tx: Tx, db_name: Optional[str] = None, *, limit: Optional[int] = N
 
 
 @transactional
-def _list(tr: Transaction, db_name: Optional[str], limit: Optional[int], skip: int,
-          wanted: Optional[set[str]]) -> tuple[int, list[Doc]]:
+def _list(
+    tr: Transaction, db_name: Optional[str], limit: Optional[int], skip: int, wanted: Optional[set[str]]
+) -> tuple[int, list[Doc]]:
     prefix = PREFIX if db_name is None else fdb.tuple.pack((db_name,), prefix=PREFIX)
     total, page = 0, []
     end = None if limit is None else skip + limit
@@ -508,8 +586,19 @@ def accept(tr: Transaction, node: str, now: float) -> tuple[Optional[tuple[Lease
         logger.warning("doc_job_orphaned doc=%s/%s action=finished", db_name, doc_id)
         model.finish(tr, DEFAULT_LAYOUT, job, None)
         return None, None
-    doc = Doc(db_name, doc_id, doc.rev, doc.body, DocState.INITIALIZING.value, doc.error_count, None, now,
-              doc.start_time, node, None)
+    doc = Doc(
+        db_name,
+        doc_id,
+        doc.rev,
+        doc.body,
+        DocState.INITIALIZING.value,
+        doc.error_count,
+        None,
+        now,
+        doc.start_time,
+        node,
+        None,
+    )
     tr.set(_key(db_name, doc_id), _encode(doc))
     return (Lease(job, db_name, doc_id, doc.rev), doc), None
 
@@ -526,8 +615,14 @@ class RenewOutcome(_Named):
 KEPT, DONE, CHANGED, LOST = RenewOutcome.KEPT, RenewOutcome.DONE, RenewOutcome.CHANGED, RenewOutcome.LOST
 
 
-def renew(db: Database, leases: list[Lease], states: dict[str, Any], done: set[str],
-          now: float, timeout: Optional[float] = None) -> dict[str, tuple[RenewOutcome, Optional[Lease]]]:
+def renew(
+    db: Database,
+    leases: list[Lease],
+    states: dict[str, Any],
+    done: set[str],
+    now: float,
+    timeout: Optional[float] = None,
+) -> dict[str, tuple[RenewOutcome, Optional[Lease]]]:
     """Keep a node's documents and record their new states, in a few transactions.
 
     For each lease (by queue job id):
@@ -559,7 +654,7 @@ def renew(db: Database, leases: list[Lease], states: dict[str, Any], done: set[s
     batch = _renew_batch if timeout is None else transactional(_renew_batch.__wrapped__, timeout=timeout)
     outcomes: dict[str, tuple[RenewOutcome, Optional[Lease]]] = {}
     for start in range(0, len(leases), RENEW_BATCH):
-        outcomes.update(batch(db, leases[start:start + RENEW_BATCH], states, done, now))
+        outcomes.update(batch(db, leases[start : start + RENEW_BATCH], states, done, now))
     return outcomes
 
 
@@ -570,15 +665,18 @@ RENEW_BATCH = 200
 
 
 @transactional
-def _renew_batch(tr: Transaction, leases: list[Lease], states: dict[str, Any], done: set[str],
-                 now: float) -> dict[str, tuple[RenewOutcome, Optional[Lease]]]:
-    return {lease.job.id: _renew_one(tr, lease, states.get(lease.job.id), lease.job.id in done, now)
-            for lease in leases}
+def _renew_batch(
+    tr: Transaction, leases: list[Lease], states: dict[str, Any], done: set[str], now: float
+) -> dict[str, tuple[RenewOutcome, Optional[Lease]]]:
+    return {
+        lease.job.id: _renew_one(tr, lease, states.get(lease.job.id), lease.job.id in done, now) for lease in leases
+    }
 
 
 @transactional
-def _renew_one(tr: Transaction, lease: Lease, fields: Optional[dict[str, Any]], finished: bool,
-               now: float) -> tuple[RenewOutcome, Optional[Lease]]:
+def _renew_one(
+    tr: Transaction, lease: Lease, fields: Optional[dict[str, Any]], finished: bool, now: float
+) -> tuple[RenewOutcome, Optional[Lease]]:
     job = lease.job
     info = model.get_job(tr, DEFAULT_LAYOUT, DOCS_TYPE, job.id)
     if info is None or info.lock != job.lock:
@@ -591,10 +689,19 @@ def _renew_one(tr: Transaction, lease: Lease, fields: Optional[dict[str, Any]], 
         return CHANGED, None
     if fields:
         changed = fields.get("state", doc.state) != doc.state
-        doc = Doc(doc.db_name, doc.doc_id, doc.rev, doc.body, fields.get("state", doc.state),
-                  fields.get("error_count", doc.error_count), _clean_info(fields.get("info", doc.info)),
-                  now if changed else doc.last_updated, fields.get("start_time", doc.start_time),
-                  doc.node, fields.get("id", doc.job_id))
+        doc = Doc(
+            doc.db_name,
+            doc.doc_id,
+            doc.rev,
+            doc.body,
+            fields.get("state", doc.state),
+            fields.get("error_count", doc.error_count),
+            _clean_info(fields.get("info", doc.info)),
+            now if changed else doc.last_updated,
+            fields.get("start_time", doc.start_time),
+            doc.node,
+            fields.get("id", doc.job_id),
+        )
         tr.set(_key(doc.db_name, doc.doc_id), _encode(doc))
     if finished:
         model.finish(tr, DEFAULT_LAYOUT, job, None)

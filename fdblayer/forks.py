@@ -5,6 +5,7 @@ different value later means the handle crossed a fork, and its connections
 (the parent's) must not be used. Shared by the SQLite and PostgreSQL
 backends.
 """
+
 from __future__ import annotations
 
 import os

@@ -171,9 +171,7 @@ class ReadView(abc.ABC):
             return self.get_range(begin, end)
         return self.get(key)
 
-    def get_range_startswith(
-        self, prefix: bytes, limit: int = 0, reverse: bool = False
-    ) -> List[KeyValue]:
+    def get_range_startswith(self, prefix: bytes, limit: int = 0, reverse: bool = False) -> List[KeyValue]:
         """Read every row whose key starts with ``prefix``."""
         prefix = check_key(prefix)
         end = strinc(prefix) if prefix.rstrip(b"\xff") else END_OF_KEYSPACE
@@ -370,9 +368,7 @@ class Transactional(Protocol[T]):
 
 
 @overload
-def transactional(
-    func: Callable[..., T], *, retry_limit: int = ..., timeout: float = ...
-) -> Transactional[T]: ...
+def transactional(func: Callable[..., T], *, retry_limit: int = ..., timeout: float = ...) -> Transactional[T]: ...
 
 
 @overload
@@ -423,9 +419,7 @@ def transactional(
         if kind is Transaction:
             return func(*args, **kwargs)
         if kind is not Database:
-            raise TypeError(
-                f"{func.__qualname__}() needs a Database or Transaction, got {type(target).__name__}"
-            )
+            raise TypeError(f"{func.__qualname__}() needs a Database or Transaction, got {type(target).__name__}")
         return _run_retrying(func, target, index, args, kwargs, retry_limit, timeout)
 
     return cast(Transactional[T], wrapper)
@@ -496,8 +490,9 @@ def _run_retrying(
             tr.on_error(err)
 
 
-def _with_tr(args: tuple[Any, ...], kwargs: dict[str, Any], index: int,
-             tr: Transaction) -> tuple[tuple[Any, ...], dict[str, Any]]:
+def _with_tr(
+    args: tuple[Any, ...], kwargs: dict[str, Any], index: int, tr: Transaction
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
     """The call's arguments with the transaction in place of the database."""
     if "tr" in kwargs:
         return args, {**kwargs, "tr": tr}

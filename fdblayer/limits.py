@@ -22,9 +22,19 @@ from fdblayer.exceptions import (
 from fdblayer.selectors import END_OF_KEYSPACE
 
 __all__ = [
-    "MAX_KEY_SIZE", "MAX_VALUE_SIZE", "MAX_TRANSACTION_SIZE", "VERSIONSTAMP_SIZE", "check_key", "check_write_key",
-    "check_value", "add_little_endian", "add_params", "apply_adds", "splice_versionstamp",
-    "check_versionstamp_template", "strinc",
+    "MAX_KEY_SIZE",
+    "MAX_VALUE_SIZE",
+    "MAX_TRANSACTION_SIZE",
+    "VERSIONSTAMP_SIZE",
+    "check_key",
+    "check_write_key",
+    "check_value",
+    "add_little_endian",
+    "add_params",
+    "apply_adds",
+    "splice_versionstamp",
+    "check_versionstamp_template",
+    "strinc",
 ]
 
 MAX_KEY_SIZE = 10_000
@@ -119,9 +129,7 @@ def splice_versionstamp(data: bytes, stamp: bytes) -> bytes:
     pos = int.from_bytes(data[-4:], "little")
     body = data[:-4]
     if pos + VERSIONSTAMP_SIZE > len(body):
-        raise InvalidVersionstampOffset(
-            f"versionstamp offset {pos} + 10 exceeds the data length {len(body)}"
-        )
+        raise InvalidVersionstampOffset(f"versionstamp offset {pos} + 10 exceeds the data length {len(body)}")
     return body[:pos] + stamp + body[pos + VERSIONSTAMP_SIZE :]
 
 
@@ -139,9 +147,7 @@ def check_versionstamp_template(data: object, what: str) -> bytes:
         raise InvalidVersionstampOffset("versionstamped data shorter than its 4-byte offset")
     pos = int.from_bytes(data[-4:], "little")
     if pos + VERSIONSTAMP_SIZE > len(data) - 4:
-        raise InvalidVersionstampOffset(
-            f"versionstamp offset {pos} + 10 exceeds the data length {len(data) - 4}"
-        )
+        raise InvalidVersionstampOffset(f"versionstamp offset {pos} + 10 exceeds the data length {len(data) - 4}")
     return data
 
 

@@ -100,6 +100,4 @@ def to_selector(key_or_selector: KeyOrSelector) -> KeySelector:
         return key_or_selector
     if isinstance(key_or_selector, (bytes, bytearray, memoryview)):
         return KeySelector.first_greater_or_equal(bytes(key_or_selector))
-    raise StoreTypeError(
-        f"range bound must be bytes or KeySelector, got {type(key_or_selector).__name__}"
-    )
+    raise StoreTypeError(f"range bound must be bytes or KeySelector, got {type(key_or_selector).__name__}")

@@ -81,14 +81,10 @@ def _parse_sqlite(url: str, rest: str, params: Dict[str, str]) -> StoreURL:
     for name, value in params.items():
         allowed = _SQLITE_PARAMS.get(name)
         if allowed is None:
-            raise InvalidStoreURL(
-                f"store URL {url!r}: unknown parameter {name!r} (known: {', '.join(_SQLITE_PARAMS)})"
-            )
+            raise InvalidStoreURL(f"store URL {url!r}: unknown parameter {name!r} (known: {', '.join(_SQLITE_PARAMS)})")
         normal = value.upper() if name == "synchronous" else value.lower()
         if normal not in allowed:
-            raise InvalidStoreURL(
-                f"store URL {url!r}: {name}={value!r} is not one of {', '.join(allowed)}"
-            )
+            raise InvalidStoreURL(f"store URL {url!r}: {name}={value!r} is not one of {', '.join(allowed)}")
         params[name] = normal
     params.setdefault("synchronous", "FULL")
     params.setdefault("mode", "rw")
@@ -156,9 +152,7 @@ def parse_store_url(url: Optional[str] = None) -> StoreURL:
         return _parse_fdb(url, rest, params)
     if scheme in ("postgresql", "postgres"):
         return _parse_postgres(url, scheme, rest, query)
-    raise InvalidStoreURL(
-        f"store URL {url!r}: unknown scheme {scheme!r} (use sqlite:, postgresql: or fdb:)"
-    )
+    raise InvalidStoreURL(f"store URL {url!r}: unknown scheme {scheme!r} (use sqlite:, postgresql: or fdb:)")
 
 
 def redact_url(url: str) -> str:

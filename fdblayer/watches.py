@@ -34,6 +34,7 @@ logger = logging.getLogger(__name__)
 #: Seconds between checks when no change notification is available.
 FALLBACK_POLL_INTERVAL = 0.05
 
+
 class _State(enum.Enum):
     """A watch's state: pending until it fires or is cancelled (then for good)."""
 
@@ -294,9 +295,7 @@ class WatchHub:
                 del self._watches[watch.key]
 
     def _start(self) -> None:
-        self._thread = threading.Thread(
-            target=self._run, name=f"fdblayer-watch-{self._name}", daemon=True
-        )
+        self._thread = threading.Thread(target=self._run, name=f"fdblayer-watch-{self._name}", daemon=True)
         self._thread.start()
 
     def _open_notifier(self) -> Optional[DirectoryNotifier]:

@@ -6,6 +6,7 @@ to the child's real address once it is known. These containers therefore
 compare keys with ``==`` (a linear scan: children and links per actor are
 few).
 """
+
 from __future__ import annotations
 
 from typing import Any, Iterator

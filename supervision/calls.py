@@ -8,6 +8,7 @@ What a caller can rely on: every call made ends in exactly one callback
 deferred and not yet answered when this actor exits gets ``CallFailed``
 with the exit reason, as an Erlang caller's monitor reports it.
 """
+
 from __future__ import annotations
 
 import uuid
@@ -73,8 +74,9 @@ class Calls:
             self.send(from_.reply_to, m.CallError(from_.ref, self.myAddress, reason))
         self._open_calls.clear()
 
-    def call_async(self, target: Any, msg: Any, callback: Callable[[Any, Exception | None], None],
-                   timeout: float = 5.0) -> str:
+    def call_async(
+        self, target: Any, msg: Any, callback: Callable[[Any, Exception | None], None], timeout: float = 5.0
+    ) -> str:
         """Call another actor without blocking this one.
 
         ``callback(value, None)`` runs with the reply, or
@@ -106,8 +108,7 @@ class Calls:
             if on_done is not None:
                 on_done(stop.value)
             return
-        self.call_async(request.target, request.msg,
-                        lambda v, e: self._task_step(gen, on_done, v, e), request.timeout)
+        self.call_async(request.target, request.msg, lambda v, e: self._task_step(gen, on_done, v, e), request.timeout)
 
     def _call_timed_out(self, ref: str, msg: Any, timeout: float) -> None:
         pending = self._pending_calls.pop(ref, None)

@@ -8,6 +8,7 @@ or ``"infinity"``) and its type. Specs round-trip to dicts
 field by field before anything starts: a bad field is a
 :class:`~supervision.exceptions.BadChildSpec` naming it.
 """
+
 from __future__ import annotations
 
 import builtins

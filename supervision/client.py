@@ -10,6 +10,7 @@ actor raises :class:`~supervision.exceptions.NoProc` promptly. A call with
 no answer raises :class:`~supervision.exceptions.CallTimeout`. Clients never
 shut the actor system down.
 """
+
 from __future__ import annotations
 
 import time
@@ -46,6 +47,7 @@ def _own_address(ctx: Any) -> Any:
 #: most about 24 days; a call with a longer timeout waits in rounds of this.
 _LONGEST_LISTEN = 3600.0
 
+
 class Client:
     """Calls, casts and supervisor requests to one node."""
 
@@ -59,6 +61,7 @@ class Client:
         """The node supervisor's address."""
         if self._node is None:
             from .registry import NodeSupervisor
+
             self._node = self.system.createActor(NodeSupervisor, globalName=NODE_NAME)
         return self._node
 
@@ -184,5 +187,6 @@ class Client:
         self.system.tell(node, m.Shutdown("shutdown"))
         deadline = time.monotonic() + timeout
         from .registry import pid_alive
+
         while pid_alive(pid) and time.monotonic() < deadline:
             time.sleep(0.02)

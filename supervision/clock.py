@@ -6,6 +6,7 @@ timers, ``time()`` for wall-clock timestamps that are persisted. A
 :class:`~supervision.gen_server.GenServer` running on one fires its timers
 when its clock is advanced by an ``AdvanceClock`` message.
 """
+
 from __future__ import annotations
 
 import time as _time

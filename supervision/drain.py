@@ -17,6 +17,7 @@ actor handles none) and keep sending until nothing is left or the drain's
 own limit passes. Like :mod:`supervision.loopback`, it must be imported
 before the ActorSystem is created; actors inherit it through fork.
 """
+
 from __future__ import annotations
 
 from thespian.system import systemCommon as _common  # noqa: N813 - Thespian's module name

@@ -5,6 +5,7 @@ site (bad child spec, call timeout, unknown name) leave the supervision tree
 unchanged. Every error pickles (``__reduce__``), so an actor can send it
 back to a caller in another process.
 """
+
 from __future__ import annotations
 
 from typing import Any

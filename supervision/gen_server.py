@@ -22,6 +22,7 @@ What a caller can rely on:
 * Timers (:meth:`GenServer.send_after`) run on the actor's clock and can be
   cancelled; on a manual clock they fire when an ``AdvanceClock`` arrives.
 """
+
 from __future__ import annotations
 
 import functools
@@ -355,8 +356,7 @@ class GenServer(Calls, Timers, Actor):  # type: ignore[misc]  # Actor: thespian 
             self.stop(sig.reason)
 
     # ------------------------------------------------------------ children
-    def spawn_link(self, cls: type | str, args: Any = None, *, name: str | None = None,
-                   clock: Any = None) -> Any:
+    def spawn_link(self, cls: type | str, args: Any = None, *, name: str | None = None, clock: Any = None) -> Any:
         """Start a linked child actor; returns its address at once.
 
         The child's ``Started`` arrives later (see :meth:`child_started`);
@@ -367,10 +367,10 @@ class GenServer(Calls, Timers, Actor):  # type: ignore[misc]  # Actor: thespian 
         self._links.add(addr)
         return addr
 
-    def _create_child(self, cls: type | str, args: Any, *, name: str | None = None,
-                      clock: Any = None) -> Any:
+    def _create_child(self, cls: type | str, args: Any, *, name: str | None = None, clock: Any = None) -> Any:
         if isinstance(cls, str):
             from .childspec import resolve_class
+
             cls = resolve_class(cls)
         addr = self.createActor(cls)
         self._children[addr] = {"pid": None, "watchers": None, "descendants": AddrMap()}
@@ -516,8 +516,15 @@ class GenServer(Calls, Timers, Actor):  # type: ignore[misc]  # Actor: thespian 
             self.stop(msg.reason)
 
     def _crash(self, exc: Exception, msg: Any) -> None:
-        report("crash", logging.ERROR, actor=type(self).__name__, name=self.name,
-               reason=exc, last_message=msg, state=self._safe_status())
+        report(
+            "crash",
+            logging.ERROR,
+            actor=type(self).__name__,
+            name=self.name,
+            reason=exc,
+            last_message=msg,
+            state=self._safe_status(),
+        )
         self._exit(portable(exc), logged=True)
 
     def _safe_status(self) -> Any:
@@ -588,7 +595,6 @@ class GenServer(Calls, Timers, Actor):  # type: ignore[misc]  # Actor: thespian 
         log.debug("undeliverable actor=%s message=%.200r", type(self).__name__, msg)
 
 
-
 #: System messages and the method that handles each (by name, so subclasses
 #: such as Supervisor can override a handler).
 _SYSTEM: dict[type, str] = {
@@ -613,5 +619,6 @@ _SYSTEM: dict[type, str] = {
 
 #: Messages handled even before init has completed (a supervisor starting its
 #: children must see their answers); everything else waits in a stash.
-_EARLY = frozenset({m.Started, m.StartFailed, m.Ignored, m.Exit, m.Watchers, m.Reply,
-                    m.CallError, m.Shutdown, m.AdvanceClock})
+_EARLY = frozenset(
+    {m.Started, m.StartFailed, m.Ignored, m.Exit, m.Watchers, m.Reply, m.CallError, m.Shutdown, m.AdvanceClock}
+)

@@ -8,6 +8,7 @@ before the ActorSystem is created, in the node and in every client; actors
 inherit it through fork. ``bind_host`` changes the address (for a node told
 to listen elsewhere).
 """
+
 from __future__ import annotations
 
 import os

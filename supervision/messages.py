@@ -6,6 +6,7 @@ actor answers :class:`Started`, :class:`Ignored` or :class:`StartFailed`
 handshake is the only reliable signal). Requests carry ``reply_to`` so that
 a message returned as a dead letter can still be answered with ``noproc``.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass

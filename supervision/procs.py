@@ -8,6 +8,7 @@ through a pidfd opened while that start time still matches
 (:func:`signal_process`): the signal cannot reach a process that took the
 number meanwhile.
 """
+
 from __future__ import annotations
 
 import ctypes

@@ -3,6 +3,7 @@
 Installing the package is enough: a user's tests get the ``otp_node``
 fixture without any conftest.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -19,6 +20,7 @@ def otp_node() -> Iterator[Callable[..., NodeHandle]]:
     ``running_node``) and returns its handle; every node it started is
     stopped after the test, which fails if any of their processes leaked."""
     with contextlib.ExitStack() as stack:
+
         def start(specs: list[Any], flags: Any = None, **kwargs: Any) -> NodeHandle:
             return stack.enter_context(running_node(specs, flags, **kwargs))
 

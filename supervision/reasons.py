@@ -5,6 +5,7 @@ A reason is plain picklable data: the strings ``normal``, ``shutdown``,
 instance for a crash. ``normal`` and ``shutdown`` exits are not errors: a
 transient child is not restarted for them and no crash report is logged.
 """
+
 from __future__ import annotations
 
 import pickle

@@ -19,6 +19,7 @@ supervising the node's children it
   node's process group (the session the admin created, which only the
   node's processes can be in), itself last.
 """
+
 from __future__ import annotations
 
 import logging

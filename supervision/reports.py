@@ -7,6 +7,7 @@ up), ``crash`` (an actor exited abnormally). Each line reads
 ``report`` attribute for machine consumers. Normal and shutdown exits are
 logged at DEBUG, errors at ERROR, the rest at INFO.
 """
+
 from __future__ import annotations
 
 import logging

@@ -38,6 +38,7 @@ anything is created or signalled. Files in it are created under a temporary
 name with ``O_EXCL|O_NOFOLLOW`` and published with ``link`` (which fails if
 the name exists), and opened with ``O_NOFOLLOW``: a symlink is never followed.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -108,8 +109,11 @@ def check_private(path: Path, follow: bool = False) -> None:
     if st.st_uid != os.geteuid():
         raise RuntimeDirError(path, f"is owned by uid {st.st_uid}, not by this user (uid {os.geteuid()}){fix}")
     if st.st_mode & 0o022:
-        raise RuntimeDirError(path, f"is writable by group or others (mode {stat.S_IMODE(st.st_mode):04o}); "
-                                    f"chmod 700 it, or set OTPJOBS_RUNTIME_DIR to a private directory")
+        raise RuntimeDirError(
+            path,
+            f"is writable by group or others (mode {stat.S_IMODE(st.st_mode):04o}); "
+            f"chmod 700 it, or set OTPJOBS_RUNTIME_DIR to a private directory",
+        )
 
 
 def runtime_file(port: int) -> Path:
@@ -135,13 +139,15 @@ def open_private(path: str | Path) -> int:
         except FileNotFoundError:
             continue  # removed meanwhile: create it
         except OSError as exc:
-            raise RuntimeDirError(Path(path).parent, f"holds {Path(path).name}, which cannot be used "
-                                                     f"({exc.strerror}: a symlink?)") from None
+            raise RuntimeDirError(
+                Path(path).parent, f"holds {Path(path).name}, which cannot be used ({exc.strerror}: a symlink?)"
+            ) from None
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
             os.close(fd)
-            raise RuntimeDirError(Path(path).parent, f"holds {Path(path).name}, which is not a regular file "
-                                                     f"of this user's")
+            raise RuntimeDirError(
+                Path(path).parent, f"holds {Path(path).name}, which is not a regular file of this user's"
+            )
         os.set_blocking(fd, True)
         return fd
     raise RuntimeDirError(Path(path).parent, f"keeps replacing {Path(path).name}")
@@ -151,8 +157,14 @@ def open_private(path: str | Path) -> int:
 def owner_record(die_with_owner: bool) -> dict[str, Any]:
     """The record of a node this process starts, as its owner (see :func:`claim`)."""
     pid = os.getpid()
-    return {"version": VERSION, "nonce": secrets.token_hex(8), "boot_id": boot_id(), "owner": pid,
-            "owner_start": start_time(pid), "die_with_owner": die_with_owner}
+    return {
+        "version": VERSION,
+        "nonce": secrets.token_hex(8),
+        "boot_id": boot_id(),
+        "owner": pid,
+        "owner_start": start_time(pid),
+        "die_with_owner": die_with_owner,
+    }
 
 
 def claim(port: int, record: dict[str, Any]) -> int:
@@ -197,9 +209,9 @@ class Entry:
 
     port: int
     path: Path
-    regular: bool          # False: a symlink or anything but a regular file of this user's
-    record: dict[str, Any] | None    # what it says (None: unreadable)
-    held: bool             # its lock is held: some process of the node is alive
+    regular: bool  # False: a symlink or anything but a regular file of this user's
+    record: dict[str, Any] | None  # what it says (None: unreadable)
+    held: bool  # its lock is held: some process of the node is alive
     dev: int = 0
     ino: int = 0
 
@@ -262,8 +274,12 @@ def _parse(fd: int) -> dict[str, Any] | None:
     return record if isinstance(record, dict) else None
 
 
-_RECORDED = {"pid": ("pid", "pid_start"), "admin": ("admin_pid", "admin_start"), "owner": ("owner", "owner_start"),
-             "starter": ("starter", "starter_start")}
+_RECORDED = {
+    "pid": ("pid", "pid_start"),
+    "admin": ("admin_pid", "admin_start"),
+    "owner": ("owner", "owner_start"),
+    "starter": ("starter", "starter_start"),
+}
 
 
 def recorded_alive(info: dict[str, Any] | None, who: str) -> bool:
@@ -286,8 +302,9 @@ def remove(entry: Entry) -> bool:
         except FileNotFoundError:
             return False
         except OSError as exc:
-            raise RuntimeDirError(entry.path.parent, f"holds {entry.path.name}, which cannot be removed "
-                                                     f"({exc.strerror})") from None
+            raise RuntimeDirError(
+                entry.path.parent, f"holds {entry.path.name}, which cannot be removed ({exc.strerror})"
+            ) from None
         return True
     try:
         fd = os.open(entry.path, _READ_FLAGS)

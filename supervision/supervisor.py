@@ -22,6 +22,7 @@ What a caller can rely on (OTP's supervisor semantics):
 * One operation at a time (a restart, a start_child...): requests arriving
   meanwhile are served after it, in order.
 """
+
 from __future__ import annotations
 
 import collections
@@ -141,8 +142,9 @@ class _Op:
     timers: list[int] = field(default_factory=list)
 
 
-def add_restart(restarts: tuple[float, ...], now: float, intensity: int,
-                period: float) -> tuple[bool, tuple[float, ...]]:
+def add_restart(
+    restarts: tuple[float, ...], now: float, intensity: int, period: float
+) -> tuple[bool, tuple[float, ...]]:
     """The restart intensity rule of OTP's supervisor, pure.
 
     ``restarts`` are the times of the restarts still in the window, oldest
@@ -166,8 +168,9 @@ class ExitDecision:
     forget: bool = False
 
 
-def on_child_exit(strategy: Strategy, restart: Restart, reason: Any, children: Sequence[Any], child: Any,
-                  dynamic: bool = False) -> ExitDecision:
+def on_child_exit(
+    strategy: Strategy, restart: Restart, reason: Any, children: Sequence[Any], child: Any, dynamic: bool = False
+) -> ExitDecision:
     """OTP's supervisor rule for one child's exit, pure.
 
     ``children`` are the supervisor's children in start order, ``child``
@@ -184,7 +187,7 @@ def on_child_exit(strategy: Strategy, restart: Restart, reason: Any, children: S
     if strategy is Strategy.ONE_FOR_ALL:
         group = tuple(children)
     elif strategy is Strategy.REST_FOR_ONE:
-        group = tuple(children[list(children).index(child):])
+        group = tuple(children[list(children).index(child) :])
     else:
         group = (child,)
     return ExitDecision(restart=group)
@@ -299,8 +302,7 @@ class Supervisor(GenServer):
     def _start_kid(self, kid: _Kid) -> Generator[_Wait, Any, tuple[bool, Any]]:
         """Start one child; returns (ok, reason). Ignore counts as ok."""
         try:
-            addr = self._create_child(kid.spec.actor_class(), kid.spec.args, name=kid.spec.name,
-                                      clock=kid.spec.clock)
+            addr = self._create_child(kid.spec.actor_class(), kid.spec.args, name=kid.spec.name, clock=kid.spec.clock)
         except (BadChildSpec, SupervisionError) as exc:
             return False, portable(exc)
         result = yield _Wait("start", addr)
@@ -391,10 +393,16 @@ class Supervisor(GenServer):
             return
         self._unregister(kid, addr)
         kid.addr = kid.pid = None
-        report("child_exited", logging.DEBUG if is_normal(reason) else logging.ERROR,
-               supervisor=self.name, child=kid.spec.id, reason=reason)
-        decision = on_child_exit(self.flags.strategy, kid.spec.restart, reason, self._kids, kid,
-                                 dynamic=self._template is not None)
+        report(
+            "child_exited",
+            logging.DEBUG if is_normal(reason) else logging.ERROR,
+            supervisor=self.name,
+            child=kid.spec.id,
+            reason=reason,
+        )
+        decision = on_child_exit(
+            self.flags.strategy, kid.spec.restart, reason, self._kids, kid, dynamic=self._template is not None
+        )
         if decision.forget:
             self._kids.remove(kid)
         if decision.restart:
@@ -402,16 +410,23 @@ class Supervisor(GenServer):
 
     def _add_restart(self) -> bool:
         """Record a restart (on this actor's clock); False if that goes over the intensity."""
-        allowed, self._restarts = add_restart(self._restarts, self.clock.monotonic(), self.flags.intensity,
-                                              self.flags.period)
+        allowed, self._restarts = add_restart(
+            self._restarts, self.clock.monotonic(), self.flags.intensity, self.flags.period
+        )
         return allowed
 
     def _restart(self, kid: _Kid, reason: Any) -> _Steps:
         """Restart :func:`on_child_exit`'s group for ``kid``'s exit (as the
         children are when this operation runs), or give up past the intensity."""
         if not self._add_restart():
-            report("max_intensity", logging.ERROR, supervisor=self.name, child=kid.spec.id,
-                   intensity=self.flags.intensity, period=self.flags.period)
+            report(
+                "max_intensity",
+                logging.ERROR,
+                supervisor=self.name,
+                child=kid.spec.id,
+                intensity=self.flags.intensity,
+                period=self.flags.period,
+            )
             yield from self._terminate_all()
             self._exit(SHUTDOWN)
             return
@@ -440,8 +455,14 @@ class Supervisor(GenServer):
             ok, reason = yield from self._start_kid(member)
             if not ok:
                 if not self._add_restart():
-                    report("max_intensity", logging.ERROR, supervisor=self.name, child=member.spec.id,
-                           intensity=self.flags.intensity, period=self.flags.period)
+                    report(
+                        "max_intensity",
+                        logging.ERROR,
+                        supervisor=self.name,
+                        child=member.spec.id,
+                        intensity=self.flags.intensity,
+                        period=self.flags.period,
+                    )
                     yield from self._terminate_all()
                     self._exit(SHUTDOWN)
                     return
@@ -477,8 +498,11 @@ class Supervisor(GenServer):
         if isinstance(msg, GetChildSpec):
             return self._kid_by_id(msg.child_id).spec.to_dict()
         ops: dict[type, Callable[[Any], _Steps]] = {
-            StartChild: self._op_start_child, TerminateChild: self._op_terminate_child,
-            RestartChild: self._op_restart_child, DeleteChild: self._op_delete_child}
+            StartChild: self._op_start_child,
+            TerminateChild: self._op_terminate_child,
+            RestartChild: self._op_restart_child,
+            DeleteChild: self._op_delete_child,
+        }
         op = ops.get(type(msg))
         if op is None:
             return super().handle_call(msg, from_)
@@ -546,15 +570,19 @@ class Supervisor(GenServer):
         yield  # pragma: no cover - makes this a generator
 
     def _which_children(self) -> list[ChildInfo]:
-        return [ChildInfo(k.spec.id if self._template is None else None, k.addr, k.spec.type.value,
-                          k.spec.start, k.pid) for k in self._kids]
+        return [
+            ChildInfo(k.spec.id if self._template is None else None, k.addr, k.spec.type.value, k.spec.start, k.pid)
+            for k in self._kids
+        ]
 
     def _count_children(self) -> dict[str, int]:
         active = [k for k in self._kids if k.addr is not None]
-        return {"specs": len(self._kids) if self._template is None else 1,
-                "active": len(active),
-                "supervisors": sum(k.spec.type is ChildType.SUPERVISOR for k in self._kids),
-                "workers": sum(k.spec.type is ChildType.WORKER for k in self._kids)}
+        return {
+            "specs": len(self._kids) if self._template is None else 1,
+            "active": len(active),
+            "supervisors": sum(k.spec.type is ChildType.SUPERVISOR for k in self._kids),
+            "workers": sum(k.spec.type is ChildType.WORKER for k in self._kids),
+        }
 
     # ------------------------------------------------------------ names
     def _register(self, kid: _Kid) -> None:

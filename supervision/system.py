@@ -21,6 +21,7 @@ lock that every process of the node holds), and
 
 Everything binds 127.0.0.1 (see :mod:`supervision.loopback`).
 """
+
 from __future__ import annotations
 
 import logging
@@ -177,14 +178,21 @@ def cleanup_stale(port: int) -> bool:
     killed = runtime.kill_node_processes(entry, spare=spare)
     runtime.remove(entry)
     _wait_port_closed(port, 10.0)
-    log.info("node_cleanup port=%s case=stale_killed killed=%d %s", port, len(killed),
-             runtime.describe(entry.record))
+    log.info("node_cleanup port=%s case=stale_killed killed=%d %s", port, len(killed), runtime.describe(entry.record))
     return True
 
 
-def start_node(port: int = DEFAULT_PORT, flags: Any = None, specs: list[Any] | None = None, *,
-               level: int = logging.INFO, log_stream: str = "ext://sys.stderr",
-               log_config: dict[str, Any] | None = None, timeout: float = 60.0, die_with_owner: bool = True) -> Node:
+def start_node(
+    port: int = DEFAULT_PORT,
+    flags: Any = None,
+    specs: list[Any] | None = None,
+    *,
+    level: int = logging.INFO,
+    log_stream: str = "ext://sys.stderr",
+    log_config: dict[str, Any] | None = None,
+    timeout: float = 60.0,
+    die_with_owner: bool = True,
+) -> Node:
     """Start a node whose node supervisor runs ``specs`` under ``flags``.
 
     ``log_config`` (a ``logging.config.dictConfig`` dict, applied in the
@@ -215,8 +223,15 @@ def start_node(port: int = DEFAULT_PORT, flags: Any = None, specs: list[Any] | N
         raise NodeAlreadyRunning(f"a node is starting on 127.0.0.1:{port}") from None
     try:
         node = _start(port, flags, specs, record, log_config or log_defs(level, log_stream), timeout)
-        info = dict(record, port=port, pid=node.pid, pid_start=start_time(node.pid), admin_pid=node.admin_pid,
-                    admin_start=start_time(node.admin_pid), pgid=node.pgid)
+        info = dict(
+            record,
+            port=port,
+            pid=node.pid,
+            pid_start=start_time(node.pid),
+            admin_pid=node.admin_pid,
+            admin_start=start_time(node.admin_pid),
+            pgid=node.pgid,
+        )
         runtime.write(fd, info)
         node.entry = runtime.examine(port)
     except BaseException:
@@ -230,8 +245,9 @@ def start_node(port: int = DEFAULT_PORT, flags: Any = None, specs: list[Any] | N
     return node
 
 
-def _start(port: int, flags: SupFlags, specs: list[Any], record: dict[str, Any], log_config: dict[str, Any],
-           timeout: float) -> Node:
+def _start(
+    port: int, flags: SupFlags, specs: list[Any], record: dict[str, Any], log_config: dict[str, Any], timeout: float
+) -> Node:
     system = ActorSystem(BASE, {"Admin Port": port}, logDefs=log_config, transientUnique=True)
     try:
         address = system.createActor(NodeSupervisor, globalName=NODE_NAME)
@@ -312,8 +328,7 @@ def _remove_when_released(entry: Any, timeout: float) -> bool:
         if runtime.remove(entry) or not entry.path.exists():
             return True
         if time.monotonic() >= deadline:
-            log.warning("node_cleanup port=%s case=still_locked (the file stays; the next start clears it)",
-                        entry.port)
+            log.warning("node_cleanup port=%s case=still_locked (the file stays; the next start clears it)", entry.port)
             return False
         time.sleep(0.02)
 

@@ -24,6 +24,7 @@ With pytest, the ``otp_node`` fixture (registered through the ``pytest11``
 entry point, so installing the package is enough) is a factory with the
 same arguments whose nodes are stopped after the test.
 """
+
 from __future__ import annotations
 
 import ast
@@ -43,8 +44,7 @@ from typing import Any, Callable, Iterator, List, cast
 from .exceptions import SupervisionError
 from .system import Node, start_node
 
-__all__ = ["running_node", "NodeHandle", "LeakedProcesses", "JsonReports", "free_port", "marked_processes",
-           "cmdline"]
+__all__ = ["running_node", "NodeHandle", "LeakedProcesses", "JsonReports", "free_port", "marked_processes", "cmdline"]
 
 #: Environment variable every process of a test node inherits (with a token
 #: of its own): how leaked processes are found, even ones that left the group.
@@ -80,10 +80,18 @@ def _log_config(path: Path, level: int) -> dict[str, Any]:
             "line": {"format": "%(asctime)s %(levelname)s %(name)s pid=%(process)d %(message)s"},
         },
         "handlers": {
-            "reports": {"class": "logging.FileHandler", "filename": str(path), "formatter": "json",
-                        "level": logging.DEBUG},
-            "stderr": {"class": "logging.StreamHandler", "formatter": "line", "stream": "ext://sys.stderr",
-                       "level": level},
+            "reports": {
+                "class": "logging.FileHandler",
+                "filename": str(path),
+                "formatter": "json",
+                "level": logging.DEBUG,
+            },
+            "stderr": {
+                "class": "logging.StreamHandler",
+                "formatter": "line",
+                "stream": "ext://sys.stderr",
+                "level": level,
+            },
         },
         "loggers": {"supervision": {"handlers": ["reports"], "level": logging.DEBUG}},
         "root": {"handlers": ["stderr"], "level": level},
@@ -163,16 +171,22 @@ class NodeHandle:
                 if pid != old_pid:
                     return pid
             time.sleep(0.02)
-        raise AssertionError(f"{name!r} was not restarted within {timeout} s (its old pid {old_pid}); "
-                             f"the supervisors reported: {self._story()}")
+        raise AssertionError(
+            f"{name!r} was not restarted within {timeout} s (its old pid {old_pid}); "
+            f"the supervisors reported: {self._story()}"
+        )
 
     def _story(self) -> str:
-        told = [e for e in self.events() if e.get("event") in
-                ("child_exited", "child_restarted", "max_intensity", "start_error", "shutdown_error")]
+        told = [
+            e
+            for e in self.events()
+            if e.get("event") in ("child_exited", "child_restarted", "max_intensity", "start_error", "shutdown_error")
+        ]
         if not told:
             return "nothing"
-        return "; ".join(" ".join(f"{k}={v}" for k, v in e.items() if k not in ("time", "reporter_pid"))
-                         for e in told[-6:])
+        return "; ".join(
+            " ".join(f"{k}={v}" for k, v in e.items() if k not in ("time", "reporter_pid")) for e in told[-6:]
+        )
 
     # ------------------------------------------------------------ what happened
     def events(self) -> List[dict[str, Any]]:
@@ -192,8 +206,9 @@ class NodeHandle:
                     event[key] = _unrepr(value)
         return out
 
-    def wait_event(self, predicate: Callable[[dict[str, Any]], bool], timeout: float = 5.0,
-                   what: str = "an event") -> dict[str, Any]:
+    def wait_event(
+        self, predicate: Callable[[dict[str, Any]], bool], timeout: float = 5.0, what: str = "an event"
+    ) -> dict[str, Any]:
         """The first report for which ``predicate`` is true, waiting for it."""
         deadline = time.monotonic() + timeout
         while True:
@@ -219,8 +234,9 @@ def _unrepr(text: str) -> Any:
 
 
 @contextlib.contextmanager
-def running_node(specs: list[Any], flags: Any = None, *, level: int = logging.WARNING,
-                 timeout: float = 60.0) -> Iterator[NodeHandle]:
+def running_node(
+    specs: list[Any], flags: Any = None, *, level: int = logging.WARNING, timeout: float = 60.0
+) -> Iterator[NodeHandle]:
     """Start a node running ``specs`` under ``flags`` on a free loopback port,
     with its runtime files in a temporary directory; stop it at the end and
     remove the directory.
@@ -237,8 +253,9 @@ def running_node(specs: list[Any], flags: Any = None, *, level: int = logging.WA
     os.environ[MARKER] = token
     node = None
     try:
-        node = start_node(free_port(), flags, specs, log_config=_log_config(directory / "reports.jsonl", level),
-                          timeout=timeout)
+        node = start_node(
+            free_port(), flags, specs, log_config=_log_config(directory / "reports.jsonl", level), timeout=timeout
+        )
         os.environ[MARKER] = ""  # this process's later children are not the node's
         yield NodeHandle(node, directory / "reports.jsonl", token)
     finally:
@@ -266,6 +283,7 @@ def _stop_and_check(node: Node, token: str) -> None:
 
     def census() -> set[int]:
         return set(marked_processes(token)) | node.processes()
+
     deadline = time.monotonic() + 5
     survivors = census()
     while survivors and time.monotonic() < deadline:
@@ -279,8 +297,10 @@ def _stop_and_check(node: Node, token: str) -> None:
     deadline = time.monotonic() + 5
     while census() and time.monotonic() < deadline:  # gone (or a zombie) before we say so
         time.sleep(0.02)
-    raise LeakedProcesses(f"the test node on port {node.port} left {len(survivors)} process(es) "
-                          f"running after its stop (killed now): {', '.join(described)}")
+    raise LeakedProcesses(
+        f"the test node on port {node.port} left {len(survivors)} process(es) "
+        f"running after its stop (killed now): {', '.join(described)}"
+    )
 
 
 def _signal_if(pid: int, sig: int, is_ours: Callable[[], bool]) -> bool:

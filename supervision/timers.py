@@ -5,6 +5,7 @@ real clock through Thespian's wakeups, or on a manual clock that only
 Tokens are returned for :meth:`Timers.cancel_timer`; a cancelled timer's
 wakeup still arrives and is ignored.
 """
+
 from __future__ import annotations
 
 import heapq

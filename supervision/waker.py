@@ -6,6 +6,7 @@ with ``GenServer.watch_fd``; the actor drains the pipe and runs the
 callback in its own loop. Wakes that arrive before the actor runs coalesce
 into one call.
 """
+
 from __future__ import annotations
 
 import os

@@ -1,4 +1,5 @@
 """Process and socket helpers shared by the tests (all read /proc; Linux only)."""
+
 from __future__ import annotations
 
 import os
@@ -41,8 +42,13 @@ def _ephemeral_low() -> int:
         return 32768
 
 
-def wait_until(predicate: Callable[[], Any], timeout: float = 15.0, what: str = "condition",
-               step: float = 0.01, ignore: tuple[type[BaseException], ...] = ()) -> Any:
+def wait_until(
+    predicate: Callable[[], Any],
+    timeout: float = 15.0,
+    what: str = "condition",
+    step: float = 0.01,
+    ignore: tuple[type[BaseException], ...] = (),
+) -> Any:
     """Poll ``predicate`` until it returns a truthy value (returned) or fail.
 
     Exceptions of the ``ignore`` types count as "not yet" (say, NoProc while

@@ -10,6 +10,7 @@ prose, a message built at run time) fails the test unless it is one of
 the few listed in ``PROSE_LEFT``. A new, renamed or removed event fails
 this test until the doc says so too.
 """
+
 from __future__ import annotations
 
 import ast
@@ -52,8 +53,9 @@ def scan() -> tuple[set[str], list[tuple[str, int, str]]]:
                     if isinstance(first, ast.Constant) and isinstance(first.value, str):
                         events.add(first.value)
                     continue
-                if not (isinstance(func, ast.Attribute) and func.attr in LEVELS
-                        and LOGGER.search(ast.unparse(func.value))):
+                if not (
+                    isinstance(func, ast.Attribute) and func.attr in LEVELS and LOGGER.search(ast.unparse(func.value))
+                ):
                     continue
                 msg = _message(node)
                 text = msg.value if isinstance(msg, ast.Constant) and isinstance(msg.value, str) else None

@@ -1,5 +1,6 @@
 """The three packages import without cycles: no module imports, even inside
 a function, one that imports it back (directly or through others)."""
+
 from __future__ import annotations
 
 import ast
@@ -97,8 +98,10 @@ def test_the_packages_have_no_import_cycle():
 def test_the_walk_sees_imports_inside_functions_and_not_those_for_type_hints(tmp_path):
     known = set(_graph())
     module = tmp_path / "m.py"
-    module.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from fdblayer.jobs import model\n"
-                      "def f():\n    from fdblayer.jobs import work\n")
+    module.write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from fdblayer.jobs import model\n"
+        "def f():\n    from fdblayer.jobs import work\n"
+    )
     assert _imports(module, "fdblayer.jobs.tally", known) == {"fdblayer.jobs.work"}
     graph = _graph()
     graph["fdblayer.jobs.tally"] = graph["fdblayer.jobs.tally"] | {"fdblayer.jobs.counts"}
@@ -122,8 +125,11 @@ def test_the_layers_import_only_downwards() -> None:
                 wrong.append((name, target))
             if _in(name, "fdblayer") and _in(target, "actors"):
                 wrong.append((name, target))
-            if _in(name, "actors.settings") and _in(target, "actors") and not (
-                    _in(target, "actors.settings") or target in ("actors.names", "actors.errors", "actors")):
+            if (
+                _in(name, "actors.settings")
+                and _in(target, "actors")
+                and not (_in(target, "actors.settings") or target in ("actors.names", "actors.errors", "actors"))
+            ):
                 wrong.append((name, target))
             top = _in(name, "actors.node") or name in ("actors.cli", "actors.__main__")
             if _in(target, "actors.node") and not top:

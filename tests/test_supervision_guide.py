@@ -18,6 +18,7 @@ alive once the block is done is found, killed, and fails the test. A
 failure names the block's line in the guide (and, for a script's
 traceback, the guide's line of each frame).
 """
+
 from __future__ import annotations
 
 import os
@@ -172,8 +173,11 @@ def with_guide_lines(text: str, block: Block) -> str:
 def test_the_guide_has_blocks_of_every_kind_and_no_unknown_fences() -> None:
     kinds = {block.kind for block in BLOCKS}
     assert kinds == {"module", "test", "script"}, kinds
-    unknown = [(line, language) for line, language, _ in fenced_blocks(GUIDE.read_text())
-               if language != "python" and language not in NOT_RUN]
+    unknown = [
+        (line, language)
+        for line, language, _ in fenced_blocks(GUIDE.read_text())
+        if language != "python" and language not in NOT_RUN
+    ]
     assert unknown == [], f"{GUIDE_NAME}: fenced blocks in a language that is neither run nor known: {unknown}"
 
 
@@ -189,8 +193,9 @@ def is_slow(block: Block) -> bool:
     return block.kind == "test" or (block.kind == "script" and any(sign in block.code for sign in SLOW_BLOCK))
 
 
-@pytest.mark.parametrize("block", [pytest.param(block, id=block.id, marks=pytest.mark.slow if is_slow(block) else ())
-                                   for block in BLOCKS])
+@pytest.mark.parametrize(
+    "block", [pytest.param(block, id=block.id, marks=pytest.mark.slow if is_slow(block) else ()) for block in BLOCKS]
+)
 def test_guide_block(block: Block, tmp_path: Path) -> None:
     for name, code in files_up_to(block).items():
         (tmp_path / name).write_text(code)
@@ -208,9 +213,15 @@ def test_guide_block(block: Block, tmp_path: Path) -> None:
     # leaked one would hold a pipe open.
     with open(out, "w") as stdout, open(err, "w") as stderr:
         try:
-            rc: int | None = subprocess.run(command, cwd=tmp_path, env=block_env(tmp_path, token),
-                                            stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr,
-                                            timeout=BLOCK_TIMEOUT).returncode
+            rc: int | None = subprocess.run(
+                command,
+                cwd=tmp_path,
+                env=block_env(tmp_path, token),
+                stdin=subprocess.DEVNULL,
+                stdout=stdout,
+                stderr=stderr,
+                timeout=BLOCK_TIMEOUT,
+            ).returncode
         except subprocess.TimeoutExpired:
             rc = None
     took = time.monotonic() - started

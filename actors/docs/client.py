@@ -17,6 +17,7 @@ input, nothing written), ``NotFound``, ``Conflict`` (a named revision is not
 current), all :class:`~actors.jobs.JobsError`. :func:`view` gives a
 document as a ``_scheduler/docs`` entry.
 """
+
 from __future__ import annotations
 
 from fdblayer.docs import (
@@ -38,8 +39,23 @@ from fdblayer.jobs.exceptions import JobsError
 
 from actors.http import monitoring
 
-__all__ = ["DOCS_TYPE", "REPLICATOR_DB", "STATES", "Conflict", "Doc", "DocState", "EncodingError",
-           "InvalidArgument", "JobsError", "NotFound", "delete", "get", "list_docs", "put", "view"]
+__all__ = [
+    "DOCS_TYPE",
+    "REPLICATOR_DB",
+    "STATES",
+    "Conflict",
+    "Doc",
+    "DocState",
+    "EncodingError",
+    "InvalidArgument",
+    "JobsError",
+    "NotFound",
+    "delete",
+    "get",
+    "list_docs",
+    "put",
+    "view",
+]
 
 
 def view(doc: Doc) -> dict:

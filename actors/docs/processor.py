@@ -32,6 +32,7 @@ scheduler (it owns none of them any more). A scheduler that is restarting
 (a call answered ``noproc`` or timed out) is not a crash: the processor
 waits for the next tick, and adds its jobs to the new scheduler.
 """
+
 from __future__ import annotations
 
 import enum
@@ -117,11 +118,19 @@ def scheduler_spec(doc: docs.Doc, now: float) -> dict:
     def url(value: Any) -> Any:
         return value.get("url") if isinstance(value, dict) else value
 
-    return {"id": digest + ("+continuous" if continuous else ""), "handler": body.get("handler"),
-            "source": url(body.get("source")), "target": url(body.get("target")), "continuous": continuous,
-            "options": body.get("options") or {}, "db_name": doc.db_name, "doc_id": doc.doc_id,
-            "user": None, "start_time": doc.start_time if doc.start_time is not None else now,
-            "isolation": body.get("isolation")}
+    return {
+        "id": digest + ("+continuous" if continuous else ""),
+        "handler": body.get("handler"),
+        "source": url(body.get("source")),
+        "target": url(body.get("target")),
+        "continuous": continuous,
+        "options": body.get("options") or {},
+        "db_name": doc.db_name,
+        "doc_id": doc.doc_id,
+        "user": None,
+        "start_time": doc.start_time if doc.start_time is not None else now,
+        "isolation": body.get("isolation"),
+    }
 
 
 class DocProcessor(GenServer):
@@ -337,7 +346,7 @@ class DocProcessor(GenServer):
             return
         self._removing.update(job_ids)
         for i in range(0, len(job_ids), MAX_IDS):
-            chunk = list(job_ids[i:i + MAX_IDS])
+            chunk = list(job_ids[i : i + MAX_IDS])
             self.call_async(self.sched, RemoveJobs(chunk), functools.partial(self._jobs_removed, chunk), CALL_TIMEOUT)
 
     def _jobs_removed(self, job_ids: list[str], _value: Any, error: Exception | None) -> None:
@@ -412,13 +421,16 @@ class DocProcessor(GenServer):
                 done.add(jid)
             except Exception as exc:  # noqa: BLE001 - scheduler busy or restarting: retry next tick
                 o.errors += 1
-                states[jid] = {"state": docs.DocState.ERROR.value, "error_count": o.errors,
-                               "info": {"error": reason_text(exc)}}
+                states[jid] = {
+                    "state": docs.DocState.ERROR.value,
+                    "error_count": o.errors,
+                    "info": {"error": reason_text(exc)},
+                }
         added = {o.spec["id"]: jid for jid, o in self.owned.items() if o.added_to == here and jid not in done}
         ids = list(added)
         for chunk in range(0, len(ids), MAX_IDS):
             try:  # the owned jobs' states and stats only, in one call (not every job's dict)
-                answers = yield Request(sched, JobStates(ids[chunk:chunk + MAX_IDS]), CALL_TIMEOUT)
+                answers = yield Request(sched, JobStates(ids[chunk : chunk + MAX_IDS]), CALL_TIMEOUT)
             except SCHEDULER_DOWN as exc:  # it restarts: the next tick adds the jobs to the new one
                 log.warning("doc_scheduler_unavailable step=job_states reason=%r", exc)
                 break
@@ -442,8 +454,11 @@ class DocProcessor(GenServer):
         state = summary["state"]
         if state == "crashing":
             return {"state": state, "error_count": summary["error_count"], "info": {"error": summary["info"]}}
-        return {"state": state, "error_count": summary["error_count"],
-                "info": (stats or {}) if state == "running" else None}
+        return {
+            "state": state,
+            "error_count": summary["error_count"],
+            "info": (stats or {}) if state == "running" else None,
+        }
 
     def _tick_done(self, result: tuple) -> None:
         states, done = result
@@ -481,9 +496,13 @@ def doc_children(config: Any, *, fence: str | None = None) -> list[ChildSpec]:
     Reads ``[node] store``, ``[node] port`` (the node's name in documents)
     and ``[replicator] doc_owner_timeout`` (seconds, default 30).
     """
-    args = {"store": config.node.store, "timeout": config.replicator.doc_owner_timeout or docs.DEFAULT_OWNER_TIMEOUT,
-            "node_name": node_name(config),
-            "scheduler": SCHEDULER_NAME, "fence": fence}
+    args = {
+        "store": config.node.store,
+        "timeout": config.replicator.doc_owner_timeout or docs.DEFAULT_OWNER_TIMEOUT,
+        "node_name": node_name(config),
+        "scheduler": SCHEDULER_NAME,
+        "fence": fence,
+    }
     return [ChildSpec("doc_processor", DocProcessor, args, name=DOC_PROCESSOR_NAME, shutdown=10.0)]
 
 

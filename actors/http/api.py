@@ -35,6 +35,7 @@ handlers`` and ``stores``) once it is well-formed (a malformed one is a 400
 first), and one naming what the policy does not allow is a 403
 ``forbidden`` that adds no job and writes no document.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -109,9 +110,17 @@ class App:
             charts (:class:`actors.http.throughput.Sampler`); None: no chart.
     """
 
-    def __init__(self, scheduler: Any, auth: Auth, config: dict | None = None, node: str = "local",
-                 store: str | None = None, settings: Any = None, policy: JobPolicy | None = None,
-                 sampler: Any = None) -> None:
+    def __init__(
+        self,
+        scheduler: Any,
+        auth: Auth,
+        config: dict | None = None,
+        node: str = "local",
+        store: str | None = None,
+        settings: Any = None,
+        policy: JobPolicy | None = None,
+        sampler: Any = None,
+    ) -> None:
         self.scheduler = scheduler
         self.sampler = sampler
         self.auth = auth
@@ -146,12 +155,18 @@ class App:
             body, ctype = payload.encode(), "text/plain; version=0.0.4; charset=utf-8"
         elif isinstance(payload, Html):
             body, ctype = payload.encode(), "text/html; charset=utf-8"
-            headers = headers + (status_page.FORM_SECURITY_HEADERS if isinstance(payload, FormHtml)
-                                 else status_page.SECURITY_HEADERS)
+            headers = headers + (
+                status_page.FORM_SECURITY_HEADERS if isinstance(payload, FormHtml) else status_page.SECURITY_HEADERS
+            )
         else:
             body, ctype = (json.dumps(payload, separators=(",", ":")) + "\n").encode(), "application/json"
-        headers = [("Content-Type", ctype), ("Content-Length", str(len(body))), ("Cache-Control", "must-revalidate"),
-                   ("Server", f"CouchDB/{VERSION} (otpjobs)"), ("X-Content-Type-Options", "nosniff")] + headers
+        headers = [
+            ("Content-Type", ctype),
+            ("Content-Length", str(len(body))),
+            ("Cache-Control", "must-revalidate"),
+            ("Server", f"CouchDB/{VERSION} (otpjobs)"),
+            ("X-Content-Type-Options", "nosniff"),
+        ] + headers
         start_response(f"{status} {HTTPStatus(status).phrase}", headers)
         return [] if req.method == "HEAD" else [body]
 
@@ -203,9 +218,14 @@ class App:
         return 200, make()
 
     def welcome(self) -> dict:
-        return {"couchdb": "Welcome", "version": VERSION, "git_sha": "otpjobs",
-                "uuid": hashlib.md5(self.node.encode()).hexdigest(),
-                "features": ["scheduler"], "vendor": dict(VENDOR)}
+        return {
+            "couchdb": "Welcome",
+            "version": VERSION,
+            "git_sha": "otpjobs",
+            "uuid": hashlib.md5(self.node.encode()).hexdigest(),
+            "features": ["scheduler"],
+            "vendor": dict(VENDOR),
+        }
 
     # ------------------------------------------------------------- auth
     def authorize(self, req: Request) -> None:
@@ -243,9 +263,11 @@ class App:
             except HttpError:
                 pass
             admin = name is not None or not self.auth.enabled
-            return 200, {"ok": True, "userCtx": {"name": name, "roles": ["_admin"] if admin else []},
-                         "info": {"authentication_handlers": ["cookie", "default"],
-                                  **({"authenticated": how} if how else {})}}
+            return 200, {
+                "ok": True,
+                "userCtx": {"name": name, "roles": ["_admin"] if admin else []},
+                "info": {"authentication_handlers": ["cookie", "default"], **({"authenticated": how} if how else {})},
+            }
         raise not_allowed("GET,HEAD,POST,DELETE")
 
     def login(self, req: Request) -> tuple[int, Any]:
@@ -264,10 +286,13 @@ class App:
             name = form.get("name", form.get("username"))
             password = form.get("password")
         else:
-            raise HttpError(415, "bad_content_type", "Content-Type must be multipart/form-data or "
-                            "application/json")
-        if not isinstance(name, str) or not isinstance(password, str) or not self.auth.enabled \
-                or not self.auth.check_password(name, password):
+            raise HttpError(415, "bad_content_type", "Content-Type must be multipart/form-data or application/json")
+        if (
+            not isinstance(name, str)
+            or not isinstance(password, str)
+            or not self.auth.enabled
+            or not self.auth.check_password(name, password)
+        ):
             raise HttpError(401, "unauthorized", "Name or password is incorrect.")
         req.new_cookie = self.auth.set_cookie_header(self.auth.make_cookie(name))
         return 200, {"ok": True, "name": name, "roles": ["_admin"]}
@@ -316,7 +341,7 @@ class App:
             return None, []
         for i, part in enumerate(seg):
             if part == "_replicator" or part.endswith("/_replicator"):
-                return "/".join(seg[: i + 1]), seg[i + 1:]
+                return "/".join(seg[: i + 1]), seg[i + 1 :]
         return seg[0], seg[1:]
 
     def _queue_stats(self) -> list | None:
@@ -377,15 +402,19 @@ class App:
                     raise HttpError(400, "bad_request", "Document id must match the URL")
                 docs.check_names(docs.REPLICATOR_DB, doc_id)
                 self._allowed(req, docs.check_body(body))  # well-formed, then allowed, then written
-                new_rev = docs.put(self._store(), docs.REPLICATOR_DB, doc_id, body,
-                                   rev=body.get("_rev", rev), check_rev=True)
+                new_rev = docs.put(
+                    self._store(), docs.REPLICATOR_DB, doc_id, body, rev=body.get("_rev", rev), check_rev=True
+                )
                 return 201, {"ok": True, "id": doc_id, "rev": new_rev}
             if req.method == "DELETE":
                 rev = rev or (req.header("If-Match") or "").strip('"') or None
                 current = docs.get(self._store(), docs.REPLICATOR_DB, doc_id)  # 404 first, as CouchDB
                 if rev is None:  # CouchDB deletes only a named revision
-                    raise HttpError(409, "conflict", f"Document update conflict: give the revision to delete "
-                                                     f"(?rev={current.rev} or If-Match)")
+                    raise HttpError(
+                        409,
+                        "conflict",
+                        f"Document update conflict: give the revision to delete (?rev={current.rev} or If-Match)",
+                    )
                 new_rev = docs.delete(self._store(), docs.REPLICATOR_DB, doc_id, rev=rev)
                 return 200, {"ok": True, "id": doc_id, "rev": new_rev}
         except docs.NotFound:
@@ -410,10 +439,16 @@ class App:
             if not self.scheduler.remove_job(job_id):
                 raise HttpError(404, "not_found", job_id)
             return 200, {"ok": True, "_local_id": job_id}
-        spec = {"id": job_id, "source": self._endpoint(body.get("source")),
-                "target": self._endpoint(body.get("target")), "continuous": body.get("continuous", False),
-                "handler": body.get("handler"), "options": body.get("options"), "user": req.user,
-                "isolation": body.get("isolation")}
+        spec = {
+            "id": job_id,
+            "source": self._endpoint(body.get("source")),
+            "target": self._endpoint(body.get("target")),
+            "continuous": body.get("continuous", False),
+            "handler": body.get("handler"),
+            "options": body.get("options"),
+            "user": req.user,
+            "isolation": body.get("isolation"),
+        }
         try:
             JobSpec.from_dict(spec)  # well-formed, then allowed, then runnable (the scheduler checks it) and added
             self._allowed(req, spec)
@@ -428,8 +463,16 @@ class App:
         try:
             self.policy.check(spec)
         except Forbidden as exc:
-            report("job_forbidden", logging.WARNING, method=req.method, path=req.path, user=req.user,
-                   field=exc.field, value=exc.value, why=exc.why)
+            report(
+                "job_forbidden",
+                logging.WARNING,
+                method=req.method,
+                path=req.path,
+                user=req.user,
+                field=exc.field,
+                value=exc.value,
+                why=exc.why,
+            )
             raise HttpError(403, "forbidden", str(exc)) from None
 
     @staticmethod
@@ -563,11 +606,24 @@ class App:
             hosts = queue_routes.hosts_status(self._store(), now)
         except HttpError as exc:  # no store on this node
             queue_error = exc.reason
-        return 200, Html(status_page.render(
-            node=self.node, version=VERSION, jobs_total=jobs_total, jobs=[monitoring.job_view(j) for j in page],
-            docs_total=docs_total, docs=[monitoring.doc_view(d) for d in docs], skip=skip, limit=limit,
-            docs_error=docs_error, now=now, queue=queue, queue_error=queue_error,
-            throughput=None if self.sampler is None else self.sampler.snapshot(), hosts=hosts))
+        return 200, Html(
+            status_page.render(
+                node=self.node,
+                version=VERSION,
+                jobs_total=jobs_total,
+                jobs=[monitoring.job_view(j) for j in page],
+                docs_total=docs_total,
+                docs=[monitoring.doc_view(d) for d in docs],
+                skip=skip,
+                limit=limit,
+                docs_error=docs_error,
+                now=now,
+                queue=queue,
+                queue_error=queue_error,
+                throughput=None if self.sampler is None else self.sampler.snapshot(),
+                hosts=hosts,
+            )
+        )
 
     def job_page_route(self, req: Request, job_type: str, job_id: str, action: str | None) -> tuple[int, Any]:
         """A queue job's page, or one of its buttons (a form post: see :meth:`check_form`),
@@ -579,12 +635,20 @@ class App:
             done = (req.query.get("done") or [None])[-1]
             if view is None:
                 if "text/html" in req.header("Accept"):  # a browser (after a cancel, say): a page to read
-                    return 404, Html(status_page.missing_job_page(node=self.node, job_type=job_type,
-                                                                  job_id=job_id, done=done))
+                    return 404, Html(
+                        status_page.missing_job_page(node=self.node, job_type=job_type, job_id=job_id, done=done)
+                    )
                 raise HttpError(404, "not_found", f"no job {job_id!r} of type {job_type!r}")
-            return 200, FormHtml(status_page.job_page(
-                node=self.node, job_type=job_type, view=view, csrf=self.auth.csrf_token(req.user), done=done,
-                reserved=queue_routes.reserved(job_type)))
+            return 200, FormHtml(
+                status_page.job_page(
+                    node=self.node,
+                    job_type=job_type,
+                    view=view,
+                    csrf=self.auth.csrf_token(req.user),
+                    done=done,
+                    reserved=queue_routes.reserved(job_type),
+                )
+            )
         if action not in ("_retry", "_cancel"):
             raise HttpError(404, "not_found", "missing")
         if req.method != "POST":
@@ -608,11 +672,13 @@ class App:
         form: dict[str, str] = {}
         if req.content_type == "application/x-www-form-urlencoded":
             try:
-                form = dict(parse_qsl(req.body().decode("utf-8", "replace"), keep_blank_values=True,
-                                      max_num_fields=10))
+                form = dict(parse_qsl(req.body().decode("utf-8", "replace"), keep_blank_values=True, max_num_fields=10))
             except ValueError:
                 raise HttpError(400, "bad_request", "a form of at most 10 fields is expected") from None
         if not self.auth.check_csrf(form.get("csrf"), req.user):
-            raise HttpError(403, "forbidden", "the form's CSRF token is missing, wrong or expired: "
-                                              "reload the job's page and try again")
+            raise HttpError(
+                403,
+                "forbidden",
+                "the form's CSRF token is missing, wrong or expired: reload the job's page and try again",
+            )
         return form

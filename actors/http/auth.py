@@ -22,6 +22,7 @@ only and a warning is logged. Hashes have CouchDB's form
   session or Basic; the empty name with no admin), unforgeable without the
   secret, ended by a password change, and valid for :data:`CSRF_TTL` seconds.
 """
+
 from __future__ import annotations
 
 import base64
@@ -72,7 +73,7 @@ def is_hashed(value: str) -> bool:
 def verify_password(stored: str, password: str) -> bool:
     """True if ``password`` matches the ``-pbkdf2-`` hash ``stored``."""
     try:
-        derived, salt, count = stored[len(PBKDF2_PREFIX):].split(",")
+        derived, salt, count = stored[len(PBKDF2_PREFIX) :].split(",")
         iterations = int(count)
     except ValueError:
         return False
@@ -110,7 +111,7 @@ def load_admins(path: str | Path | None, rewrite: bool = True) -> dict[str, str]
             continue
         if not is_hashed(value):
             value = hash_password(value)
-            ending = line[len(line.rstrip("\r\n")):] or "\n"
+            ending = line[len(line.rstrip("\r\n")) :] or "\n"
             lines[i] = f"{m.group(1)}{m.group(2)}{m.group(3)}{value}{ending}"
             changed = True
         admins[name] = value
@@ -138,8 +139,7 @@ class Auth:
     "admin party"); the node then serves loopback only.
     """
 
-    def __init__(self, admins: dict[str, str], secret: bytes, timeout: int = SESSION_TIMEOUT,
-                 clock=time.time) -> None:
+    def __init__(self, admins: dict[str, str], secret: bytes, timeout: int = SESSION_TIMEOUT, clock=time.time) -> None:
         self.admins = dict(admins)
         self.secret = secret
         self.timeout = timeout
@@ -208,8 +208,11 @@ class Auth:
         except ValueError:
             return False
         # compared as text: one token per stamp (base64 has other spellings of the same bytes)
-        if not sep or stamp != format(issued, "x") \
-                or not hmac.compare_digest(mac.encode(), _b64(self._csrf_mac(name or "", stamp)).encode()):
+        if (
+            not sep
+            or stamp != format(issued, "x")
+            or not hmac.compare_digest(mac.encode(), _b64(self._csrf_mac(name or "", stamp)).encode())
+        ):
             return False
         return issued - 60 <= self.clock() < issued + CSRF_TTL
 
@@ -222,5 +225,4 @@ class Auth:
 
     @staticmethod
     def clear_cookie_header() -> str:
-        return (f"{COOKIE_NAME}=; Version=1; Expires=Thu, 01-Jan-1970 00:00:00 GMT; Max-Age=0; "
-                "Path=/; HttpOnly")
+        return f"{COOKIE_NAME}=; Version=1; Expires=Thu, 01-Jan-1970 00:00:00 GMT; Max-Age=0; Path=/; HttpOnly"

@@ -28,6 +28,7 @@ Idle and slow clients cannot keep the others out (:mod:`actors.http.slow_clients
 :data:`~actors.http.slow_clients.HEAD_TIMEOUT` seconds, and at the limit
 newcomers take the places of the connections that waited longest for one.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -68,11 +69,15 @@ class CouchErrorTask(ErrorTask):
     def execute(self) -> None:
         e = self.request.error
         error, reason = WAITRESS_ERRORS.get(e.code, ("unknown_error", None))
-        body = (json.dumps({"error": error, "reason": reason or str(e.body)}, separators=(",", ":"))
-                + "\n").encode()
+        body = (json.dumps({"error": error, "reason": reason or str(e.body)}, separators=(",", ":")) + "\n").encode()
         self.status = f"{e.code} {e.reason}"
-        self.response_headers.extend([("Content-Type", "application/json"), ("Cache-Control", "must-revalidate"),
-                                      ("X-Content-Type-Options", "nosniff")])
+        self.response_headers.extend(
+            [
+                ("Content-Type", "application/json"),
+                ("Cache-Control", "must-revalidate"),
+                ("X-Content-Type-Options", "nosniff"),
+            ]
+        )
         self.set_close_on_finish()
         self.content_length = len(body)
         self.write(body)
@@ -86,8 +91,11 @@ class CouchRequestParser(HTTPRequestParser):
     def received(self, data: bytes) -> int:
         consumed = super().received(data)
         body = self.body_rcv
-        if not self.completed and isinstance(body, ChunkedReceiver) \
-                and len(body) + body.chunk_remainder >= self.adj.max_request_body_size:
+        if (
+            not self.completed
+            and isinstance(body, ChunkedReceiver)
+            and len(body) + body.chunk_remainder >= self.adj.max_request_body_size
+        ):
             self.error = RequestEntityTooLarge(f"exceeds max_body of {self.adj.max_request_body_size}")
             self.completed = True
         return consumed
@@ -122,8 +130,11 @@ def main(argv: list[str] | None = None) -> int:
     parent = settings.get("parent_pid")
     if parent is not None and os.getppid() != parent:
         return 1  # the actor died before PR_SET_PDEATHSIG took hold
-    logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s pid=%(process)d %(message)s")
+    logging.basicConfig(
+        level=logging.WARNING,
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s pid=%(process)d %(message)s",
+    )
 
     import waitress
 
@@ -140,19 +151,33 @@ def main(argv: list[str] | None = None) -> int:
     try:
         client = supervision.connect(args.admin_port)
         client.node  # noqa: B018 - resolve the node supervisor once, before threads share the client
-        auth = Auth(settings.get("admins") or {}, bytes.fromhex(settings["secret"]),
-                    settings.get("session_timeout", 600))
-        app = App(SchedulerClient(client, SCHEDULER_NAME), auth, settings.get("config") or {},
-                  settings.get("node") or "local", store=settings.get("store"),
-                  settings=ConfigClient(client),
-                  policy=None if settings.get("policy") is None else JobPolicy.from_dict(settings["policy"]))
+        auth = Auth(
+            settings.get("admins") or {}, bytes.fromhex(settings["secret"]), settings.get("session_timeout", 600)
+        )
+        app = App(
+            SchedulerClient(client, SCHEDULER_NAME),
+            auth,
+            settings.get("config") or {},
+            settings.get("node") or "local",
+            store=settings.get("store"),
+            settings=ConfigClient(client),
+            policy=None if settings.get("policy") is None else JobPolicy.from_dict(settings["policy"]),
+        )
         if app.store is not None:  # the status page's charts: the queue's counters, read from now on
-            app.sampler = Sampler(lambda: read_counters(app._store()),
-                                  float(settings.get("sample_interval") or INTERVAL))
+            app.sampler = Sampler(
+                lambda: read_counters(app._store()), float(settings.get("sample_interval") or INTERVAL)
+            )
         server = waitress.create_server(
-            app, host=settings.get("bind_address", "127.0.0.1"), port=args.port, threads=THREADS,
-            max_request_body_size=SERVER_MAX_BODY, max_request_header_size=MAX_HEADER,
-            clear_untrusted_proxy_headers=True, ident="CouchDB (otpjobs)", **server_adjustments())
+            app,
+            host=settings.get("bind_address", "127.0.0.1"),
+            port=args.port,
+            threads=THREADS,
+            max_request_body_size=SERVER_MAX_BODY,
+            max_request_header_size=MAX_HEADER,
+            clear_untrusted_proxy_headers=True,
+            ident="CouchDB (otpjobs)",
+            **server_adjustments(),
+        )
         use_couch_channels(server)
     except Exception as exc:  # noqa: BLE001 - tell the actor why, in one line
         out.write(f"error {type(exc).__name__}: {exc}\n".replace("\n", " ").rstrip() + "\n")

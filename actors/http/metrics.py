@@ -17,6 +17,7 @@ up to date, so one node's scrape shows the whole store's queue.
   outcomes (succeeded, failed_final, retried), re-enqueued.
 * ``otpjobs_job_run_seconds{type}``: histogram of the pools' handler calls.
 """
+
 from __future__ import annotations
 
 import time
@@ -58,13 +59,16 @@ class _Collector:
         for key, kind, desc in SCHEDULER_METRICS:
             family = CounterMetricFamily if kind == "counter" else GaugeMetricFamily
             yield family(f"couchdb_couch_replicator_jobs_{key}", desc, value=float(self.stats.get(key, 0) or 0))
-        yield GaugeMetricFamily("couchdb_couch_replicator_scheduler_last_reschedule_ms",
-                                "duration of the last reschedule in milliseconds",
-                                value=float(self.stats.get("last_reschedule_ms", 0.0) or 0.0))
+        yield GaugeMetricFamily(
+            "couchdb_couch_replicator_scheduler_last_reschedule_ms",
+            "duration of the last reschedule in milliseconds",
+            value=float(self.stats.get("last_reschedule_ms", 0.0) or 0.0),
+        )
         jobs = GaugeMetricFamily("otpjobs_jobs", "queue jobs by type and state", labels=["type", "state"])
         events = CounterMetricFamily("otpjobs_job_events", "queue job events by type", labels=["type", "event"])
-        runs = HistogramMetricFamily("otpjobs_job_run_seconds", "run time of the worker pools' handler calls",
-                                     labels=["type"])
+        runs = HistogramMetricFamily(
+            "otpjobs_job_run_seconds", "run time of the worker pools' handler calls", labels=["type"]
+        )
         for entry in self.queue:
             label = str(entry["type"])
             for state in STATES:

@@ -6,6 +6,7 @@ and the shapes can be checked without a server. Field names, types, sort
 order, paging and the error wording follow CouchDB
 (couch_replicator_httpd, couch_replicator_httpd_util); see PEERS.md A3.
 """
+
 from __future__ import annotations
 
 import re
@@ -16,13 +17,19 @@ from actors.http.metrics import SCHEDULER_METRICS
 
 DEFAULT_LIMIT = 100
 #: The fields of a ``_scheduler/jobs`` entry, in CouchDB's order.
-JOB_FIELDS = ("id", "pid", "source", "target", "database", "user", "doc_id", "info", "history", "node",
-              "start_time")
+JOB_FIELDS = ("id", "pid", "source", "target", "database", "user", "doc_id", "info", "history", "node", "start_time")
 
 #: Top-level fields of an entry in the seed's client document (``Scheduler.list_jobs``), from ``info``.
 SEQ_FIELDS = ("checkpointed_source_seq", "source_seq")
-COUNT_FIELDS = ("revisions_checked", "missing_revisions_found", "docs_read", "docs_written", "doc_write_failures",
-                "bulk_get_docs", "bulk_get_attempts")
+COUNT_FIELDS = (
+    "revisions_checked",
+    "missing_revisions_found",
+    "docs_read",
+    "docs_written",
+    "doc_write_failures",
+    "bulk_get_docs",
+    "bulk_get_attempts",
+)
 
 _USERINFO = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://)([^/@:]*):([^/@]*)@")
 
@@ -93,8 +100,21 @@ def docs_params(query: Mapping[str, list[str]]) -> tuple[int, int]:
 
 
 #: The fields of a ``_scheduler/docs`` entry, in CouchDB's order.
-DOC_FIELDS = ("database", "doc_id", "id", "node", "source", "target", "source_proxy", "target_proxy", "state",
-              "info", "error_count", "last_updated", "start_time")
+DOC_FIELDS = (
+    "database",
+    "doc_id",
+    "id",
+    "node",
+    "source",
+    "target",
+    "source_proxy",
+    "target_proxy",
+    "state",
+    "info",
+    "error_count",
+    "last_updated",
+    "start_time",
+)
 #: Doc states in the order CouchDB's replication_states() lists them.
 DOC_STATES = ("initializing", "error", "running", "pending", "crashing", "completed", "failed")
 
@@ -109,11 +129,21 @@ def doc_view(doc: Any) -> dict:
 
     body = doc.body or {}
     terminal = doc.state in ("completed", "failed")
-    return {"database": doc.db_name, "doc_id": doc.doc_id, "id": None if terminal else doc.job_id,
-            "node": doc.node, "source": mask_url(_endpoint_url(body.get("source"))),
-            "target": mask_url(_endpoint_url(body.get("target"))), "source_proxy": None, "target_proxy": None,
-            "state": doc.state, "info": doc.info, "error_count": doc.error_count,
-            "last_updated": iso8601(doc.last_updated), "start_time": iso8601(doc.start_time)}
+    return {
+        "database": doc.db_name,
+        "doc_id": doc.doc_id,
+        "id": None if terminal else doc.job_id,
+        "node": doc.node,
+        "source": mask_url(_endpoint_url(body.get("source"))),
+        "target": mask_url(_endpoint_url(body.get("target"))),
+        "source_proxy": None,
+        "target_proxy": None,
+        "state": doc.state,
+        "info": doc.info,
+        "error_count": doc.error_count,
+        "last_updated": iso8601(doc.last_updated),
+        "start_time": iso8601(doc.start_time),
+    }
 
 
 def docs_states(query: Mapping[str, list[str]]) -> list[str] | None:
@@ -135,20 +165,29 @@ def jobs_page_view(total: int, jobs: list[Mapping[str, Any]], skip: int) -> dict
 def docs_page(docs: list[Mapping[str, Any]], limit: int, skip: int) -> dict:
     """``{"total_rows", "offset", "docs"}`` (CouchDB gives offset = skip)."""
     ordered = sorted(docs, key=lambda d: (str(d.get("database")), str(d.get("doc_id"))))
-    return {"total_rows": len(ordered), "offset": skip, "docs": ordered[skip: skip + limit]}
+    return {"total_rows": len(ordered), "offset": skip, "docs": ordered[skip : skip + limit]}
 
 
 # ------------------------------------------------------------------ stats
+
 
 #: (scheduler stat key, CouchDB metric name, type, description)
 def stats_tree(stats: Mapping[str, Any], queue: list | None = None) -> dict:
     """The scheduler's stats as ``_node/_local/_stats`` answers them, and
     (``couch_jobs``) each queue type's counts and event counters."""
-    jobs = {key: {"value": stats.get(key, 0), "type": kind, "desc": desc}
-            for key, kind, desc in SCHEDULER_METRICS}
-    tree = {"couch_replicator": {"jobs": jobs, "scheduler": {
-        "last_reschedule_ms": {"value": stats.get("last_reschedule_ms", 0.0), "type": "gauge",
-                               "desc": "duration of the last reschedule in milliseconds"}}}}
+    jobs = {key: {"value": stats.get(key, 0), "type": kind, "desc": desc} for key, kind, desc in SCHEDULER_METRICS}
+    tree = {
+        "couch_replicator": {
+            "jobs": jobs,
+            "scheduler": {
+                "last_reschedule_ms": {
+                    "value": stats.get("last_reschedule_ms", 0.0),
+                    "type": "gauge",
+                    "desc": "duration of the last reschedule in milliseconds",
+                }
+            },
+        }
+    }
     if queue is not None:
         tree["couch_jobs"] = {str(entry["type"]): _queue_entry(entry) for entry in queue}
     return tree
@@ -156,12 +195,13 @@ def stats_tree(stats: Mapping[str, Any], queue: list | None = None) -> dict:
 
 def _queue_entry(entry: Mapping[str, Any]) -> dict:
     """One type's ``_stats`` leaf: gauges of each state, counters of each event."""
-    out = {state: {"value": entry[state], "type": "gauge"} for state in
-           ("pending", "scheduled", "running", "finished", "failed")}
-    out.update({event: {"value": value, "type": "counter"} for event, value in entry["events"].items()
-                if event != "run"})
+    out = {
+        state: {"value": entry[state], "type": "gauge"}
+        for state in ("pending", "scheduled", "running", "finished", "failed")
+    }
+    out.update(
+        {event: {"value": value, "type": "counter"} for event, value in entry["events"].items() if event != "run"}
+    )
     run = entry["events"]["run"]
     out["run_seconds"] = {"value": {"count": run["count"], "sum": run["sum"]}, "type": "histogram"}
     return out
-
-

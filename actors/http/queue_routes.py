@@ -27,6 +27,7 @@ Errors are CouchDB-shaped: 400 ``bad_request`` for a bad parameter, 404
 ``not_found`` for a job that does not exist or a GET of a type with no
 timeout.
 """
+
 from __future__ import annotations
 
 import time
@@ -35,8 +36,18 @@ from typing import Any, Callable, Mapping
 from fdblayer.jobs import activity, hosts, overview
 from fdblayer.jobs.keys import DEFAULT_LAYOUT
 
-__all__ = ["MAX_LIMIT", "DEFAULT_LIMIT", "jobs_route", "workers_route", "queue_status", "retry", "job_action",
-           "reserved", "job_view", "hosts_status"]
+__all__ = [
+    "MAX_LIMIT",
+    "DEFAULT_LIMIT",
+    "jobs_route",
+    "workers_route",
+    "queue_status",
+    "retry",
+    "job_action",
+    "reserved",
+    "job_view",
+    "hosts_status",
+]
 
 #: Jobs a page shows at most, and by default.
 MAX_LIMIT = 1000
@@ -68,8 +79,9 @@ def jobs_route(req: Any, seg: list[str], store: Callable[[], Any], error: Callab
     raise error(404, "not_found", "missing")
 
 
-def jobs_write_route(req: Any, seg: list[str], store: Callable[[], Any],
-                     error: Callable[..., Exception]) -> tuple[int, Any]:
+def jobs_write_route(
+    req: Any, seg: list[str], store: Callable[[], Any], error: Callable[..., Exception]
+) -> tuple[int, Any]:
     """Answer a POST or DELETE under ``/_jobs`` (see the module docstring)."""
     from actors.workers import client  # the workers' producer API: one validation for every caller
     from fdblayer.jobs import api
@@ -85,9 +97,17 @@ def jobs_write_route(req: Any, seg: list[str], store: Callable[[], Any],
             fields = {"data", "id", "delay", "at", "max_attempts", "priority", "timeout"}
             if not isinstance(body, dict) or set(body) - fields:
                 raise InvalidArgument(f"the body must be a JSON object of {', '.join(sorted(fields))}")
-            job_id = client.enqueue(db, job_type, body.get("data"), id=body.get("id"), delay=body.get("delay"),
-                                    at=body.get("at"), max_attempts=body.get("max_attempts"),
-                                    priority=body.get("priority"), timeout=body.get("timeout"))
+            job_id = client.enqueue(
+                db,
+                job_type,
+                body.get("data"),
+                id=body.get("id"),
+                delay=body.get("delay"),
+                at=body.get("at"),
+                max_attempts=body.get("max_attempts"),
+                priority=body.get("priority"),
+                timeout=body.get("timeout"),
+            )
             return 201, {"ok": True, "id": job_id}
         if req.method == "POST" and len(seg) == 2 and seg[1] in ("_pause", "_resume"):
             was = (client.pause if seg[1] == "_pause" else client.resume)(db, job_type)
@@ -122,12 +142,20 @@ def retry(db: Any, job_type: str, job_id: str, error: Callable[..., Exception]) 
         raise NotFound(f"no job {job_id!r} of type {job_type!r}")
     if view["state"] != "finished":
         raise error(409, "conflict", f"job {job_id!r} is {view['state']}: only a finished job is retried")
-    client.enqueue(db, job_type, view["data"], id=job_id, max_attempts=view["max_attempts"],
-                   priority=view.get("priority") or 0, timeout=view.get("time_limit"))
+    client.enqueue(
+        db,
+        job_type,
+        view["data"],
+        id=job_id,
+        max_attempts=view["max_attempts"],
+        priority=view.get("priority") or 0,
+        timeout=view.get("time_limit"),
+    )
 
 
-def job_action(db: Any, job_type: str, job_id: str, action: str, was: str | None,
-               error: Callable[..., Exception]) -> None:
+def job_action(
+    db: Any, job_type: str, job_id: str, action: str, was: str | None, error: Callable[..., Exception]
+) -> None:
     """The status page's buttons: ``_retry`` (:func:`retry`) or ``_cancel``
     (remove the job: a running handler sees ``ctx.stopping``). ``was``:
     ``finished`` or ``unfinished``, the job's state on the page that posted;
@@ -165,8 +193,10 @@ def reserved(job_type: str) -> str | None:
     from fdblayer.docs import DOCS_TYPE
 
     if job_type == DOCS_TYPE:  # a document's ownership: its job comes and goes with the document
-        return (f"the jobs of {DOCS_TYPE!r} are the nodes' hold on the _replicator documents: "
-                "change or delete the document instead")
+        return (
+            f"the jobs of {DOCS_TYPE!r} are the nodes' hold on the _replicator documents: "
+            "change or delete the document instead"
+        )
     return None
 
 
@@ -187,8 +217,9 @@ def queue_status(db: Any, now: float) -> dict:
     return overview.queue_status(db, DEFAULT_LAYOUT, now)
 
 
-def workers_route(req: Any, seg: list[str], store: Callable[[], Any],
-                  error: Callable[..., Exception]) -> tuple[int, Any]:
+def workers_route(
+    req: Any, seg: list[str], store: Callable[[], Any], error: Callable[..., Exception]
+) -> tuple[int, Any]:
     """Answer a GET or HEAD of ``/_workers``."""
     if seg:
         raise error(404, "not_found", "missing")

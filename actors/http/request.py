@@ -7,6 +7,7 @@ segments, the query, headers and cookies, and a body read at most
 :data:`MAX_JSON_DEPTH`. :class:`HttpError` is any answer other than
 success, with CouchDB's ``{"error", "reason"}`` body.
 """
+
 from __future__ import annotations
 
 import json
@@ -15,8 +16,17 @@ from urllib.parse import parse_qs, unquote
 
 from actors.errors import ActorsError
 
-__all__ = ["HttpError", "not_allowed", "Text", "Html", "FormHtml", "Request", "json_depth", "MAX_BODY",
-           "MAX_JSON_DEPTH"]
+__all__ = [
+    "HttpError",
+    "not_allowed",
+    "Text",
+    "Html",
+    "FormHtml",
+    "Request",
+    "json_depth",
+    "MAX_BODY",
+    "MAX_JSON_DEPTH",
+]
 
 #: Largest request body the app reads (CouchDB's is max_http_request_size).
 MAX_BODY = 1 << 20
@@ -59,8 +69,11 @@ class Request:
     def __init__(self, environ: dict) -> None:
         self.environ = environ
         self.method = environ["REQUEST_METHOD"].upper()
-        raw = environ.get("RAW_URI") or environ.get("REQUEST_URI") or (environ.get("PATH_INFO", "/") + (
-            "?" + environ["QUERY_STRING"] if environ.get("QUERY_STRING") else ""))
+        raw = (
+            environ.get("RAW_URI")
+            or environ.get("REQUEST_URI")
+            or (environ.get("PATH_INFO", "/") + ("?" + environ["QUERY_STRING"] if environ.get("QUERY_STRING") else ""))
+        )
         if "://" in raw.split("?", 1)[0]:  # absolute-form request target
             raw = "/" + raw.split("://", 1)[1].partition("/")[2]
         path, _, query = raw.partition("?")
@@ -106,8 +119,9 @@ class Request:
         except UnicodeDecodeError as exc:
             raise HttpError(400, "bad_request", f"the body is not UTF-8: {exc.reason} at byte {exc.start}") from None
         except json.JSONDecodeError as exc:
-            raise HttpError(400, "bad_request",
-                            f"the body is not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+            raise HttpError(
+                400, "bad_request", f"the body is not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
+            ) from None
         except ValueError:  # what json rejects beyond its grammar (e.g. a number of too many digits)
             raise HttpError(400, "bad_request", "the body is not JSON the server can read") from None
         except RecursionError:  # deeper than the parser goes

@@ -17,6 +17,7 @@ process's reason: a port in use, a refused bind address).
   handed to the process the same way.
 * ``GetHttpInfo()`` answers ``{"port", "bind_address", "pid"}``.
 """
+
 from __future__ import annotations
 
 import ipaddress
@@ -71,8 +72,10 @@ def is_loopback(host: str) -> bool:
 def check_bind(bind_address: str, admins: dict) -> None:
     """Raise HttpStartError for a non-loopback address with no admin."""
     if not admins and not is_loopback(bind_address):
-        raise HttpStartError(f"refusing to listen on {bind_address}: no admin is configured "
-                             "(add one to the [admins] section, or keep bind_address = 127.0.0.1)")
+        raise HttpStartError(
+            f"refusing to listen on {bind_address}: no admin is configured "
+            "(add one to the [admins] section, or keep bind_address = 127.0.0.1)"
+        )
 
 
 class HttpServer(GenServer):
@@ -92,17 +95,39 @@ class HttpServer(GenServer):
         self.port = args["port"]
         admins = load_admins(args.get("config_path"))
         check_bind(args["bind_address"], admins)
-        settings = {"bind_address": args["bind_address"], "admins": admins, "secret": args["secret"],
-                    "session_timeout": args.get("session_timeout", SESSION_TIMEOUT),
-                    "config": args.get("config") or {}, "node": args.get("node_name") or str(self.node),
-                    "parent_pid": os.getpid(), "store": args.get("store"), "policy": args.get("policy"),
-                    "sample_interval": args.get("sample_interval")}
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-            [_PACKAGE_ROOT] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
+        settings = {
+            "bind_address": args["bind_address"],
+            "admins": admins,
+            "secret": args["secret"],
+            "session_timeout": args.get("session_timeout", SESSION_TIMEOUT),
+            "config": args.get("config") or {},
+            "node": args.get("node_name") or str(self.node),
+            "parent_pid": os.getpid(),
+            "store": args.get("store"),
+            "policy": args.get("policy"),
+            "sample_interval": args.get("sample_interval"),
+        }
+        env = dict(
+            os.environ,
+            PYTHONPATH=os.pathsep.join(
+                [_PACKAGE_ROOT] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+            ),
+        )
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "actors.http.main", "--admin-port", str(args["admin_port"]),
-             "--port", str(args["port"])],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, close_fds=True)
+            [
+                sys.executable,
+                "-m",
+                "actors.http.main",
+                "--admin-port",
+                str(args["admin_port"]),
+                "--port",
+                str(args["port"]),
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env=env,
+            close_fds=True,
+        )
         self.proc.stdin.write(json.dumps(settings).encode())
         self.proc.stdin.close()
         self.pidfd = os.pidfd_open(self.proc.pid)
@@ -112,8 +137,11 @@ class HttpServer(GenServer):
         return DEFER_START
 
     def format_status(self) -> dict:
-        return {"port": self.port, "bind_address": self.args.get("bind_address"),
-                "pid": self.proc.pid if self.proc else None}
+        return {
+            "port": self.port,
+            "bind_address": self.args.get("bind_address"),
+            "pid": self.proc.pid if self.proc else None,
+        }
 
     def handle_call(self, msg: Any, from_: Any) -> Any:
         if isinstance(msg, GetHttpInfo):
@@ -149,8 +177,11 @@ class HttpServer(GenServer):
                 status = self.proc.wait(1.0)
             except subprocess.TimeoutExpired:
                 status = "unknown"
-        what = f"killed by {signal.Signals(-status).name}" if isinstance(status, int) and status < 0 \
+        what = (
+            f"killed by {signal.Signals(-status).name}"
+            if isinstance(status, int) and status < 0
             else f"exited with status {status}"
+        )
         if not self._ready:
             self._fail(HttpStartError(f"HTTP process {self.proc.pid} {what} before listening"))
             return
@@ -179,8 +210,14 @@ class HttpServer(GenServer):
         self.proc = None
 
 
-def http_children(config: Any, *, admin_port: int | None = None, config_path: str | None = None,
-                  secret: str | None = None, sample_interval: float | None = None) -> list[ChildSpec]:
+def http_children(
+    config: Any,
+    *,
+    admin_port: int | None = None,
+    config_path: str | None = None,
+    secret: str | None = None,
+    sample_interval: float | None = None,
+) -> list[ChildSpec]:
     """The HTTP listener as a node root child.
 
     Args:
@@ -214,6 +251,13 @@ def http_children(config: Any, *, admin_port: int | None = None, config_path: st
     return [ChildSpec("http_server", HttpServer, args, name=HTTP_SERVER_NAME, shutdown=STOP_TIMEOUT + 2)]
 
 
-__all__ = ["HttpServer", "GetHttpInfo", "HttpProcessExited", "HttpStartError", "http_children",
-           "HTTP_SERVER_NAME", "check_bind", "is_loopback"]
-
+__all__ = [
+    "HttpServer",
+    "GetHttpInfo",
+    "HttpProcessExited",
+    "HttpStartError",
+    "http_children",
+    "HTTP_SERVER_NAME",
+    "check_bind",
+    "is_loopback",
+]

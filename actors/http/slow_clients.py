@@ -36,6 +36,7 @@ on each listening server):
   newcomer queued behind an attacker's reconnections is reached in a few
   turns.
 """
+
 from __future__ import annotations
 
 import heapq

@@ -22,6 +22,7 @@ posting to the same origin with a CSRF token (see
 :meth:`actors.http.auth.Auth.csrf_token`); that page's policy differs from
 the others' in one word only: ``form-action 'self'``.
 """
+
 from __future__ import annotations
 
 import base64
@@ -53,10 +54,10 @@ STYLE = (
 )
 _STYLE_HASH = base64.b64encode(hashlib.sha256(STYLE.encode()).digest()).decode()
 #: No script, no plugin, no frame, no form, no external fetch; only the inline style above.
-CSP = (f"default-src 'none'; style-src 'sha256-{_STYLE_HASH}'; base-uri 'none'; form-action 'none'; "
-       "frame-ancestors 'none'")
-SECURITY_HEADERS = [("Content-Security-Policy", CSP), ("X-Frame-Options", "DENY"),
-                    ("Referrer-Policy", "no-referrer")]
+CSP = (
+    f"default-src 'none'; style-src 'sha256-{_STYLE_HASH}'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+)
+SECURITY_HEADERS = [("Content-Security-Policy", CSP), ("X-Frame-Options", "DENY"), ("Referrer-Policy", "no-referrer")]
 #: A job's page: the same, but its forms may post to this origin (and nowhere else).
 FORM_CSP = CSP.replace("form-action 'none'", "form-action 'self'")
 FORM_SECURITY_HEADERS = [("Content-Security-Policy", FORM_CSP)] + SECURITY_HEADERS[1:]
@@ -92,8 +93,18 @@ def job_state(job: Mapping[str, Any]) -> str:
 
 def _state_cell(state: str) -> str:
     # the state is also a class name: only known words, never user data
-    known = {"running", "completed", "crashing", "error", "failed", "pending", "initializing", "starting",
-             "claimed", "finished"}
+    known = {
+        "running",
+        "completed",
+        "crashing",
+        "error",
+        "failed",
+        "pending",
+        "initializing",
+        "starting",
+        "claimed",
+        "finished",
+    }
     css = state if state in known else "other"
     return f'<td class="state {css}">{esc(state)}</td>'
 
@@ -121,7 +132,7 @@ def jobs_table(jobs: list[Mapping[str, Any]]) -> str:
     for job in jobs:
         doc = None if job.get("doc_id") is None else f"{job.get('database')}/{job.get('doc_id')}"
         rows.append(
-            "<tr class=\"job\">"
+            '<tr class="job">'
             f'<td class="id"><code>{esc(job.get("id"))}</code></td>'
             f"{_state_cell(job_state(job))}"
             f"<td>{_work(job)}</td>"
@@ -129,10 +140,13 @@ def jobs_table(jobs: list[Mapping[str, Any]]) -> str:
             f"<td>{esc(job.get('user'))}</td>"
             f"<td>{esc(job.get('start_time'))}</td>"
             f'<td class="history">{_history(job.get("history") or [])}</td>'
-            "</tr>")
-    return ('<table id="jobs-table"><thead><tr><th>id</th><th>state</th><th>source &#8594; target</th>'
-            "<th>document</th><th>user</th><th>started</th><th>recent history (newest first)</th></tr></thead>"
-            f"<tbody>{''.join(rows)}</tbody></table>")
+            "</tr>"
+        )
+    return (
+        '<table id="jobs-table"><thead><tr><th>id</th><th>state</th><th>source &#8594; target</th>'
+        "<th>document</th><th>user</th><th>started</th><th>recent history (newest first)</th></tr></thead>"
+        f"<tbody>{''.join(rows)}</tbody></table>"
+    )
 
 
 def docs_table(docs: list[Mapping[str, Any]]) -> str:
@@ -142,7 +156,7 @@ def docs_table(docs: list[Mapping[str, Any]]) -> str:
     rows = []
     for doc in docs:
         rows.append(
-            "<tr class=\"doc\">"
+            '<tr class="doc">'
             f"<td>{esc(doc.get('database'))}</td>"
             f'<td class="id"><code>{esc(doc.get("doc_id"))}</code></td>'
             f"{_state_cell(str(doc.get('state')))}"
@@ -152,15 +166,26 @@ def docs_table(docs: list[Mapping[str, Any]]) -> str:
             f"<td>{esc(doc.get('start_time'))}</td>"
             f"<td>{esc(doc.get('last_updated'))}</td>"
             f"<td><code>{esc(doc.get('info'))}</code></td>"
-            "</tr>")
-    return ('<table id="docs-table"><thead><tr><th>database</th><th>doc id</th><th>state</th>'
-            "<th>source &#8594; target</th><th>errors</th><th>node</th><th>started</th><th>last updated</th>"
-            f"<th>info</th></tr></thead><tbody>{''.join(rows)}</tbody></table>")
+            "</tr>"
+        )
+    return (
+        '<table id="docs-table"><thead><tr><th>database</th><th>doc id</th><th>state</th>'
+        "<th>source &#8594; target</th><th>errors</th><th>node</th><th>started</th><th>last updated</th>"
+        f"<th>info</th></tr></thead><tbody>{''.join(rows)}</tbody></table>"
+    )
 
 
 #: The columns of the queue's types table: (heading, key of a ``GET /_jobs`` entry).
-TYPE_COLUMNS = (("type", "type"), ("timeout (s)", "timeout"), ("pending", "pending"), ("delayed", "scheduled"),
-                ("claimed", "claimed"), ("running", "running"), ("finished", "finished"), ("failed", "failed"))
+TYPE_COLUMNS = (
+    ("type", "type"),
+    ("timeout (s)", "timeout"),
+    ("pending", "pending"),
+    ("delayed", "scheduled"),
+    ("claimed", "claimed"),
+    ("running", "running"),
+    ("finished", "finished"),
+    ("failed", "failed"),
+)
 
 
 def _when(seconds: Any, now: float) -> str:
@@ -208,14 +233,19 @@ def job_link(job_type: Any, job_id: Any) -> str:
 
 
 def _job_row(job: Mapping[str, Any], cells: str) -> str:
-    return (f'<tr class="queue-job"><td>{esc(job.get("type"))}</td>'
-            f'<td class="id">{job_link(job.get("type"), job.get("id"))}</td>{cells}</tr>')
+    return (
+        f'<tr class="queue-job"><td>{esc(job.get("type"))}</td>'
+        f'<td class="id">{job_link(job.get("type"), job.get("id"))}</td>{cells}</tr>'
+    )
 
 
 def _jobs_list(section: str, title: str, jobs: list[Mapping[str, Any]], head: str, cells: Any, empty: str) -> str:
-    body = (f'<p class="empty">{esc(empty)}</p>' if not jobs else
-            f'<table id="{section}-table"><thead><tr><th>type</th><th>id</th>{head}</tr></thead>'
-            f"<tbody>{''.join(_job_row(j, cells(j)) for j in jobs)}</tbody></table>")
+    body = (
+        f'<p class="empty">{esc(empty)}</p>'
+        if not jobs
+        else f'<table id="{section}-table"><thead><tr><th>type</th><th>id</th>{head}</tr></thead>'
+        f"<tbody>{''.join(_job_row(j, cells(j)) for j in jobs)}</tbody></table>"
+    )
     return f'<h3 id="{section}">{esc(title)}</h3>{body}'
 
 
@@ -228,28 +258,48 @@ def queue_section(queue: Mapping[str, Any] | None, now: float, error: str | None
         table = '<p class="empty">No job types.</p>'
     else:
         head = "".join(f"<th>{esc(h)}</th>" for h, _ in TYPE_COLUMNS) + "<th></th>"
-        rows = "".join(('<tr class="queue-type paused">' if t.get("paused") else '<tr class="queue-type">')
-                       + "".join(f"<td>{esc(t.get(k))}</td>" for _, k in TYPE_COLUMNS)
-                       + ('<td class="state">paused</td>' if t.get("paused") else "<td></td>") + "</tr>"
-                       for t in types)
+        rows = "".join(
+            ('<tr class="queue-type paused">' if t.get("paused") else '<tr class="queue-type">')
+            + "".join(f"<td>{esc(t.get(k))}</td>" for _, k in TYPE_COLUMNS)
+            + ('<td class="state">paused</td>' if t.get("paused") else "<td></td>")
+            + "</tr>"
+            for t in types
+        )
         table = f'<table id="types-table"><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>'
     cut = queue.get("types_cut") or 0
     more = f'<p class="meta">{esc(cut)} more types: see <a href="/_jobs">_jobs</a>.</p>' if cut else ""
-    running = _jobs_list("running", "Running", queue.get("running") or [],
-                         "<th>attempt</th><th>worker</th><th>progress</th><th>started</th>",
-                         lambda j: (f"<td>{_attempt(j)}</td>"
-                                    f"<td><code>{esc(j.get('worker'))}</code></td>"
-                                    f"<td><code>{esc(j.get('progress'))}</code></td>"
-                                    f"<td>{_when(j.get('started'), now)}</td>"), "No job is running.")
-    failures = _jobs_list("failures", "Latest failures", queue.get("failures") or [],
-                          "<th>attempts</th><th>failed</th><th>error</th>",
-                          lambda j: (f"<td>{_attempt(j)}</td><td>{_when(j.get('ended'), now)}</td>"
-                                     f"<td>{_error(j.get('error'))}</td>"), "No failed job.")
-    delayed = _jobs_list("delayed", "Next delayed", queue.get("delayed") or [],
-                         "<th>due</th><th>attempt</th><th>data</th>",
-                         lambda j: (f"<td>{_when(j.get('scheduled_time'), now)}</td>"
-                                    f"<td>{esc(j.get('attempt'))}</td><td><code>{esc(j.get('data'))}</code></td>"),
-                         "No delayed job.")
+    running = _jobs_list(
+        "running",
+        "Running",
+        queue.get("running") or [],
+        "<th>attempt</th><th>worker</th><th>progress</th><th>started</th>",
+        lambda j: (
+            f"<td>{_attempt(j)}</td>"
+            f"<td><code>{esc(j.get('worker'))}</code></td>"
+            f"<td><code>{esc(j.get('progress'))}</code></td>"
+            f"<td>{_when(j.get('started'), now)}</td>"
+        ),
+        "No job is running.",
+    )
+    failures = _jobs_list(
+        "failures",
+        "Latest failures",
+        queue.get("failures") or [],
+        "<th>attempts</th><th>failed</th><th>error</th>",
+        lambda j: f"<td>{_attempt(j)}</td><td>{_when(j.get('ended'), now)}</td><td>{_error(j.get('error'))}</td>",
+        "No failed job.",
+    )
+    delayed = _jobs_list(
+        "delayed",
+        "Next delayed",
+        queue.get("delayed") or [],
+        "<th>due</th><th>attempt</th><th>data</th>",
+        lambda j: (
+            f"<td>{_when(j.get('scheduled_time'), now)}</td>"
+            f"<td>{esc(j.get('attempt'))}</td><td><code>{esc(j.get('data'))}</code></td>"
+        ),
+        "No delayed job.",
+    )
     return f'<section id="queues"><h2>Queues</h2>{table}{more}{running}{failures}{delayed}</section>'
 
 
@@ -269,11 +319,14 @@ def _per(interval: float) -> str:
 def _polyline(css: str, colour: str, values: list[int], points: int, top: int) -> str:
     step = (CHART_RIGHT - CHART_LEFT) / max(1, points - 1)
     first = points - len(values)  # the newest difference is at the right edge
-    coords = " ".join(f"{CHART_LEFT + (first + i) * step:.1f},"
-                      f"{CHART_BOTTOM - value / top * (CHART_BOTTOM - CHART_TOP):.1f}"
-                      for i, value in enumerate(values))
-    return (f'<polyline class="{css}" fill="none" stroke="{colour}" stroke-width="1.5" '
-            f'stroke-linejoin="round" points="{coords}"/>')
+    coords = " ".join(
+        f"{CHART_LEFT + (first + i) * step:.1f},{CHART_BOTTOM - value / top * (CHART_BOTTOM - CHART_TOP):.1f}"
+        for i, value in enumerate(values)
+    )
+    return (
+        f'<polyline class="{css}" fill="none" stroke="{colour}" stroke-width="1.5" '
+        f'stroke-linejoin="round" points="{coords}"/>'
+    )
 
 
 def chart_svg(series: list[tuple[float, int, int]], points: int, interval: float) -> str:
@@ -284,21 +337,29 @@ def chart_svg(series: list[tuple[float, int, int]], points: int, interval: float
     peak = max(succeeded + failed, default=0)
     top = max(1, peak)
     window = _span(points * interval)
-    label = (f"jobs per {_per(interval)} over the last {window}: {sum(succeeded)} succeeded, "
-             f"{sum(failed)} failed, at most {peak} in one {_per(interval)}")
+    label = (
+        f"jobs per {_per(interval)} over the last {window}: {sum(succeeded)} succeeded, "
+        f"{sum(failed)} failed, at most {peak} in one {_per(interval)}"
+    )
     small = 'font-size="10" fill="#666"'
-    return (f'<svg class="chart" xmlns="http://www.w3.org/2000/svg" width="{CHART_WIDTH}" height="{CHART_HEIGHT}" '
-            f'viewBox="0 0 {CHART_WIDTH} {CHART_HEIGHT}" role="img" aria-label="{esc(label)}" '
-            f'data-points="{len(succeeded)}"><title>{esc(label)}</title>'
-            f'<line x1="{CHART_LEFT}" y1="{CHART_TOP}" x2="{CHART_RIGHT}" y2="{CHART_TOP}" stroke="#eee"/>'
-            f'<line x1="{CHART_LEFT}" y1="{CHART_BOTTOM}" x2="{CHART_RIGHT}" y2="{CHART_BOTTOM}" stroke="#bbb"/>'
-            f'<text x="{CHART_LEFT - 4}" y="{CHART_TOP + 4}" text-anchor="end" {small}>{esc(top)}</text>'
-            f'<text x="{CHART_LEFT - 4}" y="{CHART_BOTTOM + 3}" text-anchor="end" {small}>0</text>'
-            f'<text x="{CHART_LEFT}" y="{CHART_HEIGHT - 4}" {small}>&#8722;{esc(window)}</text>'
-            f'<text x="{CHART_RIGHT}" y="{CHART_HEIGHT - 4}" text-anchor="end" {small}>now</text>'
-            + (_polyline("succeeded", SUCCEEDED_COLOUR, succeeded, points, top)
-               + _polyline("failed", FAILED_COLOUR, failed, points, top) if succeeded else "")
-            + "</svg>")
+    return (
+        f'<svg class="chart" xmlns="http://www.w3.org/2000/svg" width="{CHART_WIDTH}" height="{CHART_HEIGHT}" '
+        f'viewBox="0 0 {CHART_WIDTH} {CHART_HEIGHT}" role="img" aria-label="{esc(label)}" '
+        f'data-points="{len(succeeded)}"><title>{esc(label)}</title>'
+        f'<line x1="{CHART_LEFT}" y1="{CHART_TOP}" x2="{CHART_RIGHT}" y2="{CHART_TOP}" stroke="#eee"/>'
+        f'<line x1="{CHART_LEFT}" y1="{CHART_BOTTOM}" x2="{CHART_RIGHT}" y2="{CHART_BOTTOM}" stroke="#bbb"/>'
+        f'<text x="{CHART_LEFT - 4}" y="{CHART_TOP + 4}" text-anchor="end" {small}>{esc(top)}</text>'
+        f'<text x="{CHART_LEFT - 4}" y="{CHART_BOTTOM + 3}" text-anchor="end" {small}>0</text>'
+        f'<text x="{CHART_LEFT}" y="{CHART_HEIGHT - 4}" {small}>&#8722;{esc(window)}</text>'
+        f'<text x="{CHART_RIGHT}" y="{CHART_HEIGHT - 4}" text-anchor="end" {small}>now</text>'
+        + (
+            _polyline("succeeded", SUCCEEDED_COLOUR, succeeded, points, top)
+            + _polyline("failed", FAILED_COLOUR, failed, points, top)
+            if succeeded
+            else ""
+        )
+        + "</svg>"
+    )
 
 
 def charts_section(throughput: Mapping[str, Any] | None, now: float) -> str:
@@ -316,18 +377,24 @@ def charts_section(throughput: Mapping[str, Any] | None, now: float) -> str:
             rows = list(rows)[-points:]
             done, failed = sum(r[1] for r in rows), sum(r[2] for r in rows)
             if rows:
-                caption = (f'<span class="ok">&#9632; succeeded <span class="total-succeeded">{esc(done)}</span>'
-                           f'</span> · <span class="bad">&#9632; failed <span class="total-failed">{esc(failed)}'
-                           "</span></span>")
+                caption = (
+                    f'<span class="ok">&#9632; succeeded <span class="total-succeeded">{esc(done)}</span>'
+                    f'</span> · <span class="bad">&#9632; failed <span class="total-failed">{esc(failed)}'
+                    "</span></span>"
+                )
             else:
                 caption = f'<span class="meta">first reading taken: the chart starts in {esc(_span(interval))}'
                 caption += "</span>"
-            figures.append(f'<figure class="type-chart"><figcaption><code>{esc(_type_text(job_type))}</code> '
-                           f"{caption}</figcaption>{chart_svg(rows, points, interval)}</figure>")
+            figures.append(
+                f'<figure class="type-chart"><figcaption><code>{esc(_type_text(job_type))}</code> '
+                f"{caption}</figcaption>{chart_svg(rows, points, interval)}</figure>"
+            )
         body = f'<div class="charts">{"".join(figures)}</div>'
-    return (f'<section id="throughput"><h2>{esc(title)}</h2>{body}<p class="meta">Read by this node every '
-            f'{esc(_span(interval))} since its HTTP process started '
-            f'(<span id="samples">{esc(throughput.get("samples", 0))}</span> readings).</p></section>')
+    return (
+        f'<section id="throughput"><h2>{esc(title)}</h2>{body}<p class="meta">Read by this node every '
+        f"{esc(_span(interval))} since its HTTP process started "
+        f'(<span id="samples">{esc(throughput.get("samples", 0))}</span> readings).</p></section>'
+    )
 
 
 def _type_text(job_type: Any) -> Any:
@@ -347,8 +414,9 @@ def hosts_section(hosts: Sequence[Mapping[str, Any]] | None, now: float, error: 
         status = ("draining" if host.get("draining") else "alive") if alive else "silent"
         css = {"alive": "running", "draining": "pending", "silent": "failed"}[status]
         types = host.get("types") if isinstance(host.get("types"), list) else []
-        running = [r for r in (host.get("running") if isinstance(host.get("running"), list) else [])
-                   if isinstance(r, Mapping)]
+        running = [
+            r for r in (host.get("running") if isinstance(host.get("running"), list) else []) if isinstance(r, Mapping)
+        ]
         links = ", ".join(job_link(r.get("type"), r.get("id")) for r in running[:HOST_RUNNING_SHOWN])
         if len(running) > HOST_RUNNING_SHOWN or host.get("running_cut"):
             links += " &#8230;"
@@ -359,21 +427,46 @@ def hosts_section(hosts: Sequence[Mapping[str, Any]] | None, now: float, error: 
             f"<td>{esc(host.get('concurrency'))}</td><td>{esc(host.get('busy'))}</td>"
             f"<td>{esc(host.get('claimed'))}</td><td>{links or esc(None)}</td>"
             f"<td>{_when(host.get('last_beat'), now)}</td>"
-            f'<td class="state {css}">{esc(status)}</td></tr>')
-    more = (f'<p class="meta">{esc(len(hosts) - MAX_HOSTS)} more hosts: see <a href="/_workers">_workers</a>.</p>'
-            if len(hosts) > MAX_HOSTS else "")
-    return ('<section id="hosts"><h2>Worker hosts</h2><table id="hosts-table"><thead><tr><th>host</th>'
-            "<th>types</th><th>concurrency</th><th>busy</th><th>claimed</th><th>running</th><th>last beat</th>"
-            f"<th>alive</th></tr></thead><tbody>{''.join(rows)}</tbody></table>{more}</section>")
+            f'<td class="state {css}">{esc(status)}</td></tr>'
+        )
+    more = (
+        f'<p class="meta">{esc(len(hosts) - MAX_HOSTS)} more hosts: see <a href="/_workers">_workers</a>.</p>'
+        if len(hosts) > MAX_HOSTS
+        else ""
+    )
+    return (
+        '<section id="hosts"><h2>Worker hosts</h2><table id="hosts-table"><thead><tr><th>host</th>'
+        "<th>types</th><th>concurrency</th><th>busy</th><th>claimed</th><th>running</th><th>last beat</th>"
+        f"<th>alive</th></tr></thead><tbody>{''.join(rows)}</tbody></table>{more}</section>"
+    )
 
 
 # ------------------------------------------------------------ a job's page
 #: Keys of a job view the page shows in its own places (any other is listed as it comes).
-_SHOWN = {"id", "state", "scheduled_time", "attempt", "max_attempts", "outcome", "progress", "error", "last_error",
-          "errors", "worker", "started", "ended", "data", "result", "type", "claimed"}
+_SHOWN = {
+    "id",
+    "state",
+    "scheduled_time",
+    "attempt",
+    "max_attempts",
+    "outcome",
+    "progress",
+    "error",
+    "last_error",
+    "errors",
+    "worker",
+    "started",
+    "ended",
+    "data",
+    "result",
+    "type",
+    "claimed",
+}
 #: The notice shown after an action (the query's ``done``: only these words, never echoed).
-NOTICES = {"retried": "Retried: the job was put back, with a fresh attempt count.",
-           "cancelled": "Cancelled: the job was removed (a running handler sees ctx.stopping)."}
+NOTICES = {
+    "retried": "Retried: the job was put back, with a fresh attempt count.",
+    "cancelled": "Cancelled: the job was removed (a running handler sees ctx.stopping).",
+}
 
 
 def _pretty(value: Any) -> str:
@@ -391,8 +484,9 @@ def _error_entry(entry: Mapping[str, Any], now: float) -> str:
         head.append(_when(entry.get("at"), now))
     what = f"<code>{esc(entry.get('type'))}</code>: {esc(entry.get('message'))}"
     trace = entry.get("traceback")
-    trace_html = (f"<details><summary>traceback</summary><pre>{esc(str(trace)[:MAX_SHOWN])}</pre></details>"
-                  if trace else "")
+    trace_html = (
+        f"<details><summary>traceback</summary><pre>{esc(str(trace)[:MAX_SHOWN])}</pre></details>" if trace else ""
+    )
     return f'<li class="job-error">{" · ".join(head) + ": " if head else ""}{what}{trace_html}</li>'
 
 
@@ -411,14 +505,25 @@ def _errors(view: Mapping[str, Any], now: float) -> str:
 
 
 def _action(path: str, action: str, label: str, csrf: str, extra: Mapping[str, str] | None = None) -> str:
-    hidden = "".join(f'<input type="hidden" name="{esc(k)}" value="{esc(v)}">'
-                     for k, v in {"csrf": csrf, **(extra or {})}.items())
-    return (f'<form method="post" action="{esc(path + "/" + action)}">{hidden}'
-            f'<button type="submit" class="{esc(action.strip("_"))}">{esc(label)}</button></form>')
+    hidden = "".join(
+        f'<input type="hidden" name="{esc(k)}" value="{esc(v)}">' for k, v in {"csrf": csrf, **(extra or {})}.items()
+    )
+    return (
+        f'<form method="post" action="{esc(path + "/" + action)}">{hidden}'
+        f'<button type="submit" class="{esc(action.strip("_"))}">{esc(label)}</button></form>'
+    )
 
 
-def job_page(*, node: str, job_type: str, view: Mapping[str, Any], csrf: str, now: float | None = None,
-             done: str | None = None, reserved: str | None = None) -> str:
+def job_page(
+    *,
+    node: str,
+    job_type: str,
+    view: Mapping[str, Any],
+    csrf: str,
+    now: float | None = None,
+    done: str | None = None,
+    reserved: str | None = None,
+) -> str:
     """The page of one queue job (``overview.job_view``), with its retry or cancel buttons.
 
     Args:
@@ -436,8 +541,7 @@ def job_page(*, node: str, job_type: str, view: Mapping[str, Any], csrf: str, no
     if reserved is not None:
         actions, hint = "", reserved
     elif finished:
-        actions = (_action(path, "_retry", "Retry", csrf)
-                   + _action(path, "_cancel", "Delete", csrf, {"was": "finished"}))
+        actions = _action(path, "_retry", "Retry", csrf) + _action(path, "_cancel", "Delete", csrf, {"was": "finished"})
         hint = "Retry puts the job back with a fresh attempt count; Delete removes it and its result."
     else:
         actions = _action(path, "_cancel", "Cancel", csrf, {"was": "unfinished"})
@@ -446,14 +550,23 @@ def job_page(*, node: str, job_type: str, view: Mapping[str, Any], csrf: str, no
     shown_state = f"{state} ({outcome})" if finished and outcome else state
     # the class is a known word, never user data
     css = state if state in ("pending", "claimed", "running") else "failed" if outcome == "failed" else "completed"
-    facts = [("type", f"<code>{esc(job_type)}</code>"), ("id", f"<code>{esc(job_id)}</code>"),
-             ("state", f'<span class="state {css}" id="job-state">{esc(shown_state)}</span>'),
-             ("attempts", _attempt(view)), ("outcome", esc(outcome)),
-             ("worker", f"<code>{esc(view.get('worker'))}</code>"),
-             ("scheduled", "at once" if view.get("scheduled_time") == 0  # due when added
-              else _when(view.get("scheduled_time"), now)), ("started", _when(view.get("started"), now)),
-             ("ended", _when(view.get("ended"), now)),
-             ("progress", f"<code>{esc(view.get('progress') or None)}</code>")]
+    facts = [
+        ("type", f"<code>{esc(job_type)}</code>"),
+        ("id", f"<code>{esc(job_id)}</code>"),
+        ("state", f'<span class="state {css}" id="job-state">{esc(shown_state)}</span>'),
+        ("attempts", _attempt(view)),
+        ("outcome", esc(outcome)),
+        ("worker", f"<code>{esc(view.get('worker'))}</code>"),
+        (
+            "scheduled",
+            "at once"
+            if view.get("scheduled_time") == 0  # due when added
+            else _when(view.get("scheduled_time"), now),
+        ),
+        ("started", _when(view.get("started"), now)),
+        ("ended", _when(view.get("ended"), now)),
+        ("progress", f"<code>{esc(view.get('progress') or None)}</code>"),
+    ]
     facts += [(str(key), f"<code>{esc(value)}</code>") for key, value in view.items() if key not in _SHOWN]
     notice = f'<p class="notice" id="notice">{esc(NOTICES[done])}</p>' if done in NOTICES else ""
     result = f"<h2>Result</h2>{_pretty(view.get('result'))}" if finished and outcome != "failed" else ""
@@ -463,7 +576,7 @@ def job_page(*, node: str, job_type: str, view: Mapping[str, Any], csrf: str, no
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f'<meta name="referrer" content="no-referrer"><title>{esc(TITLE)}: job</title><style>{STYLE}</style></head>'
         f'<body><header><p class="meta"><a href="/_utils/">&#8592; status</a> · node <code>{esc(node)}</code> · '
-        f'as of <time>{esc(time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now)))}</time> · '
+        f"as of <time>{esc(time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(now)))}</time> · "
         f'<a href="{esc(path)}">reload</a></p>'
         f"<h1>Job <code>{esc(job_id)}</code></h1></header>{notice}"
         f'<section id="job"><dl>{"".join(f"<dt>{esc(k)}</dt><dd>{v}</dd>" for k, v in facts)}</dl>'
@@ -472,7 +585,8 @@ def job_page(*, node: str, job_type: str, view: Mapping[str, Any], csrf: str, no
         f"{result}"
         f'<section id="job-errors"><h2>Errors</h2>{_errors(view, now)}</section>'
         f'<p class="meta">The same as JSON: <a href="{esc(json_path)}">{esc(json_path)}</a>.</p>'
-        "</body></html>\n")
+        "</body></html>\n"
+    )
 
 
 def missing_job_page(*, node: str, job_type: str, job_id: str, done: str | None = None) -> str:
@@ -482,27 +596,41 @@ def missing_job_page(*, node: str, job_type: str, job_id: str, done: str | None 
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         f'<meta name="referrer" content="no-referrer"><title>{esc(TITLE)}: no such job</title>'
         f'<style>{STYLE}</style></head><body><p class="meta"><a href="/_utils/">&#8592; status</a> · '
-        f'node <code>{esc(node)}</code></p><h1>No job <code>{esc(job_id)}</code></h1>{notice}'
+        f"node <code>{esc(node)}</code></p><h1>No job <code>{esc(job_id)}</code></h1>{notice}"
         f'<p id="missing">The type <code>{esc(job_type)}</code> has no job <code>{esc(job_id)}</code>: it was '
-        "removed (cancelled, or pruned), or never added.</p></body></html>\n")
+        "removed (cancelled, or pruned), or never added.</p></body></html>\n"
+    )
 
 
 def _pager(skip: int, limit: int, more: bool) -> str:
     links = []
     if skip > 0:
-        links.append(f'<a href="/_utils/?{esc(urlencode({"skip": max(0, skip - limit), "limit": limit}))}">'
-                     "&#8592; previous</a>")
+        links.append(
+            f'<a href="/_utils/?{esc(urlencode({"skip": max(0, skip - limit), "limit": limit}))}">&#8592; previous</a>'
+        )
     if more:
-        links.append(f'<a href="/_utils/?{esc(urlencode({"skip": skip + limit, "limit": limit}))}">'
-                     "next &#8594;</a>")
+        links.append(f'<a href="/_utils/?{esc(urlencode({"skip": skip + limit, "limit": limit}))}">next &#8594;</a>')
     return f"<nav>{' · '.join(links)}</nav>" if links else ""
 
 
-def render(*, node: str, version: str, jobs_total: int, jobs: list[Mapping[str, Any]], docs_total: int,
-           docs: list[Mapping[str, Any]], skip: int, limit: int, docs_error: str | None = None,
-           now: float | None = None, queue: Mapping[str, Any] | None = None,
-           queue_error: str | None = None, throughput: Mapping[str, Any] | None = None,
-           hosts: Sequence[Mapping[str, Any]] | None = None, hosts_error: str | None = None) -> str:
+def render(
+    *,
+    node: str,
+    version: str,
+    jobs_total: int,
+    jobs: list[Mapping[str, Any]],
+    docs_total: int,
+    docs: list[Mapping[str, Any]],
+    skip: int,
+    limit: int,
+    docs_error: str | None = None,
+    now: float | None = None,
+    queue: Mapping[str, Any] | None = None,
+    queue_error: str | None = None,
+    throughput: Mapping[str, Any] | None = None,
+    hosts: Sequence[Mapping[str, Any]] | None = None,
+    hosts_error: str | None = None,
+) -> str:
     """The whole page.
 
     Args:
@@ -522,7 +650,7 @@ def render(*, node: str, version: str, jobs_total: int, jobs: list[Mapping[str, 
     """
     now = time.time() if now is None else now
     stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now))
-    docs_part = (f'<p class="empty">{esc(docs_error)}</p>' if docs_error is not None else docs_table(docs))
+    docs_part = f'<p class="empty">{esc(docs_error)}</p>' if docs_error is not None else docs_table(docs)
     more = skip + limit < max(jobs_total, docs_total)
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
@@ -541,10 +669,13 @@ def render(*, node: str, version: str, jobs_total: int, jobs: list[Mapping[str, 
         f"{_pager(skip, limit, more)}"
         '<p class="meta">The same data as JSON: <a href="/_jobs">_jobs</a>, <a href="/_workers">_workers</a>, '
         '<a href="/_scheduler/jobs">_scheduler/jobs</a>, <a href="/_scheduler/docs">_scheduler/docs</a>.</p>'
-        "</body></html>\n")
+        "</body></html>\n"
+    )
 
 
 def redirect_page(location: str) -> str:
     """The body of a redirect to ``location``."""
-    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>Moved</title></head>'
-            f'<body><p>Moved to <a href="{esc(location)}">{esc(location)}</a>.</p></body></html>\n')
+    return (
+        f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>Moved</title></head>'
+        f'<body><p>Moved to <a href="{esc(location)}">{esc(location)}</a>.</p></body></html>\n'
+    )

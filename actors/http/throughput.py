@@ -15,6 +15,7 @@ One reading is one snapshot transaction of a few keys per type. A failed
 reading is skipped (logged, at most once per :data:`LOG_EVERY` seconds):
 the next difference then spans two intervals.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -66,8 +67,14 @@ class Sampler:
         clock: wall-clock seconds.
     """
 
-    def __init__(self, read: Callable[[], dict], interval: float = INTERVAL, points: int = POINTS,
-                 max_types: int = MAX_TYPES, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        read: Callable[[], dict],
+        interval: float = INTERVAL,
+        points: int = POINTS,
+        max_types: int = MAX_TYPES,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         if not interval > 0:
             raise ValueError(f"interval must be positive, not {interval!r}")
         self.read, self.interval, self.points, self.max_types, self.clock = read, interval, points, max_types, clock
@@ -106,8 +113,10 @@ class Sampler:
         with self._lock:
             readings = {t: list(r) for t, r in self._readings.items()}
             taken = self._taken
-        series = {job_type: [(b[0], max(0, b[1] - a[1]), max(0, b[2] - a[2])) for a, b in itertools.pairwise(rows)]
-                  for job_type, rows in readings.items()}
+        series = {
+            job_type: [(b[0], max(0, b[1] - a[1]), max(0, b[2] - a[2])) for a, b in itertools.pairwise(rows)]
+            for job_type, rows in readings.items()
+        }
         return {"interval": self.interval, "points": self.points, "samples": taken, "series": series}
 
     # ------------------------------------------------------------ the thread

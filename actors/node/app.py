@@ -13,6 +13,7 @@ anything (the import, the call, every spec, its class, that it can travel
 to the node, and that its ids and names do not take the node's own), and a
 problem is one :class:`AppError` line naming the app.
 """
+
 from __future__ import annotations
 
 import pickle
@@ -74,13 +75,15 @@ def _check_spec(path: str, index: int, raw: Any) -> ChildSpec:
     except (TypeError, ValueError) as exc:  # a dict with the wrong shape
         raise AppError(f"app {path!r}: child spec {index}: {exc}") from None
     if not issubclass(cls, Actor):
-        raise AppError(f"app {path!r}: child {spec.id!r}: {spec.start} is not an actor class "
-                       "(a GenServer or Supervisor)")
+        raise AppError(
+            f"app {path!r}: child {spec.id!r}: {spec.start} is not an actor class (a GenServer or Supervisor)"
+        )
     try:
         pickle.dumps(spec)
     except Exception as exc:  # noqa: BLE001 - pickling user args raises anything
-        raise AppError(f"app {path!r}: child {spec.id!r}: its args cannot be sent to the node "
-                       f"({type(exc).__name__}: {exc})") from None
+        raise AppError(
+            f"app {path!r}: child {spec.id!r}: its args cannot be sent to the node ({type(exc).__name__}: {exc})"
+        ) from None
     return spec
 
 
@@ -94,8 +97,10 @@ def _check_unique(path: str, specs: list[ChildSpec], builtin: list[ChildSpec]) -
             whose = "the node" if spec.id in node_ids else "another child"
             raise AppError(f"app {path!r}: child id {spec.id!r} is already used by {whose}")
         if spec.name in taken_names:
-            raise AppError(f"app {path!r}: child {spec.id!r}: name {spec.name!r} is already registered "
-                           "by the node or another child")
+            raise AppError(
+                f"app {path!r}: child {spec.id!r}: name {spec.name!r} is already registered "
+                "by the node or another child"
+            )
         seen_ids.add(spec.id)
         if spec.name is not None:
             taken_names.add(spec.name)

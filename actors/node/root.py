@@ -10,6 +10,7 @@ why and exits with status 1, as an Erlang node does when its top
 supervisor dies. If this process is killed, the node dies with it
 (``start_node``'s ``die_with_owner``).
 """
+
 from __future__ import annotations
 
 import logging
@@ -46,9 +47,14 @@ def root_children(config: Config) -> list:
     from actors.scheduler.sup import scheduler_children
 
     fence = fence_path(config.node.port)
-    return (config_children(config) + jobs_children(config, config_server=False)
-            + scheduler_children(config, fence=fence) + doc_children(config, fence=fence)
-            + http_children(config) + _workers(config))
+    return (
+        config_children(config)
+        + jobs_children(config, config_server=False)
+        + scheduler_children(config, fence=fence)
+        + doc_children(config, fence=fence)
+        + http_children(config)
+        + _workers(config)
+    )
 
 
 def _workers(config: Config) -> list:
@@ -91,9 +97,11 @@ def check_http_port(config: Config) -> None:
         try:
             probe.bind((address, http_port))
         except OSError as exc:
-            raise PortUnavailable(f"HTTP port {address}:{http_port} is not available ({exc.strerror}); "
-                                  "another node may be using it: choose another with --http-port "
-                                  "or [node] http_port") from None
+            raise PortUnavailable(
+                f"HTTP port {address}:{http_port} is not available ({exc.strerror}); "
+                "another node may be using it: choose another with --http-port "
+                "or [node] http_port"
+            ) from None
 
 
 def with_app(config: Config, builtin: list) -> list:
@@ -137,9 +145,15 @@ def run(config: Config) -> int:
         prepare(spec)
     level = getattr(logging, config.node.log_level.upper())
     node = start_node(port, ROOT_FLAGS, children, level=level)
-    log.info("node_up port=%s store=%s http_port=%s pid=%s supervisor_pid=%s app=%s",
-             port, redact_url(store), config.node.http_port, os.getpid(), node.pid,
-             config.node.app or "-")
+    log.info(
+        "node_up port=%s store=%s http_port=%s pid=%s supervisor_pid=%s app=%s",
+        port,
+        redact_url(store),
+        config.node.http_port,
+        os.getpid(),
+        node.pid,
+        config.node.app or "-",
+    )
     reason = wait_for_stop(node)
     if reason == "supervisor_exited":
         log.error("node_down reason=node_supervisor_exited port=%s", port)
@@ -159,7 +173,8 @@ def _drain(node: Node, grace: float) -> None:
 
     try:
         answer = drain(node.client(), grace)
-        log.info("node_drained port=%s grace=%.1fs %s", node.port, grace,
-                 " ".join(f"{k}={v}" for k, v in answer.items()))
+        log.info(
+            "node_drained port=%s grace=%.1fs %s", node.port, grace, " ".join(f"{k}={v}" for k, v in answer.items())
+        )
     except Exception as exc:  # noqa: BLE001 - stop anyway: the store keeps every job
         log.warning("node_drain_failed port=%s error=%r", node.port, exc)

@@ -11,6 +11,7 @@ shortened timeout cannot re-enqueue a job early. A
 check (``activity_monitor_max_jitter_msec``), as the seed reads it anew at
 each check.
 """
+
 from __future__ import annotations
 
 import enum
@@ -97,5 +98,6 @@ class ActivityMonitorSup(Supervisor):
 
     def children(self, args: Any) -> tuple:
         flags = {"strategy": "simple_one_for_one", "intensity": 10, "period": 3}
-        return flags, [ChildSpec("activity_monitor", ActivityMonitor, None, restart=Restart.TEMPORARY,
-                                 shutdown="brutal_kill")]
+        return flags, [
+            ChildSpec("activity_monitor", ActivityMonitor, None, restart=Restart.TEMPORARY, shutdown="brutal_kill")
+        ]

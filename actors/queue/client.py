@@ -26,6 +26,7 @@ arrive in ``handle_info`` as :class:`~actors.queue.protocol.JobEvent`.
 Errors (all subclasses of :class:`JobsError`): ``NotFound``, ``Halt``,
 ``NoTypeTimeout``, ``EncodingError``, ``InvalidArgument``.
 """
+
 from __future__ import annotations
 
 import collections
@@ -70,10 +71,36 @@ from actors.names import JOBS_SERVER
 from actors.queue.protocol import EventsRead, GetNotifierServer, JobEvent, Subscribe, Unsubscribe
 
 __all__ = [
-    "EncodingError", "Halt", "InvalidArgument", "Job", "JobInfo", "JobState", "JobsError", "NoTypeTimeout",
-    "NotFound", "Subscription", "accept", "add", "add_many", "clear_type_timeout", "finish", "get_job", "get_job_data",
-    "get_job_state", "get_jobs", "get_type_timeout", "get_types", "is_resubmitted", "remove", "resubmit",
-    "set_type_timeout", "subscribe", "subscribe_task", "unsubscribe", "update", "wait",
+    "EncodingError",
+    "Halt",
+    "InvalidArgument",
+    "Job",
+    "JobInfo",
+    "JobState",
+    "JobsError",
+    "NoTypeTimeout",
+    "NotFound",
+    "Subscription",
+    "accept",
+    "add",
+    "add_many",
+    "clear_type_timeout",
+    "finish",
+    "get_job",
+    "get_job_data",
+    "get_job_state",
+    "get_jobs",
+    "get_type_timeout",
+    "get_types",
+    "is_resubmitted",
+    "remove",
+    "resubmit",
+    "set_type_timeout",
+    "subscribe",
+    "subscribe_task",
+    "unsubscribe",
+    "update",
+    "wait",
 ]
 
 DEFAULT_PORT = 1900
@@ -204,8 +231,9 @@ def _current(db: Any, job_type: Any, job_id: str) -> JobInfo:
     return get_job(db, job_type, job_id)
 
 
-def subscribe(db: Any, type: Any, job_id: str, *, node: Any = None,
-              timeout: float | None = 10.0) -> tuple[Subscription | None, JobState, dict | None]:
+def subscribe(
+    db: Any, type: Any, job_id: str, *, node: Any = None, timeout: float | None = 10.0
+) -> tuple[Subscription | None, JobState, dict | None]:
     """Subscribe this process to a job's state changes.
 
     Returns:
@@ -228,8 +256,7 @@ def subscribe(db: Any, type: Any, job_id: str, *, node: Any = None,
     client = _client(node)
     notifier = client.call(JOBS_SERVER, GetNotifierServer(type), timeout)
     inbox = _inbox(client)
-    ref = client.call(notifier, Subscribe(job_id, info.state.value, info.seq, inbox.address, confirms=True),
-                      timeout)
+    ref = client.call(notifier, Subscribe(job_id, info.state.value, info.seq, inbox.address, confirms=True), timeout)
     return Subscription(ref, type, job_id, notifier, client.port), info.state, info.data
 
 
@@ -271,8 +298,9 @@ def _state_value(state: Any) -> str:
         raise InvalidArgument(f"state must be one of {allowed}, not {state!r}") from None
 
 
-def wait(subs: Subscription | Iterable[Subscription], state: JobState | str | None = None,
-         timeout: float | None = None) -> tuple[Any, str, JobState | str, Any] | None:
+def wait(
+    subs: Subscription | Iterable[Subscription], state: JobState | str | None = None, timeout: float | None = None
+) -> tuple[Any, str, JobState | str, Any] | None:
     """Wait for the next event of one or many subscriptions.
 
     Args:
@@ -286,8 +314,10 @@ def wait(subs: Subscription | Iterable[Subscription], state: JobState | str | No
         JobState, or the string ``"not_found"`` for a removed job.
     """
     if subs is None:
-        raise InvalidArgument("wait got None for a subscription: subscribe returns None for a job that "
-                              "had already finished (its state and data are final, nothing more will come)")
+        raise InvalidArgument(
+            "wait got None for a subscription: subscribe returns None for a job that "
+            "had already finished (its state and data are final, nothing more will come)"
+        )
     subs = [subs] if isinstance(subs, Subscription) else subs
     if not isinstance(subs, (list, tuple)) or not subs or not all(isinstance(s, Subscription) for s in subs):
         raise InvalidArgument(f"wait needs a subscription or a list of them, got {subs!r}")

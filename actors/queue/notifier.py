@@ -23,6 +23,7 @@ monitor (holdoff and timeout) and answered once it applied it;
 :class:`~actors.settings.config.GetCouchJobsInUse` answers what the type monitor
 runs with.
 """
+
 from __future__ import annotations
 
 import logging
@@ -77,9 +78,16 @@ class Notifier(GenServer):
         self.outboxes: dict[str, Outbox] = {}  # str(subscriber address) -> its outbox, for confirming ones
         self.stall_timer: Any = None
         vs = activity.get_activity_vs(self.db, DEFAULT_LAYOUT, self.type)
-        self.type_monitor = self.spawn_link(TypeMonitor, {
-            "type": self.type, "vs": vs, "store": args["store"], "generation": args.get("generation", 0),
-            **type_monitor_settings(args["couch_jobs"])})
+        self.type_monitor = self.spawn_link(
+            TypeMonitor,
+            {
+                "type": self.type,
+                "vs": vs,
+                "store": args["store"],
+                "generation": args.get("generation", 0),
+                **type_monitor_settings(args["couch_jobs"]),
+            },
+        )
 
     def handle_call(self, msg: Any, from_: Any) -> Any:
         if isinstance(msg, Subscribe):
@@ -111,8 +119,11 @@ class Notifier(GenServer):
         self.db.close()
 
     def format_status(self) -> dict:
-        return {"type": self.type, "subscriptions": len(self.refs),
-                "held_events": sum(len(box.held) for box in self.outboxes.values())}
+        return {
+            "type": self.type,
+            "subscriptions": len(self.refs),
+            "held_events": sum(len(box.held) for box in self.outboxes.values()),
+        }
 
     # ------------------------------------------------------ subscriptions
     def _subscribe(self, msg: Subscribe) -> str:
@@ -188,8 +199,13 @@ class Notifier(GenServer):
         now = time.monotonic()
         for key, box in list(self.outboxes.items()):
             if box.full_since is not None and now - box.full_since >= STALLED_AFTER:
-                log.warning("subscriber_dropped type=%r subscriber=%s subscriptions=%d held=%d "
-                            "reason=stopped_reading", self.type, box.addr, len(box.refs), len(box.held))
+                log.warning(
+                    "subscriber_dropped type=%r subscriber=%s subscriptions=%d held=%d reason=stopped_reading",
+                    self.type,
+                    box.addr,
+                    len(box.refs),
+                    len(box.held),
+                )
                 for ref in list(box.refs):
                     self._unsubscribe(ref)
                 self.outboxes.pop(key, None)
@@ -211,16 +227,18 @@ class Notifier(GenServer):
         if vs is None:
             return {}
         updated = activity.get_active_since(self.db, DEFAULT_LAYOUT, self.type, vs)
-        return {job_id: (vs, JobState.RUNNING.value, data) for job_id, data in updated.items()
-                if job_id in self.subs}
+        return {job_id: (vs, JobState.RUNNING.value, data) for job_id, data in updated.items() if job_id in self.subs}
 
     def _read_jobs(self, job_ids: list[str], ratio: float) -> dict[str, tuple]:
         if ratio >= GET_JOBS_RANGE_RATIO:
             wanted = set(job_ids)
             found = model.get_jobs(self.db, DEFAULT_LAYOUT, self.type, wanted.__contains__)
         else:
-            found = {k: v for k, v in model.get_job_states(self.db, DEFAULT_LAYOUT, self.type, job_ids).items()
-                     if v is not None}
+            found = {
+                k: v
+                for k, v in model.get_job_states(self.db, DEFAULT_LAYOUT, self.type, job_ids).items()
+                if v is not None
+            }
         result = {}
         for job_id in job_ids:
             if job_id in found:

@@ -6,13 +6,21 @@ notifier answers :class:`Subscribe` and :class:`Unsubscribe` and sends
 :class:`JobEvent` to subscribers. Clients import this module, never the
 actors'.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["EventsRead", "ForceCheckTypes", "GetNotifierServer", "JobEvent", "SubscriberGone", "Subscribe",
-           "Unsubscribe"]
+__all__ = [
+    "EventsRead",
+    "ForceCheckTypes",
+    "GetNotifierServer",
+    "JobEvent",
+    "SubscriberGone",
+    "Subscribe",
+    "Unsubscribe",
+]
 
 
 @dataclass(frozen=True)

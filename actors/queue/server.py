@@ -20,6 +20,7 @@ node's start-time ones. A
 with the new period and is passed on to every activity monitor and
 notifier; it is answered once they all applied it.
 """
+
 from __future__ import annotations
 
 import enum
@@ -199,8 +200,12 @@ class JobsServer(GenServer):
             yield from self._stop_type(job_type)
 
     def _child_args(self, job_type: Any) -> dict:
-        return {"type": job_type, "store": self.args["store"], "couch_jobs": dict(self.cfg),
-                "generation": self.generation}
+        return {
+            "type": job_type,
+            "store": self.args["store"],
+            "couch_jobs": dict(self.cfg),
+            "generation": self.generation,
+        }
 
     def _start_type(self, job_type: Any):
         generation = self.generation
@@ -210,8 +215,13 @@ class JobsServer(GenServer):
         self.types[job_type] = _TypeActors(monitor, monitor_ref, notifier, self.monitor(notifier))
         log.info("job_type_started type=%r", job_type)
         if self.generation != generation:  # settings changed while they started
-            fan_out(self, [monitor, notifier], CouchJobsChanged(dict(self.cfg), self.generation), APPLY_TIMEOUT,
-                    lambda: None)
+            fan_out(
+                self,
+                [monitor, notifier],
+                CouchJobsChanged(dict(self.cfg), self.generation),
+                APPLY_TIMEOUT,
+                lambda: None,
+            )
 
     def _stop_type(self, job_type: Any):
         actors = self.types.pop(job_type)

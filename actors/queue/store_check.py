@@ -5,6 +5,7 @@ The seed's ``couch_jobs_fdb:init_cache`` fills a cache and returns
 the store, so that a node with an unreachable store fails at start with a
 clear reason, and returns ``IGNORE``.
 """
+
 from __future__ import annotations
 
 from typing import Any

@@ -12,6 +12,7 @@ there when it starts and is told of every change, which it passes on to its
 per-type actors. So a restarted server, activity monitor, notifier or type
 monitor, or the whole tree restarted, runs with the latest values.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -55,10 +56,22 @@ class JobsSup(Supervisor):
         flags = {"strategy": "rest_for_one", "intensity": 3, "period": 10}
         return flags, [
             ChildSpec("couch_jobs_fdb", StoreCache, args, restart=Restart.TRANSIENT),
-            ChildSpec("couch_jobs_activity_monitor_sup", ActivityMonitorSup, args, shutdown="brutal_kill",
-                      type=ChildType.SUPERVISOR, name=ACTIVITY_MONITOR_SUP),
-            ChildSpec("couch_jobs_notifier_sup", NotifierSup, args, shutdown="brutal_kill",
-                      type=ChildType.SUPERVISOR, name=NOTIFIER_SUP),
+            ChildSpec(
+                "couch_jobs_activity_monitor_sup",
+                ActivityMonitorSup,
+                args,
+                shutdown="brutal_kill",
+                type=ChildType.SUPERVISOR,
+                name=ACTIVITY_MONITOR_SUP,
+            ),
+            ChildSpec(
+                "couch_jobs_notifier_sup",
+                NotifierSup,
+                args,
+                shutdown="brutal_kill",
+                type=ChildType.SUPERVISOR,
+                name=NOTIFIER_SUP,
+            ),
             ChildSpec("couch_jobs_server", JobsServer, args, shutdown="brutal_kill", name=JOBS_SERVER),
         ]
 

@@ -13,6 +13,7 @@ re-arms the watch periodically even without a change. A
 at run time: a notification waiting out the old holdoff is re-timed with the
 new one, and the re-arm timer restarts with the new timeout.
 """
+
 from __future__ import annotations
 
 import enum
@@ -120,8 +121,10 @@ class TypeMonitor(GenServer):
                 self._apply(**type_monitor_settings(msg.values))
             return "ok"
         if isinstance(msg, GetCouchJobsInUse):
-            return {HOLDOFF_KEY: round(self.holdoff * 1000),
-                    TIMEOUT_KEY: INFINITY if self.timeout is None else round(self.timeout * 1000)}
+            return {
+                HOLDOFF_KEY: round(self.holdoff * 1000),
+                TIMEOUT_KEY: INFINITY if self.timeout is None else round(self.timeout * 1000),
+            }
         return super().handle_call(msg, from_)
 
     def _apply(self, holdoff: float, timeout: float | None) -> None:

@@ -1,4 +1,5 @@
 """The scheduler's client: calls to a node's scheduler from a plain process."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -25,7 +26,6 @@ from actors.scheduler.protocol import (
 )
 
 __all__ = ["SchedulerClient"]
-
 
 
 class SchedulerClient:
@@ -97,5 +97,6 @@ class SchedulerClient:
         job threads of the ``hosts`` job hosts (a stopped job counts until
         its code has ended)."""
         processes = sum(1 for child in self.client.which_children(sup_name) if child.addr is not None)
-        return processes + sum(self.client.call(f"{self.name}.host.{i}", CountRunning(), self.timeout)
-                               for i in range(hosts))
+        return processes + sum(
+            self.client.call(f"{self.name}.host.{i}", CountRunning(), self.timeout) for i in range(hosts)
+        )

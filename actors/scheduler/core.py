@@ -19,6 +19,7 @@ Times are the clock's wall seconds (``clock.time()``), as the seed's
 considers only jobs that are not running (the seed folded over running
 jobs too, whose "start" was then a no-op that cost a slot's turn).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -28,9 +29,24 @@ import itertools
 from typing import Any, Callable, Iterable, Iterator, Mapping, Protocol
 
 from actors.scheduler.model import (  # noqa: F401 - the vocabulary, re-exported for the scheduler's users
-    SchedulerError, InvalidSetting, InvalidJobSpec, InvalidRequest, JobNotFound, EventType,
-    RunState, Event, JobSpec, JobRow, Settings, is_showable_time,
-    iso8601, DEFAULT_HEALTH_THRESHOLD, DEFAULT_MAX_JOBS, DEFAULT_MAX_CHURN, DEFAULT_MAX_HISTORY, DEFAULT_INTERVAL,
+    SchedulerError,
+    InvalidSetting,
+    InvalidJobSpec,
+    InvalidRequest,
+    JobNotFound,
+    EventType,
+    RunState,
+    Event,
+    JobSpec,
+    JobRow,
+    Settings,
+    is_showable_time,
+    iso8601,
+    DEFAULT_HEALTH_THRESHOLD,
+    DEFAULT_MAX_JOBS,
+    DEFAULT_MAX_CHURN,
+    DEFAULT_MAX_HISTORY,
+    DEFAULT_INTERVAL,
     LEASE_EXPIRED,
 )
 
@@ -284,8 +300,9 @@ class Scheduling:
 
     COUNTERS = ("adds", "removes", "starts", "stops", "crashes")
 
-    def __init__(self, runner: Runner, clock: Clock, settings: Settings | None = None,
-                 table: JobTable | None = None) -> None:
+    def __init__(
+        self, runner: Runner, clock: Clock, settings: Settings | None = None, table: JobTable | None = None
+    ) -> None:
         self.runner = runner
         self.clock = clock
         self.settings = settings or Settings()
@@ -428,8 +445,7 @@ class Scheduling:
 
     def update_state_started(self, job: JobRow, pid: Any, monitor: Any) -> JobRow:
         self.counters["starts"] += 1
-        return self.table.update(job, pid=pid, monitor=monitor,
-                                 history=self._history(job, EventType.STARTED))
+        return self.table.update(job, pid=pid, monitor=monitor, history=self._history(job, EventType.STARTED))
 
     def update_state_stopped(self, job: JobRow) -> JobRow:
         self.counters["stops"] += 1
@@ -437,8 +453,7 @@ class Scheduling:
 
     def update_state_crashed(self, job: JobRow, reason: Any) -> JobRow:
         self.counters["crashes"] += 1
-        return self.table.update(job, pid=None, monitor=None,
-                                 history=self._history(job, EventType.CRASHED, reason))
+        return self.table.update(job, pid=None, monitor=None, history=self._history(job, EventType.CRASHED, reason))
 
     def _history(self, job: JobRow, kind: EventType, reason: Any = None) -> list:
         history = [Event(kind, self.clock.time(), reason)] + job.history
@@ -449,9 +464,15 @@ class Scheduling:
         """The seed's counters and gauges."""
         cats = self.table.category_stats(self.clock.time())
         out = dict(self.counters)
-        out.update(total=len(self.table), pending=cats["pending"][0], running=cats["running"][0],
-                   crashed=cats["crashed"][0], avg_pending=cats["pending"][1],
-                   avg_running=cats["running"][1], avg_crashed=cats["crashed"][1])
+        out.update(
+            total=len(self.table),
+            pending=cats["pending"][0],
+            running=cats["running"][0],
+            crashed=cats["crashed"][0],
+            avg_pending=cats["pending"][1],
+            avg_running=cats["running"][1],
+            avg_crashed=cats["crashed"][1],
+        )
         return out
 
     def job_summary(self, job_id: Any) -> dict | None:
@@ -469,10 +490,17 @@ class Scheduling:
             state = RunState.CRASHING
             info = next((reason_text(e.reason) for e in job.history if e.type is EventType.CRASHED), None)
         spec = job.spec
-        return {"source": spec.source, "target": spec.target, "handler": spec.handler,
-                "state": state.value, "info": info, "error_count": errors,
-                "last_updated": iso8601(job.history[0].when) if job.history else None,
-                "start_time": iso8601(spec.start_time), "proxy": None}
+        return {
+            "source": spec.source,
+            "target": spec.target,
+            "handler": spec.handler,
+            "state": state.value,
+            "info": info,
+            "error_count": errors,
+            "last_updated": iso8601(job.history[0].when) if job.history else None,
+            "start_time": iso8601(spec.start_time),
+            "proxy": None,
+        }
 
     def job_json(self, job: JobRow, node: Any = None) -> dict:
         """A job as the seed's job_ejson (plus reported stats as ``info``)."""
@@ -483,19 +511,30 @@ class Scheduling:
                 entry["reason"] = reason_text(event.reason)
             history.append(entry)
         spec = job.spec
-        return {"id": job.id, "pid": None if job.pid is None else str(job.pid),
-                "source": spec.source, "target": spec.target, "handler": spec.handler,
-                "continuous": spec.continuous, "database": spec.db_name, "user": spec.user,
-                "doc_id": spec.doc_id, "history": history, "node": node,
-                "start_time": iso8601(spec.start_time), "info": dict(job.stats)}
+        return {
+            "id": job.id,
+            "pid": None if job.pid is None else str(job.pid),
+            "source": spec.source,
+            "target": spec.target,
+            "handler": spec.handler,
+            "continuous": spec.continuous,
+            "database": spec.db_name,
+            "user": spec.user,
+            "doc_id": spec.doc_id,
+            "history": history,
+            "node": node,
+            "start_time": iso8601(spec.start_time),
+            "info": dict(job.stats),
+        }
 
     def jobs(self, node: Any = None, extra: Iterable[JobRow] = ()) -> list[dict]:
         """Every job as :meth:`job_json`, then ``extra`` (rows of stopped
         jobs whose code still runs, no longer in the table)."""
         return [self.job_json(j, node) for j in itertools.chain(self.table, extra)]
 
-    def jobs_page(self, limit: int, skip: int, node: Any = None,
-                  extra: Iterable[JobRow] = ()) -> tuple[int, list[dict]]:
+    def jobs_page(
+        self, limit: int, skip: int, node: Any = None, extra: Iterable[JobRow] = ()
+    ) -> tuple[int, list[dict]]:
         """``(total, one page of job dicts)`` in id order, building only the
         page's dicts; ``extra`` as for :meth:`jobs`.
 
@@ -506,11 +545,12 @@ class Scheduling:
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise InvalidRequest(name, value, "must be an int >= 0")
         ordered = sorted(itertools.chain(self.table, extra), key=lambda j: str(j.id))
-        return len(ordered), [self.job_json(j, node) for j in ordered[skip: skip + limit]]
+        return len(ordered), [self.job_json(j, node) for j in ordered[skip : skip + limit]]
 
 
-def apply_settings(settings: Settings, values: Mapping[str, Any],
-                   on_error: Callable[[InvalidSetting], None] | None = None) -> Settings:
+def apply_settings(
+    settings: Settings, values: Mapping[str, Any], on_error: Callable[[InvalidSetting], None] | None = None
+) -> Settings:
     """Apply several settings, validating each."""
     for key, value in values.items():
         try:

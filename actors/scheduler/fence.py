@@ -17,6 +17,7 @@ map: a read is a memory access, not a message. The file is created with
 the user's: a symlink planted in its place is never followed. No file (a
 tree without a doc processor, or before it started) means no deadline.
 """
+
 from __future__ import annotations
 
 import math

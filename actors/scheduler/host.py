@@ -20,6 +20,7 @@ one: the scheduler hears of that job's end (and its siblings') only once
 its code no longer runs. Handlers that may block in native code without a
 timeout belong in a process of their own (``"isolation": "process"``).
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -262,15 +263,21 @@ class JobHost(GenServer):
         if not run.dirty or run.scheduler is None:
             return
         handle = HostedJob(self.myAddress, run.spec.id, run.ref)
-        self.send(run.scheduler, Cast(JobProgress(run.spec.id, handle, dict(run.stats), run.checkpoint,
-                                                  run.new_checkpoint)))
+        self.send(
+            run.scheduler, Cast(JobProgress(run.spec.id, handle, dict(run.stats), run.checkpoint, run.new_checkpoint))
+        )
         run.dirty = run.new_checkpoint = False
 
     def _details(self, run: _Run, scheduler: Any) -> dict:
         run.scheduler = scheduler
         self._drain(run)
-        return {"ref": run.ref, "spec": run.spec.to_dict(), "stats": dict(run.stats), "checkpoint": run.checkpoint,
-                "started_at": run.started_at}
+        return {
+            "ref": run.ref,
+            "spec": run.spec.to_dict(),
+            "stats": dict(run.stats),
+            "checkpoint": run.checkpoint,
+            "started_at": run.started_at,
+        }
 
 
 def _raise_in_thread(thread: threading.Thread, exc_type: type) -> None:
@@ -290,5 +297,9 @@ class JobHostSup(Supervisor):
         name = (args or {}).get("name", HOST_NAME)
         fence = (args or {}).get("fence")
         flags = SupFlags(Strategy.ONE_FOR_ONE, intensity=10, period=10)
-        return flags, [ChildSpec(f"host{i}", HOST_START, {"index": i, "fence": fence}, shutdown=STOP_GRACE + 1.0,
-                                 name=name.format(i)) for i in range(count)]
+        return flags, [
+            ChildSpec(
+                f"host{i}", HOST_START, {"index": i, "fence": fence}, shutdown=STOP_GRACE + 1.0, name=name.format(i)
+            )
+            for i in range(count)
+        ]

@@ -26,6 +26,7 @@ What a handler gets (:class:`JobContext`): ``job_id``, ``options``,
 ``checkpoint(state)``, ``report(**stats)``, ``stopping`` and
 ``wait(seconds)`` (sleeps, returns True early when the job is stopping).
 """
+
 from __future__ import annotations
 
 import importlib
@@ -108,8 +109,14 @@ class JobStopping(BaseException):
 class JobContext:
     """What a handler sees of its job. Thread-safe."""
 
-    def __init__(self, spec: JobSpec, last_checkpoint: Any, events: "queue.Queue[tuple]",
-                 stop: threading.Event, fence: LeaseFence | None = None) -> None:
+    def __init__(
+        self,
+        spec: JobSpec,
+        last_checkpoint: Any,
+        events: "queue.Queue[tuple]",
+        stop: threading.Event,
+        fence: LeaseFence | None = None,
+    ) -> None:
         self.spec = spec
         self.job_id = spec.id
         self.options = dict(spec.options)
@@ -235,8 +242,14 @@ class SchedulerJob(GenServer):
             self.scheduler = msg.scheduler
             self.adopted = True
             self._drain()
-            return {"spec": self.spec.to_dict(), "stats": dict(self.stats), "checkpoint": self.last_checkpoint,
-                    "started_at": self.started_at, "pid": os.getpid(), "running": self.thread is not None}
+            return {
+                "spec": self.spec.to_dict(),
+                "stats": dict(self.stats),
+                "checkpoint": self.last_checkpoint,
+                "started_at": self.started_at,
+                "pid": os.getpid(),
+                "running": self.thread is not None,
+            }
         return super().handle_call(msg, from_)
 
     def handle_cast(self, msg: Any) -> None:
@@ -261,8 +274,7 @@ class SchedulerJob(GenServer):
             return
         ctx = JobContext(self.spec, self.last_checkpoint, self.events, self.stop_event, self.fence)
         path = self.spec.handler or REPLICATE_HANDLER
-        self.thread = threading.Thread(target=self._work, args=(path, ctx), name=f"job-{self.spec.id}",
-                                       daemon=True)
+        self.thread = threading.Thread(target=self._work, args=(path, ctx), name=f"job-{self.spec.id}", daemon=True)
         self.thread.start()
         self.start_timer(POLL_MIN, self._poll, real=True)
 
@@ -314,8 +326,14 @@ class SchedulerJob(GenServer):
     def _publish(self) -> None:
         if not self.stats_dirty or self.scheduler is None:
             return
-        self.send(self.scheduler, Cast(JobProgress(self.spec.id, self.myAddress, dict(self.stats),
-                                                   self.last_checkpoint, self.has_new_checkpoint)))
+        self.send(
+            self.scheduler,
+            Cast(
+                JobProgress(
+                    self.spec.id, self.myAddress, dict(self.stats), self.last_checkpoint, self.has_new_checkpoint
+                )
+            ),
+        )
         self.stats_dirty = False
         self.has_new_checkpoint = False
         self.last_publish = self.clock.monotonic()

@@ -2,6 +2,7 @@
 events, the table's ``Job`` rows and the tunable ``Settings`` (plain data,
 no actors, no I/O; :mod:`actors.scheduler.core` decides with them).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -92,8 +93,19 @@ class Event:
     reason: Any = None
 
 
-_SPEC_FIELDS = ("id", "handler", "source", "target", "continuous", "options", "db_name", "doc_id",
-                "user", "start_time", "isolation")
+_SPEC_FIELDS = (
+    "id",
+    "handler",
+    "source",
+    "target",
+    "continuous",
+    "options",
+    "db_name",
+    "doc_id",
+    "user",
+    "start_time",
+    "isolation",
+)
 #: How a job runs: a thread of a job host (cheap, the default) or a process of its own.
 ISOLATIONS = ("thread", "process")
 
@@ -184,14 +196,26 @@ class JobSpec:
         elif isinstance(start_time, bool) or not isinstance(start_time, (int, float)):
             raise InvalidJobSpec("start_time", start_time, "must be a number (epoch seconds)")
         elif not is_showable_time(start_time):
-            raise InvalidJobSpec("start_time", start_time, "must be a time the clock can show "
-                                 "(finite epoch seconds, years 1 to 9999)")
+            raise InvalidJobSpec(
+                "start_time", start_time, "must be a time the clock can show (finite epoch seconds, years 1 to 9999)"
+            )
         isolation = data.get("isolation")
         isolation = "thread" if isolation is None else isolation
         if isolation not in ISOLATIONS:
             raise InvalidJobSpec("isolation", isolation, "must be 'thread' or 'process'")
-        return cls(job_id, handler, data.get("source"), data.get("target"), continuous, dict(options),
-                   data.get("db_name"), data.get("doc_id"), data.get("user"), start_time, isolation)
+        return cls(
+            job_id,
+            handler,
+            data.get("source"),
+            data.get("target"),
+            continuous,
+            dict(options),
+            data.get("db_name"),
+            data.get("doc_id"),
+            data.get("user"),
+            start_time,
+            isolation,
+        )
 
 
 @dataclass(eq=False)

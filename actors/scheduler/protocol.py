@@ -4,6 +4,7 @@ Plain frozen dataclasses, pickled across processes; the scheduler actor
 (:mod:`actors.scheduler.server`) answers them and
 :class:`actors.scheduler.client.SchedulerClient` sends them.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -11,16 +12,33 @@ from typing import Any
 
 from actors.names import SCHEDULER_HOST
 
-__all__ = ["AddJob", "RemoveJob", "RemoveJobs", "Reschedule", "Jobs", "JobsPage", "GetJob", "JobSummary", "JobStates",
-           "JobAddress", "HealthThreshold", "GetStats", "GetSettings", "SetSetting", "LoadJobs", "CountRunning",
-           "HOST_NAME", "DEFAULT_HOSTS", "MAX_IDS"]
+__all__ = [
+    "AddJob",
+    "RemoveJob",
+    "RemoveJobs",
+    "Reschedule",
+    "Jobs",
+    "JobsPage",
+    "GetJob",
+    "JobSummary",
+    "JobStates",
+    "JobAddress",
+    "HealthThreshold",
+    "GetStats",
+    "GetSettings",
+    "SetSetting",
+    "LoadJobs",
+    "CountRunning",
+    "HOST_NAME",
+    "DEFAULT_HOSTS",
+    "MAX_IDS",
+]
 
 #: Registered name of job host ``i`` of the scheduler named "scheduler" (a
 #: scheduler named N has hosts "N.host.i").
 HOST_NAME = SCHEDULER_HOST
 #: Job hosts per node (each runs any number of jobs).
 DEFAULT_HOSTS = 4
-
 
 
 @dataclass(frozen=True)

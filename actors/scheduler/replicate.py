@@ -22,6 +22,7 @@ batch. Options: ``jobs`` (true: the jobs layer's data only), ``prefix``
 (500), ``batch_delay`` (seconds between batches, 0), ``poll_interval``
 (seconds between passes of a continuous job, 5).
 """
+
 from __future__ import annotations
 
 import logging
@@ -62,8 +63,17 @@ def checkpoint_key(job_id: str) -> bytes:
 
 
 def new_checkpoint() -> dict:
-    return {"session_id": None, "pass": 0, "last_key": None, "pass_complete": False, "seq": 0,
-            "docs_read": 0, "docs_written": 0, "doc_write_failures": 0, "history": []}
+    return {
+        "session_id": None,
+        "pass": 0,
+        "last_key": None,
+        "pass_complete": False,
+        "seq": 0,
+        "docs_read": 0,
+        "docs_written": 0,
+        "doc_write_failures": 0,
+        "history": [],
+    }
 
 
 @fdblayer.transactional
@@ -78,8 +88,9 @@ def _read_rows(tr: Any, begin: bytes, end: bytes, limit: int) -> list:
 
 
 @fdblayer.transactional
-def copy_batch(tr: Any, source: Any, job_id: str, session: str, begin: bytes, end: bytes,
-               batch_size: int) -> tuple[dict, int, int, int]:
+def copy_batch(
+    tr: Any, source: Any, job_id: str, session: str, begin: bytes, end: bytes, batch_size: int
+) -> tuple[dict, int, int, int]:
     """Copy one batch and checkpoint it in the same target transaction.
 
     Returns:
@@ -127,8 +138,17 @@ def copy_batch(tr: Any, source: Any, job_id: str, session: str, begin: bytes, en
 def _record_session(cp: dict, session: str, read: int, written: int, failures: int) -> None:
     history = cp["history"]
     if not history or history[0]["session_id"] != session:
-        history.insert(0, {"session_id": session, "start_seq": cp["seq"] - read, "end_seq": cp["seq"] - read,
-                           "docs_read": 0, "docs_written": 0, "doc_write_failures": 0})
+        history.insert(
+            0,
+            {
+                "session_id": session,
+                "start_seq": cp["seq"] - read,
+                "end_seq": cp["seq"] - read,
+                "docs_read": 0,
+                "docs_written": 0,
+                "doc_write_failures": 0,
+            },
+        )
         del history[MAX_SESSIONS:]
         cp["session_id"] = session
     entry = history[0]

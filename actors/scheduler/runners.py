@@ -19,6 +19,7 @@ death): the scheduler still lists it, and a job of the same id (a document
 re-added, rotated back in) waits for it before it starts (its pid is a
 :class:`Waiting`), so one node never runs two copies of a job at once.
 """
+
 from __future__ import annotations
 
 import collections
@@ -168,8 +169,12 @@ class ActorRunner:
             job = s.core.table.get(token.job_id)
             if job is None or job.pid != token:
                 continue  # stopped or removed before its turn
-            args = {"spec": job.spec.to_dict(), "scheduler": s.myAddress, "checkpoint": job.checkpoint,
-                    "fence": s.fence_path}
+            args = {
+                "spec": job.spec.to_dict(),
+                "scheduler": s.myAddress,
+                "checkpoint": job.checkpoint,
+                "fence": s.fence_path,
+            }
             self.in_flight += 1
             s.call_async(s.sup, StartChild(args), functools.partial(s.job_start_answered, token), START_TIMEOUT)
 
@@ -217,8 +222,7 @@ class HostRunner:
 
     def _look_up(self, index: int, on_found: Any = None) -> None:
         s = self.scheduler
-        s.call_async(s.node, WhereIs(self.names[index]),
-                     functools.partial(self._found, index, on_found), START_TIMEOUT)
+        s.call_async(s.node, WhereIs(self.names[index]), functools.partial(self._found, index, on_found), START_TIMEOUT)
 
     def _found(self, index: int, on_found: Any, addr: Any, error: Exception | None) -> None:
         s = self.scheduler

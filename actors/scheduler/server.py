@@ -38,6 +38,7 @@ job can have (job ids are non-empty str) is a job that is not there; the
 scheduler never exits on a caller's mistake. Any other exception is a bug
 in its own state, and it crashes (its supervisor restarts it).
 """
+
 from __future__ import annotations
 
 import functools
@@ -143,8 +144,12 @@ class Scheduler(GenServer):
         return DEFER_START
 
     def format_status(self) -> dict:
-        return {"settings": vars(self.core.settings).copy(), "config_generation": self.config_generation,
-                "running_jobs": self.core.table.running_count(), "pending_jobs": self.core.table.pending_count()}
+        return {
+            "settings": vars(self.core.settings).copy(),
+            "config_generation": self.config_generation,
+            "running_jobs": self.core.table.running_count(),
+            "pending_jobs": self.core.table.pending_count(),
+        }
 
     # -------------------------------------------------------- settings
     def _keeper_found(self, addr: Any, error: Exception | None) -> None:
@@ -173,12 +178,20 @@ class Scheduler(GenServer):
         """Run with ``values`` from now on (each validated again; a bad one is logged and skipped)."""
         before = self.core.settings
         wanted = {key: value for key, value in values.items() if key in SETTING_KEYS}
-        self.core.settings = apply_settings(before, wanted, on_error=lambda exc: report(
-            "scheduler_setting_refused", logging.ERROR, key=exc.key, value=exc.value, reason=str(exc)))
+        self.core.settings = apply_settings(
+            before,
+            wanted,
+            on_error=lambda exc: report(
+                "scheduler_setting_refused", logging.ERROR, key=exc.key, value=exc.value, reason=str(exc)
+            ),
+        )
         if generation is not None:
             self.config_generation = generation
-        changed = {key: getattr(self.core.settings, key) for key in SETTING_KEYS
-                   if getattr(self.core.settings, key) != getattr(before, key)}
+        changed = {
+            key: getattr(self.core.settings, key)
+            for key in SETTING_KEYS
+            if getattr(self.core.settings, key) != getattr(before, key)
+        }
         if changed:
             report("scheduler_settings_applied", generation=self.config_generation, **changed)
         if "interval" in changed and self._timer is not None:
@@ -233,14 +246,14 @@ class Scheduler(GenServer):
             return
         addrs = [c.addr for c in children if c.addr is not None]
         self._adopting = set(range(len(addrs))) | {("host", i) for i in range(len(self.core.runner.hosts.names))}
-        self.core.runner.hosts.find_hosts(lambda index, addr: self.core.runner.hosts.adopt(
-            index, addr, self._adopt_hosted))
+        self.core.runner.hosts.find_hosts(
+            lambda index, addr: self.core.runner.hosts.adopt(index, addr, self._adopt_hosted)
+        )
         if not self._adopting:
             self.start_complete()
             return
         for i, addr in enumerate(addrs):
-            self.call_async(addr, GetDetails(self.myAddress), functools.partial(self._adopt, i, addr),
-                            ADOPT_TIMEOUT)
+            self.call_async(addr, GetDetails(self.myAddress), functools.partial(self._adopt, i, addr), ADOPT_TIMEOUT)
 
     def _adopt(self, index: int, addr: Any, details: Any, error: Exception | None) -> None:
         if details is not None:
@@ -248,8 +261,9 @@ class Scheduler(GenServer):
             started = details["started_at"]
             history = [Event(EventType.STARTED, started), Event(EventType.ADDED, spec.start_time or started)]
             ref = self.monitor(addr)
-            self.core.table.put(JobRow(spec.id, spec, history, addr, ref, dict(details["stats"]),
-                                    details["checkpoint"]))
+            self.core.table.put(
+                JobRow(spec.id, spec, history, addr, ref, dict(details["stats"]), details["checkpoint"])
+            )
             self.adopted.add(spec.id)
             if not details["running"]:
                 self.send(addr, Cast(RunJob(self.myAddress)))
@@ -265,8 +279,9 @@ class Scheduler(GenServer):
             handle = HostedJob(addr, spec.id, entry["ref"])
             started = entry["started_at"]
             history = [Event(EventType.STARTED, started), Event(EventType.ADDED, spec.start_time or started)]
-            self.core.table.put(JobRow(spec.id, spec, history, handle, entry["ref"], dict(entry["stats"]),
-                                    entry["checkpoint"]))
+            self.core.table.put(
+                JobRow(spec.id, spec, history, handle, entry["ref"], dict(entry["stats"]), entry["checkpoint"])
+            )
             self.core.runner.hosts.adopted(index)
             self.adopted.add(spec.id)
         if error is not None:
@@ -337,8 +352,11 @@ class Scheduler(GenServer):
         if isinstance(msg, GetSettings):
             return vars(core.settings).copy()
         if isinstance(msg, ReplicatorChanged):
-            if not isinstance(msg.values, dict) or isinstance(msg.generation, bool) \
-                    or not isinstance(msg.generation, int):
+            if (
+                not isinstance(msg.values, dict)
+                or isinstance(msg.generation, bool)
+                or not isinstance(msg.generation, int)
+            ):
                 raise InvalidRequest("ReplicatorChanged", msg, "values must be a dict, generation an int")
             self.has_keeper = True  # also when a keeper restarted after ours hands us its values
             if msg.newer_than(self.config_generation):
@@ -356,8 +374,12 @@ class Scheduler(GenServer):
 
     def _add_job(self, spec: JobSpec) -> Any:
         existing = self.core.table.get(spec.id)
-        if spec.id in self.adopted and existing is not None and existing.pid is not None \
-                and existing.spec.to_dict() == dict(spec.to_dict(), start_time=existing.spec.start_time):
+        if (
+            spec.id in self.adopted
+            and existing is not None
+            and existing.pid is not None
+            and existing.spec.to_dict() == dict(spec.to_dict(), start_time=existing.spec.start_time)
+        ):
             # Re-added after a scheduler restart: the job already runs here.
             self.adopted.discard(spec.id)
             self.core.table.update(existing, spec=spec)
@@ -498,8 +520,9 @@ class Scheduler(GenServer):
     def _arm_timer(self) -> None:
         self.cancel_timer(self._timer)
         self._tick_generation += 1
-        self._timer = self.send_after(seconds("replicator", "interval", self.core.settings.interval),
-                                      _Tick(self._tick_generation))
+        self._timer = self.send_after(
+            seconds("replicator", "interval", self.core.settings.interval), _Tick(self._tick_generation)
+        )
 
     def job_start_answered(self, token: Starting, addr: Any, error: Exception | None) -> None:
         """scheduler_sup answered a StartChild for ``token``'s job."""
@@ -521,7 +544,19 @@ class Scheduler(GenServer):
 
 
 __all__ = [
-    "AddJob", "RemoveJob", "Reschedule", "Jobs", "GetJob", "JobSummary", "JobAddress", "HealthThreshold",
-    "GetStats", "GetSettings", "SetSetting", "LoadJobs", "Scheduler", "InvalidSetting",
+    "AddJob",
+    "RemoveJob",
+    "Reschedule",
+    "Jobs",
+    "GetJob",
+    "JobSummary",
+    "JobAddress",
+    "HealthThreshold",
+    "GetStats",
+    "GetSettings",
+    "SetSetting",
+    "LoadJobs",
+    "Scheduler",
+    "InvalidSetting",
     "InvalidRequest",
 ]

@@ -17,6 +17,7 @@ with it, so no scheduler ever believes in jobs that are gone.
   the new scheduler adopts them from scheduler_sup and from the hosts.
 * :func:`scheduler_children`: the tree as one child spec for a node's root.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -62,13 +63,27 @@ class SchedulerTree(Supervisor):
         flags = SupFlags(Strategy.REST_FOR_ONE, intensity=10, period=1)
         return flags, [
             ChildSpec("scheduler_sup", SchedulerSup, None, type=ChildType.SUPERVISOR, name=sup_name),
-            ChildSpec("job_hosts", JobHostSup, {"hosts": hosts, "name": host_name, "fence": args.get("fence")},
-                      type=ChildType.SUPERVISOR,
-                      name=f"{name}.hosts"),
-            ChildSpec("scheduler", SCHEDULER_START, {"settings": args.get("settings", {}), "sup_name": sup_name,
-                                                     "node_name": args.get("node_name"), "fence": args.get("fence"),
-                                                     "host_names": [host_name.format(i) for i in range(hosts)]},
-                      shutdown=5.0, name=name, clock=args.get("clock")),
+            ChildSpec(
+                "job_hosts",
+                JobHostSup,
+                {"hosts": hosts, "name": host_name, "fence": args.get("fence")},
+                type=ChildType.SUPERVISOR,
+                name=f"{name}.hosts",
+            ),
+            ChildSpec(
+                "scheduler",
+                SCHEDULER_START,
+                {
+                    "settings": args.get("settings", {}),
+                    "sup_name": sup_name,
+                    "node_name": args.get("node_name"),
+                    "fence": args.get("fence"),
+                    "host_names": [host_name.format(i) for i in range(hosts)],
+                },
+                shutdown=5.0,
+                name=name,
+                clock=args.get("clock"),
+            ),
         ]
 
 
@@ -87,6 +102,5 @@ def scheduler_children(config: Config, *, clock: str | None = None, fence: str |
         fence: the node's lease fence file (:mod:`actors.scheduler.fence`),
             read by document jobs; None: they run unfenced.
     """
-    args = {"settings": scheduler_settings(config), "clock": clock, "node_name": node_name(config),
-            "fence": fence}
+    args = {"settings": scheduler_settings(config), "clock": clock, "node_name": node_name(config), "fence": fence}
     return [ChildSpec("scheduler_tree", SchedulerTree, args, type=ChildType.SUPERVISOR)]

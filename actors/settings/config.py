@@ -38,6 +38,7 @@ that every actor reading a section can import them: :class:`GetConfig` and
 section), :class:`GetCouchJobs` (the queue's own form of ``GetConfig``) and
 :class:`GetCouchJobsInUse`.
 """
+
 from __future__ import annotations
 
 import configparser
@@ -94,8 +95,9 @@ def parse_runtime_value(section: str, key: str, raw: Any) -> Any:
             file alone sets), or a bad value.
     """
     if not _known(section, key) or key not in RUNTIME_KEYS.get(section, ()):
-        raise ConfigError(section, key, raw, "can only be changed in the config file" if _known(section, key)
-                          else "unknown setting")
+        raise ConfigError(
+            section, key, raw, "can only be changed in the config file" if _known(section, key) else "unknown setting"
+        )
     return parse_value(section, key, raw)
 
 
@@ -192,18 +194,20 @@ def _read_file(parser: configparser.ConfigParser, path: str | Path) -> None:
         with open(path) as f:
             parser.read_file(f)
     except configparser.MissingSectionHeaderError as exc:
-        raise ConfigFileError(f"config file {path}, line {exc.lineno}: a setting before any [section] header: "
-                              f"{exc.line.strip()!r}") from None
+        raise ConfigFileError(
+            f"config file {path}, line {exc.lineno}: a setting before any [section] header: {exc.line.strip()!r}"
+        ) from None
     except configparser.DuplicateOptionError as exc:
-        raise ConfigFileError(f"config file {path}, line {exc.lineno}: [{exc.section}] {exc.option} is set twice") \
-            from None
+        raise ConfigFileError(
+            f"config file {path}, line {exc.lineno}: [{exc.section}] {exc.option} is set twice"
+        ) from None
     except configparser.DuplicateSectionError as exc:
-        raise ConfigFileError(f"config file {path}, line {exc.lineno}: section [{exc.section}] appears twice") \
-            from None
+        raise ConfigFileError(f"config file {path}, line {exc.lineno}: section [{exc.section}] appears twice") from None
     except configparser.ParsingError as exc:
         lineno = exc.errors[0][0] if exc.errors else 0
-        raise ConfigFileError(f"config file {path}, line {lineno}: not a 'key = value' setting: "
-                              f"{_line(path, lineno)!r}") from None
+        raise ConfigFileError(
+            f"config file {path}, line {lineno}: not a 'key = value' setting: {_line(path, lineno)!r}"
+        ) from None
     except configparser.Error as exc:
         raise ConfigFileError(f"config file {path}: {str(exc).splitlines()[0]}") from None
 
@@ -269,12 +273,12 @@ def write_value(path: str | Path, section: str, key: str, value: str) -> None:
 def _with_value(text: str, section: str, key: str, value: str) -> str:
     """``text`` with ``[section] key = value`` set (see :func:`write_value`)."""
     lines = text.splitlines(keepends=True)
-    current = None           # the section the line belongs to
-    option_indent = None     # indent of the last option line (deeper lines continue it)
-    option_index = None      # index of that option line
-    found = None             # index of the key's line in the section
+    current = None  # the section the line belongs to
+    option_indent = None  # indent of the last option line (deeper lines continue it)
+    option_index = None  # index of that option line
+    found = None  # index of the key's line in the section
     continuation: list[int] = []  # the key's continuation lines
-    insert_at = None         # after the section's last setting (or its header)
+    insert_at = None  # after the section's last setting (or its header)
     for i, line in enumerate(lines):
         stripped = line.strip()
         if not stripped or stripped[0] in "#;":
@@ -309,7 +313,7 @@ def _with_value(text: str, section: str, key: str, value: str) -> str:
         prefix = body[: len(body) - len(body.lstrip())] + stripped[: option.start("value")]
         if not option.group("value") and not prefix[-1].isspace():
             prefix += " "  # "key =" becomes "key = value", not "key =value"
-        lines[found] = f"{prefix}{value}{line[len(body):] or chr(10)}"
+        lines[found] = f"{prefix}{value}{line[len(body) :] or chr(10)}"
         for i in reversed(continuation):
             del lines[i]
         return "".join(lines)

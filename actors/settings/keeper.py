@@ -33,6 +33,7 @@ or a SIGKILL runs with the latest values, not with its start-time args.
 Registered as :data:`CONFIG_SERVER` (the name the scheduler and the queue's
 server look their settings keeper up by).
 """
+
 from __future__ import annotations
 
 import configparser
@@ -90,6 +91,7 @@ def fan_out(actor: GenServer, targets: list, msg: Any, timeout: float, done: Cal
             left -= 1
             if left == 0:
                 done()
+
         return callback
 
     for target in targets:
@@ -98,9 +100,12 @@ def fan_out(actor: GenServer, targets: list, msg: Any, timeout: float, done: Cal
 
 def config_args(config: Config) -> dict:
     """The keeper's args: the config file's path and the start-time run-time sections."""
-    return {"path": config.path,
-            "sections": {section: {key: config.get(section, key) for key in keys}
-                         for section, keys in RUNTIME_KEYS.items()}}
+    return {
+        "path": config.path,
+        "sections": {
+            section: {key: config.get(section, key) for key in keys} for section, keys in RUNTIME_KEYS.items()
+        },
+    }
 
 
 def config_children(config: Config) -> list[ChildSpec]:
@@ -126,8 +131,9 @@ class ConfigServer(GenServer):
         self.subscribers: dict[str, dict[str, Any]] = {section: {} for section in self.values}  # ref -> addr
         for section, names in READERS.items():
             for name in names:
-                self.call_async(self.node, WhereIs(name), functools.partial(self._reader_found, section, name),
-                                APPLY_TIMEOUT)
+                self.call_async(
+                    self.node, WhereIs(name), functools.partial(self._reader_found, section, name), APPLY_TIMEOUT
+                )
 
     def _read_file(self) -> None:
         """Take the file's values (a restarted keeper keeps what was written there)."""
@@ -145,8 +151,9 @@ class ConfigServer(GenServer):
             return
         self._subscribe(section, addr)
         report("config_handed_over", section=section, reader=name, generation=self.generation)
-        fan_out(self, [addr], CHANGED[section](dict(self.values[section]), self.generation), APPLY_TIMEOUT,
-                lambda: None)
+        fan_out(
+            self, [addr], CHANGED[section](dict(self.values[section]), self.generation), APPLY_TIMEOUT, lambda: None
+        )
 
     def _subscribe(self, section: str, addr: Any) -> None:
         if addr not in self.subscribers[section].values():
@@ -177,17 +184,30 @@ class ConfigServer(GenServer):
             try:
                 write_value(self.path, section, key, format_value(value))
             except ConfigWriteError as exc:
-                report("config_write_failed", logging.ERROR, section=section, key=key, value=value,
-                       file=self.path, reason=exc.why)
+                report(
+                    "config_write_failed",
+                    logging.ERROR,
+                    section=section,
+                    key=key,
+                    value=value,
+                    file=self.path,
+                    reason=exc.why,
+                )
                 return Failure(exc)
         old = self.values[section][key]
         self.values[section][key] = value
         self.generation += 1
-        report("config_changed", section=section, key=key, value=value, old=old,
-               persisted=self.path if persisted else False, generation=self.generation)
+        report(
+            "config_changed",
+            section=section,
+            key=key,
+            value=value,
+            old=old,
+            persisted=self.path if persisted else False,
+            generation=self.generation,
+        )
         change = CHANGED[section](dict(self.values[section]), self.generation)
-        fan_out(self, list(self.subscribers[section].values()), change, APPLY_TIMEOUT,
-                lambda: self.reply(from_, old))
+        fan_out(self, list(self.subscribers[section].values()), change, APPLY_TIMEOUT, lambda: self.reply(from_, old))
         return NOREPLY
 
     # ------------------------------------------------------------- info
@@ -199,8 +219,12 @@ class ConfigServer(GenServer):
         super().handle_info(msg)
 
     def format_status(self) -> dict:
-        return {"generation": self.generation, "values": self.values, "path": self.path,
-                "subscribers": {section: len(s) for section, s in self.subscribers.items()}}
+        return {
+            "generation": self.generation,
+            "values": self.values,
+            "path": self.path,
+            "subscribers": {section: len(s) for section, s in self.subscribers.items()},
+        }
 
 
 class ConfigClient:

@@ -22,6 +22,7 @@ nothing). Pure: no actors, no store; the store URLs are only parsed.
   it). Empty: the directory holding the node's SQLite store (for a node on
   FoundationDB, its own cluster: ``fdb://?`` for ``fdb://``).
 """
+
 from __future__ import annotations
 
 import os
@@ -80,8 +81,9 @@ class JobPolicy:
         return cls.from_entries(config.replicator.handlers, config.replicator.stores, config.node.store)
 
     @classmethod
-    def from_entries(cls, handlers: str | list[str] = "", stores: str | list[str] = "",
-                     node_store: str | None = None) -> "JobPolicy":
+    def from_entries(
+        cls, handlers: str | list[str] = "", stores: str | list[str] = "", node_store: str | None = None
+    ) -> "JobPolicy":
         """The policy of the two config values (comma-separated, or lists of entries).
 
         Args:
@@ -96,23 +98,34 @@ class JobPolicy:
         store_entries = split_list(stores) if isinstance(stores, str) else list(stores)
         if not store_entries and node_store is not None:
             store_entries = [entry for entry in [data_directory(node_store)] if entry is not None]
-        return cls(modules=frozenset(e for e in handler_entries if ":" not in e),
-                   handlers=frozenset(e for e in handler_entries if ":" in e),
-                   directories=tuple(os.path.realpath(e) for e in store_entries if "://" not in e),
-                   urls=tuple(e for e in store_entries if "://" in e),
-                   own_store=_store_identity(node_store) if node_store is not None else None)
+        return cls(
+            modules=frozenset(e for e in handler_entries if ":" not in e),
+            handlers=frozenset(e for e in handler_entries if ":" in e),
+            directories=tuple(os.path.realpath(e) for e in store_entries if "://" not in e),
+            urls=tuple(e for e in store_entries if "://" in e),
+            own_store=_store_identity(node_store) if node_store is not None else None,
+        )
 
     def to_dict(self) -> dict:
         """JSON-compatible form (the HTTP process gets its policy so)."""
-        return {"modules": sorted(self.modules), "handlers": sorted(self.handlers),
-                "directories": list(self.directories), "urls": list(self.urls), "own_store": self.own_store}
+        return {
+            "modules": sorted(self.modules),
+            "handlers": sorted(self.handlers),
+            "directories": list(self.directories),
+            "urls": list(self.urls),
+            "own_store": self.own_store,
+        }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "JobPolicy":
         """The inverse of :meth:`to_dict` (the directories are already real paths)."""
-        return cls(modules=frozenset(data.get("modules") or ()), handlers=frozenset(data.get("handlers") or ()),
-                   directories=tuple(data.get("directories") or ()), urls=tuple(data.get("urls") or ()),
-                   own_store=data.get("own_store"))
+        return cls(
+            modules=frozenset(data.get("modules") or ()),
+            handlers=frozenset(data.get("handlers") or ()),
+            directories=tuple(data.get("directories") or ()),
+            urls=tuple(data.get("urls") or ()),
+            own_store=data.get("own_store"),
+        )
 
     # ---------------------------------------------------------- checking
     def check(self, spec: Mapping[str, Any]) -> None:
@@ -196,7 +209,7 @@ def _under_prefix(url: str, prefix: str) -> bool:
         return True
     if not url.startswith(prefix):
         return False
-    rest = url[len(prefix):]
+    rest = url[len(prefix) :]
     if not rest:
         return True
     if not (prefix[-1] in "/?" or rest[0] in "/?"):

@@ -9,15 +9,34 @@ record with the units converted once (:func:`typed`, and ``Config.node``,
 ``.replicator``, ``.couch_jobs``, ``.worker``: milliseconds become
 seconds, ``infinity`` becomes None, lists become tuples).
 """
+
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
-__all__ = ["Setting", "SCHEMA", "INFINITY", "MAX_MSEC", "LOG_LEVELS", "lookup", "parse", "defaults",
-           "runtime_keys", "seconds", "split_list", "NodeSettings", "ReplicatorSettings", "CouchJobsSettings",
-           "WorkerSettings", "RECORDS", "typed", "couch_jobs_settings", "SettingsChanged"]
+__all__ = [
+    "Setting",
+    "SCHEMA",
+    "INFINITY",
+    "MAX_MSEC",
+    "LOG_LEVELS",
+    "lookup",
+    "parse",
+    "defaults",
+    "runtime_keys",
+    "seconds",
+    "split_list",
+    "NodeSettings",
+    "ReplicatorSettings",
+    "CouchJobsSettings",
+    "WorkerSettings",
+    "RECORDS",
+    "typed",
+    "couch_jobs_settings",
+    "SettingsChanged",
+]
 
 INFINITY = "infinity"
 #: Largest millisecond value (Erlang's erlang:send_after limit, 2^32 - 1).
@@ -205,8 +224,11 @@ def parse(setting: Setting, raw: Any) -> Any:
     if value < setting.low:
         raise ValueError(f"must be >= {setting.low}")
     if setting.high is not None and value > setting.high:
-        raise ValueError("must be a TCP port (<= 65535)" if setting.unit == "port"
-                         else f"must be <= {setting.high}{' ms' if setting.unit == 'ms' else ''}")
+        raise ValueError(
+            "must be a TCP port (<= 65535)"
+            if setting.unit == "port"
+            else f"must be <= {setting.high}{' ms' if setting.unit == 'ms' else ''}"
+        )
     return value
 
 
@@ -285,8 +307,12 @@ class WorkerSettings:
 
 
 #: The record of each schema section.
-RECORDS = {"node": NodeSettings, "replicator": ReplicatorSettings, "couch_jobs": CouchJobsSettings,
-           "worker": WorkerSettings}
+RECORDS = {
+    "node": NodeSettings,
+    "replicator": ReplicatorSettings,
+    "couch_jobs": CouchJobsSettings,
+    "worker": WorkerSettings,
+}
 
 
 def typed(section: str, values: dict) -> Any:

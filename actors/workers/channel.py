@@ -21,6 +21,7 @@ once the worker's first record arrives. The worker opens it by name
 (uint32), payload``; a pipe has one writer process, whose two threads
 write whole records under a lock.
 """
+
 from __future__ import annotations
 
 import errno
@@ -109,7 +110,7 @@ class Channel:
             end = pos + _HEADER.size + length
             if end > size:
                 break
-            payload = bytes(buf[pos + _HEADER.size:end])
+            payload = bytes(buf[pos + _HEADER.size : end])
             pos = end
             record = _decode(kind, token, payload)
             if record is not None:
@@ -195,7 +196,7 @@ class Writer:
             view = memoryview(data)
             try:
                 while view:
-                    view = view[os.write(self._fd, view):]
+                    view = view[os.write(self._fd, view) :]
             except OSError as exc:
                 if exc.errno not in (errno.EPIPE, errno.EBADF):
                     log.warning("channel_write_failed path=%s error=%r", self.path, exc)
@@ -229,7 +230,7 @@ def clear_stale(directory: Path) -> int:
     for name in names:
         if not name.startswith(_PREFIX):
             continue
-        pid = name[len(_PREFIX):].split("-", 1)[0]
+        pid = name[len(_PREFIX) :].split("-", 1)[0]
         if pid.isdigit() and not pid_alive(int(pid)):
             try:
                 os.unlink(Path(directory) / name)

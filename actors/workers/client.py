@@ -15,6 +15,7 @@ host ever ran: a type with no activity timeout yet is declared with
 seconds, as couch_jobs' are: ``delay`` and ``at`` are rounded up, so a job
 never starts early.
 """
+
 from __future__ import annotations
 
 import math
@@ -39,8 +40,22 @@ from actors.workers.context import decode_result
 from actors.workers.control import MAX_DELAY
 from actors.workers.schedule import check_cron, next_tick
 
-__all__ = ["JobFailed", "JobStatus", "enqueue", "pause", "resume", "prune", "result", "status", "schedule",
-           "unschedule", "schedules", "MAX_ATTEMPTS", "DEFAULT_TYPE_TIMEOUT", "declare_type"]
+__all__ = [
+    "JobFailed",
+    "JobStatus",
+    "enqueue",
+    "pause",
+    "resume",
+    "prune",
+    "result",
+    "status",
+    "schedule",
+    "unschedule",
+    "schedules",
+    "MAX_ATTEMPTS",
+    "DEFAULT_TYPE_TIMEOUT",
+    "declare_type",
+]
 
 #: The most attempts a job may be given.
 MAX_ATTEMPTS = 1000
@@ -108,10 +123,18 @@ def check_max_attempts(value: Any) -> Optional[int]:
     return value
 
 
-def enqueue(db: Any, type: Any, data: Optional[dict] = None, *, id: Optional[str] = None,
-            delay: Optional[float] = None, at: Optional[float] = None,
-            max_attempts: Optional[int] = None, timeout: Optional[float] = None,
-            priority: Optional[int] = None) -> str:
+def enqueue(
+    db: Any,
+    type: Any,
+    data: Optional[dict] = None,
+    *,
+    id: Optional[str] = None,
+    delay: Optional[float] = None,
+    at: Optional[float] = None,
+    max_attempts: Optional[int] = None,
+    timeout: Optional[float] = None,
+    priority: Optional[int] = None,
+) -> str:
     """Add a job for a worker pool; returns its id.
 
     Args:
@@ -155,11 +178,17 @@ def enqueue(db: Any, type: Any, data: Optional[dict] = None, *, id: Optional[str
     return job_id
 
 
-
 @transactional
-def _declare_and_enqueue(tr: Transaction, job_type: Any, job_id: str, encoded: bytes, sched_time: int,
-                         max_attempts: Optional[int], time_limit: Optional[float] = None,
-                         priority: Optional[int] = None) -> None:
+def _declare_and_enqueue(
+    tr: Transaction,
+    job_type: Any,
+    job_id: str,
+    encoded: bytes,
+    sched_time: int,
+    max_attempts: Optional[int],
+    time_limit: Optional[float] = None,
+    priority: Optional[int] = None,
+) -> None:
     try:  # the add reads the type's timeout anyway: declare only when it says there is none
         work.enqueue(tr, DEFAULT_LAYOUT, job_type, job_id, encoded, sched_time, max_attempts, time_limit, priority)
     except NoTypeTimeout:  # raised before anything is written
@@ -219,9 +248,22 @@ def _status_of(job_type: Any, job_id: str, found: Optional[tuple]) -> JobStatus:
     if found is None:
         raise NotFound(f"job {job_id!r} of type {job_type!r} not found", job_type=job_type, job_id=job_id)
     state, data, rec = found
-    return JobStatus(job_type, job_id, state, decode_data(data), rec.attempt, rec.max_attempts, rec.outcome,
-                     decode_result(rec.result), rec.error, rec.progress, rec.worker, rec.started, rec.ended,
-                     rec.errors)
+    return JobStatus(
+        job_type,
+        job_id,
+        state,
+        decode_data(data),
+        rec.attempt,
+        rec.max_attempts,
+        rec.outcome,
+        decode_result(rec.result),
+        rec.error,
+        rec.progress,
+        rec.worker,
+        rec.started,
+        rec.ended,
+        rec.errors,
+    )
 
 
 def _not_found(db: Any, job_type: Any, job_id: str) -> Any:
@@ -230,9 +272,14 @@ def _not_found(db: Any, job_type: Any, job_id: str) -> Any:
     from fdblayer.jobs import finished
 
     pruned = transactional(finished.pruned_before)(db, DEFAULT_LAYOUT, job_type)
-    hint = "" if pruned is None else (
-        f" (it may have been pruned: finished jobs of this type are removed after their retention, "
-        f"the latest removed had ended at {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(pruned))})")
+    hint = (
+        ""
+        if pruned is None
+        else (
+            f" (it may have been pruned: finished jobs of this type are removed after their retention, "
+            f"the latest removed had ended at {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(pruned))})"
+        )
+    )
     raise NotFound(f"job {job_id!r} of type {job_type!r} not found{hint}", job_type=job_type, job_id=job_id)
 
 
@@ -257,8 +304,10 @@ def prune(db: Any, type: Any = None, older_than: Optional[float] = None) -> int:
         InvalidArgument: a bad argument (nothing is removed).
     """
     if older_than is None:
-        keep = {SUCCEEDED: float(known("worker", "keep_finished").default),
-                FAILED: float(known("worker", "keep_failed").default)}
+        keep = {
+            SUCCEEDED: float(known("worker", "keep_finished").default),
+            FAILED: float(known("worker", "keep_failed").default),
+        }
     else:
         older_than = _seconds(older_than, "older_than")
         keep = {SUCCEEDED: older_than, FAILED: older_than}
@@ -380,8 +429,13 @@ def _finished_value(st: JobStatus) -> Any:
         raise JobFailed(
             f"job {st.id!r} of type {st.type!r} failed after {st.attempt} attempt(s): "
             f"{err.get('type', 'Error')}: {err.get('message', '')}",
-            job_type=st.type, job_id=st.id, error_type=err.get("type", ""), error_message=err.get("message", ""),
-            traceback=err.get("traceback", ""), attempts=st.attempt)
+            job_type=st.type,
+            job_id=st.id,
+            error_type=err.get("type", ""),
+            error_message=err.get("message", ""),
+            traceback=err.get("traceback", ""),
+            attempts=st.attempt,
+        )
     if st.outcome == SUCCEEDED:
         return st.result
     return st.data
@@ -437,6 +491,13 @@ def schedules(db: Any, now: Optional[float] = None) -> list:
             data = decode_data(sched.data)
         except Exception:  # noqa: BLE001 - a damaged stored value is shown as unreadable, never fatal
             data = None
-        out.append({"type": job_type, "cron": sched.cron, "data": data, "last_tick": sched.last,
-                    "next_tick": next_tick(sched.cron, now)})
+        out.append(
+            {
+                "type": job_type,
+                "cron": sched.cron,
+                "data": data,
+                "last_tick": sched.last,
+                "next_tick": next_tick(sched.cron, now),
+            }
+        )
     return out

@@ -8,6 +8,7 @@ the worker's process, before it reaches the store. An ``async def``
 handler has the same context and awaits what would block its event loop:
 ``await ctx.stopped(timeout)``, ``await ctx.progress_async(**fields)``.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -24,8 +25,17 @@ from fdblayer.jobs.keys import DEFAULT_LAYOUT
 
 from actors.workers.control import Cancel, Retry, Snooze
 
-__all__ = ["JobContext", "UnstorableResult", "encode_result", "decode_result", "describe_error",
-           "RESULT_LIMIT", "PROGRESS_LIMIT", "TRACEBACK_LIMIT", "MESSAGE_LIMIT"]
+__all__ = [
+    "JobContext",
+    "UnstorableResult",
+    "encode_result",
+    "decode_result",
+    "describe_error",
+    "RESULT_LIMIT",
+    "PROGRESS_LIMIT",
+    "TRACEBACK_LIMIT",
+    "MESSAGE_LIMIT",
+]
 
 #: Bounds of what a job's work record keeps (it must fit one store value).
 RESULT_LIMIT = 64_000
@@ -45,8 +55,7 @@ class JobContext:
         max_attempts: the attempts this job may take.
     """
 
-    def __init__(self, job: Any, data: dict, attempt: int, max_attempts: int,
-                 db_factory: Callable[[], Any]) -> None:
+    def __init__(self, job: Any, data: dict, attempt: int, max_attempts: int, db_factory: Callable[[], Any]) -> None:
         self.id = job.id
         self.type = job.type
         self.data = data
@@ -83,6 +92,7 @@ class JobContext:
         def wake() -> None:
             if not woken.done():
                 woken.set_result(True)
+
         entry = (loop, wake)
         with self._lock:
             self._wakers.append(entry)
@@ -176,9 +186,11 @@ def _packed_size(value: Any) -> Optional[int]:
 
 
 def _too_large(size: int) -> str:
-    return (f"the handler's result is not storable: it encodes to {size:,} bytes; "
-            f"results are limited to {RESULT_LIMIT:,} bytes (store large outputs elsewhere "
-            "and return a reference)")
+    return (
+        f"the handler's result is not storable: it encodes to {size:,} bytes; "
+        f"results are limited to {RESULT_LIMIT:,} bytes (store large outputs elsewhere "
+        "and return a reference)"
+    )
 
 
 def _not_json(why: str) -> str:

@@ -16,6 +16,7 @@ workers do:
   (the priority through the store, for producers anywhere); a job's own
   ``enqueue`` arguments override them, the host's flags come under both.
 """
+
 from __future__ import annotations
 
 import math
@@ -31,8 +32,12 @@ _OPTIONS = "__otpjobs_options__"
 
 
 def _delay(value: Any, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-            or not 0 <= value <= MAX_DELAY:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or not 0 <= value <= MAX_DELAY
+    ):
         raise InvalidArgument(f"{name} must be a number of seconds from 0 to {MAX_DELAY:.0f}, not {value!r:.80}")
     return float(value)
 
@@ -61,9 +66,13 @@ class Cancel(Exception):
         super().__init__(self.reason)
 
 
-def handler(*, max_attempts: Optional[int] = None, timeout: Optional[float] = None,
-            backoff: Optional[tuple] = None,
-            priority: Optional[int] = None) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+def handler(
+    *,
+    max_attempts: Optional[int] = None,
+    timeout: Optional[float] = None,
+    backoff: Optional[tuple] = None,
+    priority: Optional[int] = None,
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Declare a handler's defaults (see the module docstring); checked here,
     so a bad value fails at import, before any host starts.
 
@@ -101,6 +110,7 @@ def handler(*, max_attempts: Optional[int] = None, timeout: Optional[float] = No
     def mark(fn: Callable[..., Any]) -> Callable[..., Any]:
         setattr(fn, _OPTIONS, dict(options))
         return fn
+
     return mark
 
 

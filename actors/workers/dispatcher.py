@@ -47,6 +47,7 @@ args: ``{"store", "host", "concurrency", "async_concurrency", "types":
 {type: {"handler", "max_attempts"}}, "max_attempts", "backoff": [base,
 cap], "job_timeout", "grace", "keep_finished", "keep_failed", "pool"}``.
 """
+
 from __future__ import annotations
 
 import collections
@@ -75,8 +76,18 @@ from actors.handlers import is_async, resolve
 from actors.workers.protocol import Drain, GetStatus, RunJob, RunJobs, TakeBack
 from actors.workers.drain import Draining
 from actors.workers.pool import PoolKeeping
-from actors.workers.runs import (CALL_TIMEOUT, DEFAULT_BACKOFF, STEP_RETRY, Running, Slot, TypeSlot, prefetch_for,
-                                 retry_delay, short, worker_default)
+from actors.workers.runs import (
+    CALL_TIMEOUT,
+    DEFAULT_BACKOFF,
+    STEP_RETRY,
+    Running,
+    Slot,
+    TypeSlot,
+    prefetch_for,
+    retry_delay,
+    short,
+    worker_default,
+)
 from actors.workers.ticks import PeriodicTicks
 from actors.workers.upkeep import MAX_RENEW_INTERVAL, MIN_RENEW_INTERVAL, HostUpkeep, retention_of
 
@@ -94,17 +105,16 @@ MARK_AFTER = 0.005
 
 
 @transactional
-def _step(tr: Transaction, outcomes: list, starts: list, claims: list, now: float,
-          worker: str) -> tuple[list, list]:
+def _step(tr: Transaction, outcomes: list, starts: list, claims: list, now: float, worker: str) -> tuple[list, list]:
     """Record ``starts``, end ``outcomes`` and claim for ``claims`` =
     ``[(type, limit, default_max)]``, one transaction. Returns ``(lost jobs,
     [ClaimResult per claim])``."""
-    work.prefetch_step(tr, DEFAULT_LAYOUT, [job for job, _ in starts] + [o.job for o in outcomes],
-                       [t for t, _, _ in claims])
+    work.prefetch_step(
+        tr, DEFAULT_LAYOUT, [job for job, _ in starts] + [o.job for o in outcomes], [t for t, _, _ in claims]
+    )
     lost = work.mark_started(tr, DEFAULT_LAYOUT, starts) if starts else []
     lost += work.complete(tr, DEFAULT_LAYOUT, outcomes, now) if outcomes else []
-    results = [work.claim(tr, DEFAULT_LAYOUT, t, now, limit, worker, default_max)
-               for t, limit, default_max in claims]
+    results = [work.claim(tr, DEFAULT_LAYOUT, t, now, limit, worker, default_max) for t, limit, default_max in claims]
     return lost, results
 
 
@@ -126,9 +136,12 @@ class Dispatcher(PoolKeeping, HostUpkeep, PeriodicTicks, Draining, GenServer):
             timeout = activity.get_type_timeout(self.db, DEFAULT_LAYOUT, job_type) or worker_default("type_timeout")
             declared = handler_options(resolve(spec["handler"]))  # imported before the fork: no cost
             self.types[job_type] = TypeSlot(
-                spec["handler"], int(spec.get("max_attempts") or declared.get("max_attempts") or default_max),
-                float(timeout), declared.get("timeout") or args.get("job_timeout") or None,
-                tuple(declared.get("backoff") or self.backoff))
+                spec["handler"],
+                int(spec.get("max_attempts") or declared.get("max_attempts") or default_max),
+                float(timeout),
+                declared.get("timeout") or args.get("job_timeout") or None,
+                tuple(declared.get("backoff") or self.backoff),
+            )
         for spec_slot in self.types.values():
             spec_slot.is_async = is_async(resolve(spec_slot.handler))
         self.any_async = any(t.is_async for t in self.types.values())
@@ -153,8 +166,9 @@ class Dispatcher(PoolKeeping, HostUpkeep, PeriodicTicks, Draining, GenServer):
         self.drain_timer: Optional[int] = None
         self.stats = collections.Counter()
         self.waker = Waker(self, self._watch_fired)
-        self.renew_interval = max(MIN_RENEW_INTERVAL,
-                                  min([MAX_RENEW_INTERVAL] + [s.timeout / 4 for s in self.types.values()]))
+        self.renew_interval = max(
+            MIN_RENEW_INTERVAL, min([MAX_RENEW_INTERVAL] + [s.timeout / 4 for s in self.types.values()])
+        )
         self.run_task(self._start_pool(), self._pool_started)
         return None
 
@@ -166,8 +180,13 @@ class Dispatcher(PoolKeeping, HostUpkeep, PeriodicTicks, Draining, GenServer):
             ids = work.requeue_held_by(self.db, DEFAULT_LAYOUT, job_type, self.host)
             if ids:
                 self.stats["recovered"] += len(ids)
-                log.warning("jobs_recovered host=%s type=%s count=%d jobs=%s", self.host, job_type, len(ids),
-                            short(",".join(ids)))
+                log.warning(
+                    "jobs_recovered host=%s type=%s count=%d jobs=%s",
+                    self.host,
+                    job_type,
+                    len(ids),
+                    short(",".join(ids)),
+                )
 
     # ---------------------------------------------------------------- the pool
     def _start_pool(self):
@@ -197,10 +216,6 @@ class Dispatcher(PoolKeeping, HostUpkeep, PeriodicTicks, Draining, GenServer):
     def _held(self) -> list:
         """Every job handed to a worker and not ended."""
         return [r for _, slot in self.slots.items() for r in slot.runs.values()]
-
-
-
-
 
     # ---------------------------------------------------------------- messages
     def handle_info(self, msg: Any) -> None:
@@ -322,9 +337,6 @@ class Dispatcher(PoolKeeping, HostUpkeep, PeriodicTicks, Draining, GenServer):
         if busy:
             self.start_timer(WATCH_RUNS, self._watch_runs, real=True)
 
-
-
-
     def _stuck(self, slot: Slot, now: float) -> bool:
         current = slot.current
         return current is not None and now - current.seen > max(STUCK_AFTER, 2 * (self.run_seconds or 0.0))
@@ -352,18 +364,33 @@ class Dispatcher(PoolKeeping, HostUpkeep, PeriodicTicks, Draining, GenServer):
                 self.buffer.extendleft(reversed(unstarted))
         for running in started:  # each its own attempt
             self.to_mark.pop(running.token, None)
-            log.warning("worker_died host=%s type=%s job=%s attempt=%d reason=%r", self.host,
-                        running.claimed.job.type, running.claimed.job.id, running.claimed.attempt, down.reason)
-            error = {"type": "WorkerDied", "message": f"the worker running the job exited: {down.reason!r}",
-                     "traceback": ""}  # (JobTimeout when the dispatcher stopped it past its time limit)
+            log.warning(
+                "worker_died host=%s type=%s job=%s attempt=%d reason=%r",
+                self.host,
+                running.claimed.job.type,
+                running.claimed.job.id,
+                running.claimed.attempt,
+                down.reason,
+            )
+            error = {
+                "type": "WorkerDied",
+                "message": f"the worker running the job exited: {down.reason!r}",
+                "traceback": "",
+            }  # (JobTimeout when the dispatcher stopped it past its time limit)
             self._end_attempt(running, error, None, retry_now=True)
         self._kick()
         if not self.draining:
             self._find_replacements(40)
         self._check_drained()
 
-    def _end_attempt(self, running: Running, error: Optional[dict], result: Optional[bytes],
-                     retry_now: bool = False, seconds: float = -1.0) -> None:
+    def _end_attempt(
+        self,
+        running: Running,
+        error: Optional[dict],
+        result: Optional[bytes],
+        retry_now: bool = False,
+        seconds: float = -1.0,
+    ) -> None:
         claimed = running.claimed
         job = claimed.job
         if running.lost:
@@ -375,30 +402,60 @@ class Dispatcher(PoolKeeping, HostUpkeep, PeriodicTicks, Draining, GenServer):
             self.outcomes.append(work.Outcome(job, work.OutcomeKind.OK, result, seconds=seconds, started=started))
             return
         if running.timed_out:
-            error = dict(error, type="JobTimeout", message=f"ran past its time limit of {self._limit(running):g}s "
-                         f"({error.get('type')}: {short(error.get('message'), 300)})")
+            error = dict(
+                error,
+                type="JobTimeout",
+                message=f"ran past its time limit of {self._limit(running):g}s "
+                f"({error.get('type')}: {short(error.get('message'), 300)})",
+            )
             retry_now = False
         if isinstance(error.get("snooze"), (int, float)):
             self.stats["snoozed"] += 1
             retry_at = math.ceil(time.time() + error["snooze"])
-            log.info("job_snoozed host=%s type=%s job=%s attempt=%d in=%.1fs", self.host, job.type, job.id,
-                     claimed.attempt, error["snooze"])
+            log.info(
+                "job_snoozed host=%s type=%s job=%s attempt=%d in=%.1fs",
+                self.host,
+                job.type,
+                job.id,
+                claimed.attempt,
+                error["snooze"],
+            )
             self.outcomes.append(work.Outcome(job, work.OutcomeKind.SNOOZE, None, None, retry_at, seconds, started))
             return
         if claimed.attempt < claimed.max_attempts and not error.get("final"):
             asked = error.get("retry_in")
-            delay = (0.0 if retry_now else float(asked) if isinstance(asked, (int, float))
-                     else retry_delay(claimed.attempt, *self.types[job.type].backoff))
+            delay = (
+                0.0
+                if retry_now
+                else float(asked)
+                if isinstance(asked, (int, float))
+                else retry_delay(claimed.attempt, *self.types[job.type].backoff)
+            )
             retry_at = math.ceil(time.time() + delay) if delay > 0 else 0
             self.stats["retried"] += 1
-            log.warning("job_retry host=%s type=%s job=%s attempt=%d/%d in=%.1fs error=%s: %s", self.host,
-                        job.type, job.id, claimed.attempt, claimed.max_attempts, delay, error.get("type"),
-                        short(error.get("message")))
+            log.warning(
+                "job_retry host=%s type=%s job=%s attempt=%d/%d in=%.1fs error=%s: %s",
+                self.host,
+                job.type,
+                job.id,
+                claimed.attempt,
+                claimed.max_attempts,
+                delay,
+                error.get("type"),
+                short(error.get("message")),
+            )
             self.outcomes.append(work.Outcome(job, work.OutcomeKind.RETRY, None, error, retry_at, seconds, started))
             return
         self.stats["failed"] += 1
-        log.error("job_failed host=%s type=%s job=%s attempts=%d error=%s: %s", self.host, job.type, job.id,
-                  claimed.attempt, error.get("type"), short(error.get("message")))
+        log.error(
+            "job_failed host=%s type=%s job=%s attempts=%d error=%s: %s",
+            self.host,
+            job.type,
+            job.id,
+            claimed.attempt,
+            error.get("type"),
+            short(error.get("message")),
+        )
         self.outcomes.append(work.Outcome(job, work.OutcomeKind.FAIL, None, error, seconds=seconds, started=started))
 
     # ---------------------------------------------------------------- the step
@@ -412,15 +469,23 @@ class Dispatcher(PoolKeeping, HostUpkeep, PeriodicTicks, Draining, GenServer):
         """Runs to claim for the sync types (or, ``for_async``, the async ones)."""
         if self.draining or self.pool is None:
             return 0
-        buffered = len(self.buffer) if not self.any_async else \
-            sum(1 for r in self.buffer if self.types[r.claimed.job.type].is_async == for_async)
+        buffered = (
+            len(self.buffer)
+            if not self.any_async
+            else sum(1 for r in self.buffer if self.types[r.claimed.job.type].is_async == for_async)
+        )
         if for_async:
-            return sum(self.async_limit - slot.async_held for _, slot in self.slots.items()
-                       if not slot.owes_release) - buffered
+            return (
+                sum(self.async_limit - slot.async_held for _, slot in self.slots.items() if not slot.owes_release)
+                - buffered
+            )
         below = self._refill_below()
         now = time.monotonic()
-        room = sum(self.prefetch - (len(slot.runs) - slot.async_held) for _, slot in self.slots.items()
-                   if len(slot.runs) - slot.async_held <= below and not self._stuck(slot, now))
+        room = sum(
+            self.prefetch - (len(slot.runs) - slot.async_held)
+            for _, slot in self.slots.items()
+            if len(slot.runs) - slot.async_held <= below and not self._stuck(slot, now)
+        )
         return room + self.concurrency - buffered
 
     def _wants(self) -> dict:
@@ -450,8 +515,9 @@ class Dispatcher(PoolKeeping, HostUpkeep, PeriodicTicks, Draining, GenServer):
         now = time.time()
         try:
             t0 = time.perf_counter()
-            lost, results = _step(self.db, outcomes, [(r.claimed.job, r.started) for r in starts], claims, now,
-                                  self.host)
+            lost, results = _step(
+                self.db, outcomes, [(r.claimed.job, r.started) for r in starts], claims, now, self.host
+            )
             self.stats["steps"] += 1
             self.stats["step_ms"] += (time.perf_counter() - t0) * 1000
         except Exception as exc:  # noqa: BLE001 - a store error (disk full, busy) delays the step
@@ -491,8 +557,9 @@ class Dispatcher(PoolKeeping, HostUpkeep, PeriodicTicks, Draining, GenServer):
             self.buffer = collections.deque(sorted(self.buffer, key=lambda r: r.claimed.priority))
         for job_id in result.exhausted:
             self.stats["failed"] += 1
-            log.error("job_failed host=%s type=%s job=%s reason=attempts_used_up_by_dead_workers",
-                      self.host, job_type, job_id)
+            log.error(
+                "job_failed host=%s type=%s job=%s reason=attempts_used_up_by_dead_workers", self.host, job_type, job_id
+            )
         if result.watch is None:
             slot.maybe_work = True
             return
@@ -509,6 +576,7 @@ class Dispatcher(PoolKeeping, HostUpkeep, PeriodicTicks, Draining, GenServer):
         def fired(_w: Any, job_type: Any = job_type) -> None:  # the store's watch thread
             self.types[job_type].fired = True
             self.waker.wake()
+
         watch.on_ready(fired)
 
     def _watch_fired(self) -> None:
@@ -532,6 +600,7 @@ class Dispatcher(PoolKeeping, HostUpkeep, PeriodicTicks, Draining, GenServer):
             slot.due_at = slot.due_timer = None
             slot.maybe_work = True
             self._kick()
+
         slot.due_timer = self.start_timer(max(0.0, due - time.time()) + 0.001, on_due, real=True)
 
     def _refill_below(self) -> int:
@@ -581,7 +650,8 @@ class Dispatcher(PoolKeeping, HostUpkeep, PeriodicTicks, Draining, GenServer):
             if kind:
                 slot.async_held += 1
             batches.setdefault(n, (slot, []))[1].append(
-                RunJob(running.token, c.job, c.data, c.attempt, c.max_attempts, self.types[c.job.type].handler, kind))
+                RunJob(running.token, c.job, c.data, c.attempt, c.max_attempts, self.types[c.job.type].handler, kind)
+            )
             heapq.heappush(heap, (load + 1, n, slot))
         if kept:
             kept.extend(self.buffer)
@@ -589,20 +659,6 @@ class Dispatcher(PoolKeeping, HostUpkeep, PeriodicTicks, Draining, GenServer):
         for slot, runs in batches.values():
             self.stats["run_msgs"] += 1
             self.send(slot.addr, RunJobs(tuple(runs), self.store, str(slot.channel.path), self.async_limit))
-
-
-
-
-
-
-
-
-
-
-
-
-
-
 
     def terminate(self, reason: Any) -> None:
         try:
@@ -621,16 +677,31 @@ class Dispatcher(PoolKeeping, HostUpkeep, PeriodicTicks, Draining, GenServer):
     # ---------------------------------------------------------------- status
     def _status(self) -> dict:
         now = time.time()
-        running = [r for _, slot in self.slots.items()
-                   for r in ([slot.current] if slot.current else []) + list(slot.inflight.values())]
+        running = [
+            r
+            for _, slot in self.slots.items()
+            for r in ([slot.current] if slot.current else []) + list(slot.inflight.values())
+        ]
         return {
-            "host": self.host, "pid": os.getpid(), "concurrency": self.concurrency,
-            "types": [str(t) for t in self.order], "workers": len(self.slots),
-            "busy": len(running), "buffered": len(self.buffer),
+            "host": self.host,
+            "pid": os.getpid(),
+            "concurrency": self.concurrency,
+            "types": [str(t) for t in self.order],
+            "workers": len(self.slots),
+            "busy": len(running),
+            "buffered": len(self.buffer),
             "claimed": len(self.buffer) + sum(len(slot.runs) for _, slot in self.slots.items()) - len(running),
-            "draining": self.draining, "counts": dict(self.stats),
-            "running": [{"type": r.claimed.job.type, "id": r.claimed.job.id, "attempt": r.claimed.attempt,
-                         "for": round(now - (r.started or now), 3)} for r in running],
+            "draining": self.draining,
+            "counts": dict(self.stats),
+            "running": [
+                {
+                    "type": r.claimed.job.type,
+                    "id": r.claimed.job.id,
+                    "attempt": r.claimed.attempt,
+                    "for": round(now - (r.started or now), 3),
+                }
+                for r in running
+            ],
         }
 
     def format_status(self) -> dict:

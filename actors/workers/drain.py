@@ -7,6 +7,7 @@ running handlers to stop and gives them the grace, then puts back what
 still runs and answers. A store error leaves the jobs to the lifeline:
 their leases run out and they come back. A mixin of the dispatcher.
 """
+
 from __future__ import annotations
 
 import logging
@@ -50,8 +51,13 @@ class Draining(DispatcherState):
             if slot.runs:
                 slot.owes_release += 1
                 self.send(slot.addr, Release())
-        log.info("workers_draining host=%s held=%d released=%d grace=%.1fs", self.host, len(self._held()),
-                 self.stats["released"] - before, msg.grace)
+        log.info(
+            "workers_draining host=%s held=%d released=%d grace=%.1fs",
+            self.host,
+            len(self._held()),
+            self.stats["released"] - before,
+            msg.grace,
+        )
         self.drain_from = from_
         if not self._busy():
             self._drained()
@@ -66,8 +72,12 @@ class Draining(DispatcherState):
         self.drain_timer = None
         late = [r for r in self._held() if not r.lost]
         for running in late:
-            log.warning("job_released host=%s type=%s job=%s reason=grace_over", self.host,
-                        running.claimed.job.type, running.claimed.job.id)
+            log.warning(
+                "job_released host=%s type=%s job=%s reason=grace_over",
+                self.host,
+                running.claimed.job.type,
+                running.claimed.job.id,
+            )
             running.lost = True
         self._release([r.claimed.job for r in late])
         for _, slot in self.slots.items():
@@ -93,11 +103,9 @@ class Draining(DispatcherState):
                 log.warning("drain_complete_failed host=%s count=%d error=%r", self.host, len(outcomes), exc)
                 lost = []
             for job in lost:
-                log.info("job_outcome_discarded host=%s type=%s job=%s reason=lock_lost", self.host, job.type,
-                         job.id)
+                log.info("job_outcome_discarded host=%s type=%s job=%s reason=lock_lost", self.host, job.type, job.id)
         if self.drain_timer is not None:
             self.cancel_timer(self.drain_timer)
             self.drain_timer = None
-        self.reply(self.drain_from, {"finished": self.stats["succeeded"] + self.stats["failed"],
-                                     **self.stats})
+        self.reply(self.drain_from, {"finished": self.stats["succeeded"] + self.stats["failed"], **self.stats})
         self.drain_from = None

@@ -9,6 +9,7 @@ SIGTERM or Ctrl-C: it claims no new job, puts the claimed ones that have
 not started back in the queue at once, gives running handlers ``grace``
 seconds, then stops.
 """
+
 from __future__ import annotations
 
 import logging
@@ -44,14 +45,22 @@ class HostSpec:
     finished and failed jobs are kept (``keep_finished``, ``keep_failed``,
     0: for ever)."""
 
-    def __init__(self, store: str, types: dict, *, periodic: Optional[dict] = None,
-                 concurrency: int = worker_default("concurrency"),
-                 max_attempts: int = worker_default("max_attempts"),
-                 type_timeout: float = worker_default("type_timeout"), grace: float = worker_default("grace"),
-                 job_timeout: float = worker_default("job_timeout"), backoff: tuple = DEFAULT_BACKOFF,
-                 keep_finished: float = worker_default("keep_finished"),
-                 keep_failed: float = worker_default("keep_failed"),
-                 async_concurrency: int = worker_default("async_concurrency")) -> None:
+    def __init__(
+        self,
+        store: str,
+        types: dict,
+        *,
+        periodic: Optional[dict] = None,
+        concurrency: int = worker_default("concurrency"),
+        max_attempts: int = worker_default("max_attempts"),
+        type_timeout: float = worker_default("type_timeout"),
+        grace: float = worker_default("grace"),
+        job_timeout: float = worker_default("job_timeout"),
+        backoff: tuple = DEFAULT_BACKOFF,
+        keep_finished: float = worker_default("keep_finished"),
+        keep_failed: float = worker_default("keep_failed"),
+        async_concurrency: int = worker_default("async_concurrency"),
+    ) -> None:
         self.store = store
         self.types = dict(types)
         self.periodic = dict(periodic or {})
@@ -78,12 +87,20 @@ def spec_from_config(cfg: Any, assignments: list, crons: list, args: Any = None)
     def pick(name: str, key: str) -> Any:
         value = getattr(args, name, None)
         return getattr(cfg.worker, key) if value is None else value
-    return HostSpec(cfg.node.store, types, periodic=periodic, concurrency=pick("concurrency", "concurrency"),
-                    max_attempts=pick("max_attempts", "max_attempts"), type_timeout=pick("timeout", "type_timeout"),
-                    grace=pick("grace", "grace"), job_timeout=pick("job_timeout", "job_timeout"),
-                    keep_finished=pick("keep_finished", "keep_finished"),
-                    keep_failed=pick("keep_failed", "keep_failed"),
-                    async_concurrency=pick("async_concurrency", "async_concurrency"))
+
+    return HostSpec(
+        cfg.node.store,
+        types,
+        periodic=periodic,
+        concurrency=pick("concurrency", "concurrency"),
+        max_attempts=pick("max_attempts", "max_attempts"),
+        type_timeout=pick("timeout", "type_timeout"),
+        grace=pick("grace", "grace"),
+        job_timeout=pick("job_timeout", "job_timeout"),
+        keep_finished=pick("keep_finished", "keep_finished"),
+        keep_failed=pick("keep_failed", "keep_failed"),
+        async_concurrency=pick("async_concurrency", "async_concurrency"),
+    )
 
 
 def check(spec: HostSpec) -> None:
@@ -104,12 +121,14 @@ def check(spec: HostSpec) -> None:
 
     if not spec.types:
         raise InvalidArgument("a worker host needs at least one TYPE=package.module:callable")
-    for key, value in (("concurrency", spec.concurrency), ("async_concurrency", spec.async_concurrency),
-                       ("max_attempts", spec.max_attempts)):
+    for key, value in (
+        ("concurrency", spec.concurrency),
+        ("async_concurrency", spec.async_concurrency),
+        ("max_attempts", spec.max_attempts),
+    ):
         setting = known("worker", key)  # the bounds of the [worker] setting it overrides
         if value < setting.low or value > setting.high:
-            raise InvalidArgument(f"{key.replace('_', ' ')} must be from {setting.low} to {setting.high}, "
-                                  f"not {value}")
+            raise InvalidArgument(f"{key.replace('_', ' ')} must be from {setting.low} to {setting.high}, not {value}")
     unknown = set(spec.periodic) - set(spec.types)
     if unknown:
         raise InvalidArgument(f"periodic type(s) {sorted(unknown)} have no handler on this host")
@@ -157,12 +176,19 @@ def prepare(spec: HostSpec) -> None:
 
 def host_args(spec: HostSpec) -> dict:
     """The worker tree's args for :func:`~actors.workers.sup.workers_children`."""
-    return {"store": spec.store, "host": f"{socket.gethostname()}:{os.getpid()}",  # kept by a restarted dispatcher
-            "concurrency": spec.concurrency, "async_concurrency": spec.async_concurrency,
-            "max_attempts": spec.max_attempts,
-            "grace": spec.grace, "job_timeout": spec.job_timeout or None,
-            "backoff": list(spec.backoff), "keep_finished": spec.keep_finished, "keep_failed": spec.keep_failed,
-            "types": {t: {"handler": h} for t, h in spec.types.items()}}
+    return {
+        "store": spec.store,
+        "host": f"{socket.gethostname()}:{os.getpid()}",  # kept by a restarted dispatcher
+        "concurrency": spec.concurrency,
+        "async_concurrency": spec.async_concurrency,
+        "max_attempts": spec.max_attempts,
+        "grace": spec.grace,
+        "job_timeout": spec.job_timeout or None,
+        "backoff": list(spec.backoff),
+        "keep_finished": spec.keep_finished,
+        "keep_failed": spec.keep_failed,
+        "types": {t: {"handler": h} for t, h in spec.types.items()},
+    }
 
 
 def free_port() -> int:
@@ -183,8 +209,14 @@ def run(spec: HostSpec, port: Optional[int] = None, level: int = logging.INFO) -
     prepare(spec)
     port = port or free_port()
     node = start_node(port, HOST_FLAGS, workers_children(host_args(spec)), level=level)
-    log.info("worker_host_up port=%s store=%s concurrency=%d types=%s pid=%s", port, redact_url(spec.store),
-             spec.concurrency, ",".join(spec.types), os.getpid())
+    log.info(
+        "worker_host_up port=%s store=%s concurrency=%d types=%s pid=%s",
+        port,
+        redact_url(spec.store),
+        spec.concurrency,
+        ",".join(spec.types),
+        os.getpid(),
+    )
     reason = wait_for_stop(node)
     if reason == "supervisor_exited":
         log.error("worker_host_down reason=node_supervisor_exited port=%s", port)

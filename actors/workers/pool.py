@@ -8,6 +8,7 @@ hold its jobs for ever. A run past its time limit is told to stop; past
 the grace too, its worker is stopped and replaced. A mixin of the
 dispatcher, whose state it reads.
 """
+
 from __future__ import annotations
 
 import logging
@@ -63,6 +64,7 @@ class PoolKeeping(DispatcherState):
     def _find_replacements(self, tries: int) -> None:
         """Adopt the workers the pool restarted (it does so within milliseconds);
         start one more when the pool did not (it missed a worker's exit)."""
+
         def listed(children: Any, error: Exception | None) -> None:
             if error is None:
                 for child in children:
@@ -75,15 +77,18 @@ class PoolKeeping(DispatcherState):
                     self._add_worker()
             self._hand_out()
             self._kick()
+
         self.call_async(self.pool, WhichChildren(), listed, CALL_TIMEOUT)
 
     def _add_worker(self) -> None:
         """Start one more worker in the pool (one was stopped, not restarted) and adopt it."""
+
         def started(addr: Any, error: Exception | None) -> None:
             if error is None:
                 self._adopt(addr)
                 self._hand_out()
                 self._kick()
+
         if not self.draining:
             self.call_async(self.pool, StartChild(None), started, CALL_TIMEOUT)
 
@@ -99,16 +104,31 @@ class PoolKeeping(DispatcherState):
         over = time.time() - running.started - limit
         if over > 0 and not running.timed_out:
             running.timed_out = True
-            log.warning("job_timed_out host=%s type=%s job=%s attempt=%d limit=%gs grace=%gs", self.host,
-                        running.claimed.job.type, running.claimed.job.id, running.claimed.attempt, limit, self.grace)
+            log.warning(
+                "job_timed_out host=%s type=%s job=%s attempt=%d limit=%gs grace=%gs",
+                self.host,
+                running.claimed.job.type,
+                running.claimed.job.id,
+                running.claimed.attempt,
+                limit,
+                self.grace,
+            )
             self.send(slot.addr, StopJob(running.token))
         elif over > self.grace and running.is_async and not running.cancelled:
             running.cancelled = True  # the worker's other async runs go on
-            log.warning("async_run_cancelled host=%s type=%s job=%s reason=time_limit", self.host,
-                        running.claimed.job.type, running.claimed.job.id)
+            log.warning(
+                "async_run_cancelled host=%s type=%s job=%s reason=time_limit",
+                self.host,
+                running.claimed.job.type,
+                running.claimed.job.id,
+            )
             self.send(slot.addr, StopJob(running.token, cancel=True))
         elif over > self.grace + (CANCEL_WAIT if running.is_async else 0.0):
             running.killing = True
-            log.warning("job_killed host=%s type=%s job=%s reason=time_limit", self.host,
-                        running.claimed.job.type, running.claimed.job.id)
+            log.warning(
+                "job_killed host=%s type=%s job=%s reason=time_limit",
+                self.host,
+                running.claimed.job.type,
+                running.claimed.job.id,
+            )
             self.call_async(self.pool, TerminateChild(slot.addr), lambda _r, _e: self._add_worker(), CALL_TIMEOUT)

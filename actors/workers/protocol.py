@@ -6,6 +6,7 @@ worker :class:`RunJobs`, :class:`StopJob`, :class:`TakeBack` and
 (:mod:`actors.workers.channel`), not with messages. Clients call the
 dispatcher with :class:`Drain` and :class:`GetStatus`.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass

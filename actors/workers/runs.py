@@ -6,6 +6,7 @@ one served type (:class:`TypeSlot`), how many jobs a worker holds
 (:func:`prefetch_for`) and how long a retry waits (:func:`retry_delay`).
 The dispatcher and its mixins (upkeep, ticks, drain) share them.
 """
+
 from __future__ import annotations
 
 import random
@@ -17,8 +18,20 @@ from fdblayer.jobs import work
 from actors.settings.schema import known
 from actors.workers.channel import Channel
 
-__all__ = ["Running", "Slot", "TypeSlot", "prefetch_for", "retry_delay", "short",
-           "MAX_PREFETCH", "PREFETCH_SECONDS", "LONG_RUN", "STEP_RETRY", "CALL_TIMEOUT", "CANCEL_WAIT"]
+__all__ = [
+    "Running",
+    "Slot",
+    "TypeSlot",
+    "prefetch_for",
+    "retry_delay",
+    "short",
+    "MAX_PREFETCH",
+    "PREFETCH_SECONDS",
+    "LONG_RUN",
+    "STEP_RETRY",
+    "CALL_TIMEOUT",
+    "CANCEL_WAIT",
+]
 
 #: Seconds a call to the pool's supervisor may take.
 CALL_TIMEOUT = 10.0
@@ -36,6 +49,8 @@ PREFETCH_SECONDS = 0.1
 LONG_RUN = 0.5
 #: Seconds before a step that failed on a store error runs again.
 STEP_RETRY = 0.5
+
+
 def prefetch_for(run_seconds: float) -> int:
     """Jobs a worker holds, for handlers that take ``run_seconds`` (a moving
     mean): about :data:`PREFETCH_SECONDS` of work, at least two (one runs,

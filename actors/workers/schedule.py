@@ -3,6 +3,7 @@
 Five fields (minute hour day month weekday) or six, the sixth being
 seconds, as croniter reads them. Times are seconds since the epoch, in UTC.
 """
+
 from __future__ import annotations
 
 from typing import Optional

@@ -9,6 +9,7 @@ steps one part calls in another, so each part reads alone and a type
 checker sees the whole. It holds no value and runs nothing: the
 dispatcher's own methods come first in its method order.
 """
+
 from __future__ import annotations
 
 import collections

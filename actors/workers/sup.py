@@ -7,6 +7,7 @@ dispatcher, which clears the pool, takes back the jobs its predecessor
 held (by the host's name) and starts the pool afresh; a pool crash
 restarts both.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -36,10 +37,12 @@ class WorkersSup(Supervisor):
     def children(self, args: Any) -> tuple:
         flags = SupFlags(Strategy.REST_FOR_ONE, intensity=5, period=10)
         return flags, [
-            ChildSpec("worker_pool", WorkerPool, args["concurrency"], type=ChildType.SUPERVISOR,
-                      name=names.WORKER_POOL),
-            ChildSpec("dispatcher", Dispatcher, dict(args, pool=names.WORKER_POOL), shutdown=5.0,
-                      name=names.WORKER_DISPATCHER),
+            ChildSpec(
+                "worker_pool", WorkerPool, args["concurrency"], type=ChildType.SUPERVISOR, name=names.WORKER_POOL
+            ),
+            ChildSpec(
+                "dispatcher", Dispatcher, dict(args, pool=names.WORKER_POOL), shutdown=5.0, name=names.WORKER_DISPATCHER
+            ),
         ]
 
 

@@ -7,6 +7,7 @@ tick's job (id ``tick-<epoch>``). The schedules are read again every
 :data:`SCHEDULE_CHECK` seconds; ticks missed while no host ran are not
 replayed (only the latest). A mixin of the dispatcher, whose state it reads.
 """
+
 from __future__ import annotations
 
 import logging
@@ -66,6 +67,7 @@ class PeriodicTicks(DispatcherState):
             if slot.schedule is not None:
                 self._fire(job_type, tick)
                 self._arm_tick(job_type, slot, max(time.time(), tick))
+
         slot.tick_timer = self.start_timer(max(0.0, tick - now) + 0.001, on_tick, real=True)
 
     def _fire(self, job_type: Any, tick: int) -> None:

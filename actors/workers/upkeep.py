@@ -9,6 +9,7 @@ so of two hosts exactly one does it), prunes finished jobs past their
 retention in bounded batches, and publishes the host's status. A store
 error delays one of them and is logged; it never stops the host.
 """
+
 from __future__ import annotations
 
 import collections
@@ -49,8 +50,10 @@ def retention_of(args: dict) -> dict:
     ``keep_finished`` and ``keep_failed`` (absent or 0: None, for ever)."""
     from fdblayer.jobs.work_record import FAILED, SUCCEEDED
 
-    return {SUCCEEDED: float(args.get("keep_finished") or 0) or None,
-            FAILED: float(args.get("keep_failed") or 0) or None}
+    return {
+        SUCCEEDED: float(args.get("keep_finished") or 0) or None,
+        FAILED: float(args.get("keep_failed") or 0) or None,
+    }
 
 
 class HostUpkeep(DispatcherState):
@@ -90,10 +93,16 @@ class HostUpkeep(DispatcherState):
             ids = []
         if ids:
             self.stats["reenqueued"] += len(ids)
-            log.warning("jobs_reenqueued host=%s type=%s reason=lease_expired count=%d jobs=%s", self.host,
-                        job_type, len(ids), short(",".join(ids)))
-        self.start_timer(slot.timeout * (1 + random.random() * LIFELINE_JITTER),
-                         lambda: self._lifeline(job_type), real=True)
+            log.warning(
+                "jobs_reenqueued host=%s type=%s reason=lease_expired count=%d jobs=%s",
+                self.host,
+                job_type,
+                len(ids),
+                short(",".join(ids)),
+            )
+        self.start_timer(
+            slot.timeout * (1 + random.random() * LIFELINE_JITTER), lambda: self._lifeline(job_type), real=True
+        )
 
     def _prune(self) -> None:
         """Remove the served types' finished and failed jobs past their
@@ -112,8 +121,9 @@ class HostUpkeep(DispatcherState):
         more, began = False, time.monotonic()
         for job_type in [] if self.draining else self.order:
             try:
-                removed, full = retention.prune_type(self.db, DEFAULT_LAYOUT, job_type, self.keep, time.time(),
-                                                     max_batches=1)
+                removed, full = retention.prune_type(
+                    self.db, DEFAULT_LAYOUT, job_type, self.keep, time.time(), max_batches=1
+                )
             except Exception as exc:  # noqa: BLE001 - a store hiccup delays the prune, never stops the host
                 log.warning("prune_failed host=%s type=%s error=%r", self.host, job_type, exc)
                 continue

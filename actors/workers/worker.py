@@ -27,6 +27,7 @@ A process forked inside a handler is not a worker: when the call returns
 (or raises, or calls ``sys.exit``) in a process other than the worker's,
 that process exits at once, before it could run a queued job or report.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -139,8 +140,9 @@ class Worker(GenServer):
 
     def _running_contexts(self) -> list:
         """The contexts of every handler running now (under ``cv``)."""
-        return ([self.current[1]] if self.current is not None else []) + \
-            [entry.ctx for entry in self.async_runs.values()]
+        return ([self.current[1]] if self.current is not None else []) + [
+            entry.ctx for entry in self.async_runs.values()
+        ]
 
     def _store(self) -> Any:
         """This process's store handle, opened on first use (never before the fork)."""

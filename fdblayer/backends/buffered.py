@@ -7,6 +7,7 @@ a watch is armed only when its transaction commits. The transaction sets
 ``_stamp`` (None), ``_watches`` ([]) and ``_closed`` (None until it
 commits or is cancelled) and provides ``_ensure_usable()``.
 """
+
 from __future__ import annotations
 
 from typing import List, Optional
@@ -33,9 +34,7 @@ class StampAndWatches:
         if self._stamp is None:
             self._stamp = VersionstampFuture()
             if self._closed is not None:
-                self._stamp.set_exception(
-                    InvalidTransactionState("get_versionstamp() must be called before commit")
-                )
+                self._stamp.set_exception(InvalidTransactionState("get_versionstamp() must be called before commit"))
         return self._stamp
 
     def watch(self, key: bytes) -> Watch:

@@ -60,8 +60,14 @@ __all__ = ["FdbDatabase", "FdbTransaction", "load_bindings", "API_VERSION"]
 logger = logging.getLogger(__name__)
 
 API_VERSION = 710
-_ERRORS = {1020: ConflictError, 1031: LockTimeout, 2021: NoCommitVersion,
-           2101: TransactionTooLarge, 2102: KeyTooLarge, 2103: ValueTooLarge}
+_ERRORS = {
+    1020: ConflictError,
+    1031: LockTimeout,
+    2021: NoCommitVersion,
+    2101: TransactionTooLarge,
+    2102: KeyTooLarge,
+    2103: ValueTooLarge,
+}
 _load_lock = threading.Lock()
 
 
@@ -141,9 +147,7 @@ class FdbDatabase(Database):
     def raw(self) -> Any:
         """The underlying ``fdb.Database`` (checks for a fork)."""
         if self._pid != os.getpid():
-            raise StoreUnavailable(
-                "a FoundationDB handle cannot cross os.fork(); open the store in the child"
-            )
+            raise StoreUnavailable("a FoundationDB handle cannot cross os.fork(); open the store in the child")
         if self._closed:
             raise InvalidTransactionState("store is closed")
         return self._raw

@@ -7,6 +7,7 @@ atomic); only a handle that was forked or closed takes the lock, where the
 handle's ``_check_fork`` drops (never reuses, never closes) what the parent
 process held. A handle never crosses ``os.fork()`` with a connection.
 """
+
 from __future__ import annotations
 
 import threading

@@ -79,8 +79,14 @@ from fdblayer.backends.postgres_transaction import PostgresTransaction
 from fdblayer.urls import redact_url
 from fdblayer.watches import WatchHub
 
-__all__ = ["PostgresDatabase", "map_pg_error", "connection_is_broken", "key_prefixes", "SCHEMA_VERSION",
-           "KEY_PREFIX_BYTES"]
+__all__ = [
+    "PostgresDatabase",
+    "map_pg_error",
+    "connection_is_broken",
+    "key_prefixes",
+    "SCHEMA_VERSION",
+    "KEY_PREFIX_BYTES",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -95,6 +101,7 @@ _POOL_MAX = 16
 #: Connections inherited across fork: kept referenced, never used or closed
 #: (closing would end the parent's session on the shared socket).
 _ABANDONED: List[Any] = []
+
 
 class PostgresDatabase(IdleConnections[Any], Database):
     """A handle on a store in a PostgreSQL database.
@@ -146,13 +153,21 @@ class PostgresDatabase(IdleConnections[Any], Database):
         """
         import psycopg
 
-        options = (f"-c lock_timeout={LOCK_TIMEOUT_MS} -c statement_timeout={STATEMENT_TIMEOUT_MS} "
-                   f"-c idle_in_transaction_session_timeout={IDLE_IN_TRANSACTION_MS}")
+        options = (
+            f"-c lock_timeout={LOCK_TIMEOUT_MS} -c statement_timeout={STATEMENT_TIMEOUT_MS} "
+            f"-c idle_in_transaction_session_timeout={IDLE_IN_TRANSACTION_MS}"
+        )
         try:
             return psycopg.connect(
-                self.conninfo, autocommit=True, connect_timeout=max(1, int(self.connect_timeout)),
-                keepalives=1, keepalives_idle=10, keepalives_interval=5, keepalives_count=3,
-                options=options, application_name=f"otpjobs[{os.getpid()}]",
+                self.conninfo,
+                autocommit=True,
+                connect_timeout=max(1, int(self.connect_timeout)),
+                keepalives=1,
+                keepalives_idle=10,
+                keepalives_interval=5,
+                keepalives_count=3,
+                options=options,
+                application_name=f"otpjobs[{os.getpid()}]",
             )
         except psycopg.Error as exc:
             raise map_pg_error(exc, self.where) from exc
@@ -227,9 +242,7 @@ class PostgresDatabase(IdleConnections[Any], Database):
         with self._lock:
             self._check_fork()
             if self._hub is None:
-                self._hub = WatchHub(
-                    _ValueReader(self).read, lambda: _Listener(self), name=f"postgres {self.prefix}"
-                )
+                self._hub = WatchHub(_ValueReader(self).read, lambda: _Listener(self), name=f"postgres {self.prefix}")
             return self._hub
 
     def notify_commit(self) -> None:
@@ -368,9 +381,7 @@ class _ValueReader:
         try:
             if self._conn is None:
                 self._conn = self._db.connect()
-            rows = self._conn.execute(
-                self._db.sql.watched, (key_prefixes(keys), keys), binary=True
-            ).fetchall()
+            rows = self._conn.execute(self._db.sql.watched, (key_prefixes(keys), keys), binary=True).fetchall()
         except Exception as exc:  # noqa: BLE001 - any failed read: the next wake-up reads again
             if self._conn is not None:
                 self._db.discard(self._conn, ForkEpoch.value)
@@ -382,4 +393,3 @@ class _ValueReader:
             return None
         self._version = version
         return {bytes(k): bytes(v) for k, v, _ in rows if k is not None}
-

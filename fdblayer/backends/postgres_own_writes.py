@@ -13,6 +13,7 @@ The buffer it reads (owned by the transaction): ``_sets`` (key -> value,
 None when cleared), ``_adds`` (key -> ``[[width, sum], ...]``) and
 ``_cleared`` (ranges).
 """
+
 from __future__ import annotations
 
 from typing import Any, Callable, Dict, List, Optional, Tuple

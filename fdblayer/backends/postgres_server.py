@@ -119,18 +119,44 @@ class TemporaryServer:
         self.directory = tempfile.mkdtemp(prefix="otpjobs-pg-")
         if self._user is not None:
             os.chown(self.directory, self._user.pw_uid, self._user.pw_gid)
-        self._run([os.path.join(self._bin, "initdb"), "-D", self.datadir, "-U", "postgres",
-                   "-A", "trust", "-E", "UTF8", "--no-sync", "--locale=C"])
+        self._run(
+            [
+                os.path.join(self._bin, "initdb"),
+                "-D",
+                self.datadir,
+                "-U",
+                "postgres",
+                "-A",
+                "trust",
+                "-E",
+                "UTF8",
+                "--no-sync",
+                "--locale=C",
+            ]
+        )
         self.port = _free_port()
         self.launch()
         return self
 
     def launch(self) -> None:
         """Start the server process on the existing cluster (after ``start`` or ``kill``)."""
-        args = [os.path.join(self._bin, "postgres"), "-D", self.datadir, "-p", str(self.port),
-                "-k", self.directory, "-c", "listen_addresses=127.0.0.1",
-                "-c", f"fsync={'on' if self.durable else 'off'}",
-                "-c", "max_connections=300", "-c", "shared_buffers=128MB"]
+        args = [
+            os.path.join(self._bin, "postgres"),
+            "-D",
+            self.datadir,
+            "-p",
+            str(self.port),
+            "-k",
+            self.directory,
+            "-c",
+            "listen_addresses=127.0.0.1",
+            "-c",
+            f"fsync={'on' if self.durable else 'off'}",
+            "-c",
+            "max_connections=300",
+            "-c",
+            "shared_buffers=128MB",
+        ]
         if not self.durable:
             args += ["-c", "synchronous_commit=off", "-c", "full_page_writes=off"]
         for name, value in self.settings.items():
@@ -138,7 +164,11 @@ class TemporaryServer:
         log = open(os.path.join(self.directory, "server.log"), "ab")
         try:
             self._process = subprocess.Popen(
-                args, stdout=log, stderr=log, stdin=subprocess.DEVNULL, **self._as_user(),
+                args,
+                stdout=log,
+                stderr=log,
+                stdin=subprocess.DEVNULL,
+                **self._as_user(),
                 start_new_session=True,
             )
         finally:

@@ -6,6 +6,7 @@ transactions (:mod:`fdblayer.backends.postgres_transaction`), so neither imports
 other for them. psycopg is imported where an error is mapped, so this
 module loads without it.
 """
+
 from __future__ import annotations
 
 import re
@@ -24,8 +25,19 @@ from fdblayer.exceptions import (
     TransactionTooOld,
 )
 
-__all__ = ["SCHEMA_VERSION", "KEY_PREFIX_BYTES", "check_prefix", "schema_sql", "map_pg_error",
-           "connection_is_broken", "first_line", "Statements", "key_prefixes", "MAX_TRANSACTION_AGE", "PRUNE_EVERY"]
+__all__ = [
+    "SCHEMA_VERSION",
+    "KEY_PREFIX_BYTES",
+    "check_prefix",
+    "schema_sql",
+    "map_pg_error",
+    "connection_is_broken",
+    "first_line",
+    "Statements",
+    "key_prefixes",
+    "MAX_TRANSACTION_AGE",
+    "PRUNE_EVERY",
+]
 
 SCHEMA_VERSION = 1
 #: Bytes of a key in the index's ordering column (btree entries must stay
@@ -50,8 +62,7 @@ def check_prefix(prefix: str, url: str = "") -> str:
     """
     if not _PREFIX_RE.match(prefix or ""):
         raise InvalidStoreURL(
-            f"store URL {url!r}: prefix {prefix!r} must be a letter or _ then up to 39 "
-            "letters, digits, _ or -"
+            f"store URL {url!r}: prefix {prefix!r} must be a letter or _ then up to 39 letters, digits, _ or -"
         )
     return prefix
 
@@ -65,14 +76,20 @@ def schema_sql(p: str) -> List[str]:
         f"CREATE TABLE IF NOT EXISTS {meta} (name text PRIMARY KEY, value bigint NOT NULL)",
         f"INSERT INTO {meta} VALUES ('commit_version', 0), ('pruned_version', 0), "
         f"('schema_version', {SCHEMA_VERSION}) ON CONFLICT DO NOTHING",
-        f"CREATE UNLOGGED TABLE IF NOT EXISTS {writes} "
-        "(version bigint NOT NULL, b bytea NOT NULL, e bytea NOT NULL)",
+        f"CREATE UNLOGGED TABLE IF NOT EXISTS {writes} (version bigint NOT NULL, b bytea NOT NULL, e bytea NOT NULL)",
         f'CREATE INDEX IF NOT EXISTS "{p}_writes_version" ON {writes} (version)',
         f"CREATE TABLE IF NOT EXISTS {marks} (version bigint PRIMARY KEY, at timestamptz NOT NULL)",
         _ADD_FUNCTION.format(p=p),
         _COMMIT_FUNCTION.format(
-            p=p, kv=kv, meta=meta, writes=writes, marks=marks, KP=KP, KH=KH,
-            age=MAX_TRANSACTION_AGE, every=PRUNE_EVERY,
+            p=p,
+            kv=kv,
+            meta=meta,
+            writes=writes,
+            marks=marks,
+            KP=KP,
+            KH=KH,
+            age=MAX_TRANSACTION_AGE,
+            every=PRUNE_EVERY,
         ),
     ]
 
@@ -231,16 +248,21 @@ class Statements:
         # Every read returns the commit version first, as (NULL, 8 bytes big-endian).
         version = f"SELECT NULL::bytea, int8send(value) FROM {meta} WHERE name = 'commit_version'"
         self.version_only = version
-        self.get = (f"{version} UNION ALL SELECT k, v FROM {kv} "
-                    f"WHERE {KP} = substring(%s from 1 for {KEY_PREFIX_BYTES}) AND k = %s")
-        self.get_many = (f"{version} UNION ALL SELECT k, v FROM {kv} "
-                         f"WHERE {KP} = ANY(%b::bytea[]) AND k = ANY(%b::bytea[])")
-        bounds = (f"{KP} >= substring(%s from 1 for {KEY_PREFIX_BYTES}) "
-                  f"AND {KP} <= substring(%s from 1 for {KEY_PREFIX_BYTES}) AND k >= %s AND k < %s")
-        self.range_asc = (f"({version}) UNION ALL (SELECT k, v FROM {kv} WHERE {bounds} "
-                          f"ORDER BY {KP}, k LIMIT %s)")
-        self.range_desc = (f"({version}) UNION ALL (SELECT k, v FROM {kv} WHERE {bounds} "
-                           f"ORDER BY {KP} DESC, k DESC LIMIT %s)")
+        self.get = (
+            f"{version} UNION ALL SELECT k, v FROM {kv} "
+            f"WHERE {KP} = substring(%s from 1 for {KEY_PREFIX_BYTES}) AND k = %s"
+        )
+        self.get_many = (
+            f"{version} UNION ALL SELECT k, v FROM {kv} WHERE {KP} = ANY(%b::bytea[]) AND k = ANY(%b::bytea[])"
+        )
+        bounds = (
+            f"{KP} >= substring(%s from 1 for {KEY_PREFIX_BYTES}) "
+            f"AND {KP} <= substring(%s from 1 for {KEY_PREFIX_BYTES}) AND k >= %s AND k < %s"
+        )
+        self.range_asc = f"({version}) UNION ALL (SELECT k, v FROM {kv} WHERE {bounds} ORDER BY {KP}, k LIMIT %s)"
+        self.range_desc = (
+            f"({version}) UNION ALL (SELECT k, v FROM {kv} WHERE {bounds} ORDER BY {KP} DESC, k DESC LIMIT %s)"
+        )
         self.changed_since = (
             f'SELECT EXISTS (SELECT 1 FROM "{p}_writes" w, unnest(%b::bytea[], %b::bytea[]) AS r(b, e) '
             "WHERE w.version > %s AND w.b < r.e AND w.e > r.b) "

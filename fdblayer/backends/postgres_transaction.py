@@ -243,8 +243,7 @@ class PostgresTransaction(OwnWrites, StampAndWatches, Transaction):
         """Commit; resolve the versionstamp and arm the watches (see ``Transaction``)."""
         self._ensure_usable()
         watched = [(w, self._view_value(w.key)) for w in self._watches] if self._watches else None
-        wrote = bool(self._sets or self._adds or self._cleared or self._stamped_keys
-                     or self._stamped_values)
+        wrote = bool(self._sets or self._adds or self._cleared or self._stamped_keys or self._stamped_values)
         version = self._send_commit() if wrote else None
         if not wrote:
             self._drop_connection(broken=False)
@@ -268,14 +267,21 @@ class PostgresTransaction(OwnWrites, StampAndWatches, Transaction):
         sets = [(k, v) for k, v in self._sets.items() if v is not None]
         adds = [(k, p) for k, queued in self._adds.items() for p in add_params(queued)]
         return (
-            self._read_version if checked else None, rb, re_,
-            [b for b, _ in self._cleared], [e for _, e in self._cleared],
-            [k for k, _ in sets], [v for _, v in sets],
+            self._read_version if checked else None,
+            rb,
+            re_,
+            [b for b, _ in self._cleared],
+            [e for _, e in self._cleared],
+            [k for k, _ in sets],
+            [v for _, v in sets],
             [k for k, v in self._sets.items() if v is None],
-            [k for k, _ in adds], [p for _, p in adds],
-            [t for t, _, _ in self._stamped_keys], [pos for _, pos, _ in self._stamped_keys],
+            [k for k, _ in adds],
+            [p for _, p in adds],
+            [t for t, _, _ in self._stamped_keys],
+            [pos for _, pos, _ in self._stamped_keys],
             [v for _, _, v in self._stamped_keys],
-            [k for k, _, _ in self._stamped_values], [t for _, t, _ in self._stamped_values],
+            [k for k, _, _ in self._stamped_values],
+            [t for _, t, _ in self._stamped_values],
             [pos for _, _, pos in self._stamped_values],
         )
 
@@ -353,8 +359,11 @@ class PostgresTransaction(OwnWrites, StampAndWatches, Transaction):
 
     def _read_many(self, keys: List[bytes], snapshot: bool) -> List[Optional[bytes]]:
         self._ensure_usable()
-        missing = [k for k in dict.fromkeys(keys) if k not in self._known and k not in self._sets
-                   and (k in self._adds or not self._in_cleared(k))]
+        missing = [
+            k
+            for k in dict.fromkeys(keys)
+            if k not in self._known and k not in self._sets and (k in self._adds or not self._in_cleared(k))
+        ]
         if missing:
             self._fetch(missing)
         return [self._read(k, snapshot) for k in keys]
@@ -363,8 +372,9 @@ class PostgresTransaction(OwnWrites, StampAndWatches, Transaction):
         """Read ``keys`` from the snapshot in one statement (see ``Transaction``)."""
         keys = [check_key(k) if type(k) is not bytes or len(k) > MAX_KEY_SIZE else k for k in keys]
         self._ensure_usable()
-        missing = [k for k in dict.fromkeys(keys) if k not in self._known and k not in self._sets
-                   and not self._in_cleared(k)]
+        missing = [
+            k for k in dict.fromkeys(keys) if k not in self._known and k not in self._sets and not self._in_cleared(k)
+        ]
         if missing:
             self._fetch(missing)
 
@@ -434,9 +444,7 @@ class PostgresTransaction(OwnWrites, StampAndWatches, Transaction):
             return []
         return self._merged(low, high, limit, reverse, snapshot)
 
-    def _merged(
-        self, low: bytes, high: bytes, limit: int, reverse: bool, snapshot: bool
-    ) -> List[KeyValue]:
+    def _merged(self, low: bytes, high: bytes, limit: int, reverse: bool, snapshot: bool) -> List[KeyValue]:
         """The rows of ``[low, high)`` in this transaction's view; records the
         read conflict range (up to the last row when the limit cut it)."""
         self._ensure_usable()
@@ -448,8 +456,15 @@ class PostgresTransaction(OwnWrites, StampAndWatches, Transaction):
         while True:
             want = 0 if not limit else limit - len(rows) + len(overlay) + 16
             db_rows = self._db_range(cursor_low, cursor_high, max(want, _CHUNK) if limit else 0, reverse)
-            rows = self._merge(rows, db_rows, overlay, cursor_low, cursor_high, reverse,
-                               final=not limit or len(db_rows) < max(want, _CHUNK))
+            rows = self._merge(
+                rows,
+                db_rows,
+                overlay,
+                cursor_low,
+                cursor_high,
+                reverse,
+                final=not limit or len(db_rows) < max(want, _CHUNK),
+            )
             if not limit or len(rows) >= limit or len(db_rows) < max(want, _CHUNK):
                 break
             last = db_rows[-1][0]
@@ -470,8 +485,7 @@ class PostgresTransaction(OwnWrites, StampAndWatches, Transaction):
 
     def _db_range(self, low: bytes, high: bytes, limit: int, reverse: bool) -> List[Tuple[bytes, bytes]]:
         sql = self._db.sql
-        rows = self._query(sql.range_desc if reverse else sql.range_asc,
-                           (low, high, low, high, limit or None))
+        rows = self._query(sql.range_desc if reverse else sql.range_asc, (low, high, low, high, limit or None))
         if limit and len(rows) == limit:  # the part the rows depend on
             last = rows[-1][0]
             self._note_read(last, high) if reverse else self._note_read(low, last + b"\x00")
@@ -493,8 +507,13 @@ class PostgresTransaction(OwnWrites, StampAndWatches, Transaction):
 
     def set(self, key: bytes, value: bytes) -> None:
         """Write one key (see ``Transaction.set``)."""
-        if (type(key) is not bytes or type(value) is not bytes or len(key) > MAX_KEY_SIZE
-                or key >= END_OF_KEYSPACE or len(value) > MAX_VALUE_SIZE):
+        if (
+            type(key) is not bytes
+            or type(value) is not bytes
+            or len(key) > MAX_KEY_SIZE
+            or key >= END_OF_KEYSPACE
+            or len(value) > MAX_VALUE_SIZE
+        ):
             key, value = check_write_key(key), check_value(value)
         self._prepare_write(len(key) + len(value))
         self._sets[key] = value
@@ -571,4 +590,3 @@ class PostgresTransaction(OwnWrites, StampAndWatches, Transaction):
             if self._mode is None:  # fixes the read version the check starts from
                 self._query(self._db.sql.version_only, ())
             self._read_ranges.append((begin, end))
-

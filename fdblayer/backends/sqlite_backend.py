@@ -176,13 +176,9 @@ class SqliteDatabase(IdleConnections[sqlite3.Connection], Database):
         try:
             if self.read_only:
                 uri = "file:" + urllib.parse.quote(self.path) + "?mode=ro"
-                conn = sqlite3.connect(
-                    uri, uri=True, isolation_level=None, check_same_thread=False, timeout=0
-                )
+                conn = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False, timeout=0)
             else:
-                conn = sqlite3.connect(
-                    self.path, isolation_level=None, check_same_thread=False, timeout=0
-                )
+                conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=0)
         except sqlite3.Error as exc:
             raise map_sqlite_error(exc, self.path) from exc
         conn.create_function("fdb_add", 2, _sql_add, deterministic=True)
@@ -213,9 +209,7 @@ class SqliteDatabase(IdleConnections[sqlite3.Connection], Database):
             deadline = time.monotonic() + self.lock_timeout
             if self._retry_busy(lambda: self._is_set_up(conn), deadline):
                 return
-            mode = self._retry_busy(
-                lambda: conn.execute("PRAGMA journal_mode = WAL").fetchone()[0], deadline
-            )
+            mode = self._retry_busy(lambda: conn.execute("PRAGMA journal_mode = WAL").fetchone()[0], deadline)
             if str(mode).lower() != "wal":
                 raise StoreUnavailable(f"store {self.path}: cannot use WAL mode (got {mode!r})")
             if not self.read_only:
@@ -228,8 +222,10 @@ class SqliteDatabase(IdleConnections[sqlite3.Connection], Database):
         """True when the file is in WAL mode with the whole schema (a read only)."""
         if str(conn.execute("PRAGMA journal_mode").fetchone()[0]).lower() != "wal":
             return False
-        tables = {row[0] for row in conn.execute(
-            "SELECT name FROM sqlite_master WHERE type = 'table' AND name IN ('kv', 'meta')")}
+        tables = {
+            row[0]
+            for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' AND name IN ('kv', 'meta')")
+        }
         if tables != {"kv", "meta"}:
             return False
         return conn.execute("SELECT 1 FROM meta WHERE name = 'commit_version'").fetchone() is not None
@@ -333,9 +329,7 @@ class SqliteDatabase(IdleConnections[sqlite3.Connection], Database):
         with self._lock:
             self._check_fork()
             if self._notify_fd is None:
-                self._notify_fd = os.open(
-                    self.path + "-notify", os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644
-                )
+                self._notify_fd = os.open(self.path + "-notify", os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
             if self._checkpointer is None:
                 self._checkpointer = _Checkpointer(self)
             return self._notify_fd, self._hub, self._checkpointer

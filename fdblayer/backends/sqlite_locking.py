@@ -7,6 +7,7 @@ FIFO ticket lock (``fairlock``), then SQLite's lock with bounded
 exponential backoff, until the transaction's deadline; past it,
 ``LockTimeout`` names the process that holds the lock.
 """
+
 from __future__ import annotations
 
 import random
@@ -103,5 +104,7 @@ class SqliteLocking:
 
     def _lock_held_message(self) -> str:
         holder = fairlock.describe_holder(self._db.gate().holder())
-        return (f"store {self._db.path}: the write lock is held by {holder} and was not released "
-                f"in time (reads go on; writes wait for it to commit or exit)")
+        return (
+            f"store {self._db.path}: the write lock is held by {holder} and was not released "
+            f"in time (reads go on; writes wait for it to commit or exit)"
+        )

@@ -4,6 +4,7 @@ Shared by the handle (:mod:`fdblayer.backends.sqlite_backend`), its transactions
 (:mod:`fdblayer.backends.sqlite_transaction`) and their write lock
 (:mod:`fdblayer.backends.sqlite_locking`), so none of them imports another for them.
 """
+
 from __future__ import annotations
 
 import sqlite3
@@ -19,19 +20,14 @@ SCHEMA = (
 )
 SQL_DATA_VERSION = "PRAGMA data_version"
 SQL_PIN_SNAPSHOT = "SELECT 1 FROM kv LIMIT 1"
-SQL_BUMP_VERSION = (
-    "UPDATE meta SET value = value + 1 WHERE name = 'commit_version' RETURNING value"
-)
+SQL_BUMP_VERSION = "UPDATE meta SET value = value + 1 WHERE name = 'commit_version' RETURNING value"
 SQL_GET = "SELECT v FROM kv WHERE k = ?"
 SQL_SET = "INSERT OR REPLACE INTO kv (k, v) VALUES (?, ?)"
 SQL_CLEAR = "DELETE FROM kv WHERE k = ?"
 SQL_CLEAR_RANGE = "DELETE FROM kv WHERE k >= ? AND k < ?"
 #: FoundationDB's atomic add in one statement, through ``fdb_add`` (registered
 #: on every connection): a missing key takes ``param`` itself (0 + param).
-SQL_ADD = (
-    "INSERT INTO kv (k, v) VALUES (?, ?) "
-    "ON CONFLICT (k) DO UPDATE SET v = fdb_add(v, excluded.v)"
-)
+SQL_ADD = "INSERT INTO kv (k, v) VALUES (?, ?) ON CONFLICT (k) DO UPDATE SET v = fdb_add(v, excluded.v)"
 
 #: Backoff bounds, in seconds, between tries of a busy write lock.
 _BUSY_BACKOFF_MIN = 0.0002

@@ -87,6 +87,8 @@ def _many_sql(count: int) -> str:
     if count <= _UNION_MAX:
         return " UNION ALL ".join(["SELECT k, v FROM kv WHERE k = ?"] * count)
     return "SELECT k, v FROM kv WHERE k IN ({})".format(", ".join("?" * count))
+
+
 SQL_RANGE_ASC = "SELECT k, v FROM kv WHERE k >= ? AND k < ? ORDER BY k ASC"
 SQL_RANGE_DESC = "SELECT k, v FROM kv WHERE k >= ? AND k < ? ORDER BY k DESC"
 
@@ -228,11 +230,7 @@ class SqliteTransaction(SqliteLocking, StampAndWatches, Transaction):
         started takes the write lock now (blind writes never conflict)."""
         self._ensure_usable()
         if self._size + size > MAX_TRANSACTION_SIZE:
-            self._fail(
-                TransactionTooLarge(
-                    f"transaction of {self._size + size} bytes exceeds {MAX_TRANSACTION_SIZE}"
-                )
-            )
+            self._fail(TransactionTooLarge(f"transaction of {self._size + size} bytes exceeds {MAX_TRANSACTION_SIZE}"))
             assert self._error is not None
             raise self._error
         if self._mode is None:
@@ -257,9 +255,7 @@ class SqliteTransaction(SqliteLocking, StampAndWatches, Transaction):
             if clears:
                 self._conn.executemany(SQL_CLEAR, clears)
             if adds:
-                self._conn.executemany(
-                    SQL_ADD, [(k, p) for k, ps in adds.items() for p in add_params(ps)]
-                )
+                self._conn.executemany(SQL_ADD, [(k, p) for k, ps in adds.items() for p in add_params(ps)])
         except sqlite3.Error as exc:
             raise self._sqlite_failure(exc) from exc
         if sets or clears or adds:
@@ -361,10 +357,7 @@ class SqliteTransaction(SqliteLocking, StampAndWatches, Transaction):
 
     def get_many(self, keys: Sequence[bytes]) -> List[Optional[bytes]]:
         """Read several keys; those not yet in this transaction's view in one query."""
-        keys = [
-            key if type(key) is bytes and len(key) <= MAX_KEY_SIZE else check_key(key)
-            for key in keys
-        ]
+        keys = [key if type(key) is bytes and len(key) <= MAX_KEY_SIZE else check_key(key) for key in keys]
         self._ensure_usable()
         known, adds = self._known, self._adds
         missing = [key for key in keys if key not in known and key not in adds]

@@ -47,9 +47,7 @@ logger = logging.getLogger(__name__)
 
 
 @transactional
-def set_type_timeout(
-    tr: Transaction, layout: Layout, job_type: JobType, timeout: float
-) -> None:
+def set_type_timeout(tr: Transaction, layout: Layout, job_type: JobType, timeout: float) -> None:
     """Declare a job type, with the seconds after which a silent job is re-enqueued."""
     tr.set(layout.activity_timeout_key(job_type), fdb.tuple.pack((timeout,)))
 
@@ -61,9 +59,7 @@ def clear_type_timeout(tr: Transaction, layout: Layout, job_type: JobType) -> No
 
 
 @transactional
-def get_type_timeout(
-    tr: Transaction, layout: Layout, job_type: JobType
-) -> Optional[float]:
+def get_type_timeout(tr: Transaction, layout: Layout, job_type: JobType) -> Optional[float]:
     """Read a type's timeout in seconds (snapshot read), or None if unset."""
     return read_type_timeout(tr, layout, job_type)
 
@@ -123,9 +119,7 @@ def _unpack_vs(key: bytes, raw: Optional[bytes]) -> Optional[fdb.tuple.Versionst
 
 
 @transactional
-def get_activity_vs(
-    tr: Transaction, layout: Layout, job_type: JobType
-) -> Optional[fdb.tuple.Versionstamp]:
+def get_activity_vs(tr: Transaction, layout: Layout, job_type: JobType) -> Optional[fdb.tuple.Versionstamp]:
     """Read the versionstamp of the type's last activity, or None if none yet."""
     key = layout.watches_activity_key(job_type)
     return _unpack_vs(key, tr.get(key))
@@ -185,9 +179,7 @@ def get_active_since(
 
 
 @transactional
-def get_inactive_since(
-    tr: Transaction, layout: Layout, job_type: JobType, vs: fdb.tuple.Versionstamp
-) -> list[str]:
+def get_inactive_since(tr: Transaction, layout: Layout, job_type: JobType, vs: fdb.tuple.Versionstamp) -> list[str]:
     """Read the ids of running jobs not accepted or updated after ``vs``."""
     begin = layout.activity_prefix(job_type)
     end = layout.activity_key(job_type, _commit_stamp(vs, 0xFFFF)) + b"\x00"
@@ -196,9 +188,7 @@ def get_inactive_since(
 
 
 @transactional
-def re_enqueue_inactive(
-    tr: Transaction, layout: Layout, job_type: JobType, job_ids: Iterable[str]
-) -> list[str]:
+def re_enqueue_inactive(tr: Transaction, layout: Layout, job_type: JobType, job_ids: Iterable[str]) -> list[str]:
     """Put running jobs back in the pending queue; their locks become stale
     (a worker pool's job as :func:`requeue_silent` says).
 
@@ -214,8 +204,7 @@ def re_enqueue_inactive(
     return done
 
 
-def requeue_silent(tr: Transaction, layout: Layout, job_type: JobType, job_id: str,
-                   tally: Tally) -> bool:
+def requeue_silent(tr: Transaction, layout: Layout, job_type: JobType, job_id: str, tally: Tally) -> bool:
     """Put a running job whose lease expired back in the queue, due now (the
     activity monitors' and the hosts' lifeline re-enqueue); its lock becomes
     stale. A pool's job whose handler never started gets its attempt back;
@@ -234,13 +223,22 @@ def requeue_silent(tr: Transaction, layout: Layout, job_type: JobType, job_id: s
             tally.bump(job_type, "claimed", -1)
             tr.set(work_key, record.unclaimed().pack())
         elif record.worker is not None and record.outcome is None:  # its handler started: the attempt is lost
-            error = {"type": WORKER_LOST, "message": f"attempt {record.attempt} stopped renewing its lease "
-                     f"(its host {record.worker} died or stalled)", "traceback": ""}
-            tr.set(work_key, record._replace(error=error, errors=with_error(record.errors, record.attempt,
-                                                                              time.time(), error)).pack())
+            error = {
+                "type": WORKER_LOST,
+                "message": f"attempt {record.attempt} stopped renewing its lease "
+                f"(its host {record.worker} died or stalled)",
+                "traceback": "",
+            }
+            tr.set(
+                work_key,
+                record._replace(
+                    error=error, errors=with_error(record.errors, record.attempt, time.time(), error)
+                ).pack(),
+            )
     rows.clear_activity(tr, layout, job_type, current.seq, tally)
-    rows.maybe_enqueue(tr, layout, job_type, job_id, current.sched_time, True, current.data, key,
-                       tally, current.priority)
+    rows.maybe_enqueue(
+        tr, layout, job_type, job_id, current.sched_time, True, current.data, key, tally, current.priority
+    )
     tally.bump(job_type, "reenqueued")
     tally.stamp(job_type)
     return True

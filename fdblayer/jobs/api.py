@@ -96,9 +96,7 @@ MIN_ACCEPT_WAIT = 0.1
 
 def _check_tx(tx: Any) -> Tx:
     if kind_of(tx) is None:
-        raise InvalidArgument(
-            f"expected a Database or a Transaction, not {type(tx).__name__}"
-        )
+        raise InvalidArgument(f"expected a Database or a Transaction, not {type(tx).__name__}")
     return tx
 
 
@@ -137,9 +135,7 @@ def _encode_optional(data: Any, job: Job) -> Optional[bytes]:
 # ---------------------------------------------------------------- job creation
 
 
-def add(
-    tx: Tx, type: JobType, job_id: str, data: dict[str, Any], scheduled_time: int = 0
-) -> None:
+def add(tx: Tx, type: JobType, job_id: str, data: dict[str, Any], scheduled_time: int = 0) -> None:
     """Add a job as pending, or resubmit the job if it exists.
 
     An existing job is resubmitted: a pending one rescheduled, a finished
@@ -217,9 +213,7 @@ def _job_pairs(jobs: Any) -> list[tuple[Any, Any]]:
     if isinstance(jobs, Mapping):
         return list(jobs.items())
     if isinstance(jobs, (str, bytes)) or not isinstance(jobs, Iterable):
-        raise InvalidArgument(
-            f"jobs must be a dict or (job_id, data) pairs, not {type(jobs).__name__}"
-        )
+        raise InvalidArgument(f"jobs must be a dict or (job_id, data) pairs, not {type(jobs).__name__}")
     pairs = []
     for item in jobs:
         if not isinstance(item, tuple) or len(item) != 2:
@@ -306,9 +300,7 @@ def get_job(tx: Tx, type: JobType, job_id: str) -> JobInfo:
     _check_job_key(type, job_id, DEFAULT_LAYOUT)
     info = model.get_job(tx, DEFAULT_LAYOUT, type, job_id)
     if info is None:
-        raise NotFound(
-            f"job {job_id!r} of type {type!r} not found", job_type=type, job_id=job_id
-        )
+        raise NotFound(f"job {job_id!r} of type {type!r} not found", job_type=type, job_id=job_id)
     return info
 
 

@@ -101,19 +101,14 @@ def _check_value(value: Any, path: str, depth: int) -> None:
         return
     if isinstance(value, int):
         if not INT_MIN <= value <= INT_MAX:
-            raise EncodingError(
-                f"job data: integer at {path} is outside the signed 64-bit range"
-            )
+            raise EncodingError(f"job data: integer at {path} is outside the signed 64-bit range")
         return
     if isinstance(value, float):
         if not math.isfinite(value):
             raise EncodingError(f"job data: {value!r} at {path} is not a finite number")
         return
     if depth >= MAX_DEPTH:
-        raise EncodingError(
-            f"job data: nested deeper than {MAX_DEPTH} levels at {path} "
-            "(or it contains a cycle)"
-        )
+        raise EncodingError(f"job data: nested deeper than {MAX_DEPTH} levels at {path} (or it contains a cycle)")
     if isinstance(value, dict):
         _check_dict(value, path, depth)
         return
@@ -130,10 +125,7 @@ def _check_value(value: Any, path: str, depth: int) -> None:
 def _check_dict(value: dict[Any, Any], path: str, depth: int) -> None:
     for key, item in value.items():
         if not isinstance(key, str):
-            raise EncodingError(
-                f"job data: key {key!r} at {path} is a {type(key).__name__}; "
-                "keys must be str"
-            )
+            raise EncodingError(f"job data: key {key!r} at {path} is a {type(key).__name__}; keys must be str")
         _check_str(key, path)
         _check_value(item, _path(path, key), depth + 1)
 
@@ -248,8 +240,7 @@ def check_stored_size(job_id: str, encoded: bytes) -> None:
     overhead = max(_JOB_VALUE_OVERHEAD, packed_id + 2)
     if escaped + overhead > VALUE_SIZE_LIMIT:
         raise EncodingError(
-            f"job data of {len(encoded)} bytes does not fit in a store value "
-            f"of at most {VALUE_SIZE_LIMIT} bytes",
+            f"job data of {len(encoded)} bytes does not fit in a store value of at most {VALUE_SIZE_LIMIT} bytes",
             job_id=job_id,
         )
 
@@ -323,10 +314,17 @@ def unpack_job_value(raw: bytes) -> JobValue:
     except Exception as exc:  # noqa: BLE001 - any decoding failure is the same corrupt row
         raise CorruptValue(f"undecodable job value ({_reason(exc)})") from None
     priority = more[0] if len(more) == 1 else 0
-    if not (isinstance(seq, (fdb.tuple.Versionstamp, int, type(None))) and isinstance(lock, (str, type(None)))
-            and isinstance(sched_time, int) and isinstance(resubmit, bool) and isinstance(data, bytes)
-            and len(more) <= 1 and isinstance(priority, int) and not isinstance(priority, bool)
-            and 0 <= priority <= 9):
+    if not (
+        isinstance(seq, (fdb.tuple.Versionstamp, int, type(None)))
+        and isinstance(lock, (str, type(None)))
+        and isinstance(sched_time, int)
+        and isinstance(resubmit, bool)
+        and isinstance(data, bytes)
+        and len(more) <= 1
+        and isinstance(priority, int)
+        and not isinstance(priority, bool)
+        and 0 <= priority <= 9
+    ):
         raise CorruptValue("job value of the wrong shape")
     return JobValue(seq, lock, sched_time, resubmit, data, priority)
 

@@ -22,6 +22,7 @@ mark. ``finished`` is ``jobs - pending - running``; :func:`read` shows
 is counted from the pending index, which is ordered by time, up to
 :data:`SCHEDULED_CAP`. This module reads; it sits above the transitions.
 """
+
 from __future__ import annotations
 
 from typing import Any, Optional
@@ -66,16 +67,23 @@ def read(tr: Transaction, layout: Layout, job_type: JobType, now: float) -> dict
     future = 0
     for priority in [0] + pending.priorities(tr, layout, job_type):
         prefix = layout.pending_prefix(job_type, priority)
-        future += len(tr.snapshot.get_range(layout.pending_end(job_type, int(now), priority), strinc(prefix),
-                                            limit=SCHEDULED_CAP + 1 - future))
+        future += len(
+            tr.snapshot.get_range(
+                layout.pending_end(job_type, int(now), priority), strinc(prefix), limit=SCHEDULED_CAP + 1 - future
+            )
+        )
         if future > SCHEDULED_CAP:
             break
-    return {"jobs": values["jobs"], "pending": values["pending"],
-            "scheduled": min(future, SCHEDULED_CAP), "scheduled_capped": future > SCHEDULED_CAP,
-            "claimed": min(values["claimed"], values["running"]),
-            "running": max(0, values["running"] - values["claimed"]),
-            "finished": max(0, values["jobs"] - values["pending"] - values["running"]),
-            "failed": values["failed"]}
+    return {
+        "jobs": values["jobs"],
+        "pending": values["pending"],
+        "scheduled": min(future, SCHEDULED_CAP),
+        "scheduled_capped": future > SCHEDULED_CAP,
+        "claimed": min(values["claimed"], values["running"]),
+        "running": max(0, values["running"] - values["claimed"]),
+        "finished": max(0, values["jobs"] - values["pending"] - values["running"]),
+        "failed": values["failed"],
+    }
 
 
 def recount(tr: Transaction, layout: Layout, job_type: JobType) -> dict[str, int]:
@@ -93,11 +101,15 @@ def tally(tr: Transaction, layout: Layout, job_type: JobType) -> dict[str, int]:
     pending = sum(1 for _, state, _ in jobs.values() if state is JobState.PENDING)
     running = sum(1 for _, state, _ in jobs.values() if state is JobState.RUNNING)
     finished = [job_id for job_id, (_, state, _) in jobs.items() if state is JobState.FINISHED]
-    failed = sum(1 for entry in work.read_many(tr, layout, job_type, finished)
-                 if entry is not None and entry[2].outcome == FAILED)
+    failed = sum(
+        1
+        for entry in work.read_many(tr, layout, job_type, finished)
+        if entry is not None and entry[2].outcome == FAILED
+    )
     held = [job_id for job_id, (_, state, _) in jobs.items() if state is JobState.RUNNING]
-    claimed = sum(1 for entry in work.read_many(tr, layout, job_type, held)
-                  if entry is not None and claimed_only(entry[2]))
+    claimed = sum(
+        1 for entry in work.read_many(tr, layout, job_type, held) if entry is not None and claimed_only(entry[2])
+    )
     return {"jobs": len(jobs), "pending": pending, "running": running, "claimed": claimed, "failed": failed}
 
 

@@ -43,9 +43,7 @@ class JobsError(Exception):
         job_id: The job id concerned, or None.
     """
 
-    def __init__(
-        self, message: str, *, job_type: Any = None, job_id: str | None = None
-    ) -> None:
+    def __init__(self, message: str, *, job_type: Any = None, job_id: str | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.job_type = job_type
@@ -58,9 +56,7 @@ class JobsError(Exception):
         )
 
 
-def _rebuild(
-    cls: type[JobsError], message: str, job_type: Any, job_id: str | None
-) -> JobsError:
+def _rebuild(cls: type[JobsError], message: str, job_type: Any, job_id: str | None) -> JobsError:
     """Unpickle an error with its keyword-only fields."""
     return cls(message, job_type=job_type, job_id=job_id)
 
@@ -113,8 +109,17 @@ class JobFailed(JobsError):
         attempts: How many attempts were made.
     """
 
-    def __init__(self, message: str, *, job_type: Any = None, job_id: str | None = None,
-                 error_type: str = "", error_message: str = "", traceback: str = "", attempts: int = 0) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        job_type: Any = None,
+        job_id: str | None = None,
+        error_type: str = "",
+        error_message: str = "",
+        traceback: str = "",
+        attempts: int = 0,
+    ) -> None:
         super().__init__(message, job_type=job_type, job_id=job_id)
         self.error_type = error_type
         self.error_message = error_message
@@ -122,11 +127,29 @@ class JobFailed(JobsError):
         self.attempts = attempts
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (_rebuild_failed, (self.message, self.job_type, self.job_id, self.error_type, self.error_message,
-                                  self.traceback, self.attempts))
+        return (
+            _rebuild_failed,
+            (
+                self.message,
+                self.job_type,
+                self.job_id,
+                self.error_type,
+                self.error_message,
+                self.traceback,
+                self.attempts,
+            ),
+        )
 
 
-def _rebuild_failed(message: str, job_type: Any, job_id: Any, error_type: str, error_message: str,
-                    traceback: str, attempts: int) -> JobFailed:
-    return JobFailed(message, job_type=job_type, job_id=job_id, error_type=error_type,
-                     error_message=error_message, traceback=traceback, attempts=attempts)
+def _rebuild_failed(
+    message: str, job_type: Any, job_id: Any, error_type: str, error_message: str, traceback: str, attempts: int
+) -> JobFailed:
+    return JobFailed(
+        message,
+        job_type=job_type,
+        job_id=job_id,
+        error_type=error_type,
+        error_message=error_message,
+        traceback=traceback,
+        attempts=attempts,
+    )

@@ -13,6 +13,7 @@ scanning every job. An entry can outlive its failure (the job was retried,
 removed or resubmitted since): readers check each against the job's work
 record and skip it; age clears it.
 """
+
 from __future__ import annotations
 
 from fdblayer.interface import Transaction, strinc

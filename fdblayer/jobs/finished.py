@@ -16,6 +16,7 @@ stale, and pruning checks each key against the job's state and record in
 its own transaction and drops a stale one. The end time of the key is
 the record's ``ended`` in milliseconds, so the two are compared exactly.
 """
+
 from __future__ import annotations
 
 from typing import Optional
@@ -55,8 +56,9 @@ def forget_record(tr: Transaction, layout: Layout, job_type: JobType, job_id: st
         tr.clear(layout.finished_key(job_type, rec.outcome, ms(rec.ended), job_id))
 
 
-def due(tr: Transaction, layout: Layout, job_type: JobType, outcome: str, before: float,
-        limit: int) -> list[tuple[bytes, int, str]]:
+def due(
+    tr: Transaction, layout: Layout, job_type: JobType, outcome: str, before: float, limit: int
+) -> list[tuple[bytes, int, str]]:
     """``(key, ended_ms, job_id)`` of up to ``limit`` keys of jobs that ended
     with ``outcome`` before ``before`` (epoch seconds), oldest first (a
     snapshot read: the caller checks each job in its transaction). A

@@ -10,6 +10,7 @@ which readers show as not alive after :data:`ALIVE_FOR` seconds, and which
 any beating host clears once it is :data:`FORGET_AFTER` old. Bounded where
 written: the info is cut to :data:`MAX_INFO` bytes (the running list first).
 """
+
 from __future__ import annotations
 
 from typing import Any

@@ -140,12 +140,8 @@ class Layout:
             raise TypeError(f"layer prefix must be bytes, not {type(prefix)!r}")
         self.prefix = prefix
         # Per-type prefixes are packed once: types are few and keys are hot.
-        self._type_prefix = functools.lru_cache(maxsize=_TYPE_CACHE_SIZE)(
-            self._pack_type_prefix
-        )
-        self._stamped_activity = functools.lru_cache(maxsize=_TYPE_CACHE_SIZE)(
-            self._pack_stamped_activity
-        )
+        self._type_prefix = functools.lru_cache(maxsize=_TYPE_CACHE_SIZE)(self._pack_type_prefix)
+        self._stamped_activity = functools.lru_cache(maxsize=_TYPE_CACHE_SIZE)(self._pack_stamped_activity)
 
     def __repr__(self) -> str:
         return f"Layout({self.prefix!r})"
@@ -256,9 +252,7 @@ class Layout:
         )
 
     def _pack_stamped_activity(self, job_type: JobType) -> bytes:
-        return fdb.tuple.pack_with_versionstamp(
-            (new_versionstamp(),), prefix=self._type_prefix(ACTIVITY, job_type)
-        )
+        return fdb.tuple.pack_with_versionstamp((new_versionstamp(),), prefix=self._type_prefix(ACTIVITY, job_type))
 
     # WORK, SCHEDULES (the worker pools' records beside the couch_jobs rows)
 

@@ -125,7 +125,8 @@ def add(
     key = layout.data_key(job_type, job_id)
     if priority is None and type_default:  # one round trip for the three
         timeout, raw, declared = tr.get_many(
-            [layout.activity_timeout_key(job_type), key, layout.type_priority_key(job_type)])
+            [layout.activity_timeout_key(job_type), key, layout.type_priority_key(job_type)]
+        )
         priority = stored_priority(declared)
     else:
         timeout, raw = tr.get_many([layout.activity_timeout_key(job_type), key])  # one round trip
@@ -184,9 +185,7 @@ def add_many(
         NoTypeTimeout: ``job_type`` has no type timeout.
     """
     if activity.read_type_timeout(tr, layout, job_type) is None:
-        raise NoTypeTimeout(
-            f"job type {job_type!r} has no type timeout; set one first", job_type=job_type
-        )
+        raise NoTypeTimeout(f"job type {job_type!r} has no type timeout; set one first", job_type=job_type)
     keys = [layout.data_key(job_type, job_id) for job_id, _ in jobs]
     created = []
     for (job_id, data), key, raw in zip(jobs, keys, tr.get_many(keys), strict=True):
@@ -221,8 +220,16 @@ def remove(tr: Transaction, layout: Layout, job_type: JobType, job_id: str) -> N
     remove_value(tr, layout, job_type, job_id, key, current, record)
 
 
-def remove_value(tr: Transaction, layout: Layout, job_type: JobType, job_id: str, key: bytes, current: JobValue,
-                 record: WorkRecord, tally: Optional[Tally] = None) -> None:
+def remove_value(
+    tr: Transaction,
+    layout: Layout,
+    job_type: JobType,
+    job_id: str,
+    key: bytes,
+    current: JobValue,
+    record: WorkRecord,
+    tally: Optional[Tally] = None,
+) -> None:
     """:func:`remove` of a job whose DATA row (``current``, at ``key``) and
     work record (``record``; a fresh one if it has none) ``tr`` has read;
     counters and the watch bumped at once, or by ``tally`` (a batch)."""
@@ -244,9 +251,7 @@ def remove_value(tr: Transaction, layout: Layout, job_type: JobType, job_id: str
 
 
 @transactional
-def get_job_state_and_data(
-    tr: Transaction, layout: Layout, job_type: JobType, job_id: str
-) -> Optional[StateAndData]:
+def get_job_state_and_data(tr: Transaction, layout: Layout, job_type: JobType, job_id: str) -> Optional[StateAndData]:
     """Read a job's ``(seq, state, encoded data)``, or None if it does not exist."""
     current = rows.get_job_val(tr, layout.data_key(job_type, job_id))
     if current is None:
@@ -319,9 +324,7 @@ def job_id_from_key(key: bytes, prefix: bytes) -> Optional[str]:
 
 
 @transactional
-def get_job(
-    tr: Transaction, layout: Layout, job_type: JobType, job_id: str
-) -> Optional[JobInfo]:
+def get_job(tr: Transaction, layout: Layout, job_type: JobType, job_id: str) -> Optional[JobInfo]:
     """Read one job's whole record (the seed's debug ``get_job/2``)."""
     current = rows.get_job_val(tr, layout.data_key(job_type, job_id))
     if current is None:
@@ -330,9 +333,7 @@ def get_job(
 
 
 @transactional
-def get_all_jobs(
-    tr: Transaction, layout: Layout, job_type: Optional[JobType] = None
-) -> list[JobInfo]:
+def get_all_jobs(tr: Transaction, layout: Layout, job_type: Optional[JobType] = None) -> list[JobInfo]:
     """Read the records of every job of a type, or of every type (the
     seed's ``get_jobs/0``), in key order."""
     prefix = layout.subspace(DATA) if job_type is None else layout.data_prefix(job_type)
@@ -421,7 +422,14 @@ def finish(tr: Transaction, layout: Layout, job: Job, data: Optional[bytes]) -> 
     current = _get_job_or_halt(tr, key, job)
     new_data = current.data if data is None else data
     value = rows.maybe_enqueue(
-        tr, layout, job.type, job.id, current.sched_time, current.resubmit, new_data, key,
+        tr,
+        layout,
+        job.type,
+        job.id,
+        current.sched_time,
+        current.resubmit,
+        new_data,
+        key,
         priority=current.priority,
     )
     rows.clear_activity(tr, layout, job.type, current.seq)
@@ -572,8 +580,7 @@ def _resubmit(
         if _failed(tr.get(work_key)):  # no longer a failed (finished) job: its record says so too
             bump(tr, layout, job_type, "failed", -1)
             tr.set(work_key, WorkRecord.unpack(tr.get(work_key))._replace(outcome=None).pack())
-        return rows.maybe_enqueue(tr, layout, job_type, job_id, new_time, True, new_data, key,
-                                  priority=new_priority)
+        return rows.maybe_enqueue(tr, layout, job_type, job_id, new_time, True, new_data, key, priority=new_priority)
     if state is JobState.PENDING:
         value = JobValue(PENDING_SEQ, None, new_time, False, new_data, new_priority)
         if new_time != current.sched_time or new_priority != current.priority:

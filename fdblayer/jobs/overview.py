@@ -8,6 +8,7 @@ due order from the PENDING index, running ones from the ACTIVITY index
 Finished and failed jobs have no index of their own: their pages scan the
 DATA rows in id order, at most :data:`MAX_SCAN` of them per page.
 """
+
 from __future__ import annotations
 
 import json
@@ -38,16 +39,20 @@ def types_overview(tr: Transaction, layout: Layout, now: float) -> list[dict[str
     out = []
     paused = work.paused_types(tr, layout)
     for job_type in activity.get_types(tr, layout):
-        entry = {"type": job_type, "timeout": activity.read_type_timeout(tr, layout, job_type),
-                 "paused": job_type in paused}
+        entry = {
+            "type": job_type,
+            "timeout": activity.read_type_timeout(tr, layout, job_type),
+            "paused": job_type in paused,
+        }
         entry.update(counts.read(tr, layout, job_type, now))
         out.append(entry)
     return out
 
 
 @transactional
-def list_jobs(tr: Transaction, layout: Layout, job_type: JobType, state: Optional[str], limit: int, skip: int,
-              now: float) -> tuple[int, list[dict[str, Any]]]:
+def list_jobs(
+    tr: Transaction, layout: Layout, job_type: JobType, state: Optional[str], limit: int, skip: int, now: float
+) -> tuple[int, list[dict[str, Any]]]:
     """``(total, page)``: the type's jobs in ``state`` (None: all), ``skip`` then ``limit``.
 
     Pending jobs come in due order, claimed and running ones least
@@ -68,8 +73,9 @@ def list_jobs(tr: Transaction, layout: Layout, job_type: JobType, state: Optiona
     return wanted, _scan_finished(tr, layout, job_type, state == "failed", limit, skip)
 
 
-def _scan_held(tr: Transaction, layout: Layout, job_type: JobType, state: str, limit: int,
-               skip: int) -> list[dict[str, Any]]:
+def _scan_held(
+    tr: Transaction, layout: Layout, job_type: JobType, state: str, limit: int, skip: int
+) -> list[dict[str, Any]]:
     """The views of held jobs in ``state`` (``running``: the handler runs;
     ``claimed``: not yet), least recently active first, reading at most
     :data:`MAX_SCAN` rows of the ACTIVITY index."""
@@ -78,14 +84,15 @@ def _scan_held(tr: Transaction, layout: Layout, job_type: JobType, state: str, l
     ids = [row[0] for row in (unpack_activity_value_or_none(kv.key, kv.value) for kv in found) if row]
     out: list[dict[str, Any]] = []
     for start in range(0, len(ids), 500):
-        out += [v for v in _views(tr, layout, job_type, ids[start:start + 500]) if v["state"] == state]
+        out += [v for v in _views(tr, layout, job_type, ids[start : start + 500]) if v["state"] == state]
         if len(out) >= skip + limit:
             break
-    return out[skip:skip + limit]
+    return out[skip : skip + limit]
 
 
-def _scan_finished(tr: Transaction, layout: Layout, job_type: JobType, failed_only: bool, limit: int,
-                   skip: int) -> list[dict[str, Any]]:
+def _scan_finished(
+    tr: Transaction, layout: Layout, job_type: JobType, failed_only: bool, limit: int, skip: int
+) -> list[dict[str, Any]]:
     prefix = layout.data_prefix(job_type)
     ids = []
     for kv in tr.snapshot.get_range(prefix, strinc(prefix), limit=MAX_SCAN):
@@ -94,7 +101,7 @@ def _scan_finished(tr: Transaction, layout: Layout, job_type: JobType, failed_on
         if value is not None and job_id is not None and job_state(value.lock, value.seq) is JobState.FINISHED:
             ids.append(job_id)
     views = [v for v in _views(tr, layout, job_type, ids) if not failed_only or v["outcome"] == FAILED]
-    return views[skip:skip + limit]
+    return views[skip : skip + limit]
 
 
 @transactional
@@ -105,8 +112,9 @@ def job_view(tr: Transaction, layout: Layout, job_type: JobType, job_id: str) ->
 
 
 @transactional
-def queue_status(tr: Transaction, layout: Layout, now: float, per_list: int = 10,
-                 max_types: int = 100) -> dict[str, Any]:
+def queue_status(
+    tr: Transaction, layout: Layout, now: float, per_list: int = 10, max_types: int = 100
+) -> dict[str, Any]:
     """What a status page shows of the queue, bounded whatever its size.
 
     Returns ``{"types", "running", "failures", "delayed", "types_cut"}``:
@@ -129,14 +137,18 @@ def queue_status(tr: Transaction, layout: Layout, now: float, per_list: int = 10
             running.extend(dict(v, type=job_type) for v in views)
         if entry.get("failed"):
             ids = failures_index.latest_ids(tr, layout, job_type, per_list)
-            failed.extend(dict(v, type=job_type) for v in _views(tr, layout, job_type, ids)
-                          if v["outcome"] == FAILED)
+            failed.extend(dict(v, type=job_type) for v in _views(tr, layout, job_type, ids) if v["outcome"] == FAILED)
         if entry.get("scheduled"):
             delayed.extend(dict(v, type=job_type) for v in _next_delayed(tr, layout, job_type, now, per_list))
     failed.sort(key=lambda v: v.get("ended") or 0, reverse=True)
     delayed.sort(key=lambda v: v.get("scheduled_time") or 0)
-    return {"types": shown, "types_cut": len(all_types) - len(shown), "running": running,
-            "failures": failed[:per_list], "delayed": delayed[:per_list]}
+    return {
+        "types": shown,
+        "types_cut": len(all_types) - len(shown),
+        "running": running,
+        "failures": failed[:per_list],
+        "delayed": delayed[:per_list],
+    }
 
 
 def _next_delayed(tr: Transaction, layout: Layout, job_type: JobType, now: float, limit: int) -> list[dict[str, Any]]:
@@ -158,21 +170,33 @@ def _pending_ids(tr: Transaction, layout: Layout, job_type: JobType, after: Opti
     return ids
 
 
-def _views(tr: Transaction, layout: Layout, job_type: JobType, ids: list[str],
-           preview: bool = True) -> list[dict[str, Any]]:
+def _views(
+    tr: Transaction, layout: Layout, job_type: JobType, ids: list[str], preview: bool = True
+) -> list[dict[str, Any]]:
     """The views of the jobs that exist among ``ids``, in order."""
     out = []
     for job_id, entry in zip(ids, work.read_many_tolerant(tr, layout, job_type, ids), strict=True):
         if entry is None:
             continue
         state, raw_data, record, sched_time, priority = entry
-        view = {"id": job_id, "state": state.value, "scheduled_time": sched_time, "priority": priority,
-                "attempt": record.attempt, "max_attempts": record.max_attempts, "time_limit": record.time_limit,
-                "outcome": record.outcome,
-                "progress": record.progress, "error": record.error if record.outcome == FAILED else None,
-                "last_error": record.error, "errors": list(record.errors), "worker": record.worker,
-                "started": record.started,
-                "ended": record.ended, "data": _data(raw_data, preview)}
+        view = {
+            "id": job_id,
+            "state": state.value,
+            "scheduled_time": sched_time,
+            "priority": priority,
+            "attempt": record.attempt,
+            "max_attempts": record.max_attempts,
+            "time_limit": record.time_limit,
+            "outcome": record.outcome,
+            "progress": record.progress,
+            "error": record.error if record.outcome == FAILED else None,
+            "last_error": record.error,
+            "errors": list(record.errors),
+            "worker": record.worker,
+            "started": record.started,
+            "ended": record.ended,
+            "data": _data(raw_data, preview),
+        }
         if not preview:
             stored = _data(record.result, False) if record.result is not None else None
             view["result"] = stored.get("result") if isinstance(stored, dict) else None

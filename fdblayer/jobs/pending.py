@@ -65,8 +65,13 @@ RANGE_LIMIT = 256
 
 
 def enqueue(
-    tr: Transaction, layout: Layout, job_type: JobType, sched_time: int, job_id: str,
-    tally: Optional[Tally] = None, priority: int = 0,
+    tr: Transaction,
+    layout: Layout,
+    job_type: JobType,
+    sched_time: int,
+    job_id: str,
+    tally: Optional[Tally] = None,
+    priority: int = 0,
 ) -> None:
     """Put a job in its type's pending queue and wake the type's watchers.
 
@@ -85,9 +90,7 @@ def enqueue(
     tally.bump(job_type, "pending")
 
 
-def enqueue_many(
-    tr: Transaction, layout: Layout, job_type: JobType, sched_time: int, job_ids: list[str]
-) -> None:
+def enqueue_many(tr: Transaction, layout: Layout, job_type: JobType, sched_time: int, job_ids: list[str]) -> None:
     """:func:`enqueue` of several jobs, waking the type's watchers once."""
     if not job_ids:
         return
@@ -98,9 +101,7 @@ def enqueue_many(
     tally.bump(job_type, "pending", len(job_ids))
 
 
-def remove(
-    tr: Transaction, layout: Layout, job_type: JobType, job_id: str, sched_time: int, priority: int = 0
-) -> None:
+def remove(tr: Transaction, layout: Layout, job_type: JobType, job_id: str, sched_time: int, priority: int = 0) -> None:
     """Take a pending job out of the pending queue (call it for a pending job only: its count drops)."""
     tr.clear(layout.pending_key(job_type, sched_time, job_id, priority))
     bump(tr, layout, job_type, "pending", -1)
@@ -187,9 +188,7 @@ def unpack_pending_key(key: bytes, prefix_len: int) -> tuple[Optional[int], Opti
     return sched_time, job_id
 
 
-def _random_key_in_range(
-    tr: Transaction, begin: bytes, end: bytes, rng: random.Random
-) -> Optional[bytes]:
+def _random_key_in_range(tr: Transaction, begin: bytes, end: bytes, rng: random.Random) -> Optional[bytes]:
     """Pick one of the first RANGE_LIMIT keys of ``[begin, end)`` at random
     (the first key where key-level conflicts do not exist)."""
     limit = RANGE_LIMIT if tr.db.key_conflicts else 1

@@ -18,6 +18,7 @@ Like :mod:`fdblayer.jobs.model`, nothing here validates, sleeps or talks
 to anything but the transaction; a batch is one transaction of at most
 :data:`BATCH` jobs.
 """
+
 from __future__ import annotations
 
 from typing import Optional
@@ -36,8 +37,9 @@ BATCH = 500
 
 
 @transactional
-def prune_batch(tr: Transaction, layout: Layout, job_type: JobType, outcome: str, before: float,
-                limit: int = BATCH) -> tuple[int, int]:
+def prune_batch(
+    tr: Transaction, layout: Layout, job_type: JobType, outcome: str, before: float, limit: int = BATCH
+) -> tuple[int, int]:
     """Remove up to ``limit`` jobs of ``job_type`` that finished with
     ``outcome`` before ``before`` (epoch seconds); returns ``(removed, keys
     read)`` (fewer keys read than ``limit``: none is left before the cutoff)."""
@@ -69,8 +71,15 @@ def prune_batch(tr: Transaction, layout: Layout, job_type: JobType, outcome: str
     return removed, len(due)
 
 
-def prune_type(db: Database, layout: Layout, job_type: JobType, keep: dict[str, float], now: float,
-               batch: int = BATCH, max_batches: Optional[int] = None) -> tuple[int, bool]:
+def prune_type(
+    db: Database,
+    layout: Layout,
+    job_type: JobType,
+    keep: dict[str, float],
+    now: float,
+    batch: int = BATCH,
+    max_batches: Optional[int] = None,
+) -> tuple[int, bool]:
     """Prune ``job_type``: for each outcome in ``keep`` (outcome -> seconds
     kept, None: for ever), the jobs that ended more than that long before
     ``now``, :func:`prune_batch` after batch, each its own transaction, at

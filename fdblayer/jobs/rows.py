@@ -120,15 +120,12 @@ def update_activity(
     once, or by ``tally``."""
     tally = tally or Tally(tr, layout, deferred=False)
     clear_activity(tr, layout, job_type, old_seq, tally)
-    tr.set_versionstamped_key(
-        layout.activity_key_stamped(job_type, user_version), pack_activity_value(job_id, data)
-    )
+    tr.set_versionstamped_key(layout.activity_key_stamped(job_type, user_version), pack_activity_value(job_id, data))
     tally.bump(job_type, "running")
     tally.stamp(job_type)
 
 
-def clear_activity(tr: Transaction, layout: Layout, job_type: JobType, seq: Seq,
-                   tally: Optional[Tally] = None) -> None:
+def clear_activity(tr: Transaction, layout: Layout, job_type: JobType, seq: Seq, tally: Optional[Tally] = None) -> None:
     """Clear a running job's ACTIVITY row (nothing for other states)."""
     if isinstance(seq, fdb.tuple.Versionstamp):
         tr.clear(layout.activity_key(job_type, seq))

@@ -10,6 +10,7 @@ so of several hosts firing the same tick exactly one enqueues its job
 (:func:`fdblayer.jobs.work.enqueue`). A stored schedule that cannot be
 decoded is logged and skipped, never fatal.
 """
+
 from __future__ import annotations
 
 import logging
@@ -112,4 +113,3 @@ def fire_tick(tr: Transaction, layout: Layout, job_type: JobType, tick: int, job
     except NoTypeTimeout:
         return False
     return True
-

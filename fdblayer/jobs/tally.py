@@ -11,6 +11,7 @@ SQLite and PostgreSQL: coalesced per transaction), and stamp the watch,
 so a counter is exact and a watcher wakes. This is the bottom of the jobs
 model: it imports nothing of it but the key layout.
 """
+
 from __future__ import annotations
 
 import struct

@@ -87,8 +87,7 @@ def check_type(job_type: Any) -> Any:
         return job_type
     if not _type_ok(job_type, 0):
         raise InvalidArgument(
-            f"job type must be a str, an int or a non-empty tuple of those, "
-            f"not {_short(job_type)}",
+            f"job type must be a str, an int or a non-empty tuple of those, not {_short(job_type)}",
             job_type=job_type,
         )
     return job_type
@@ -103,13 +102,11 @@ def check_id(job_id: Any, job_type: Any = None) -> str:
     if type(job_id) is str and job_id and job_id.isascii():
         return job_id
     if not isinstance(job_id, str):
-        raise InvalidArgument(f"job id must be a str, not {type(job_id).__name__}: {_short(job_id)}",
-                              job_type=job_type)
+        raise InvalidArgument(f"job id must be a str, not {type(job_id).__name__}: {_short(job_id)}", job_type=job_type)
     if not job_id:
         raise InvalidArgument("job id must not be empty", job_type=job_type)
     if not _utf8_ok(job_id):
-        raise InvalidArgument(f"job id is not valid UTF-8 (a lone surrogate?): {_short(job_id)}",
-                              job_type=job_type)
+        raise InvalidArgument(f"job id is not valid UTF-8 (a lone surrogate?): {_short(job_id)}", job_type=job_type)
     return job_id
 
 
@@ -195,12 +192,9 @@ def check_type_timeout(seconds: Any) -> int | float:
         InvalidArgument: ``seconds`` is not such a number.
     """
     if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
-        raise InvalidArgument(
-            f"type timeout must be a number of seconds, not {_short(seconds)}"
-        )
+        raise InvalidArgument(f"type timeout must be a number of seconds, not {_short(seconds)}")
     if not math.isfinite(seconds) or seconds <= 0 or seconds > MAX_TYPE_TIMEOUT:
-        raise InvalidArgument(
-            f"type timeout must be > 0 and at most {MAX_TYPE_TIMEOUT:g} s, not {seconds!r}")
+        raise InvalidArgument(f"type timeout must be > 0 and at most {MAX_TYPE_TIMEOUT:g} s, not {seconds!r}")
     return seconds
 
 
@@ -211,15 +205,11 @@ def check_job(job: Any) -> Job:
         InvalidArgument: ``job`` is not a :class:`Job` with a lock.
     """
     if not isinstance(job, Job):
-        raise InvalidArgument(
-            f"job must be a Job handle returned by accept, not {_short(job)}"
-        )
+        raise InvalidArgument(f"job must be a Job handle returned by accept, not {_short(job)}")
     check_type(job.type)
     check_id(job.id, job.type)
     if not isinstance(job.lock, str) or not job.lock:
-        raise InvalidArgument(
-            "job handle has no lock", job_type=job.type, job_id=job.id
-        )
+        raise InvalidArgument("job handle has no lock", job_type=job.type, job_id=job.id)
     return job
 
 

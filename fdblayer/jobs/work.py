@@ -58,23 +58,38 @@ import msgpack
 
 from fdblayer.interface import Transaction, strinc, transactional
 from fdblayer.jobs import activity, failures, finished, model, pending, rows
-from fdblayer.jobs.codec import (JobValue, report_bad_row, running_seq, unpack_activity_value_or_none,
-                                 unpack_job_value)
+from fdblayer.jobs.codec import JobValue, report_bad_row, running_seq, unpack_activity_value_or_none, unpack_job_value
 from fdblayer.jobs.exceptions import EncodingError, Halt, NoTypeTimeout
 from fdblayer.jobs.job import Job, JobState, job_state
 from fdblayer.jobs.keys import PAUSED, JobType, Layout
 from fdblayer.jobs.tally import Tally, observe_run
-from fdblayer.jobs.work_record import (FAILED, SUCCEEDED, WORKER_LOST, WorkRecord, claimed_only, pool_state,
-                                       with_error)
+from fdblayer.jobs.work_record import FAILED, SUCCEEDED, WORKER_LOST, WorkRecord, claimed_only, pool_state, with_error
 from fdblayer.watches import Watch
 
 __all__ = [
-    "Claimed", "ClaimResult", "Outcome", "OutcomeKind", "enqueue", "prefetch_step", "type_priority",
-    "set_type_priority", "claim", "set_paused", "paused_types", "mark_started", "complete", "renew",
-    "release", "requeue_held_by", "set_progress", "read", "read_many",
+    "Claimed",
+    "ClaimResult",
+    "Outcome",
+    "OutcomeKind",
+    "enqueue",
+    "prefetch_step",
+    "type_priority",
+    "set_type_priority",
+    "claim",
+    "set_paused",
+    "paused_types",
+    "mark_started",
+    "complete",
+    "renew",
+    "release",
+    "requeue_held_by",
+    "set_progress",
+    "read",
+    "read_many",
 ]
 
 logger = logging.getLogger(__name__)
+
 
 class Claimed(NamedTuple):
     """A job a claim made running: its handle, encoded data and attempt number."""
@@ -108,10 +123,10 @@ class ClaimResult(NamedTuple):
 class OutcomeKind(str, Enum):
     """How an attempt ended (the values are the strings older callers pass)."""
 
-    OK = "ok"          #: succeeded: ``result`` is the encoded result
-    RETRY = "retry"    #: back to pending at ``retry_at``, the attempt counted
+    OK = "ok"  #: succeeded: ``result`` is the encoded result
+    RETRY = "retry"  #: back to pending at ``retry_at``, the attempt counted
     SNOOZE = "snooze"  #: back to pending at ``retry_at``, the attempt not counted
-    FAIL = "fail"      #: finished as failed
+    FAIL = "fail"  #: finished as failed
 
 
 class Outcome(NamedTuple):
@@ -135,9 +150,17 @@ class Outcome(NamedTuple):
 
 
 @transactional
-def enqueue(tr: Transaction, layout: Layout, job_type: JobType, job_id: str, data: bytes, sched_time: int,
-            max_attempts: Optional[int], time_limit: Optional[float] = None,
-            priority: Optional[int] = None) -> JobState:
+def enqueue(
+    tr: Transaction,
+    layout: Layout,
+    job_type: JobType,
+    job_id: str,
+    data: bytes,
+    sched_time: int,
+    max_attempts: Optional[int],
+    time_limit: Optional[float] = None,
+    priority: Optional[int] = None,
+) -> JobState:
     """Add a job as ``model.add`` does (at ``priority``) and give it a fresh
     work record (with the job's own ``max_attempts`` and ``time_limit``).
 
@@ -153,8 +176,7 @@ def enqueue(tr: Transaction, layout: Layout, job_type: JobType, job_id: str, dat
     value = model.add(tr, layout, job_type, job_id, data, sched_time, priority, type_default=True)
     state = job_state(value.lock, value.seq)
     if state is not JobState.RUNNING:
-        tr.set(layout.work_key(job_type, job_id),
-               WorkRecord(max_attempts=max_attempts, time_limit=time_limit).pack())
+        tr.set(layout.work_key(job_type, job_id), WorkRecord(max_attempts=max_attempts, time_limit=time_limit).pack())
     return state
 
 
@@ -179,8 +201,16 @@ def set_type_priority(tr: Transaction, layout: Layout, job_type: JobType, priori
 
 
 @transactional
-def claim(tr: Transaction, layout: Layout, job_type: JobType, now: float, limit: int, worker: str,
-          default_max: int, rng: Optional[random.Random] = None) -> ClaimResult:
+def claim(
+    tr: Transaction,
+    layout: Layout,
+    job_type: JobType,
+    now: float,
+    limit: int,
+    worker: str,
+    default_max: int,
+    rng: Optional[random.Random] = None,
+) -> ClaimResult:
     """Make up to ``limit`` due pending jobs running, each under a new lock.
 
     Due means scheduled at or before ``int(now)``. Where the store has
@@ -212,8 +242,20 @@ def claim(tr: Transaction, layout: Layout, job_type: JobType, now: float, limit:
         for n, (key, job_id) in enumerate(zip(keys, ids, strict=True)):
             tr.add_read_conflict_key(key)
             tr.clear(key)
-            got = _claim_one(tr, layout, job_type, job_id, data_keys[n], raws[n], raws[len(ids) + n],
-                             now, worker, default_max, tally, locks[32 * n:32 * n + 32])
+            got = _claim_one(
+                tr,
+                layout,
+                job_type,
+                job_id,
+                data_keys[n],
+                raws[n],
+                raws[len(ids) + n],
+                now,
+                worker,
+                default_max,
+                tally,
+                locks[32 * n : 32 * n + 32],
+            )
             (claimed if isinstance(got, Claimed) else exhausted).append(got)
         exhausted = [e for e in exhausted if e is not None]
         tally.bump(job_type, "claimed", len(claimed))
@@ -224,12 +266,12 @@ def claim(tr: Transaction, layout: Layout, job_type: JobType, now: float, limit:
         tally.write()
     if found >= limit:
         return ClaimResult(claimed, exhausted, None, None)
-    return ClaimResult(claimed, exhausted, _next_due(tr, layout, job_type, int(now)),
-                       pending.watch_pending(tr, layout, job_type))
+    return ClaimResult(
+        claimed, exhausted, _next_due(tr, layout, job_type, int(now)), pending.watch_pending(tr, layout, job_type)
+    )
 
 
-def _due_keys(tr: Transaction, layout: Layout, job_type: JobType, now: int, limit: int,
-              rng: Any) -> list:
+def _due_keys(tr: Transaction, layout: Layout, job_type: JobType, now: int, limit: int, rng: Any) -> list:
     """``(key, prefix length)`` of up to ``limit`` due pending jobs, lower
     priorities first (see :func:`claim`)."""
     spread = tr.db.key_conflicts
@@ -245,8 +287,11 @@ def _due_keys(tr: Transaction, layout: Layout, job_type: JobType, now: int, limi
             continue
         want = limit - len(out)
         prefix = layout.pending_prefix(job_type, priority)
-        found = tr.snapshot.get_range(prefix, layout.pending_end(job_type, now, priority),
-                                      limit=max(want, pending.RANGE_LIMIT) if spread else want)
+        found = tr.snapshot.get_range(
+            prefix,
+            layout.pending_end(job_type, now, priority),
+            limit=max(want, pending.RANGE_LIMIT) if spread else want,
+        )
         keys = [kv.key for kv in found]
         if spread and len(keys) > want:
             keys = rng.sample(keys, want)
@@ -267,14 +312,29 @@ def _next_due(tr: Transaction, layout: Layout, job_type: JobType, now: int) -> O
     return min(times) if times else None
 
 
-def _claim_one(tr: Transaction, layout: Layout, job_type: JobType, job_id: str, key: bytes,
-               raw: Optional[bytes], raw_work: Optional[bytes], now: float, worker: str,
-               default_max: int, tally: Tally, lock: str) -> Any:
+def _claim_one(
+    tr: Transaction,
+    layout: Layout,
+    job_type: JobType,
+    job_id: str,
+    key: bytes,
+    raw: Optional[bytes],
+    raw_work: Optional[bytes],
+    now: float,
+    worker: str,
+    default_max: int,
+    tally: Tally,
+    lock: str,
+) -> Any:
     """Claim one dequeued job: a Claimed, its id (exhausted), or None (inconsistent row)."""
     current = None if raw is None else rows.job_val_or_none(key, raw)
     if current is None or current.lock is not None:
-        logger.critical("job_not_pending job=%r type=%r state=%s", job_id, job_type,
-                        "missing_or_unreadable" if current is None else "running")
+        logger.critical(
+            "job_not_pending job=%r type=%r state=%s",
+            job_id,
+            job_type,
+            "missing_or_unreadable" if current is None else "running",
+        )
         return None
     record = WorkRecord.unpack(raw_work, job_id)
     attempt = record.attempt + 1
@@ -282,24 +342,44 @@ def _claim_one(tr: Transaction, layout: Layout, job_type: JobType, job_id: str, 
     work_key = layout.work_key(job_type, job_id)
     if attempt > max_attempts:
         lost = record.errors and record.errors[-1].get("attempt") == record.attempt  # its loss is in the history
-        error = record.error if lost else {"type": WORKER_LOST, "message": (
-            f"attempt {record.attempt} of {max_attempts} ended without an outcome (its worker died)"),
-            "traceback": ""}
-        rows.maybe_enqueue(tr, layout, job_type, job_id, current.sched_time, False, current.data, key,
-                           tally, current.priority)
+        error = (
+            record.error
+            if lost
+            else {
+                "type": WORKER_LOST,
+                "message": (f"attempt {record.attempt} of {max_attempts} ended without an outcome (its worker died)"),
+                "traceback": "",
+            }
+        )
+        rows.maybe_enqueue(
+            tr, layout, job_type, job_id, current.sched_time, False, current.data, key, tally, current.priority
+        )
         ended = record.end_attempt(FAILED, record.result, None, now)
-        tr.set(work_key, (ended if lost else ended._replace(
-            error=error, errors=with_error(record.errors, record.attempt, now, error))).pack())
+        tr.set(
+            work_key,
+            (
+                ended
+                if lost
+                else ended._replace(error=error, errors=with_error(record.errors, record.attempt, now, error))
+            ).pack(),
+        )
         failures.record(tr, layout, job_type, job_id, now)
         finished.record(tr, layout, job_type, job_id, FAILED, now)
         return job_id
     uv = rows.next_user_version(tr)
-    rows.set_job_val(tr, key, JobValue(running_seq(uv), lock, current.sched_time, False, current.data,
-                                       current.priority))
+    rows.set_job_val(
+        tr, key, JobValue(running_seq(uv), lock, current.sched_time, False, current.data, current.priority)
+    )
     rows.update_activity(tr, layout, job_type, job_id, None, current.data, uv, tally)
     tr.set(work_key, record.begin_attempt(worker, now).pack())
-    return Claimed(Job(job_type, job_id, lock, current.sched_time, False), current.data, attempt, max_attempts,
-                   record.time_limit, current.priority)
+    return Claimed(
+        Job(job_type, job_id, lock, current.sched_time, False),
+        current.data,
+        attempt,
+        max_attempts,
+        record.time_limit,
+        current.priority,
+    )
 
 
 # ---------------------------------------------------------------- ending attempts
@@ -365,8 +445,7 @@ def complete(tr: Transaction, layout: Layout, outcomes: list, now: float) -> lis
     kinds = [OutcomeKind(o.kind) for o in outcomes]  # ValueError for another kind, before any write
     lost = []
     tally = Tally(tr, layout)
-    for outcome, kind, held in zip(outcomes, kinds, _held(tr, layout, [o.job for o in outcomes]),
-                                   strict=True):
+    for outcome, kind, held in zip(outcomes, kinds, _held(tr, layout, [o.job for o in outcomes]), strict=True):
         if held is None:
             lost.append(outcome.job)
             continue
@@ -378,21 +457,25 @@ def complete(tr: Transaction, layout: Layout, outcomes: list, now: float) -> lis
         rows.clear_activity(tr, layout, job.type, current.seq, tally)
         tally.stamp(job.type)
         if current.resubmit:
-            rows.maybe_enqueue(tr, layout, job.type, job.id, current.sched_time, True, current.data, key,
-                               tally, current.priority)
+            rows.maybe_enqueue(
+                tr, layout, job.type, job.id, current.sched_time, True, current.data, key, tally, current.priority
+            )
             tr.set(work_key, WorkRecord(max_attempts=record.max_attempts, time_limit=record.time_limit).pack())
         elif kind is OutcomeKind.RETRY:
-            rows.maybe_enqueue(tr, layout, job.type, job.id, outcome.retry_at, True, current.data, key,
-                               tally, current.priority)
+            rows.maybe_enqueue(
+                tr, layout, job.type, job.id, outcome.retry_at, True, current.data, key, tally, current.priority
+            )
             tr.set(work_key, record.end_attempt(None, record.result, outcome.error, now, outcome.started).pack())
         elif kind is OutcomeKind.SNOOZE:  # again at retry_at, this attempt not counted, no error kept
-            rows.maybe_enqueue(tr, layout, job.type, job.id, outcome.retry_at, True, current.data, key,
-                               tally, current.priority)
+            rows.maybe_enqueue(
+                tr, layout, job.type, job.id, outcome.retry_at, True, current.data, key, tally, current.priority
+            )
             ended = record.end_attempt(None, record.result, None, now, outcome.started)
             tr.set(work_key, ended._replace(attempt=max(0, record.attempt - 1), error=record.error).pack())
         else:
-            rows.maybe_enqueue(tr, layout, job.type, job.id, current.sched_time, False, current.data, key,
-                               tally, current.priority)
+            rows.maybe_enqueue(
+                tr, layout, job.type, job.id, current.sched_time, False, current.data, key, tally, current.priority
+            )
             finished.record(tr, layout, job.type, job.id, SUCCEEDED if kind is OutcomeKind.OK else FAILED, now)
             if kind is OutcomeKind.OK:
                 tr.set(work_key, record.end_attempt(SUCCEEDED, outcome.result, None, now, outcome.started).pack())
@@ -405,8 +488,12 @@ def complete(tr: Transaction, layout: Layout, outcomes: list, now: float) -> lis
 
 
 #: The event counter each outcome kind bumps.
-_EVENT_OF_KIND = {OutcomeKind.OK: "succeeded", OutcomeKind.RETRY: "retried", OutcomeKind.SNOOZE: "snoozed",
-                  OutcomeKind.FAIL: "failed_final"}
+_EVENT_OF_KIND = {
+    OutcomeKind.OK: "succeeded",
+    OutcomeKind.RETRY: "retried",
+    OutcomeKind.SNOOZE: "snoozed",
+    OutcomeKind.FAIL: "failed_final",
+}
 
 
 @transactional
@@ -441,8 +528,9 @@ def release(tr: Transaction, layout: Layout, jobs: list) -> int:
         if claimed_only(record):
             tally.bump(job.type, "claimed", -1)
         rows.clear_activity(tr, layout, job.type, current.seq, tally)
-        rows.maybe_enqueue(tr, layout, job.type, job.id, current.sched_time, True, current.data, key,
-                           tally, current.priority)
+        rows.maybe_enqueue(
+            tr, layout, job.type, job.id, current.sched_time, True, current.data, key, tally, current.priority
+        )
         tr.set(layout.work_key(job.type, job.id), record.unclaimed().pack())
         released += 1
     for job_type in {job.type for job in jobs}:
@@ -461,9 +549,13 @@ def requeue_held_by(tr: Transaction, layout: Layout, job_type: JobType, worker: 
     ids = [row[0] for row in found if row is not None]
     raws = tr.get_many([layout.work_key(job_type, job_id) for job_id in ids])
     tally = Tally(tr, layout)
-    done = [job_id for job_id, raw in zip(ids, raws, strict=True)
-            if raw is not None and WorkRecord.unpack(raw, job_id).worker == worker
-            and activity.requeue_silent(tr, layout, job_type, job_id, tally)]
+    done = [
+        job_id
+        for job_id, raw in zip(ids, raws, strict=True)
+        if raw is not None
+        and WorkRecord.unpack(raw, job_id).worker == worker
+        and activity.requeue_silent(tr, layout, job_type, job_id, tally)
+    ]
     tally.write()
     return done
 
@@ -515,14 +607,16 @@ def set_progress(tr: Transaction, layout: Layout, job: Job, fields: dict, limit:
     """
     (held,) = _held(tr, layout, [job])
     if held is None:
-        raise Halt(f"job {job.id!r} of type {job.type!r} is no longer held by this lock",
-                   job_type=job.type, job_id=job.id)
+        raise Halt(
+            f"job {job.id!r} of type {job.type!r} is no longer held by this lock", job_type=job.type, job_id=job.id
+        )
     record = held[3]
     progress = {**record.progress, **fields}
     size = len(msgpack.packb(progress, use_bin_type=True))
     if size > limit:
-        raise EncodingError(f"the merged progress encodes to {size} bytes; at most {limit}",
-                            job_type=job.type, job_id=job.id)
+        raise EncodingError(
+            f"the merged progress encodes to {size} bytes; at most {limit}", job_type=job.type, job_id=job.id
+        )
     tr.set(layout.work_key(job.type, job.id), record._replace(progress=progress).pack())
     return progress
 
@@ -570,6 +664,7 @@ def read_many_tolerant(tr: Transaction, layout: Layout, job_type: JobType, job_i
             out.append(None)
             continue
         record = WorkRecord.unpack(raws[len(job_ids) + n], job_id)
-        out.append((pool_state(job_state(value.lock, value.seq), record), value.data, record, value.sched_time,
-                    value.priority))
+        out.append(
+            (pool_state(job_state(value.lock, value.seq), record), value.data, record, value.sched_time, value.priority)
+        )
     return out

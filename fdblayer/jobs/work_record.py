@@ -22,6 +22,7 @@ A record that cannot be decoded (a bad value written behind the API's
 back) reads as a fresh one and is logged: a stored value never stops a
 reader. Pure values: nothing here touches a transaction.
 """
+
 from __future__ import annotations
 
 import functools
@@ -32,8 +33,18 @@ import msgpack
 
 from fdblayer.jobs.job import JobState
 
-__all__ = ["SUCCEEDED", "FAILED", "WORKER_LOST", "ERRORS_KEPT", "HISTORY_TRACEBACK", "HISTORY_LIMIT", "WorkRecord",
-           "with_error", "claimed_only", "pool_state"]
+__all__ = [
+    "SUCCEEDED",
+    "FAILED",
+    "WORKER_LOST",
+    "ERRORS_KEPT",
+    "HISTORY_TRACEBACK",
+    "HISTORY_LIMIT",
+    "WorkRecord",
+    "with_error",
+    "claimed_only",
+    "pool_state",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -72,9 +83,22 @@ class WorkRecord(NamedTuple):
     time_limit: Optional[float] = None
 
     def pack(self) -> bytes:
-        return _PACKB({"a": self.attempt, "m": self.max_attempts, "o": self.outcome, "r": self.result,
-                       "e": self.error, "p": self.progress, "w": self.worker, "s": self.started,
-                       "f": self.ended, "k": self.claimed, "x": list(self.errors), "t": self.time_limit})
+        return _PACKB(
+            {
+                "a": self.attempt,
+                "m": self.max_attempts,
+                "o": self.outcome,
+                "r": self.result,
+                "e": self.error,
+                "p": self.progress,
+                "w": self.worker,
+                "s": self.started,
+                "f": self.ended,
+                "k": self.claimed,
+                "x": list(self.errors),
+                "t": self.time_limit,
+            }
+        )
 
     @classmethod
     def unpack(cls, raw: Optional[bytes], where: Any = None) -> "WorkRecord":
@@ -83,11 +107,20 @@ class WorkRecord(NamedTuple):
             return cls()
         try:
             d = _UNPACKB(raw)
-            record = cls(int(d.get("a") or 0), _opt_int(d.get("m")), _opt_str(d.get("o")), _opt_bytes(d.get("r")),
-                         d.get("e") if isinstance(d.get("e"), dict) else None,
-                         d.get("p") if isinstance(d.get("p"), dict) else {},
-                         _opt_str(d.get("w")), _opt_float(d.get("s")), _opt_float(d.get("f")),
-                         _opt_float(d.get("k")), _errors(d.get("x")), _opt_positive(d.get("t")))
+            record = cls(
+                int(d.get("a") or 0),
+                _opt_int(d.get("m")),
+                _opt_str(d.get("o")),
+                _opt_bytes(d.get("r")),
+                d.get("e") if isinstance(d.get("e"), dict) else None,
+                d.get("p") if isinstance(d.get("p"), dict) else {},
+                _opt_str(d.get("w")),
+                _opt_float(d.get("s")),
+                _opt_float(d.get("f")),
+                _opt_float(d.get("k")),
+                _errors(d.get("x")),
+                _opt_positive(d.get("t")),
+            )
         except Exception as exc:  # noqa: BLE001 - survive a bad stored value: log it, start afresh
             logger.warning("work_record_unreadable job=%r error=%r", where, exc)
             return cls()
@@ -95,33 +128,69 @@ class WorkRecord(NamedTuple):
 
     def begin_attempt(self, worker: str, now: float) -> "WorkRecord":
         """The record of its next attempt, claimed by ``worker`` at ``now`` (not started)."""
-        return WorkRecord(self.attempt + 1, self.max_attempts, None, self.result, self.error, {}, worker, None,
-                          None, now, self.errors, self.time_limit)
+        return WorkRecord(
+            self.attempt + 1,
+            self.max_attempts,
+            None,
+            self.result,
+            self.error,
+            {},
+            worker,
+            None,
+            None,
+            now,
+            self.errors,
+            self.time_limit,
+        )
 
-    def end_attempt(self, outcome: Optional[str], result: Optional[bytes], error: Optional[dict[str, Any]],
-                    now: float, started: Optional[float] = None) -> "WorkRecord":
+    def end_attempt(
+        self,
+        outcome: Optional[str],
+        result: Optional[bytes],
+        error: Optional[dict[str, Any]],
+        now: float,
+        started: Optional[float] = None,
+    ) -> "WorkRecord":
         """The record of its attempt ended at ``now``: finished (``outcome``) or
         to be retried (``outcome`` None, ``result`` kept); ``started`` fills
         in a start not recorded yet. A failed attempt's ``error`` joins the
         error history."""
         errors = self.errors if error is None else with_error(self.errors, self.attempt, now, error)
-        return WorkRecord(self.attempt, self.max_attempts, outcome, result, error, self.progress, self.worker,
-                          _first(self.started, started, now), now, self.claimed, errors, self.time_limit)
+        return WorkRecord(
+            self.attempt,
+            self.max_attempts,
+            outcome,
+            result,
+            error,
+            self.progress,
+            self.worker,
+            _first(self.started, started, now),
+            now,
+            self.claimed,
+            errors,
+            self.time_limit,
+        )
 
     def unclaimed(self) -> "WorkRecord":
         """The record of an attempt given back without counting it."""
         return self._replace(attempt=max(0, self.attempt - 1), started=None, worker=None, claimed=None)
 
 
-def with_error(errors: tuple[dict[str, Any], ...], attempt: int, at: float,
-               error: dict[str, Any]) -> tuple[dict[str, Any], ...]:
+def with_error(
+    errors: tuple[dict[str, Any], ...], attempt: int, at: float, error: dict[str, Any]
+) -> tuple[dict[str, Any], ...]:
     """``errors`` with the entry of a failed attempt added, bounded (see the
     module docstring)."""
     traceback = str(error.get("traceback") or "")
     if len(traceback) > HISTORY_TRACEBACK:
         traceback = "...\n" + traceback[-HISTORY_TRACEBACK:]
-    entry = {"attempt": attempt, "at": at, "type": error.get("type"), "message": error.get("message"),
-             "traceback": traceback}
+    entry = {
+        "attempt": attempt,
+        "at": at,
+        "type": error.get("type"),
+        "message": error.get("message"),
+        "traceback": traceback,
+    }
     out = (tuple(errors) + (entry,))[-ERRORS_KEPT:]
     while len(out) > 1 and len(_PACKB(list(out))) > HISTORY_LIMIT:
         out = out[1:]

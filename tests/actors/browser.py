@@ -7,6 +7,7 @@ CSS selector (the DOM domain: no script runs in the page), clicks it with real
 mouse events at its centre and reads the page's HTML after the navigation the
 click caused. ``close`` leaves no chromium process behind.
 """
+
 from __future__ import annotations
 
 import json
@@ -39,15 +40,33 @@ class Browser:
             os.dup2(high_r, 3)
             os.dup2(high_w, 4)
 
-        args = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                "--hide-scrollbars", "--window-size=1200,900", f"--user-data-dir={profile}",
-                "--remote-debugging-pipe", "about:blank"]
+        args = [
+            CHROMIUM,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--hide-scrollbars",
+            "--window-size=1200,900",
+            f"--user-data-dir={profile}",
+            "--remote-debugging-pipe",
+            "about:blank",
+        ]
         # close_fds=False: the dup2s of fds() run before subprocess would close them; every other fd
         # this process opened is close-on-exec (PEP 446), so chromium inherits nothing else
-        self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.DEVNULL, start_new_session=True, preexec_fn=fds,
-                                     close_fds=False)
+        self.proc = subprocess.Popen(
+            args,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+            preexec_fn=fds,
+            close_fds=False,
+        )
         os.close(commands_r)
         os.close(events_w)
         self._buffer = b""
@@ -55,8 +74,9 @@ class Browser:
         self._pending: list[dict] = []
         try:
             target = self.send("Target.createTarget", {"url": "about:blank"}, session=False)["targetId"]
-            self.session = self.send("Target.attachToTarget", {"targetId": target, "flatten": True},
-                                     session=False)["sessionId"]
+            self.session = self.send("Target.attachToTarget", {"targetId": target, "flatten": True}, session=False)[
+                "sessionId"
+            ]
             self.send("Page.enable")
         except BaseException:
             self.close()
@@ -129,8 +149,7 @@ class Browser:
         self._pending = [e for e in self._pending if e.get("method") != "Page.loadEventFired"]
         self.send("Input.dispatchMouseEvent", {"type": "mouseMoved", "x": x, "y": y})
         for kind in ("mousePressed", "mouseReleased"):
-            self.send("Input.dispatchMouseEvent", {"type": kind, "x": x, "y": y, "button": "left",
-                                                   "clickCount": 1})
+            self.send("Input.dispatchMouseEvent", {"type": kind, "x": x, "y": y, "button": "left", "clickCount": 1})
         self.wait_event("Page.loadEventFired")
         return self.html()
 

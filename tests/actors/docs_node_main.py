@@ -1,6 +1,7 @@
 """``python -m tests.actors.docs_node_main node start ...``: the real CLI, with the
 doc processor in the root tree when ``actors.node.root.root_children`` does not
 list it yet (so the fail-over tests run the product's own node start)."""
+
 from __future__ import annotations
 
 import sys

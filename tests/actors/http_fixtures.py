@@ -1,4 +1,5 @@
 """A real node with the scheduler tree and the HTTP listener, for the HTTP tests."""
+
 from __future__ import annotations
 
 import json
@@ -40,14 +41,18 @@ class HttpNode:
             self.store_dir = tempfile.mkdtemp(prefix="httpnode-")
             config.set("node", "store", f"sqlite:///{self.store_dir}/store.db")
         self.secret = secret
-        self.node = start_node(self.port, ROOT_FLAGS, scheduler_children(config)
-                               + http_children(config, config_path=config_path, secret=secret))
+        self.node = start_node(
+            self.port,
+            ROOT_FLAGS,
+            scheduler_children(config) + http_children(config, config_path=config_path, secret=secret),
+        )
         self.client = self.node.client()
         self.s = SchedulerClient(self.client)
         self.url = f"http://127.0.0.1:{self.http_port}"
 
-    def request(self, method: str, path: str, body: Any = None, headers: dict | None = None,
-                timeout: float = 10.0) -> Response:
+    def request(
+        self, method: str, path: str, body: Any = None, headers: dict | None = None, timeout: float = 10.0
+    ) -> Response:
         data = body if isinstance(body, (bytes, type(None))) else json.dumps(body).encode()
         req = urllib.request.Request(self.url + path, data=data, method=method, headers=headers or {})
         if data is not None and "Content-Type" not in (headers or {}):

@@ -12,6 +12,7 @@
   (see :func:`main`), started with :func:`spawn_worker`.
 - ``wait_until``, ``free_port``, ``group_pids``, ``dump``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -71,8 +72,9 @@ def queue_config(store_url: str, **couch_jobs: Any):
 class QueueNode:
     """A node with the queue tree on ``store_url`` (started in this process)."""
 
-    def __init__(self, store_url: str, port: int | None = None, extra_specs: list | None = None,
-                 **couch_jobs: Any) -> None:
+    def __init__(
+        self, store_url: str, port: int | None = None, extra_specs: list | None = None, **couch_jobs: Any
+    ) -> None:
         import fdblayer
         from actors.node.root import ROOT_FLAGS, root_children
         from supervision import start_node
@@ -85,8 +87,12 @@ class QueueNode:
         # The doc processor owns a reserved job type of its own; these tests
         # count the per-type actors of their own types only.
         specs = [s for s in root_children(self.config) if s.id != "doc_processor"]
-        self.node = start_node(self.port, ROOT_FLAGS, specs + list(extra_specs or []),
-                               level=int(os.environ.get("JOBS_TEST_LOG_LEVEL", "30")))
+        self.node = start_node(
+            self.port,
+            ROOT_FLAGS,
+            specs + list(extra_specs or []),
+            level=int(os.environ.get("JOBS_TEST_LOG_LEVEL", "30")),
+        )
         self.pgid = self.node.pgid
         self.client = self.node.client()
         self.db = fdblayer.open(store_url)
@@ -107,8 +113,12 @@ class QueueNode:
         from actors.names import ACTIVITY_MONITOR_SUP, JOBS_SERVER, JOBS_SUP, NOTIFIER_SUP
 
         out = {}
-        for key, name in (("jobs_sup", JOBS_SUP), ("am_sup", ACTIVITY_MONITOR_SUP),
-                          ("notifier_sup", NOTIFIER_SUP), ("server", JOBS_SERVER)):
+        for key, name in (
+            ("jobs_sup", JOBS_SUP),
+            ("am_sup", ACTIVITY_MONITOR_SUP),
+            ("notifier_sup", NOTIFIER_SUP),
+            ("server", JOBS_SERVER),
+        ):
             addr = self.client.whereis(name)
             out[key] = None if addr is None else self.client.get_pid(addr)
         return out
@@ -134,8 +144,9 @@ class QueueNode:
             if None in pids.values():
                 return None
             self.force_check_types()
-            if n_types is not None and (len(self.kids(ACTIVITY_MONITOR_SUP)) != n_types
-                                        or len(self.kids(NOTIFIER_SUP)) != n_types):
+            if n_types is not None and (
+                len(self.kids(ACTIVITY_MONITOR_SUP)) != n_types or len(self.kids(NOTIFIER_SUP)) != n_types
+            ):
                 return None
             return pids
 
@@ -197,8 +208,6 @@ class SubscriberActor(GenServer):
         self.db.close()
 
 
-
-
 # ------------------------------------------------------------ worker processes
 
 
@@ -206,8 +215,9 @@ def spawn_worker(mode: str, store_url: str, job_type: Any, *args: str) -> subpro
     """Start a worker process (its own process group, so a test can SIGKILL it)."""
     cmd = [sys.executable, "-m", "tests.actors.jobs_fixtures", mode, store_url, json.dumps(job_type), *args]
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    return subprocess.Popen(cmd, cwd=str(ROOT), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)
+    return subprocess.Popen(
+        cmd, cwd=str(ROOT), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
 
 
 def read_line(proc: subprocess.Popen, timeout: float = 60.0) -> dict:

@@ -4,6 +4,7 @@ Each takes a :class:`~actors.scheduler.job.JobContext`. ``options`` carry
 the knobs: ``log`` (a file where lifecycle lines are appended), ``path``
 (a file whose existence ends a one-shot job).
 """
+
 from __future__ import annotations
 
 import os
@@ -95,6 +96,7 @@ def ledger(ctx: Any) -> None:
     """Records in ``options['ledger']`` its start, each tick of work (every
     ``options['tick']`` seconds, stamped before it checks that it may still
     run) and its stop, with its process group (the node) and the wall time."""
+
     def write(kind: str, when: float) -> None:
         with open(ctx.options["ledger"], "a") as f:
             f.write(f"{kind} {ctx.options['doc']} {os.getpgid(0)} {when:.6f}\n")

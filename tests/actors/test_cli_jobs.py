@@ -1,6 +1,7 @@
 """The ``otpjobs jobs`` commands a new user hits first (no node needed:
 they read and write the store): ``stats`` and the bounds of ``watch
 --timeout``; and ``accept`` on an undeclared type fails at once."""
+
 from __future__ import annotations
 
 import argparse
@@ -29,8 +30,14 @@ def store(tmp_path):
 
 
 def cli(*args: str, timeout: float = 60, cwd: Path = ROOT) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "actors", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    return subprocess.run(
+        [sys.executable, "-m", "actors", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+    )
 
 
 def test_jobs_stats_prints_the_counts_of_each_type(store):
@@ -61,8 +68,13 @@ def test_watch_with_a_timeout_of_years_waits_and_prints(store):
     url, db = store
     jobs.set_type_timeout(db, "t", 30)
     jobs.add(db, "t", "j", {})
-    proc = subprocess.Popen([sys.executable, "-m", "actors", "jobs", "watch", "t", "j", "--timeout", "1e12",
-                             "--store", url], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "actors", "jobs", "watch", "t", "j", "--timeout", "1e12", "--store", url],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert json.loads(proc.stdout.readline())["state"] == "pending"
         job, _ = jobs.accept(db, "t", timeout=0)
@@ -83,8 +95,16 @@ def test_accept_on_a_type_with_no_timeout_fails_at_once(store):
     assert time.monotonic() - started < 5
 
 
-@pytest.mark.parametrize("command", [["jobs", "list"], ["jobs", "stats"], ["types", "list"], ["docs", "list"],
-                                     ["jobs", "watch", "t", "j", "--timeout", "1"]])
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["jobs", "list"],
+        ["jobs", "stats"],
+        ["types", "list"],
+        ["docs", "list"],
+        ["jobs", "watch", "t", "j", "--timeout", "1"],
+    ],
+)
 def test_reading_a_store_that_does_not_exist_is_an_error_and_creates_nothing(tmp_path, command):
     missing = tmp_path / "typo" / "stroe.db"
     out = cli(*command, "--store", f"sqlite:///{missing}")
@@ -115,8 +135,14 @@ def test_add_takes_data_from_a_file_or_stdin_and_a_delay(store, tmp_path):
     jobs.set_type_timeout(db, "t", 30)
     (tmp_path / "data.json").write_text('{"from": "file"}')
     assert cli("jobs", "add", "t", "f", f"@{tmp_path / 'data.json'}", "--store", url).returncode == 0
-    out = subprocess.run([sys.executable, "-m", "actors", "jobs", "add", "t", "s", "-", "--delay", "60", "--store", url],
-                         cwd=ROOT, input='{"from": "stdin"}', capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-m", "actors", "jobs", "add", "t", "s", "-", "--delay", "60", "--store", url],
+        cwd=ROOT,
+        input='{"from": "stdin"}',
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 0, out.stderr
     assert jobs.get_job_data(db, "t", "f") == {"from": "file"} and jobs.get_job_data(db, "t", "s") == {"from": "stdin"}
     assert jobs.get_job(db, "t", "s").scheduled_time >= time.time() + 59
@@ -124,8 +150,10 @@ def test_add_takes_data_from_a_file_or_stdin_and_a_delay(store, tmp_path):
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
 
 
-TRACEBACK = ('Traceback (most recent call last):\n  File "/app/tasks.py", line 3, in charge\n'
-             '    raise ValueError("nope")\nValueError: nope\n')
+TRACEBACK = (
+    'Traceback (most recent call last):\n  File "/app/tasks.py", line 3, in charge\n'
+    '    raise ValueError("nope")\nValueError: nope\n'
+)
 
 
 @pytest.mark.slow
@@ -139,10 +167,17 @@ def test_result_and_retry_of_a_pool_job(store):
     jobs.enqueue(db, "p", {"n": 1}, id="ok", max_attempts=1)
     jobs.enqueue(db, "p", {"n": 2}, id="bad", max_attempts=1)
     claimed = {c.job.id: c for c in work.claim(db, L, "p", time.time(), 5, "h", 3).claimed}
-    work.complete(db, L, [work.Outcome(claimed["ok"].job, "ok", encode_result(7)),
-                          work.Outcome(claimed["bad"].job, "fail", None,
-                                       {"type": "ValueError", "message": "nope", "traceback": TRACEBACK})],
-                  time.time())
+    work.complete(
+        db,
+        L,
+        [
+            work.Outcome(claimed["ok"].job, "ok", encode_result(7)),
+            work.Outcome(
+                claimed["bad"].job, "fail", None, {"type": "ValueError", "message": "nope", "traceback": TRACEBACK}
+            ),
+        ],
+        time.time(),
+    )
     ok = cli("jobs", "result", "p", "ok", "--timeout", "5", "--store", url)
     assert ok.returncode == 0 and json.loads(ok.stdout) == 7
     bad = cli("jobs", "result", "p", "bad", "--timeout", "5", "--store", url)
@@ -153,7 +188,8 @@ def test_result_and_retry_of_a_pool_job(store):
     shown = cli("jobs", "show", "p", "bad", "--store", url)
     assert shown.returncode == 0 and json.loads(shown.stdout)["outcome"] == "failed"
     assert [(e["attempt"], e["type"], e["message"]) for e in json.loads(shown.stdout)["errors"]] == [
-        (1, "ValueError", "nope")], "every failed attempt's error"
+        (1, "ValueError", "nope")
+    ], "every failed attempt's error"
     assert json.loads(cli("jobs", "show", "p", "ok", "--store", url).stdout)["result"] == 7
     missing = cli("jobs", "show", "p", "nope", "--store", url)
     assert missing.returncode == 1 and "no job 'nope'" in missing.stderr
@@ -198,17 +234,20 @@ def test_schedules_are_listed_from_the_store_and_removed(store):
     assert jobs.get_type_timeout(db, "report") == 30, "the type stays"
 
 
-@pytest.mark.parametrize("args, says", [
-    (["worker", "x=handlers:f", "--grace", "-1"], "argument --grace: must be a finite number of seconds >= 0"),
-    (["worker", "x=handlers:f", "--grace", "nan"], "argument --grace: must be a finite number of seconds >= 0"),
-    (["worker", "x=handlers:f", "--timeout", "-3"], "argument --timeout: must be a number of seconds > 0"),
-    (["worker", "x=handlers:f", "--timeout", "0"], "argument --timeout: must be a number of seconds > 0"),
-    (["jobs", "add", "t", "j", "--delay", "-1"], "argument --delay: must be a finite number of seconds >= 0"),
-    (["jobs", "add", "t", "j", "--scheduled-time", "-5"], "argument --scheduled-time: must be whole seconds"),
-    (["jobs", "result", "t", "j", "--timeout", "-1"], "argument --timeout: must be a finite number of seconds"),
-    (["types", "set-timeout", "t", "-5"], "argument seconds: must be a number of seconds > 0"),
-    (["types", "set-timeout", "t", "inf"], "argument seconds: must be a number of seconds > 0"),
-])
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (["worker", "x=handlers:f", "--grace", "-1"], "argument --grace: must be a finite number of seconds >= 0"),
+        (["worker", "x=handlers:f", "--grace", "nan"], "argument --grace: must be a finite number of seconds >= 0"),
+        (["worker", "x=handlers:f", "--timeout", "-3"], "argument --timeout: must be a number of seconds > 0"),
+        (["worker", "x=handlers:f", "--timeout", "0"], "argument --timeout: must be a number of seconds > 0"),
+        (["jobs", "add", "t", "j", "--delay", "-1"], "argument --delay: must be a finite number of seconds >= 0"),
+        (["jobs", "add", "t", "j", "--scheduled-time", "-5"], "argument --scheduled-time: must be whole seconds"),
+        (["jobs", "result", "t", "j", "--timeout", "-1"], "argument --timeout: must be a finite number of seconds"),
+        (["types", "set-timeout", "t", "-5"], "argument seconds: must be a number of seconds > 0"),
+        (["types", "set-timeout", "t", "inf"], "argument seconds: must be a number of seconds > 0"),
+    ],
+)
 def test_durations_refuse_negatives_before_anything_is_opened(tmp_path, args, says):
     (tmp_path / "handlers.py").write_text("def f(ctx):\n    return 1\n")
     out = cli(*args, cwd=tmp_path, timeout=30)
@@ -235,11 +274,15 @@ REFUSED = {
     "worker with concurrency 0": (["worker", "x=handlers:f", "-c", "0"], "concurrency must be from 1"),
     "node with a bad config": (["node", "start", "--config", "bad.ini"], "[node] http_port = 'abc'"),
     "node on a busy HTTP port": (["node", "start", "--http-port", "{busy}"], "is not available"),
-    "node with a missing handler": (["node", "start", "--workers", "x=no_such_module:f"],
-                                    "no module named 'no_such_module'"),
+    "node with a missing handler": (
+        ["node", "start", "--workers", "x=no_such_module:f"],
+        "no module named 'no_such_module'",
+    ),
     "worker on the documents' reserved type": (["worker", "_replicator_docs=handlers:f"], "is reserved"),
-    "node with a bad [periodic] cron": (["node", "start", "--config", "periodic.ini", "--workers", "x=handlers:f"],
-                                        "not a cron schedule"),
+    "node with a bad [periodic] cron": (
+        ["node", "start", "--config", "periodic.ini", "--workers", "x=handlers:f"],
+        "not a cron schedule",
+    ),
 }
 
 

@@ -1,6 +1,7 @@
 """The config file is shared with people and their editors: a run-time
 change rewrites only its own line, and a reader never sees the file half
 written (the keeper writes a new file and renames it over the old one)."""
+
 from __future__ import annotations
 
 import threading

@@ -7,6 +7,7 @@ runs on exactly one node (each node's scheduler table is checked); the
 node holding most of them is SIGKILLed with its whole process group, and
 the other one takes them over within the owner timeout.
 """
+
 from __future__ import annotations
 
 import json
@@ -36,8 +37,21 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 OWNER_TIMEOUT = 2  # seconds; 1 s leases were lost to scheduling delays on a loaded 2-CPU box
 N_DOCS = 20  # the issue: two nodes share 20 permanent jobs with max_jobs 5 each
 IDLE = "tests.actors.scheduler_fixtures:idle"
-DOC_FIELDS = {"database", "doc_id", "id", "node", "source", "target", "source_proxy", "target_proxy", "state",
-              "info", "error_count", "last_updated", "start_time"}
+DOC_FIELDS = {
+    "database",
+    "doc_id",
+    "id",
+    "node",
+    "source",
+    "target",
+    "source_proxy",
+    "target_proxy",
+    "state",
+    "info",
+    "error_count",
+    "last_updated",
+    "start_time",
+}
 
 
 def _limit_open_files(limit: int) -> None:
@@ -50,24 +64,58 @@ def _limit_open_files(limit: int) -> None:
 class CliNode:
     """A node started by the console command in its own session."""
 
-    def __init__(self, url: str, tmp_path, name: str, max_jobs: int = 5, nofile: int | None = None,
-                 owner_timeout: int = OWNER_TIMEOUT) -> None:
+    def __init__(
+        self,
+        url: str,
+        tmp_path,
+        name: str,
+        max_jobs: int = 5,
+        nofile: int | None = None,
+        owner_timeout: int = OWNER_TIMEOUT,
+    ) -> None:
         self.port = free_port()
         self.name = name
         cfg = tmp_path / f"{name}.ini"
-        cfg.write_text("[couch_jobs]\n" + "".join(f"{k} = {v}\n" for k, v in FAST_COUCH_JOBS.items())
-                       + f"[replicator]\nmax_jobs = {max_jobs}\ninterval = 1000\n"
-                       f"doc_owner_timeout = {owner_timeout}\n"
-                       "handlers = tests.actors.scheduler_fixtures\nstores = http://\n")
-        env = dict(os.environ, PYTHONPATH=str(ROOT), OTPJOBS_RUNTIME_DIR=str(tmp_path),
-                   THESPLOG_FILE=str(tmp_path / f"{name}-thespian.log"))
+        cfg.write_text(
+            "[couch_jobs]\n"
+            + "".join(f"{k} = {v}\n" for k, v in FAST_COUCH_JOBS.items())
+            + f"[replicator]\nmax_jobs = {max_jobs}\ninterval = 1000\n"
+            f"doc_owner_timeout = {owner_timeout}\n"
+            "handlers = tests.actors.scheduler_fixtures\nstores = http://\n"
+        )
+        env = dict(
+            os.environ,
+            PYTHONPATH=str(ROOT),
+            OTPJOBS_RUNTIME_DIR=str(tmp_path),
+            THESPLOG_FILE=str(tmp_path / f"{name}-thespian.log"),
+        )
         self.log = tmp_path / f"{name}.log"
         with open(self.log, "w") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "tests.actors.docs_node_main", "node", "start", "--store", url,
-                 "--port", str(self.port), "--config", str(cfg), "--log-level", "warning", "--http-port", "0"],
-                cwd=str(ROOT), env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                preexec_fn=None if nofile is None else functools.partial(_limit_open_files, nofile))
+                [
+                    sys.executable,
+                    "-m",
+                    "tests.actors.docs_node_main",
+                    "node",
+                    "start",
+                    "--store",
+                    url,
+                    "--port",
+                    str(self.port),
+                    "--config",
+                    str(cfg),
+                    "--log-level",
+                    "warning",
+                    "--http-port",
+                    "0",
+                ],
+                cwd=str(ROOT),
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=None if nofile is None else functools.partial(_limit_open_files, nofile),
+            )
         self.runtime = tmp_path / f"node-{self.port}.json"
         self.info: dict = {}
 
@@ -93,8 +141,9 @@ class CliNode:
 
     def request(self, method: str, path: str, body=None) -> tuple[int, dict]:
         data = body if isinstance(body, (bytes, type(None))) else json.dumps(body).encode()
-        req = urllib.request.Request(self.url + path, data=data, method=method,
-                                     headers={"Content-Type": "application/json"})
+        req = urllib.request.Request(
+            self.url + path, data=data, method=method, headers={"Content-Type": "application/json"}
+        )
         try:
             with urllib.request.urlopen(req, timeout=10) as resp:
                 return resp.status, json.loads(resp.read())
@@ -142,13 +191,19 @@ def doc_rows(db) -> list:
 
 def test_replicator_documents_over_http(cluster):
     db, (a, _b) = cluster
-    status, body = a.request("PUT", "/_replicator/web1", {"handler": IDLE, "continuous": True,
-                                                           "source": "http://u:pw@h/src"})
+    status, body = a.request(
+        "PUT", "/_replicator/web1", {"handler": IDLE, "continuous": True, "source": "http://u:pw@h/src"}
+    )
     assert status == 201 and body["ok"] is True and body["id"] == "web1" and body["rev"].startswith("1-")
     rev = body["rev"]
     status, got = a.request("GET", "/_replicator/web1")
-    assert status == 200 and got == {"_id": "web1", "_rev": rev, "handler": IDLE, "continuous": True,
-                                     "source": "http://u:pw@h/src"}
+    assert status == 200 and got == {
+        "_id": "web1",
+        "_rev": rev,
+        "handler": IDLE,
+        "continuous": True,
+        "source": "http://u:pw@h/src",
+    }
     # CouchDB's rules: replacing needs the current _rev
     assert a.request("PUT", "/_replicator/web1", {"handler": IDLE})[0] == 409
     assert a.request("PUT", "/_replicator/web1", {"handler": IDLE, "_rev": "1-nope"})[0] == 409
@@ -164,11 +219,13 @@ def test_replicator_documents_over_http(cluster):
     assert view["node"].startswith("otpjobs-") and view["last_updated"].endswith("Z")
 
     before = doc_rows(db)  # the documents' rows: the nodes renew their leases meanwhile
-    for path, payload, want in (("/_replicator/bad", b"{not json", "bad_request"),
-                                ("/_replicator/bad", {"source": "only-a-source"}, "bad_request"),
-                                ("/_replicator/bad", {"handler": IDLE, "options": [1]}, "bad_request"),
-                                ("/_replicator/bad", ["a", "list"], "bad_request"),
-                                ("/_replicator/_bad", {"handler": IDLE}, "illegal_docid")):
+    for path, payload, want in (
+        ("/_replicator/bad", b"{not json", "bad_request"),
+        ("/_replicator/bad", {"source": "only-a-source"}, "bad_request"),
+        ("/_replicator/bad", {"handler": IDLE, "options": [1]}, "bad_request"),
+        ("/_replicator/bad", ["a", "list"], "bad_request"),
+        ("/_replicator/_bad", {"handler": IDLE}, "illegal_docid"),
+    ):
         status, body = a.request("PUT", path, payload)
         assert status == 400 and body["error"] == want, (path, payload, body)
     assert doc_rows(db) == before, "bad documents changed nothing"
@@ -238,8 +295,12 @@ def test_each_doc_runs_on_one_node_and_a_killed_nodes_docs_move(cluster):
 
     def recorded_on_survivor():
         _, page = docs.list_docs(db, "_replicator")
-        return all(d.node == docs.get(db, "_replicator", ids[0]).node and str(survivor.port) in d.node
-                   and d.state in ("running", "pending") for d in page)
+        return all(
+            d.node == docs.get(db, "_replicator", ids[0]).node
+            and str(survivor.port) in d.node
+            and d.state in ("running", "pending")
+            for d in page
+        )
 
     wait_until(recorded_on_survivor, 20, "every doc's state to name the survivor", step=0.1)
     for doc_id in ids:

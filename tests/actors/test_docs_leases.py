@@ -3,6 +3,7 @@ does: starting many jobs (each a process, tens of milliseconds) must not
 delay the renewals past the owner timeout, or the node's own activity
 monitor re-enqueues documents it runs and another node would run them too.
 """
+
 from __future__ import annotations
 
 import time
@@ -40,8 +41,12 @@ def test_leases_are_renewed_while_many_jobs_start(tmp_path):
         for doc_id in ids:
             docs.put(db, "_replicator", doc_id, {"handler": IDLE, "continuous": True})
         wait_until(lambda: node.doc_ids() == ids, SCALE_DEADLINE, "every document to run", step=0.2)
-        wait_until(lambda: all(d.state == "running" for d in docs.list_docs(db, "_replicator", limit=1000)[1]),
-                   SCALE_DEADLINE, "every state recorded", step=0.2)
+        wait_until(
+            lambda: all(d.state == "running" for d in docs.list_docs(db, "_replicator", limit=1000)[1]),
+            SCALE_DEADLINE,
+            "every state recorded",
+            step=0.2,
+        )
         log = node.log.read_text()
         assert "job_reenqueued" not in log, "a document of a live node was re-enqueued:\n" + log[-3000:]
         owners = {d.node for d in docs.list_docs(db, "_replicator", limit=1000)[1]}
@@ -73,8 +78,12 @@ def test_500_documents_run_on_one_node_in_1_gb_under_ulimit_1024(tmp_path):
         wait_until(lambda: _running(node) == ids, SCALE_DEADLINE, "every document to run", step=0.2)
         pids = group_pids(node.info["pgid"])
         memory, fds = pss_mb(pids), open_fds(pids)
-        wait_until(lambda: all(d.state == "running" for d in docs.list_docs(db, "_replicator", limit=1000)[1]),
-                   SCALE_DEADLINE, "every state recorded", step=0.2)
+        wait_until(
+            lambda: all(d.state == "running" for d in docs.list_docs(db, "_replicator", limit=1000)[1]),
+            SCALE_DEADLINE,
+            "every state recorded",
+            step=0.2,
+        )
         log = node.log.read_text()
         assert "job_reenqueued" not in log and "Too many open files" not in log, log[-3000:]
         assert len({d.node for d in docs.list_docs(db, "_replicator", limit=1000)[1]}) == 1
@@ -88,8 +97,11 @@ def test_500_documents_run_on_one_node_in_1_gb_under_ulimit_1024(tmp_path):
 
 def _running(node) -> list[str]:
     """Documents whose job runs (not merely in the table)."""
-    return sorted(j["doc_id"] for j in node.sched.jobs()
-                  if j["database"] == "_replicator" and j["pid"] not in (None, "<starting>"))
+    return sorted(
+        j["doc_id"]
+        for j in node.sched.jobs()
+        if j["database"] == "_replicator" and j["pid"] not in (None, "<starting>")
+    )
 
 
 def test_a_node_that_cannot_renew_stops_the_job_before_the_lease_runs_out(tmp_path):
@@ -116,8 +128,11 @@ def test_a_node_that_cannot_renew_stops_the_job_before_the_lease_runs_out(tmp_pa
         stopped_at = time.monotonic()
         wait_until(lambda: node.doc_ids() == [], 3 * OWNER_TIMEOUT, "the job to stop", step=0.05)
         assert time.monotonic() - stopped_at < OWNER_TIMEOUT + 1.0, "stopped before the lease ran out"
-        wait_until(lambda: "doc_lease_given_up doc=_replicator/only" in node.log.read_text(), 10,
-                   "the node to say why (its log goes through the logger process)")
+        wait_until(
+            lambda: "doc_lease_given_up doc=_replicator/only" in node.log.read_text(),
+            10,
+            "the node to say why (its log goes through the logger process)",
+        )
         server.launch()
         wait_until(lambda: node.doc_ids() == ["only"], 60, "the document to run again", step=0.2)
         assert node.proc.poll() is None
@@ -126,4 +141,3 @@ def test_a_node_that_cannot_renew_stops_the_job_before_the_lease_runs_out(tmp_pa
             node.kill()
         db.close()
         server.stop()
-

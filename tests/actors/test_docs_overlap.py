@@ -10,6 +10,7 @@ than the owner timeout, while the other takes its documents over, then
 continued; then the other is SIGKILLed and the first takes everything back.
 Across nodes, a document's runs (first to last tick) never overlap.
 """
+
 from __future__ import annotations
 
 import os
@@ -76,14 +77,17 @@ def pause(node: CliNode, sig: int) -> None:
 def frozen_transactions(db) -> set:
     """Backends of this store's server that hold the same transaction open
     half a second apart (a paused node in the middle of a commit)."""
+
     def sample() -> set:
         conn = db.connect()
         try:
-            rows = conn.execute("SELECT pid, xact_start FROM pg_stat_activity "
-                                "WHERE xact_start IS NOT NULL AND pid <> pg_backend_pid()").fetchall()
+            rows = conn.execute(
+                "SELECT pid, xact_start FROM pg_stat_activity WHERE xact_start IS NOT NULL AND pid <> pg_backend_pid()"
+            ).fetchall()
         finally:
             conn.close()
         return set(rows)
+
     first = sample()
     time.sleep(0.5)
     return first & sample()
@@ -94,8 +98,9 @@ def ticking(path, pgid: int, since: float) -> set:
     return {doc for doc, doc_runs in runs(path).items() for r in doc_runs if r[0] == pgid and r[2] > since}
 
 
-@pytest.mark.parametrize("scale", [pytest.param(scale, marks=pytest.mark.timeout(300 + 6 * SCALES[scale][4]))
-                                   for scale in SCALES])
+@pytest.mark.parametrize(
+    "scale", [pytest.param(scale, marks=pytest.mark.timeout(300 + 6 * SCALES[scale][4])) for scale in SCALES]
+)
 def test_a_paused_then_a_killed_node_never_lets_a_document_run_twice(pg_server, tmp_path, scale):
     n_docs, max_jobs, tick, owner_timeout, settle = SCALES[scale]
     url = pg_server.url(prefix=f"overlap{os.getpid()}")
@@ -107,15 +112,31 @@ def test_a_paused_then_a_killed_node_never_lets_a_document_run_twice(pg_server, 
             n.wait_up()
         ids = [f"d{i:04d}" for i in range(n_docs)]
         for doc_id in ids:
-            docs.put(db, "_replicator", doc_id, {"handler": LEDGER, "continuous": True,
-                                                 "options": {"ledger": str(ledger), "doc": doc_id, "tick": tick}})
-        wait_until(lambda: sorted(nodes[0].doc_ids() + nodes[1].doc_ids()) == ids, 2 * settle,
-                   "every document owned by one node", step=0.5)
+            docs.put(
+                db,
+                "_replicator",
+                doc_id,
+                {
+                    "handler": LEDGER,
+                    "continuous": True,
+                    "options": {"ledger": str(ledger), "doc": doc_id, "tick": tick},
+                },
+            )
+        wait_until(
+            lambda: sorted(nodes[0].doc_ids() + nodes[1].doc_ids()) == ids,
+            2 * settle,
+            "every document owned by one node",
+            step=0.5,
+        )
         paused = max(nodes, key=lambda n: len(n.doc_ids()))
         other = nodes[1] if paused is nodes[0] else nodes[0]
         pgid_p = paused.info["pgid"]
-        wait_until(lambda: len(ticking(ledger, pgid_p, time.time() - 1)) >= min(len(paused.doc_ids()), max_jobs) // 2,
-                   settle, "the paused-to-be node's jobs working", step=0.5)
+        wait_until(
+            lambda: len(ticking(ledger, pgid_p, time.time() - 1)) >= min(len(paused.doc_ids()), max_jobs) // 2,
+            settle,
+            "the paused-to-be node's jobs working",
+            step=0.5,
+        )
         for _ in range(20):  # pause it outside a commit: a frozen transaction would block the other node
             pause(paused, signal.SIGSTOP)
             if not frozen_transactions(db):
@@ -127,24 +148,44 @@ def test_a_paused_then_a_killed_node_never_lets_a_document_run_twice(pg_server, 
         stopped_at = time.time()
         was_paused = ticking(ledger, pgid_p, stopped_at - 2)
         try:
-            wait_until(lambda: ticking(ledger, other.info["pgid"], stopped_at) & was_paused,
-                       10 * owner_timeout + settle, "the other node to take the paused node's documents over", step=0.5)
+            wait_until(
+                lambda: ticking(ledger, other.info["pgid"], stopped_at) & was_paused,
+                10 * owner_timeout + settle,
+                "the other node to take the paused node's documents over",
+                step=0.5,
+            )
             time.sleep(owner_timeout)
         finally:
             pause(paused, signal.SIGCONT)
         continued_at = time.time()
-        wait_until(lambda: sorted(nodes[0].doc_ids() + nodes[1].doc_ids()) == ids, settle,
-                   "every document owned by exactly one node again", step=0.5)
+        wait_until(
+            lambda: sorted(nodes[0].doc_ids() + nodes[1].doc_ids()) == ids,
+            settle,
+            "every document owned by exactly one node again",
+            step=0.5,
+        )
         other.kill()
         killed_at = time.time()
-        wait_until(lambda: paused.doc_ids() == ids, 10 * owner_timeout + settle,
-                   "the continued node to take everything back", step=0.5)
-        wait_until(lambda: len(ticking(ledger, pgid_p, killed_at)) >= min(n_docs, max_jobs) // 2, settle,
-                   "the continued node's jobs working", step=0.5)
+        wait_until(
+            lambda: paused.doc_ids() == ids,
+            10 * owner_timeout + settle,
+            "the continued node to take everything back",
+            step=0.5,
+        )
+        wait_until(
+            lambda: len(ticking(ledger, pgid_p, killed_at)) >= min(n_docs, max_jobs) // 2,
+            settle,
+            "the continued node's jobs working",
+            step=0.5,
+        )
         found = overlaps(runs(ledger))
         assert not found, f"{len(found)} overlapping runs, first ones: {found[:5]}"
-        late = [r for doc_runs in runs(ledger).values() for r in doc_runs
-                if r[0] == pgid_p and stopped_at < r[2] < continued_at]
+        late = [
+            r
+            for doc_runs in runs(ledger).values()
+            for r in doc_runs
+            if r[0] == pgid_p and stopped_at < r[2] < continued_at
+        ]
         assert not late, "a paused node cannot tick"
     finally:
         for n in nodes:

@@ -1,4 +1,5 @@
 """Documents in the store (fdblayer.docs through actors.docs): no node needed."""
+
 from __future__ import annotations
 
 import time
@@ -83,8 +84,14 @@ def test_leases_renewed_together_are_each_re_enqueued_when_silent(db):
     assert len(leases) == n
     out = store_docs.renew(db, leases, {}, set(), time.time())
     assert {outcome for outcome, _ in out.values()} == {store_docs.KEPT}
-    assert len(activity.get_inactive_since(db, DEFAULT_LAYOUT, docs.DOCS_TYPE,
-                                           activity.get_activity_vs(db, DEFAULT_LAYOUT, docs.DOCS_TYPE))) == n
+    assert (
+        len(
+            activity.get_inactive_since(
+                db, DEFAULT_LAYOUT, docs.DOCS_TYPE, activity.get_activity_vs(db, DEFAULT_LAYOUT, docs.DOCS_TYPE)
+            )
+        )
+        == n
+    )
     vs, _ = activity.check_inactive(db, DEFAULT_LAYOUT, docs.DOCS_TYPE, None)
     _, again = activity.check_inactive(db, DEFAULT_LAYOUT, docs.DOCS_TYPE, vs)  # all silent since vs
     assert sorted(again) == sorted(lease.job.id for lease in leases)

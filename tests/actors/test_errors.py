@@ -5,6 +5,7 @@ Every exception class defined in the package derives from
 any of them pickles back to an equal error: same class, message and
 attributes, as a call's ``Failure`` carries it to another process.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -28,9 +29,14 @@ from actors.scheduler.model import InvalidRequest, InvalidSetting, JobNotFound
 #: UnstorableResult is the queue's EncodingError (a handler's result, encoded
 #: as job data is, that cannot be stored); Retry, Snooze and Cancel are
 #: control flow a handler raises to steer its own job, not errors of ours.
-OUTSIDE = {"actors.scheduler.job.JobStopping", "actors.handlers.HandlerError",
-           "actors.workers.context.UnstorableResult", "actors.workers.control.Retry",
-           "actors.workers.control.Snooze", "actors.workers.control.Cancel"}
+OUTSIDE = {
+    "actors.scheduler.job.JobStopping",
+    "actors.handlers.HandlerError",
+    "actors.workers.context.UnstorableResult",
+    "actors.workers.control.Retry",
+    "actors.workers.control.Snooze",
+    "actors.workers.control.Cancel",
+}
 
 
 def package_errors() -> list[type]:
@@ -48,20 +54,27 @@ def package_errors() -> list[type]:
 def test_every_error_of_the_package_derives_from_its_root():
     errors = package_errors()
     assert len(errors) >= 10
-    strays = [f"{c.__module__}.{c.__qualname__}" for c in errors
-              if not issubclass(c, ActorsError) and f"{c.__module__}.{c.__qualname__}" not in OUTSIDE]
+    strays = [
+        f"{c.__module__}.{c.__qualname__}"
+        for c in errors
+        if not issubclass(c, ActorsError) and f"{c.__module__}.{c.__qualname__}" not in OUTSIDE
+    ]
     assert not strays, f"errors outside ActorsError: {strays}"
 
 
-@pytest.mark.parametrize("error", [
-    ConfigError("replicator", "max_jobs", "x", "must be an integer"),
-    ConfigWriteError("/etc/x.ini", "read-only"),
-    Forbidden("handler", "os:system", "not in [replicator] handlers"),
-    HttpError(400, "bad_request", "no", [("X", "y")]),
-    InvalidRequest("limit", -1, "must be an int >= 0"),
-    InvalidSetting("max_churn", 0, "must be >= 1"),
-    JobNotFound("j1"),
-], ids=lambda e: type(e).__name__)
+@pytest.mark.parametrize(
+    "error",
+    [
+        ConfigError("replicator", "max_jobs", "x", "must be an integer"),
+        ConfigWriteError("/etc/x.ini", "read-only"),
+        Forbidden("handler", "os:system", "not in [replicator] handlers"),
+        HttpError(400, "bad_request", "no", [("X", "y")]),
+        InvalidRequest("limit", -1, "must be an int >= 0"),
+        InvalidSetting("max_churn", 0, "must be >= 1"),
+        JobNotFound("j1"),
+    ],
+    ids=lambda e: type(e).__name__,
+)
 def test_an_error_pickles_back_to_an_equal_one(error):
     back = pickle.loads(pickle.dumps(error))
     assert type(back) is type(error) and str(back) == str(error) and back.args == error.args

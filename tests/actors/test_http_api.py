@@ -4,6 +4,7 @@ One node for the module (the listener is a supervised process; each test
 leaves the scheduler's table as it found it); no process of the node may
 outlive ``node.stop()``.
 """
+
 from __future__ import annotations
 
 import os
@@ -66,18 +67,41 @@ def test_welcome_up_and_head(n) -> None:
 def test_jobs_listing_is_couchdb_shaped_sorted_and_paged(n, jobs) -> None:
     for job_id in ("c", "a", "b"):
         jobs(job_id, source="http://adm:secret@example.com/db", target="http://example.com/t")
-    wait_until(lambda: all(j["pid"] not in (None, "<starting>") for j in n.s.jobs()) and len(n.s.jobs()) == 3,
-               what="3 jobs running")
+    wait_until(
+        lambda: all(j["pid"] not in (None, "<starting>") for j in n.s.jobs()) and len(n.s.jobs()) == 3,
+        what="3 jobs running",
+    )
     body = n.request("GET", "/_scheduler/jobs").json()
     assert body["total_rows"] == 3 and body["offset"] == 0
     assert [j["id"] for j in body["jobs"]] == ["a", "b", "c"]
     job = body["jobs"][0]
-    assert list(job) == ["id", "pid", "source", "target", "database", "user", "doc_id", "info", "history",
-                         "node", "start_time", "continuous", "checkpointed_source_seq", "source_seq",
-                         "revisions_checked", "missing_revisions_found", "docs_read", "docs_written",
-                         "doc_write_failures", "bulk_get_docs", "bulk_get_attempts"]
-    assert job["source"] == "http://adm:*****@example.com/db" and "secret" not in n.request(
-        "GET", "/_scheduler/jobs").body.decode()
+    assert list(job) == [
+        "id",
+        "pid",
+        "source",
+        "target",
+        "database",
+        "user",
+        "doc_id",
+        "info",
+        "history",
+        "node",
+        "start_time",
+        "continuous",
+        "checkpointed_source_seq",
+        "source_seq",
+        "revisions_checked",
+        "missing_revisions_found",
+        "docs_read",
+        "docs_written",
+        "doc_write_failures",
+        "bulk_get_docs",
+        "bulk_get_attempts",
+    ]
+    assert (
+        job["source"] == "http://adm:*****@example.com/db"
+        and "secret" not in n.request("GET", "/_scheduler/jobs").body.decode()
+    )
     assert job["target"] == "http://example.com/t"
     assert job["database"] is None and job["doc_id"] is None and job["user"] is None
     assert isinstance(job["pid"], str) and isinstance(job["info"], dict)
@@ -98,12 +122,15 @@ def test_jobs_listing_is_couchdb_shaped_sorted_and_paged(n, jobs) -> None:
     assert missing.status == 404 and missing.json() == {"error": "not_found", "reason": "missing"}
 
 
-@pytest.mark.parametrize("query, reason", [
-    ("limit=abc", "limit must be an integer"),
-    ("skip=abc", "skip must be an integer"),
-    ("limit=-1", "limit not in range of [0,infinity]"),
-    ("skip=-5", "skip not in range of [0,infinity]"),
-])
+@pytest.mark.parametrize(
+    "query, reason",
+    [
+        ("limit=abc", "limit must be an integer"),
+        ("skip=abc", "skip must be an integer"),
+        ("limit=-1", "limit not in range of [0,infinity]"),
+        ("skip=-5", "skip not in range of [0,infinity]"),
+    ],
+)
 def test_jobs_bad_limit_or_skip(n, query, reason) -> None:
     r = n.request("GET", f"/_scheduler/jobs?{query}")
     assert r.status == 400 and r.json() == {"error": "query_parse_error", "reason": reason}
@@ -144,8 +171,9 @@ def test_bad_bodies(n) -> None:
     assert r.status == 400 and "handler" in r.json()["reason"]
     r = n.request("POST", "/_replicate", b"x" * (2 << 20))
     assert r.status == 413 and r.json()["error"] == "too_large"
-    assert _raw(n, b"POST /_replicate HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % (64 << 20)) \
-        .startswith(b"HTTP/1.1 413")  # waitress's own cap, before the body is read
+    assert _raw(n, b"POST /_replicate HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % (64 << 20)).startswith(
+        b"HTTP/1.1 413"
+    )  # waitress's own cap, before the body is read
     assert n.s.jobs() == [] and n.request("GET", "/_up").status == 200
 
 
@@ -156,8 +184,16 @@ def test_replicate_cancel(n, jobs) -> None:
     assert n.request("GET", "/_scheduler/jobs/to_cancel").status == 404
     assert n.request("POST", "/_replicate", {"replication_id": "to_cancel", "cancel": True}).status == 404
     # No id given: CouchDB-like replication id from source/target, "+continuous" suffix.
-    r = n.request("POST", "/_replicate", {"source": "sqlite:///nowhere/a.db", "target": "sqlite:///nowhere/b.db",
-                                          "continuous": True, "handler": f"{FIX}:idle"})
+    r = n.request(
+        "POST",
+        "/_replicate",
+        {
+            "source": "sqlite:///nowhere/a.db",
+            "target": "sqlite:///nowhere/b.db",
+            "continuous": True,
+            "handler": f"{FIX}:idle",
+        },
+    )
     rep_id = r.json()["_local_id"]
     assert r.status == 202 and rep_id.endswith("+continuous")
     assert n.request("POST", "/_replicate", {"replication_id": rep_id, "cancel": True}).status == 200
@@ -275,14 +311,16 @@ def _up(n) -> bool:
         return False
 
 
-
 def test_malformed_requests_get_clear_errors_and_the_node_keeps_serving(n) -> None:
     assert _raw(n, b"NOT HTTP AT ALL\r\n\r\n").split(b" ")[1] in (b"400", b"405", b"501")
     huge = b"GET /_up HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * (100 << 10) + b"\r\n\r\n"
     answer = _raw(n, huge)
     assert answer == b"" or answer.split(b" ")[1] in (b"400", b"431")  # b"": reset before we read it
-    chunked = _raw(n, b"POST /_replicate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                      b"Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n3\r\n{ba\r\n0\r\n\r\n")
+    chunked = _raw(
+        n,
+        b"POST /_replicate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n3\r\n{ba\r\n0\r\n\r\n",
+    )
     assert chunked.startswith(b"HTTP/1.1 400") and b'"bad_request"' in chunked
     for path in ("/_scheduler/jobs/%ZZ", "/_scheduler/jobs/%C3%28", "/_scheduler/jobs/a%2Fb", "/%00"):
         r = n.request("GET", path)

@@ -5,6 +5,7 @@ in clear (hashed and rewritten when the node starts). The cloudant client
 runs unmodified: cookie session, ``Scheduler.list_jobs/list_docs/get_doc``,
 and a pagination loop over more jobs than one page.
 """
+
 from __future__ import annotations
 
 import base64
@@ -64,7 +65,7 @@ def test_clear_password_is_hashed_in_the_file(n) -> None:
     assert "s3cret" not in text and "adm = -pbkdf2-" in text
     assert text.startswith("; node config\n") and "; the one admin\n" in text and "max_jobs = 20" in text
     stored = load_admins(n.config_path)["adm"]
-    derived, salt, iterations = stored[len("-pbkdf2-"):].split(",")
+    derived, salt, iterations = stored[len("-pbkdf2-") :].split(",")
     assert len(derived) == 40 and len(salt) == 32 and int(iterations) > 0
     assert verify_password(stored, "s3cret") and not verify_password(stored, "wrong")
     assert load_admins(n.config_path)["adm"] == stored  # stable once hashed
@@ -72,16 +73,24 @@ def test_clear_password_is_hashed_in_the_file(n) -> None:
 
 def test_hash_format_matches_couchdb() -> None:
     # CouchDB: -pbkdf2-<hex of PBKDF2-SHA1(password, salt, iterations, 20)>,<salt>,<iterations>
-    assert hash_password("pw", salt="salt", iterations=10) == \
-        "-pbkdf2-" + __import__("hashlib").pbkdf2_hmac("sha1", b"pw", b"salt", 10, 20).hex() + ",salt,10"
+    assert (
+        hash_password("pw", salt="salt", iterations=10)
+        == "-pbkdf2-" + __import__("hashlib").pbkdf2_hmac("sha1", b"pw", b"salt", 10, 20).hex() + ",salt,10"
+    )
 
 
 def test_everything_but_welcome_and_up_needs_an_admin(n) -> None:
     assert n.request("GET", "/").status == 200
     assert n.request("GET", "/_up").status == 200
-    for method, path in (("GET", "/_scheduler/jobs"), ("GET", "/_scheduler/docs"), ("GET", "/_node/_local/_stats"),
-                         ("GET", "/_node/_local/_config/replicator/max_jobs"), ("POST", "/_replicate"),
-                         ("GET", "/_node/_local/_prometheus"), ("GET", "/_scheduler/jobs/x")):
+    for method, path in (
+        ("GET", "/_scheduler/jobs"),
+        ("GET", "/_scheduler/docs"),
+        ("GET", "/_node/_local/_stats"),
+        ("GET", "/_node/_local/_config/replicator/max_jobs"),
+        ("POST", "/_replicate"),
+        ("GET", "/_node/_local/_prometheus"),
+        ("GET", "/_scheduler/jobs/x"),
+    ):
         r = n.request(method, path, {} if method == "POST" else None)
         assert r.status == 401, path
         assert r.json() == {"error": "unauthorized", "reason": "You are not a server admin."}
@@ -93,8 +102,9 @@ def test_everything_but_welcome_and_up_needs_an_admin(n) -> None:
 
 
 def test_session_form_and_json_logins_set_a_cookie(n) -> None:
-    form = n.request("POST", "/_session", b"name=adm&password=s3cret",
-                     headers={"Content-Type": "application/x-www-form-urlencoded"})
+    form = n.request(
+        "POST", "/_session", b"name=adm&password=s3cret", headers={"Content-Type": "application/x-www-form-urlencoded"}
+    )
     assert form.status == 200 and form.json() == {"ok": True, "name": "adm", "roles": ["_admin"]}
     cookie = cookie_of(form)
     assert n.request("GET", "/_scheduler/jobs", headers={"Cookie": cookie}).status == 200
@@ -145,8 +155,9 @@ def cloudant():
         return importlib.import_module("cloudant")
     except ImportError:
         pass
-    done = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "cloudant==2.15.0"],
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "cloudant==2.15.0"], capture_output=True, text=True, timeout=120
+    )
     if done.returncode != 0:
         pytest.skip(f"cloudant==2.15.0 is not installable: {done.stderr.strip()[-300:]}")
     importlib.invalidate_caches()
@@ -171,9 +182,18 @@ def test_cloudant_scheduler_client_unmodified(n, cloudant) -> None:
             entry = first["jobs"][0]  # the fields the client's document shows, typed as it says
             assert isinstance(entry["continuous"], bool) and isinstance(entry["checkpointed_source_seq"], str)
             assert isinstance(entry["source_seq"], str)
-            assert all(isinstance(entry[k], int) for k in ("revisions_checked", "missing_revisions_found",
-                                                           "docs_read", "docs_written", "doc_write_failures",
-                                                           "bulk_get_docs", "bulk_get_attempts"))
+            assert all(
+                isinstance(entry[k], int)
+                for k in (
+                    "revisions_checked",
+                    "missing_revisions_found",
+                    "docs_read",
+                    "docs_written",
+                    "doc_write_failures",
+                    "bulk_get_docs",
+                    "bulk_get_attempts",
+                )
+            )
 
             seen, skip, limit = [], 0, 3  # the pagination loop of the client's docs
             while True:

@@ -16,6 +16,7 @@ survives a node restart; a bad value of either section (the example
 table; tests/hostile/test_http.py puts random ones), or a file that cannot
 be rewritten, changes nothing in the store, the file or the actors.
 """
+
 from __future__ import annotations
 
 import json
@@ -81,8 +82,7 @@ def reset(q) -> None:
 
 def put(q, key: str, value, raw: bytes | None = None) -> requests.Response:
     data = raw if raw is not None else json.dumps(value)
-    return requests.put(f"{q.url}{CONFIG}/{key}", data=data, headers={"Content-Type": "application/json"},
-                        timeout=60)
+    return requests.put(f"{q.url}{CONFIG}/{key}", data=data, headers={"Content-Type": "application/json"}, timeout=60)
 
 
 def get(q, path: str = "") -> requests.Response:
@@ -171,8 +171,11 @@ def test_holdoff_change_batches_notifications_differently(q) -> None:
         assert len(held) <= 1, held  # coalesced: at most one went out before the holdoff started
 
         assert put(q, "type_monitor_holdoff_msec", "50").json() == "60000"  # the pending one is re-timed
-        wait_until(lambda: ("h1", "running", {"n": 16}) in q.client.call(actor, "events"), 10,
-                   "the coalesced notification, long before 60 s")
+        wait_until(
+            lambda: ("h1", "running", {"n": 16}) in q.client.call(actor, "events"),
+            10,
+            "the coalesced notification, long before 60 s",
+        )
         jobs.finish(q.db, job)
     finally:
         q.client.terminate_child(q.client.node, "cfg-sub-holdoff")
@@ -213,9 +216,13 @@ def test_other_sections_stay_read_only(q) -> None:
 
 @pytest.mark.slow
 def test_sigkilled_actors_come_back_with_the_new_values(q) -> None:
-    changed = {"type_monitor_holdoff_msec": 123, "type_monitor_timeout_msec": 4567,
-               "activity_monitor_max_jitter_msec": 77, "type_check_period_msec": 700,
-               "type_check_max_jitter_msec": 11}
+    changed = {
+        "type_monitor_holdoff_msec": 123,
+        "type_monitor_timeout_msec": 4567,
+        "activity_monitor_max_jitter_msec": 77,
+        "type_check_period_msec": 700,
+        "type_check_max_jitter_msec": 11,
+    }
     for key, value in changed.items():
         assert put(q, key, str(value)).status_code == 200
     assert values_in_use(q) == changed
@@ -240,8 +247,9 @@ def test_sigkilled_actors_come_back_with_the_new_values(q) -> None:
     # the HTTP process: the values live in the node, not in it
     http_pid = q.client.call(HTTP_SERVER_NAME, GetHttpInfo(), 10.0)["pid"]
     os.kill(http_pid, signal.SIGKILL)
-    wait_until(lambda: q.client.call(HTTP_SERVER_NAME, GetHttpInfo(), 10.0)["pid"] != http_pid, 20,
-               "a new HTTP process")
+    wait_until(
+        lambda: q.client.call(HTTP_SERVER_NAME, GetHttpInfo(), 10.0)["pid"] != http_pid, 20, "a new HTTP process"
+    )
     q.url = f"http://127.0.0.1:{q.client.call(HTTP_SERVER_NAME, GetHttpInfo(), 10.0)['port']}"
     wait_until(lambda: get(q).json() == {k: str(v) for k, v in changed.items()}, 20, "the changed values over HTTP")
 
@@ -323,8 +331,7 @@ class FileNode:
         if not persist:
             headers["X-Couch-Persist"] = "false"
         data = raw if raw is not None else json.dumps(value)
-        return requests.put(f"{self.url}/_node/_local/_config/{section}/{key}", data=data, headers=headers,
-                            timeout=60)
+        return requests.put(f"{self.url}/_node/_local/_config/{section}/{key}", data=data, headers=headers, timeout=60)
 
     def get(self, section: str) -> dict:
         r = requests.get(f"{self.url}/_node/_local/_config/{section}", timeout=30)
@@ -380,8 +387,9 @@ def test_replicator_values_survive_a_sigkilled_scheduler_and_http_process(fnode)
 
     http_pid = fnode.client.call(HTTP_SERVER_NAME, GetHttpInfo(), 10.0)["pid"]
     os.kill(http_pid, signal.SIGKILL)
-    wait_until(lambda: fnode.client.call(HTTP_SERVER_NAME, GetHttpInfo(), 10.0)["pid"] != http_pid, 20,
-               "a new HTTP process")
+    wait_until(
+        lambda: fnode.client.call(HTTP_SERVER_NAME, GetHttpInfo(), 10.0)["pid"] != http_pid, 20, "a new HTTP process"
+    )
     fnode.url = f"http://127.0.0.1:{fnode.client.call(HTTP_SERVER_NAME, GetHttpInfo(), 10.0)['port']}"
     section = wait_until(lambda: fnode.get("replicator"), 20, "the new HTTP process answering")
     assert (section["max_jobs"], section["interval"]) == ("1", "300")
@@ -393,9 +401,12 @@ def test_a_put_is_written_to_the_config_file_and_kept_by_a_node_restart(fnode) -
     assert fnode.put("replicator", "max_jobs", "7").json() == "3"
     assert fnode.put("replicator", "max_churn", " 9 ").json() == "20"  # not in the file yet
     assert fnode.put("couch_jobs", "type_check_period_msec", "700").json() == "500"
-    written = FILE_TEXT.format(store=fnode.store).replace("max_jobs = 3", "max_jobs = 7").replace(
-        "interval = 60000\n", "interval = 60000\nmax_churn = 9\n").replace(
-        "type_check_period_msec = 500", "type_check_period_msec = 700")
+    written = (
+        FILE_TEXT.format(store=fnode.store)
+        .replace("max_jobs = 3", "max_jobs = 7")
+        .replace("interval = 60000\n", "interval = 60000\nmax_churn = 9\n")
+        .replace("type_check_period_msec = 500", "type_check_period_msec = 700")
+    )
     assert fnode.path.read_text() == written  # only those lines changed
     # not persisted: running node only
     assert fnode.put("replicator", "max_history", "5", persist=False).json() == "20"
@@ -413,8 +424,10 @@ def test_a_put_is_written_to_the_config_file_and_kept_by_a_node_restart(fnode) -
     settings = fnode.s.settings()
     assert (settings["max_jobs"], settings["max_churn"], settings["max_history"]) == (7, 9, 20)
     assert fnode.pid(CONFIG_SERVER) != keeper and fnode.pid(SCHEDULER_NAME) == scheduler
-    assert (fnode.get("replicator")["max_history"], fnode.get("couch_jobs")["type_monitor_holdoff_msec"]) \
-        == ("20", "50")
+    assert (fnode.get("replicator")["max_history"], fnode.get("couch_jobs")["type_monitor_holdoff_msec"]) == (
+        "20",
+        "50",
+    )
     assert fnode.put("replicator", "max_history", "6", persist=False).json() == "20"  # reaches it again
     assert fnode.s.settings()["max_history"] == 6
 
@@ -431,9 +444,15 @@ def test_a_put_is_written_to_the_config_file_and_kept_by_a_node_restart(fnode) -
 
 def snapshot(node: FileNode) -> tuple:
     """Everything a refused PUT must leave as it was."""
-    return (node.path.read_bytes(), dump(node.db), node.get("replicator"), node.get("couch_jobs"),
-            node.s.settings(), node.client.call(JOBS_SERVER, GetCouchJobsInUse(), 10.0),
-            [node.pid(name) for name in (CONFIG_SERVER, SCHEDULER_NAME, JOBS_SERVER, HTTP_SERVER_NAME)])
+    return (
+        node.path.read_bytes(),
+        dump(node.db),
+        node.get("replicator"),
+        node.get("couch_jobs"),
+        node.s.settings(),
+        node.client.call(JOBS_SERVER, GetCouchJobsInUse(), 10.0),
+        [node.pid(name) for name in (CONFIG_SERVER, SCHEDULER_NAME, JOBS_SERVER, HTTP_SERVER_NAME)],
+    )
 
 
 @pytest.fixture(scope="module")
@@ -446,33 +465,36 @@ def shared_fnode(tmp_path_factory):
 
 
 @pytest.mark.parametrize("persist", [True, False])
-@pytest.mark.parametrize("section, key, value, raw", [
-    ("replicator", "max_jobs", "-1", None),
-    ("replicator", "max_churn", "0", None),
-    ("replicator", "interval", "0", None),
-    ("replicator", "interval", "4294967296", None),        # beyond any timer (Erlang's limit)
-    ("replicator", "interval", "9" * 30, None),
-    ("replicator", "max_history", "abc", None),
-    ("replicator", "health_threshold", "1.5", None),
-    ("replicator", "max_jobs", "", None),
-    ("replicator", "max_jobs", "\u0663", None),             # not an ASCII digit
-    ("replicator", "doc_owner_timeout", "10", None),        # in the file only
-    ("replicator", "bogus", "1", None),
-    ("replicator", "max_jobs", 5, None),                    # not a JSON string
-    ("replicator", "max_jobs", None, b"{not json"),
-    ("couch_jobs", "type_check_period_msec", "0", None),    # must be >= 1
-    ("couch_jobs", "type_monitor_timeout_msec", "infinityx", None),
-    ("couch_jobs", "type_monitor_timeout_msec", "0", None),
-    ("couch_jobs", "type_monitor_holdoff_msec", "-1", None),
-    ("couch_jobs", "type_monitor_holdoff_msec", "1.5", None),
-    ("couch_jobs", "type_monitor_holdoff_msec", "\u0661\u0662", None),  # Arabic-Indic digits are not ASCII digits
-    ("couch_jobs", "activity_monitor_max_jitter_msec", "4294967296", None),  # over Erlang's timer limit
-    ("couch_jobs", "type_check_max_jitter_msec", "9" * 5000, None),
-    ("couch_jobs", "type_check_period_msec", "1 000", None),
-    ("couch_jobs", "bogus_key", "1", None),
-    ("couch_jobs", "type_monitor_holdoff_msec", 5, None),   # not a JSON string
-    ("couch_jobs", "type_monitor_holdoff_msec", None, b'["10"]'),
-])
+@pytest.mark.parametrize(
+    "section, key, value, raw",
+    [
+        ("replicator", "max_jobs", "-1", None),
+        ("replicator", "max_churn", "0", None),
+        ("replicator", "interval", "0", None),
+        ("replicator", "interval", "4294967296", None),  # beyond any timer (Erlang's limit)
+        ("replicator", "interval", "9" * 30, None),
+        ("replicator", "max_history", "abc", None),
+        ("replicator", "health_threshold", "1.5", None),
+        ("replicator", "max_jobs", "", None),
+        ("replicator", "max_jobs", "\u0663", None),  # not an ASCII digit
+        ("replicator", "doc_owner_timeout", "10", None),  # in the file only
+        ("replicator", "bogus", "1", None),
+        ("replicator", "max_jobs", 5, None),  # not a JSON string
+        ("replicator", "max_jobs", None, b"{not json"),
+        ("couch_jobs", "type_check_period_msec", "0", None),  # must be >= 1
+        ("couch_jobs", "type_monitor_timeout_msec", "infinityx", None),
+        ("couch_jobs", "type_monitor_timeout_msec", "0", None),
+        ("couch_jobs", "type_monitor_holdoff_msec", "-1", None),
+        ("couch_jobs", "type_monitor_holdoff_msec", "1.5", None),
+        ("couch_jobs", "type_monitor_holdoff_msec", "\u0661\u0662", None),  # Arabic-Indic digits are not ASCII digits
+        ("couch_jobs", "activity_monitor_max_jitter_msec", "4294967296", None),  # over Erlang's timer limit
+        ("couch_jobs", "type_check_max_jitter_msec", "9" * 5000, None),
+        ("couch_jobs", "type_check_period_msec", "1 000", None),
+        ("couch_jobs", "bogus_key", "1", None),
+        ("couch_jobs", "type_monitor_holdoff_msec", 5, None),  # not a JSON string
+        ("couch_jobs", "type_monitor_holdoff_msec", None, b'["10"]'),
+    ],
+)
 def test_bad_values_change_nothing_in_store_file_or_actors(shared_fnode, section, key, value, raw, persist) -> None:
     before = snapshot(shared_fnode)
     r = shared_fnode.put(section, key, value, persist=persist, raw=raw)
@@ -501,20 +523,38 @@ def test_a_file_that_cannot_be_rewritten_changes_nothing(shared_fnode) -> None:
 # ------------------------------------------------------ the file, line by line
 
 
-@pytest.mark.parametrize("before, section, key, value, after", [
-    ("[replicator]\nmax_jobs = 5\n", "replicator", "max_jobs", "7", "[replicator]\nmax_jobs = 7\n"),
-    ("[replicator]\nMax_Jobs:5\n", "replicator", "max_jobs", "7", "[replicator]\nMax_Jobs:7\n"),
-    ("[replicator]\nmax_jobs =\n", "replicator", "max_jobs", "7", "[replicator]\nmax_jobs = 7\n"),
-    ("[replicator]\ninterval = 5\n  10\n# c\nmax_jobs = 1\n", "replicator", "interval", "7",
-     "[replicator]\ninterval = 7\n# c\nmax_jobs = 1\n"),                       # continuation lines go
-    ("[replicator]\nmax_jobs = 1\n\n# couch_jobs\n[couch_jobs]\n", "replicator", "max_churn", "2",
-     "[replicator]\nmax_jobs = 1\nmax_churn = 2\n\n# couch_jobs\n[couch_jobs]\n"),  # after the last setting
-    ("[replicator]", "replicator", "max_jobs", "2", "[replicator]\nmax_jobs = 2\n"),
-    ("[node]\nport = 1", "replicator", "max_jobs", "2", "[node]\nport = 1\n\n[replicator]\nmax_jobs = 2\n"),
-    ("", "couch_jobs", "type_check_period_msec", "2", "[couch_jobs]\ntype_check_period_msec = 2\n"),
-    ("[couch_jobs]\nmax_jobs = 1\n[replicator]\nmax_jobs = 1\n", "replicator", "max_jobs", "2",
-     "[couch_jobs]\nmax_jobs = 1\n[replicator]\nmax_jobs = 2\n"),              # the right section only
-])
+@pytest.mark.parametrize(
+    "before, section, key, value, after",
+    [
+        ("[replicator]\nmax_jobs = 5\n", "replicator", "max_jobs", "7", "[replicator]\nmax_jobs = 7\n"),
+        ("[replicator]\nMax_Jobs:5\n", "replicator", "max_jobs", "7", "[replicator]\nMax_Jobs:7\n"),
+        ("[replicator]\nmax_jobs =\n", "replicator", "max_jobs", "7", "[replicator]\nmax_jobs = 7\n"),
+        (
+            "[replicator]\ninterval = 5\n  10\n# c\nmax_jobs = 1\n",
+            "replicator",
+            "interval",
+            "7",
+            "[replicator]\ninterval = 7\n# c\nmax_jobs = 1\n",
+        ),  # continuation lines go
+        (
+            "[replicator]\nmax_jobs = 1\n\n# couch_jobs\n[couch_jobs]\n",
+            "replicator",
+            "max_churn",
+            "2",
+            "[replicator]\nmax_jobs = 1\nmax_churn = 2\n\n# couch_jobs\n[couch_jobs]\n",
+        ),  # after the last setting
+        ("[replicator]", "replicator", "max_jobs", "2", "[replicator]\nmax_jobs = 2\n"),
+        ("[node]\nport = 1", "replicator", "max_jobs", "2", "[node]\nport = 1\n\n[replicator]\nmax_jobs = 2\n"),
+        ("", "couch_jobs", "type_check_period_msec", "2", "[couch_jobs]\ntype_check_period_msec = 2\n"),
+        (
+            "[couch_jobs]\nmax_jobs = 1\n[replicator]\nmax_jobs = 1\n",
+            "replicator",
+            "max_jobs",
+            "2",
+            "[couch_jobs]\nmax_jobs = 1\n[replicator]\nmax_jobs = 2\n",
+        ),  # the right section only
+    ],
+)
 def test_write_value_changes_one_line(tmp_path, before, section, key, value, after) -> None:
     path = tmp_path / "node.ini"
     path.write_text(before)

@@ -1,5 +1,6 @@
 """``/_jobs`` on a real node: per-type counts, pages by state, one job whole,
 and clear errors for bad parameters, unknown types and jobs."""
+
 from __future__ import annotations
 
 import time
@@ -49,8 +50,10 @@ def filled(n):
         jobs.enqueue(db, "mail", {"to": f"w{i}"}, id=f"w{i}", max_attempts=1)
     claimed = {c.job.id: c for c in work.claim(db, L, "mail", time.time(), 10, "host-a", 3).claimed}
     ends = [work.Outcome(claimed[i].job, "ok", encode_result("ok")) for i in claimed if i.startswith("due")]
-    ends += [work.Outcome(claimed["w0"].job, "ok", b"\x01"),
-             work.Outcome(claimed["w1"].job, "fail", None, {"type": "ValueError", "message": "bad", "traceback": ""})]
+    ends += [
+        work.Outcome(claimed["w0"].job, "ok", b"\x01"),
+        work.Outcome(claimed["w1"].job, "fail", None, {"type": "ValueError", "message": "bad", "traceback": ""}),
+    ]
     work.complete(db, L, ends, time.time())
     work.mark_started(db, L, [(claimed["w2"].job, time.time())])  # its handler runs: running, not claimed
     return node, db
@@ -66,8 +69,14 @@ def test_the_types_with_their_counts(filled):
     node, _ = filled
     types = {t["type"]: t for t in get(node, "/_jobs")["types"]}
     mail = types["mail"]
-    assert (mail["jobs"], mail["pending"], mail["scheduled"], mail["running"], mail["finished"], mail["failed"]) \
-        == (8, 2, 2, 1, 5, 1)
+    assert (mail["jobs"], mail["pending"], mail["scheduled"], mail["running"], mail["finished"], mail["failed"]) == (
+        8,
+        2,
+        2,
+        1,
+        5,
+        1,
+    )
     assert mail["timeout"] == 30 and types["empty"]["jobs"] == 0
 
 
@@ -84,8 +93,9 @@ def test_pages_by_state(filled):
     assert page["total_rows"] == 8 and page["offset"] == 2 and len(page["jobs"]) == 3
     finished = get(node, "/_jobs/mail?state=finished&limit=10")
     assert {j["id"] for j in finished["jobs"]} == {"due0", "due1", "due2", "w0", "w1"}
-    assert all(isinstance(j["data"], str) and j["data"].endswith("...") for j in finished["jobs"]
-               if j["id"].startswith("due")), "long data is cut in a page"
+    assert all(
+        isinstance(j["data"], str) and j["data"].endswith("...") for j in finished["jobs"] if j["id"].startswith("due")
+    ), "long data is cut in a page"
 
 
 def test_one_job_whole(filled):
@@ -95,15 +105,18 @@ def test_one_job_whole(filled):
     assert job["result"] == "ok"
 
 
-@pytest.mark.parametrize("path,status,words", [
-    ("/_jobs/nosuchtype", 404, "no job type"),
-    ("/_jobs/mail/nosuchjob", 404, "no job"),
-    ("/_jobs/mail?state=sleeping", 400, "state must be one of"),
-    ("/_jobs/mail?limit=-1", 400, "limit must be between"),
-    ("/_jobs/mail?limit=5000", 400, "limit must be between"),
-    ("/_jobs/mail?skip=x", 400, "skip must be an integer"),
-    ("/_jobs/mail/due0/extra", 404, "missing"),
-])
+@pytest.mark.parametrize(
+    "path,status,words",
+    [
+        ("/_jobs/nosuchtype", 404, "no job type"),
+        ("/_jobs/mail/nosuchjob", 404, "no job"),
+        ("/_jobs/mail?state=sleeping", 400, "state must be one of"),
+        ("/_jobs/mail?limit=-1", 400, "limit must be between"),
+        ("/_jobs/mail?limit=5000", 400, "limit must be between"),
+        ("/_jobs/mail?skip=x", 400, "skip must be an integer"),
+        ("/_jobs/mail/due0/extra", 404, "missing"),
+    ],
+)
 def test_bad_requests_say_what_is_wrong(filled, path, status, words):
     node, _ = filled
     body = get(node, path, status)
@@ -114,12 +127,18 @@ def test_bad_writes_change_nothing(filled):
     node, _ = filled
     before = get(node, "/_jobs/mail?limit=1000")
     for method, path, body, status in [
-            ("PUT", "/_jobs/mail", {}, 405), ("POST", "/_jobs", {}, 405),
-            ("POST", "/_jobs/mail", {"x": 1}, 400), ("POST", "/_jobs/mail", [1], 400),
-            ("POST", "/_jobs/mail", {"data": [1, 2]}, 400), ("POST", "/_jobs/mail", {"data": {}, "delay": -5}, 400),
-            ("POST", "/_jobs/mail", {"data": {}, "max_attempts": 0}, 400),
-            ("POST", "/_jobs/nosuch", {"data": [1]}, 400), ("DELETE", "/_jobs/mail/nosuch", None, 404),
-            ("POST", "/_jobs/mail/w2/_retry", None, 409), ("POST", "/_jobs/mail/nosuch/_retry", None, 404)]:
+        ("PUT", "/_jobs/mail", {}, 405),
+        ("POST", "/_jobs", {}, 405),
+        ("POST", "/_jobs/mail", {"x": 1}, 400),
+        ("POST", "/_jobs/mail", [1], 400),
+        ("POST", "/_jobs/mail", {"data": [1, 2]}, 400),
+        ("POST", "/_jobs/mail", {"data": {}, "delay": -5}, 400),
+        ("POST", "/_jobs/mail", {"data": {}, "max_attempts": 0}, 400),
+        ("POST", "/_jobs/nosuch", {"data": [1]}, 400),
+        ("DELETE", "/_jobs/mail/nosuch", None, 404),
+        ("POST", "/_jobs/mail/w2/_retry", None, 409),
+        ("POST", "/_jobs/mail/nosuch/_retry", None, 404),
+    ]:
         reply = node.request(method, path, body)
         assert reply.status == status, (method, path, body, reply.status, reply.json())
         assert reply.json()["error"] and reply.json().get("reason") is not None
@@ -138,21 +157,31 @@ def test_writes_a_page_of_another_site_could_make_are_refused(filled):
             assert reply.status == 415 and reply.json()["error"] == "bad_content_type", (ctype, path)
     for site in ("cross-site", "same-site"):
         for method, path in (("POST", "/_jobs/mail"), ("DELETE", "/_jobs/mail/due0"), ("POST", "/_jobs/mail/_pause")):
-            reply = node.request(method, path, {"data": {}}, headers={"Sec-Fetch-Site": site,
-                                                                       "Content-Type": "application/json"})
+            reply = node.request(
+                method, path, {"data": {}}, headers={"Sec-Fetch-Site": site, "Content-Type": "application/json"}
+            )
             assert reply.status == 403 and reply.json()["error"] == "forbidden", (site, method, path)
     assert get(node, "/_jobs/mail?limit=1000") == before
-    assert node.request("POST", "/_jobs/xsite", {"data": {}, "id": "same-origin"},
-                        headers={"Sec-Fetch-Site": "same-origin", "Content-Type": "application/json"}).status == 201
+    assert (
+        node.request(
+            "POST",
+            "/_jobs/xsite",
+            {"data": {}, "id": "same-origin"},
+            headers={"Sec-Fetch-Site": "same-origin", "Content-Type": "application/json"},
+        ).status
+        == 201
+    )
     assert node.request("DELETE", "/_jobs/xsite/same-origin", headers={"Sec-Fetch-Site": "none"}).status == 200
 
 
 def test_the_documents_holds_are_not_written_over_http(filled):
     node, db = filled
-    for method, path, body in (("POST", "/_jobs/_replicator_docs", {"data": {}}),
-                               ("DELETE", "/_jobs/_replicator_docs/x", None),
-                               ("POST", "/_jobs/_replicator_docs/_pause", None),
-                               ("POST", "/_jobs/_replicator_docs/x/_retry", None)):
+    for method, path, body in (
+        ("POST", "/_jobs/_replicator_docs", {"data": {}}),
+        ("DELETE", "/_jobs/_replicator_docs/x", None),
+        ("POST", "/_jobs/_replicator_docs/_pause", None),
+        ("POST", "/_jobs/_replicator_docs/x/_retry", None),
+    ):
         reply = node.request(method, path, body)
         assert reply.status == 403 and "_replicator_docs" in reply.json()["reason"], (method, path)
 
@@ -194,11 +223,13 @@ def test_add_remove_and_retry_over_http(filled):
     fresh = node.request("POST", "/_jobs/httpjobs", {"data": {"n": 1}, "max_attempts": 1, "timeout": 7}).json()["id"]
     assert len(fresh) == 32
     [claimed] = work.claim(db, L, "httpjobs", time.time(), 5, "host-b", 3).claimed
-    work.complete(db, L, [work.Outcome(claimed.job, "fail", None, {"type": "E", "message": "m", "traceback": ""})],
-                  time.time())
+    work.complete(
+        db, L, [work.Outcome(claimed.job, "fail", None, {"type": "E", "message": "m", "traceback": ""})], time.time()
+    )
 
     def counts() -> dict:
         return {t["type"]: t for t in get(node, "/_jobs")["types"]}["httpjobs"]
+
     assert counts()["failed"] == 1
     assert node.request("POST", f"/_jobs/httpjobs/{fresh}/_retry").status == 201
     retried = get(node, f"/_jobs/httpjobs/{fresh}")
@@ -220,13 +251,16 @@ def test_the_queue_in_prometheus_and_stats(filled):
     reply = node.request("GET", "/_node/_local/_prometheus")
     text = reply.body.decode()
     assert reply.status == 200 and reply.headers["Content-Type"].startswith("text/plain; version=0.0.4")
-    for line in ('otpjobs_jobs{state="running",type="mail"} 1.0', 'otpjobs_jobs{state="scheduled",type="mail"} 2.0',
-                 'otpjobs_jobs{state="failed",type="mail"} 1.0',
-                 'otpjobs_job_events_total{event="added",type="mail"} 8.0',
-                 'otpjobs_job_events_total{event="started",type="mail"} 6.0',
-                 'otpjobs_job_events_total{event="succeeded",type="mail"} 4.0',
-                 'otpjobs_job_events_total{event="failed_final",type="mail"} 1.0',
-                 "# TYPE couchdb_couch_replicator_jobs_avg_pending gauge"):
+    for line in (
+        'otpjobs_jobs{state="running",type="mail"} 1.0',
+        'otpjobs_jobs{state="scheduled",type="mail"} 2.0',
+        'otpjobs_jobs{state="failed",type="mail"} 1.0',
+        'otpjobs_job_events_total{event="added",type="mail"} 8.0',
+        'otpjobs_job_events_total{event="started",type="mail"} 6.0',
+        'otpjobs_job_events_total{event="succeeded",type="mail"} 4.0',
+        'otpjobs_job_events_total{event="failed_final",type="mail"} 1.0',
+        "# TYPE couchdb_couch_replicator_jobs_avg_pending gauge",
+    ):
         assert line in text, line
     mail = node.request("GET", "/_node/_local/_stats/couch_jobs/mail").json()
     assert mail["running"] == {"value": 1, "type": "gauge"} and mail["added"]["value"] == 8
@@ -237,8 +271,18 @@ def test_workers_shows_each_hosts_last_beat(filled):
 
     node, db = filled
     now = time.time()
-    hosts.beat(db, L, "host-a", {"host": "host-a", "concurrency": 4, "busy": 1,
-                                 "running": [{"type": "mail", "id": "w2", "attempt": 1, "for": 0.5}]}, now)
+    hosts.beat(
+        db,
+        L,
+        "host-a",
+        {
+            "host": "host-a",
+            "concurrency": 4,
+            "busy": 1,
+            "running": [{"type": "mail", "id": "w2", "attempt": 1, "for": 0.5}],
+        },
+        now,
+    )
     hosts.beat(db, L, "host-dead", {"host": "host-dead", "concurrency": 1}, now - 60)
     seen = {h["host"]: h for h in get(node, "/_workers")["hosts"]}
     assert seen["host-a"]["alive"] and seen["host-a"]["running"][0]["id"] == "w2"
@@ -265,9 +309,18 @@ def test_deleting_a_replicator_document_needs_its_revision(n):
 def test_a_scheduler_job_entry_carries_the_seed_documents_top_level_fields():
     from actors.http.monitoring import job_view
 
-    entry = job_view({"id": "r1", "continuous": True, "info": {"docs_read": 10, "docs_written": 9,
-                                                                "checkpointed_source_seq": 42, "source_seq": "50"}})
-    assert (entry["continuous"], entry["docs_read"], entry["docs_written"], entry["doc_write_failures"]) == \
-        (True, 10, 9, 0)
+    entry = job_view(
+        {
+            "id": "r1",
+            "continuous": True,
+            "info": {"docs_read": 10, "docs_written": 9, "checkpointed_source_seq": 42, "source_seq": "50"},
+        }
+    )
+    assert (entry["continuous"], entry["docs_read"], entry["docs_written"], entry["doc_write_failures"]) == (
+        True,
+        10,
+        9,
+        0,
+    )
     assert (entry["checkpointed_source_seq"], entry["source_seq"]) == ("42", "50")
     assert entry["info"]["docs_read"] == 10, "info keeps every reported stat"

@@ -4,6 +4,7 @@ Each job is still its own supervised entity: it ends with its own reason,
 stops run in parallel and never hold up a start, and a job is reported gone
 only once its code no longer runs, even when its handler ignores stop.
 """
+
 from __future__ import annotations
 
 import os
@@ -48,11 +49,16 @@ def test_stubborn_handlers_stop_in_parallel_and_a_new_job_starts_meanwhile(h):
     for i in range(20):
         h.s.remove_job(f"s{i}")
     h.s.add_job(h.spec("fresh"))
-    wait_until(lambda: "fresh" in h.running() and any(" fresh " in line for line in h.events("start")),
-               what="a new job started while the others stop")
+    wait_until(
+        lambda: "fresh" in h.running() and any(" fresh " in line for line in h.events("start")),
+        what="a new job started while the others stop",
+    )
     assert time.monotonic() - t0 < 2.0, "the start did not wait behind the stops"
-    wait_until(lambda: len(h.events("end")) == 20 and h.live_job_actors() == 1, STOP_GRACE + KILL_GRACE + 5,
-               what="every stubborn job's code ended")
+    wait_until(
+        lambda: len(h.events("end")) == 20 and h.live_job_actors() == 1,
+        STOP_GRACE + KILL_GRACE + 5,
+        what="every stubborn job's code ended",
+    )
     assert time.monotonic() - t0 < STOP_GRACE + KILL_GRACE + 3, "in parallel: one grace for all 20"
 
 

@@ -6,6 +6,7 @@ other store URLs (prefixes, at a boundary), and how the policy travels to
 the HTTP process. The same rules on a real node over HTTP are in
 ``tests/hostile/test_http_job_policy.py``.
 """
+
 from __future__ import annotations
 
 import os
@@ -47,35 +48,53 @@ def test_both_keys_default_to_empty() -> None:
     assert Config().get("replicator", "handlers") == "" and Config().get("replicator", "stores") == ""
 
 
-@pytest.mark.parametrize("raw, value", [
-    ("", ""), (" , ", ""), ("myapp.jobs", "myapp.jobs"),
-    (" myapp.jobs ,myapp.other:run ", "myapp.jobs, myapp.other:run"),
-    ("a:b.c", "a:b.c"), ("_m.x1:Klass.method", "_m.x1:Klass.method"),
-])
+@pytest.mark.parametrize(
+    "raw, value",
+    [
+        ("", ""),
+        (" , ", ""),
+        ("myapp.jobs", "myapp.jobs"),
+        (" myapp.jobs ,myapp.other:run ", "myapp.jobs, myapp.other:run"),
+        ("a:b.c", "a:b.c"),
+        ("_m.x1:Klass.method", "_m.x1:Klass.method"),
+    ],
+)
 def test_handlers_entries_are_modules_or_callables(raw, value) -> None:
     assert parse_value("replicator", "handlers", raw) == value
 
 
-@pytest.mark.parametrize("raw, entry", [
-    ("myapp.jobs, not a handler!", "not a handler!"), ("myapp.:run", "myapp.:run"), (":run", ":run"),
-    ("myapp:", "myapp:"), ("myapp:run:again", "myapp:run:again"), ("my-app.jobs", "my-app.jobs"),
-    ("os:getcwd, ../evil", "../evil"), ("1mod", "1mod"),
-])
+@pytest.mark.parametrize(
+    "raw, entry",
+    [
+        ("myapp.jobs, not a handler!", "not a handler!"),
+        ("myapp.:run", "myapp.:run"),
+        (":run", ":run"),
+        ("myapp:", "myapp:"),
+        ("myapp:run:again", "myapp:run:again"),
+        ("my-app.jobs", "my-app.jobs"),
+        ("os:getcwd, ../evil", "../evil"),
+        ("1mod", "1mod"),
+    ],
+)
 def test_a_malformed_handlers_entry_is_a_config_error_naming_it(raw, entry) -> None:
     with pytest.raises(ConfigError) as info:
         parse_value("replicator", "handlers", raw)
     error = info.value
     assert (error.section, error.key, error.value) == ("replicator", "handlers", raw)
-    assert str(error) == (f"[replicator] handlers = {raw!r}: entry {entry!r} is not 'package.module' or "
-                          "'package.module:callable'")
+    assert str(error) == (
+        f"[replicator] handlers = {raw!r}: entry {entry!r} is not 'package.module' or 'package.module:callable'"
+    )
 
 
-@pytest.mark.parametrize("raw, why", [
-    ("sqlite:///var/lib/otpjobs", "give the directory holding SQLite stores, not a sqlite: URL"),
-    ("SQLite:////data", "give the directory holding SQLite stores, not a sqlite: URL"),
-    ("/data, 1x://host/", "is not a URL prefix (scheme://...) or a directory"),
-    ("://host/", "is not a URL prefix (scheme://...) or a directory"),
-])
+@pytest.mark.parametrize(
+    "raw, why",
+    [
+        ("sqlite:///var/lib/otpjobs", "give the directory holding SQLite stores, not a sqlite: URL"),
+        ("SQLite:////data", "give the directory holding SQLite stores, not a sqlite: URL"),
+        ("/data, 1x://host/", "is not a URL prefix (scheme://...) or a directory"),
+        ("://host/", "is not a URL prefix (scheme://...) or a directory"),
+    ],
+)
 def test_a_malformed_stores_entry_is_a_config_error(raw, why) -> None:
     with pytest.raises(ConfigError, match="^\\[replicator\\] stores = ") as info:
         parse_value("replicator", "stores", raw)
@@ -117,8 +136,12 @@ def test_by_default_only_the_built_in_handler_and_no_handler_are_allowed(data) -
     policy.check({"handler": REPLICATE_HANDLER})
     policy.check({"handler": None, "source": f"sqlite:///{data}/a.db", "target": f"sqlite:///{data}/b.db"})
     policy.check({})
-    for handler in ("os:getcwd", "tests.actors.scheduler_fixtures:idle", "actors.scheduler.replicate:key_range",
-                    "actors.scheduler.replicate:replicate.__globals__"):
+    for handler in (
+        "os:getcwd",
+        "tests.actors.scheduler_fixtures:idle",
+        "actors.scheduler.replicate:key_range",
+        "actors.scheduler.replicate:replicate.__globals__",
+    ):
         error = refused(policy, {"handler": handler})
         assert (error.field, error.value) == ("handler", handler)
         assert str(error) == f"handler {handler!r} is not allowed: not in the node's [replicator] handlers"
@@ -152,17 +175,34 @@ def test_values_that_are_not_names_are_left_to_the_spec_validation(data) -> None
 def test_the_default_stores_are_the_directory_of_the_node_store(data, tmp_path) -> None:
     policy = node_policy(data)
     assert policy.directories == (os.path.realpath(data),) and policy.urls == ()
-    for url in (f"sqlite:///{data}/x.db", f"sqlite:///{data}/sub/dir/x.db", f"sqlite:///{data}/x.db?mode=ro",
-                f"sqlite:///{data}/./x.db", f"sqlite:///{tmp_path}/other/../data/x.db",
-                f"sqlite://localhost/{data}/x.db", f"SQLITE:///{data}/x.db", f"sqlite:{data}/x.db"):
+    for url in (
+        f"sqlite:///{data}/x.db",
+        f"sqlite:///{data}/sub/dir/x.db",
+        f"sqlite:///{data}/x.db?mode=ro",
+        f"sqlite:///{data}/./x.db",
+        f"sqlite:///{tmp_path}/other/../data/x.db",
+        f"sqlite://localhost/{data}/x.db",
+        f"SQLITE:///{data}/x.db",
+        f"sqlite:{data}/x.db",
+    ):
         policy.check({"source": url, "target": {"url": url}})
 
 
-@pytest.mark.parametrize("url", [
-    "sqlite:////etc/passwd.db", "sqlite:///{tmp}/elsewhere/x.db", "sqlite:///{data}/../elsewhere/x.db",
-    "sqlite:///{data}/sub/../../x.db", "sqlite:///{data}/%2E%2E/x.db", "sqlite:///{data}x/y.db",
-    "sqlite:///{data}", "sqlite:///{data}/", "sqlite://otherhost/{data}/x.db", "sqlite:///{data}/x.db?mode=rx",
-])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "sqlite:////etc/passwd.db",
+        "sqlite:///{tmp}/elsewhere/x.db",
+        "sqlite:///{data}/../elsewhere/x.db",
+        "sqlite:///{data}/sub/../../x.db",
+        "sqlite:///{data}/%2E%2E/x.db",
+        "sqlite:///{data}x/y.db",
+        "sqlite:///{data}",
+        "sqlite:///{data}/",
+        "sqlite://otherhost/{data}/x.db",
+        "sqlite:///{data}/x.db?mode=rx",
+    ],
+)
 def test_a_sqlite_file_outside_the_directories_is_refused(data, tmp_path, url) -> None:
     url = url.format(tmp=tmp_path, data=data)
     policy = node_policy(data)
@@ -206,21 +246,40 @@ def test_configured_directories_replace_the_data_directory(data, tmp_path) -> No
 
 def test_other_urls_are_refused_by_default(data) -> None:
     policy = node_policy(data)
-    for url in ("fdb://", "fdb:///etc/foundationdb/fdb.cluster", "http://adm:secret@example.invalid/db",
-                "postgresql://db/x", "x.db", "/abs/x.db"):
+    for url in (
+        "fdb://",
+        "fdb:///etc/foundationdb/fdb.cluster",
+        "http://adm:secret@example.invalid/db",
+        "postgresql://db/x",
+        "x.db",
+        "/abs/x.db",
+    ):
         assert refused(policy, {"source": url}).why == "not a store under the node's [replicator] stores"
 
 
 def test_url_prefixes_match_at_a_boundary_only(data) -> None:
     policy = node_policy(data, stores="postgresql://db.example.com, fdb:///etc/foundationdb/, https://h/db?")
-    for url in ("postgresql://db.example.com", "postgresql://db.example.com/jobs", "postgresql://db.example.com?x=1",
-                "fdb:///etc/foundationdb/fdb.cluster", "fdb:///etc/foundationdb/fdb.cluster?prefix=x",
-                "https://h/db", "https://h/db?a=b"):
+    for url in (
+        "postgresql://db.example.com",
+        "postgresql://db.example.com/jobs",
+        "postgresql://db.example.com?x=1",
+        "fdb:///etc/foundationdb/fdb.cluster",
+        "fdb:///etc/foundationdb/fdb.cluster?prefix=x",
+        "https://h/db",
+        "https://h/db?a=b",
+    ):
         policy.check({"target": url})
-    for url in ("postgresql://db.example.com.evil.org/", "postgresql://db.example.comx", "fdb:///etc/foundationdb",
-                "fdb:///etc/foundationdb/../../tmp/x.cluster", "fdb:///etc/foundationdb/%2e%2e/x.cluster",
-                "fdb:///etc/foundationdb/a/..", "https://h/dbx", "POSTGRESQL://db.example.com/jobs",
-                f"sqlite:///{data}/x.db"):  # a sqlite: URL is checked by its file only
+    for url in (
+        "postgresql://db.example.com.evil.org/",
+        "postgresql://db.example.comx",
+        "fdb:///etc/foundationdb",
+        "fdb:///etc/foundationdb/../../tmp/x.cluster",
+        "fdb:///etc/foundationdb/%2e%2e/x.cluster",
+        "fdb:///etc/foundationdb/a/..",
+        "https://h/dbx",
+        "POSTGRESQL://db.example.com/jobs",
+        f"sqlite:///{data}/x.db",
+    ):  # a sqlite: URL is checked by its file only
         refused(policy, {"target": url})
 
 

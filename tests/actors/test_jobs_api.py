@@ -4,6 +4,7 @@ subscribing to a finished job gives.
 One node per module. Bad input to every public call of actors.jobs is
 tests/hostile/test_queue_api.py's (one suite for that surface).
 """
+
 from __future__ import annotations
 
 

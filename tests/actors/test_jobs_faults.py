@@ -8,6 +8,7 @@ jobs server down (it monitors them), which restarts with fresh per-type
 actors. After each kill the queue must keep working: add, subscribe,
 accept, events, finish.
 """
+
 from __future__ import annotations
 
 import json
@@ -56,8 +57,7 @@ def qnode(tmp_path_factory):
 def queue_works(q: QueueNode, job_id: str) -> None:
     """add -> subscribe -> accept -> running event -> finish -> finished event."""
     jobs.add(q.db, T, job_id, {"n": 1})
-    sub, state, _ = wait_until(lambda: jobs.subscribe(q.db, T, job_id, node=q.port), 20,
-                               "a subscription to succeed")
+    sub, state, _ = wait_until(lambda: jobs.subscribe(q.db, T, job_id, node=q.port), 20, "a subscription to succeed")
     assert state == JobState.PENDING
     job, data = jobs.accept(q.db, T, timeout=10)
     assert (job.id, data) == (job_id, {"n": 1})
@@ -148,9 +148,30 @@ def start_cli_node(url: str, port: int, tmp_path, log_name: str):
     cfg.write_text("[couch_jobs]\n" + "".join(f"{k} = {v}\n" for k, v in FAST_COUCH_JOBS.items()))
     env = dict(os.environ, PYTHONPATH=str(ROOT), OTPJOBS_RUNTIME_DIR=str(tmp_path))
     log = open(tmp_path / log_name, "w")
-    proc = subprocess.Popen([sys.executable, "-m", "actors", "node", "start", "--store", url, "--port", str(port),
-                             "--config", str(cfg), "--log-level", "warning", "--http-port", "0"],
-                            cwd=str(ROOT), env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "actors",
+            "node",
+            "start",
+            "--store",
+            url,
+            "--port",
+            str(port),
+            "--config",
+            str(cfg),
+            "--log-level",
+            "warning",
+            "--http-port",
+            "0",
+        ],
+        cwd=str(ROOT),
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     runtime = tmp_path / f"node-{port}.json"
 
     def started():
@@ -198,7 +219,7 @@ def test_node_sigkilled_and_started_again_loses_no_job(tmp_path):
         proc_a.wait(10)
         wait_until(lambda: not group_pids(info_a["pgid"]), 10, "every process of the node to be gone")
         kill_worker(holder)  # its job must come back through the next node's activity monitor
-        for job_id in ids[n // 2:]:
+        for job_id in ids[n // 2 :]:
             jobs.add(db, t, job_id, {"i": job_id})
 
         proc_b, info_b = start_cli_node(url, port, tmp_path, "node-b.log")

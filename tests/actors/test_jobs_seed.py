@@ -7,6 +7,7 @@ empty store, T1 = ("t1", 1024) with timeout 2 and T2 = 42 with timeout 3,
 and a freshly started ``couch_jobs_sup``. Workers of accept_blocking are
 real processes. Nothing sleeps to synchronise: waits have deadlines.
 """
+
 from __future__ import annotations
 
 import os

@@ -2,6 +2,7 @@
 process) must not hold up a type's notifier: the other subscribers of the
 same type still get their events at once. Real node, real stopped process.
 """
+
 from __future__ import annotations
 
 import os
@@ -49,9 +50,11 @@ def q(tmp_path):
 def test_a_stopped_subscriber_does_not_hold_up_the_others(q):
     for n in range(N):
         jobs.add(q.db, T, f"j{n}", {})
-    child = subprocess.Popen([sys.executable, "-c", SUBSCRIBER.format(root=str(ROOT), url=q.store_url, t=T,
-                                                                      port=q.port, n=N)],
-                             stdout=subprocess.PIPE, text=True)
+    child = subprocess.Popen(
+        [sys.executable, "-c", SUBSCRIBER.format(root=str(ROOT), url=q.store_url, t=T, port=q.port, n=N)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert child.stdout.readline().strip() == "subscribed"
         for _ in range(N):  # every job the stopped process watches changes twice

@@ -1,6 +1,7 @@
 """A document job's lease fence (actors.scheduler.fence): past the deadline
 its doc processor last set, the job is stopping, whatever else happens (its
 node paused, its doc processor stuck), and a wait returns at the deadline."""
+
 from __future__ import annotations
 
 import queue

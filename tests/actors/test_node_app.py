@@ -6,6 +6,7 @@ answers a call through the node, is restarted after a SIGKILL, shows in
 ``node status``, and stops with the node. A bad app is one line on stderr
 and exit status 2, with nothing started (no actor process, no store file).
 """
+
 from __future__ import annotations
 
 import json
@@ -94,24 +95,42 @@ class AppNode:
         self.proc: subprocess.Popen | None = None
 
     def args(self, *extra: str) -> list[str]:
-        return [sys.executable, "-m", "actors", "node", "start", "--port", str(self.port),
-                "--store", f"sqlite:///{self.store}", "--http-port", "0", *extra]
+        return [
+            sys.executable,
+            "-m",
+            "actors",
+            "node",
+            "start",
+            "--port",
+            str(self.port),
+            "--store",
+            f"sqlite:///{self.store}",
+            "--http-port",
+            "0",
+            *extra,
+        ]
 
     def start(self, *extra: str) -> "AppNode":
         with open(self.log, "ab") as log:
-            self.proc = subprocess.Popen(self.args(*extra), cwd=self.dir, env=self.env, stdout=log,
-                                         stderr=log, stdin=subprocess.DEVNULL)
+            self.proc = subprocess.Popen(
+                self.args(*extra), cwd=self.dir, env=self.env, stdout=log, stderr=log, stdin=subprocess.DEVNULL
+            )
         wait_until(lambda: "node_up" in self.log.read_text() or self.proc.poll() is not None, what="node_up")
         assert self.proc.poll() is None, self.log.read_text()
         return self
 
     def run(self, *extra: str) -> subprocess.CompletedProcess:
-        return subprocess.run(self.args(*extra), cwd=self.dir, env=self.env, capture_output=True, text=True,
-                              timeout=60)
+        return subprocess.run(self.args(*extra), cwd=self.dir, env=self.env, capture_output=True, text=True, timeout=60)
 
     def status(self) -> dict:
-        done = subprocess.run([sys.executable, "-m", "actors", "node", "status", "--port", str(self.port)],
-                              cwd=self.dir, env=self.env, capture_output=True, text=True, timeout=60)
+        done = subprocess.run(
+            [sys.executable, "-m", "actors", "node", "status", "--port", str(self.port)],
+            cwd=self.dir,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         return json.loads(done.stdout)
 
     def runtime(self) -> dict:
@@ -164,19 +183,22 @@ def test_app_from_the_config_file(app_node):
     assert connect(app_node.port).call("greeter", ("hello", "cy")) == "hi, cy"
 
 
-@pytest.mark.parametrize("app, expected", [
-    ("nomodule:children", "no module named 'nomodule'"),
-    ("myapp:missing", "has no attribute 'missing'"),
-    ("myapp:not_a_list", "must return a list of child specs, not ChildSpec"),
-    ("myapp:raises", "raised RuntimeError: no database configured"),
-    ("myapp:typo", "child spec 0"),
-    ("myapp:takes_a_name", "name 'scheduler' is already registered"),
-    ("myapp:takes_an_id", "child id 'http_server' is already used by the node"),
-    ("myapp:twice", "child id 'g' is already used by another child"),
-    ("myapp:not_an_actor", "is not an actor class"),
-    ("myapp:unpicklable", "args cannot be sent to the node"),
-    ("myapp", "must be 'package.module:callable'"),
-])
+@pytest.mark.parametrize(
+    "app, expected",
+    [
+        ("nomodule:children", "no module named 'nomodule'"),
+        ("myapp:missing", "has no attribute 'missing'"),
+        ("myapp:not_a_list", "must return a list of child specs, not ChildSpec"),
+        ("myapp:raises", "raised RuntimeError: no database configured"),
+        ("myapp:typo", "child spec 0"),
+        ("myapp:takes_a_name", "name 'scheduler' is already registered"),
+        ("myapp:takes_an_id", "child id 'http_server' is already used by the node"),
+        ("myapp:twice", "child id 'g' is already used by another child"),
+        ("myapp:not_an_actor", "is not an actor class"),
+        ("myapp:unpicklable", "args cannot be sent to the node"),
+        ("myapp", "must be 'package.module:callable'"),
+    ],
+)
 def test_a_bad_app_is_one_line_and_nothing_starts(app_node, app, expected):
     done = app_node.run("--app", app)
     assert done.returncode == 2, done.stderr

@@ -1,4 +1,5 @@
 """The console command: a real node started, inspected and stopped in a subprocess."""
+
 from __future__ import annotations
 
 import json
@@ -23,8 +24,9 @@ class NodeProcess:
     def __init__(self, tmp_path: Path, port: int) -> None:
         self.port = port
         self.log = tmp_path / f"node-{port}.log"
-        self.env = dict(os.environ, OTPJOBS_RUNTIME_DIR=str(tmp_path / "run"),
-                        THESPLOG_FILE=str(tmp_path / "thespian.log"))
+        self.env = dict(
+            os.environ, OTPJOBS_RUNTIME_DIR=str(tmp_path / "run"), THESPLOG_FILE=str(tmp_path / "thespian.log")
+        )
         self.store = f"sqlite:///{tmp_path / 'store.db'}"
         self.proc: subprocess.Popen | None = None
 
@@ -32,9 +34,25 @@ class NodeProcess:
         self.log.unlink(missing_ok=True)
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "actors", "node", "start", "--port", str(self.port), "--store", self.store,
-                 "--http-port", "0"],
-                cwd=ROOT, env=self.env, stdout=log, stderr=log, stdin=subprocess.DEVNULL)
+                [
+                    sys.executable,
+                    "-m",
+                    "actors",
+                    "node",
+                    "start",
+                    "--port",
+                    str(self.port),
+                    "--store",
+                    self.store,
+                    "--http-port",
+                    "0",
+                ],
+                cwd=ROOT,
+                env=self.env,
+                stdout=log,
+                stderr=log,
+                stdin=subprocess.DEVNULL,
+            )
         wait_until(lambda: "node_up" in self.log.read_text() or self.proc.poll() is not None, what="node_up")
         assert self.proc.poll() is None, self.log.read_text()
         return self
@@ -43,8 +61,9 @@ class NodeProcess:
         return json.loads((Path(self.env["OTPJOBS_RUNTIME_DIR"]) / f"node-{self.port}.json").read_text())
 
     def cli(self, *args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "actors", *args], cwd=ROOT, env=self.env,
-                              capture_output=True, text=True, timeout=60)
+        return subprocess.run(
+            [sys.executable, "-m", "actors", *args], cwd=ROOT, env=self.env, capture_output=True, text=True, timeout=60
+        )
 
 
 @pytest.fixture
@@ -55,8 +74,13 @@ def node(tmp_path):
         proc.proc.send_signal(signal.SIGTERM)
         proc.proc.wait(30)
     if (Path(proc.env["OTPJOBS_RUNTIME_DIR"]) / f"node-{proc.port}.json").exists():
-        subprocess.run([sys.executable, "-m", "actors", "node", "stop", "--port", str(proc.port)], cwd=ROOT,
-                       env=proc.env, capture_output=True, timeout=60)  # kills only what is provably the node's
+        subprocess.run(
+            [sys.executable, "-m", "actors", "node", "stop", "--port", str(proc.port)],
+            cwd=ROOT,
+            env=proc.env,
+            capture_output=True,
+            timeout=60,
+        )  # kills only what is provably the node's
 
 
 def test_node_starts_logs_up_and_stops_cleanly_on_sigterm(node):
@@ -116,8 +140,9 @@ def test_status_of_a_port_with_no_node_starts_nothing(node):
 
 @pytest.mark.slow
 def test_jobs_and_types_commands_round_trip(node):
-    assert node.cli("jobs", "add", "t", "j0", "{}", "--store", node.store).returncode == 0, \
+    assert node.cli("jobs", "add", "t", "j0", "{}", "--store", node.store).returncode == 0, (
         "adding to a type with no timeout declares it (issue 27, item 8)"
+    )
     assert node.cli("jobs", "remove", "t", "j0", "--store", node.store).returncode == 0
     assert node.cli("types", "set-timeout", "t", "30", "--store", node.store).returncode == 0
     assert node.cli("jobs", "add", "t", "j1", '{"x": 1}', "--store", node.store).returncode == 0
@@ -152,11 +177,13 @@ def test_a_busy_http_port_fails_the_start_naming_it_before_the_store_is_created(
         taken.listen()
         http_port = taken.getsockname()[1]
         store = tmp_path / "never.db"
-        result = node.cli("node", "start", "--port", str(node.port), "--store", f"sqlite:///{store}",
-                          "--http-port", str(http_port))
+        result = node.cli(
+            "node", "start", "--port", str(node.port), "--store", f"sqlite:///{store}", "--http-port", str(http_port)
+        )
     assert result.returncode == 1
     assert result.stderr.strip().splitlines() == [
         f"otpjobs: error: HTTP port 127.0.0.1:{http_port} is not available (Address already in use); another "
-        "node may be using it: choose another with --http-port or [node] http_port"]
+        "node may be using it: choose another with --http-port or [node] http_port"
+    ]
     assert not any(p.name.startswith("never.db") for p in tmp_path.iterdir()), "no store created"
     assert not (Path(node.env["OTPJOBS_RUNTIME_DIR"]) / f"node-{node.port}.json").exists(), "no node started"

@@ -4,6 +4,7 @@ One node per test (the scheduler tree on a manual clock, so backoff and
 the interval timer are driven by ``advance_clock``, never by sleeping);
 each test checks that no process of the node outlives ``node.stop()``.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -34,10 +35,22 @@ class Harness:
         self.s = SchedulerClient(self.client)
         self.log = tmp_path / "events.log"
 
-    def spec(self, job_id: str, handler: str = "forever", continuous: bool = True, permanent: bool = True,
-             isolation: str = "thread", **options) -> dict:
-        spec = {"id": job_id, "handler": f"{FIX}:{handler}", "continuous": continuous,
-                "options": dict(options, log=str(self.log)), "isolation": isolation}
+    def spec(
+        self,
+        job_id: str,
+        handler: str = "forever",
+        continuous: bool = True,
+        permanent: bool = True,
+        isolation: str = "thread",
+        **options,
+    ) -> dict:
+        spec = {
+            "id": job_id,
+            "handler": f"{FIX}:{handler}",
+            "continuous": continuous,
+            "options": dict(options, log=str(self.log)),
+            "isolation": isolation,
+        }
         if permanent:
             spec["db_name"] = "db1"
         return spec
@@ -112,28 +125,46 @@ RESCHEDULE_CASES = [
     ("max_churn_does_not_throttle_initial_start", [oneshot(1), oneshot(2)], [(500, 1, [1, 2])]),
     ("excess_oneshot_only_jobs", [oneshot_running(1), oneshot_running(2)], [(1, 20, [2]), (0, 20, [])]),
     ("excess_continuous_only_jobs", [continuous_running(1), continuous_running(2)], [(1, 20, [2]), (0, 20, [])]),
-    ("excess_prefer_continuous_first", [continuous_running(1), oneshot_running(2), continuous_running(3)],
-     [(2, 20, [2, 3]), (1, 20, [2]), (0, 20, [])]),
-    ("stop_oldest_first", [continuous_running(7), continuous_running(4), continuous_running(5)],
-     [(2, 20, [5, 7]), (1, 20, [7])]),
+    (
+        "excess_prefer_continuous_first",
+        [continuous_running(1), oneshot_running(2), continuous_running(3)],
+        [(2, 20, [2, 3]), (1, 20, [2]), (0, 20, [])],
+    ),
+    (
+        "stop_oldest_first",
+        [continuous_running(7), continuous_running(4), continuous_running(5)],
+        [(2, 20, [5, 7]), (1, 20, [7])],
+    ),
     ("start_oldest_first", [continuous(7), continuous(2), continuous(5)], [(1, 20, [2]), (2, 20, [2, 5])]),
     ("dont_stop_if_nothing_pending", [continuous_running(1), continuous_running(2)], [(2, 20, [1, 2])]),
-    ("max_churn_limits_number_of_rotated_jobs",
-     [continuous(1), continuous_running(2), continuous(3), continuous_running(4)], [(2, 1, [1, 4])]),
-    ("if_pending_less_than_running_start_all_pending",
-     [continuous(1), continuous_running(2), continuous(3), continuous_running(4), continuous_running(5)],
-     [(3, 20, [1, 2, 5])]),
-    ("running_less_than_pending_swap_all_running",
-     [continuous(1), continuous(2), continuous(3), continuous_running(4), continuous_running(5)],
-     [(2, 20, [1, 2])]),
+    (
+        "max_churn_limits_number_of_rotated_jobs",
+        [continuous(1), continuous_running(2), continuous(3), continuous_running(4)],
+        [(2, 1, [1, 4])],
+    ),
+    (
+        "if_pending_less_than_running_start_all_pending",
+        [continuous(1), continuous_running(2), continuous(3), continuous_running(4), continuous_running(5)],
+        [(3, 20, [1, 2, 5])],
+    ),
+    (
+        "running_less_than_pending_swap_all_running",
+        [continuous(1), continuous(2), continuous(3), continuous_running(4), continuous_running(5)],
+        [(2, 20, [1, 2])],
+    ),
     ("oneshot_dont_get_rotated", [oneshot_running(1), continuous(2)], [(1, 20, [1])]),
-    ("rotate_continuous_only_if_mixed", [continuous(1), oneshot_running(2), continuous_running(3)],
-     [(2, 20, [1, 2])]),
+    ("rotate_continuous_only_if_mixed", [continuous(1), oneshot_running(2), continuous_running(3)], [(2, 20, [1, 2])]),
     ("oneshot_dont_get_starting_priority", [continuous(1), oneshot(2), continuous_running(3)], [(1, 20, [1])]),
-    ("oneshot_will_hog_the_scheduler", [oneshot_running(1), oneshot_running(2), oneshot(3), continuous(4)],
-     [(2, 20, [1, 2])]),
-    ("if_excess_is_trimmed_rotation_doesnt_happen",
-     [continuous(1), continuous_running(2), continuous_running(3)], [(1, 20, [3])]),
+    (
+        "oneshot_will_hog_the_scheduler",
+        [oneshot_running(1), oneshot_running(2), oneshot(3), continuous(4)],
+        [(2, 20, [1, 2])],
+    ),
+    (
+        "if_excess_is_trimmed_rotation_doesnt_happen",
+        [continuous(1), continuous_running(2), continuous_running(3)],
+        [(1, 20, [3])],
+    ),
 ]
 
 
@@ -141,8 +172,14 @@ RESCHEDULE_CASES = [
 def test_seed_reschedule_cases_through_the_real_actor(h) -> None:
     """Every reschedule case of the seed, with real job actors started and stopped."""
     for name, jobs, steps in RESCHEDULE_CASES:
-        rows = [{"spec": h.spec(j["id"], continuous=j["continuous"]), "running": j.get("running", False),
-                 "history": [(t, w, None) for t, w in j["history"]]} for j in jobs]
+        rows = [
+            {
+                "spec": h.spec(j["id"], continuous=j["continuous"]),
+                "running": j.get("running", False),
+                "history": [(t, w, None) for t, w in j["history"]],
+            }
+            for j in jobs
+        ]
         h.s.set_setting("max_jobs", 500)
         h.s.load_jobs(rows)
         want_up = sorted(j["id"] for j in jobs if j.get("running"))
@@ -152,8 +189,10 @@ def test_seed_reschedule_cases_through_the_real_actor(h) -> None:
             h.s.set_setting("max_churn", max_churn)
             h.s.reschedule()
             want = sorted(str(i) for i in expected)
-            wait_until(lambda: h.running() == want and h.live_job_actors() == len(want),
-                       what=f"{name}: running {want} at max_jobs={max_jobs}")
+            wait_until(
+                lambda: h.running() == want and h.live_job_actors() == len(want),
+                what=f"{name}: running {want} at max_jobs={max_jobs}",
+            )
     h.s.load_jobs([])
     wait_until(lambda: h.live_job_actors() == 0, what="all job actors stopped")
 
@@ -166,8 +205,7 @@ def test_if_transient_job_crashes_it_gets_removed(h) -> None:
 
 def test_if_permanent_job_crashes_it_stays_in_ets(h) -> None:
     h.s.add_job(h.spec("p1", handler="crash"))
-    summary = wait_until(lambda: (s := h.s.job_summary("p1")) and s["state"] == "crashing" and s,
-                         what="crash recorded")
+    summary = wait_until(lambda: (s := h.s.job_summary("p1")) and s["state"] == "crashing" and s, what="crash recorded")
     assert summary["error_count"] == 1 and summary["info"] == "RuntimeError: boom on purpose"
     history = h.s.job("p1")["history"]
     assert history[0]["type"] == "crashed" and history[0]["reason"] == "RuntimeError: boom on purpose"
@@ -183,8 +221,9 @@ def test_sigkilled_job_is_a_crash_and_backs_off_on_the_clock(h, isolation) -> No
     h.s.add_job(h.spec("k1", isolation=isolation))
     pid = h.job_pid("k1")
     os.kill(pid, signal.SIGKILL)
-    summary = wait_until(lambda: (s := h.s.job_summary("k1")) and s["state"] == "crashing" and s,
-                         what="SIGKILL seen as a crash")
+    summary = wait_until(
+        lambda: (s := h.s.job_summary("k1")) and s["state"] == "crashing" and s, what="SIGKILL seen as a crash"
+    )
     assert summary["info"] == "killed" and summary["error_count"] == 1
     h.advance(29)
     h.s.reschedule()
@@ -284,8 +323,9 @@ def test_scheduler_restart_adopts_running_jobs(h) -> None:
     pids = {name: h.job_pid(name) for name in ("a1", "a2")}
     old_scheduler = h.client.get_pid(SCHEDULER_NAME)
     os.kill(old_scheduler, signal.SIGKILL)
-    wait_until(lambda: (p := _try(lambda: h.client.get_pid(SCHEDULER_NAME))) and p != old_scheduler,
-               what="scheduler restarted")
+    wait_until(
+        lambda: (p := _try(lambda: h.client.get_pid(SCHEDULER_NAME))) and p != old_scheduler, what="scheduler restarted"
+    )
     wait_until(lambda: h.running() == ["a1", "a2"], what="jobs adopted")
     assert {name: h.job_pid(name) for name in ("a1", "a2")} == pids
     h.s.add_job(h.spec("a1"))  # re-added after the restart: kept, not started twice
@@ -312,8 +352,10 @@ def test_scheduler_sup_crash_restarts_the_scheduler_too(h) -> None:
     scheduler_pid = h.client.get_pid(SCHEDULER_NAME)
     os.kill(sup_pid, signal.SIGKILL)
     wait_until(lambda: not pid_alive(job_pid), what="the job died with its supervisor")
-    wait_until(lambda: (p := _try(lambda: h.client.get_pid(SCHEDULER_NAME))) and p != scheduler_pid,
-               what="scheduler restarted after scheduler_sup")
+    wait_until(
+        lambda: (p := _try(lambda: h.client.get_pid(SCHEDULER_NAME))) and p != scheduler_pid,
+        what="scheduler restarted after scheduler_sup",
+    )
     assert _try(lambda: h.client.get_pid(SCHEDULER_SUP_NAME)) not in (None, sup_pid)
     assert h.s.jobs() == []
 

@@ -5,6 +5,7 @@ Each case keeps the seed's name and data. Times are seconds (the seed's
 for the mocked ``couch_replicator_scheduler_sup`` (start gives a fresh
 pid, stop does nothing).
 """
+
 from __future__ import annotations
 
 import itertools
@@ -107,8 +108,9 @@ def oneshot_running(i: int) -> JobRow:
     return JobRow(i, JobSpec(i), [started(i), added()], pid=f"<0.{next(_mock_pids)}.0>")
 
 
-def setup_jobs(jobs: list, settings: Settings | None = None, clock: FakeClock | None = None,
-               runner: FakeRunner | None = None) -> Scheduling:
+def setup_jobs(
+    jobs: list, settings: Settings | None = None, clock: FakeClock | None = None, runner: FakeRunner | None = None
+) -> Scheduling:
     table = JobTable()
     for job in jobs:
         table.put(job)
@@ -143,59 +145,73 @@ def oneshot_run_stop_count(s: Scheduling) -> tuple[int, int]:
 # ------------------------------------------------------------ pure functions
 
 
-@pytest.mark.parametrize("ratio,n", [(1, 1), (2, 2), (4, 3), (8, 4), (16, 5), (32, 6), (64, 7), (128, 8),
-                                     (256, 9), (512, 10), (1024, 11), (1024, 12)])
+@pytest.mark.parametrize(
+    "ratio,n",
+    [(1, 1), (2, 2), (4, 3), (8, 4), (16, 5), (32, 6), (64, 7), (128, 8), (256, 9), (512, 10), (1024, 11), (1024, 12)],
+)
 def test_backoff_micros(ratio: int, n: int) -> None:
     assert backoff_seconds(n) == ratio * BACKOFF_INTERVAL
 
 
-@pytest.mark.parametrize("expected,history", [
-    (0, []),
-    (0, [added()]),
-    (0, [stopped()]),
-    (0, [crashed()]),
-    (1, [crashed(), added()]),
-    (1, [crashed(), crashed()]),
-    (1, [crashed(), stopped()]),
-    (3, [crashed(), crashed(), crashed(), added()]),
-    (2, [crashed(), crashed(), stopped()]),
-    (1, [crashed(), started(), added()]),
-    (2, [crashed(3), started(2), crashed(1), started(0)]),
-    (0, [stopped(3), started(2), crashed(1), started(0)]),
-    (1, [crashed(3), started(2), stopped(1), started(0)]),
-    (0, [crashed(999), started(0)]),
-    (1, [crashed(999), started(998), crashed(997), started(0)]),
-])
+@pytest.mark.parametrize(
+    "expected,history",
+    [
+        (0, []),
+        (0, [added()]),
+        (0, [stopped()]),
+        (0, [crashed()]),
+        (1, [crashed(), added()]),
+        (1, [crashed(), crashed()]),
+        (1, [crashed(), stopped()]),
+        (3, [crashed(), crashed(), crashed(), added()]),
+        (2, [crashed(), crashed(), stopped()]),
+        (1, [crashed(), started(), added()]),
+        (2, [crashed(3), started(2), crashed(1), started(0)]),
+        (0, [stopped(3), started(2), crashed(1), started(0)]),
+        (1, [crashed(3), started(2), stopped(1), started(0)]),
+        (0, [crashed(999), started(0)]),
+        (1, [crashed(999), started(998), crashed(997), started(0)]),
+    ],
+)
 def test_consecutive_crashes(expected: int, history: list) -> None:
     assert consecutive_crashes(history, DEFAULT_HEALTH_THRESHOLD) == expected
 
 
-@pytest.mark.parametrize("expected,history,threshold", [
-    (0, [crashed(11), started(0)], 10),
-    (1, [crashed(10), started(0)], 10),
-])
+@pytest.mark.parametrize(
+    "expected,history,threshold",
+    [
+        (0, [crashed(11), started(0)], 10),
+        (1, [crashed(10), started(0)], 10),
+    ],
+)
 def test_consecutive_crashes_non_default_threshold(expected: int, history: list, threshold: int) -> None:
     assert consecutive_crashes(history, threshold) == expected
 
 
-@pytest.mark.parametrize("expected,history", [
-    (0, [added()]),
-    (1, [crashed(1)]),
-    (3, [crashed(3), started(2), crashed(1), started(0)]),
-    (1, [started(3), stopped(2), crashed(1), started(0)]),
-])
+@pytest.mark.parametrize(
+    "expected,history",
+    [
+        (0, [added()]),
+        (1, [crashed(1)]),
+        (3, [crashed(3), started(2), crashed(1), started(0)]),
+        (1, [started(3), stopped(2), crashed(1), started(0)]),
+    ],
+)
 def test_latest_crash_timestamp(expected: int, history: list) -> None:
     assert latest_crash_timestamp(history) == expected
 
 
-@pytest.mark.parametrize("expected,history", [
-    (0, [added()]),
-    (0, [crashed(1)]),
-    (1, [started(1)]),
-    (1, [added(), started(1)]),
-    (2, [started(2), started(1)]),
-    (2, [crashed(3), started(2), started(1)]),
-])
+@pytest.mark.parametrize(
+    "expected,history",
+    [
+        (0, [added()]),
+        (0, [crashed(1)]),
+        (1, [started(1)]),
+        (1, [added(), started(1)]),
+        (2, [started(2), started(1)]),
+        (2, [crashed(3), started(2), started(1)]),
+    ],
+)
 def test_last_started(expected: int, history: list) -> None:
     assert last_started(history_job(history)) == expected
 
@@ -518,19 +534,31 @@ def test_settings_are_validated() -> None:
     settings = Settings()
     assert settings.with_setting("max_jobs", 0).max_jobs == 0
     assert settings.with_setting("interval", "5000").interval == 5000
-    for key, value in [("max_churn", 0), ("max_history", 0), ("interval", -1), ("max_jobs", -1),
-                       ("max_jobs", "x"), ("max_jobs", 1.5), ("bogus", 1)]:
+    for key, value in [
+        ("max_churn", 0),
+        ("max_history", 0),
+        ("interval", -1),
+        ("max_jobs", -1),
+        ("max_jobs", "x"),
+        ("max_jobs", 1.5),
+        ("bogus", 1),
+    ]:
         with pytest.raises(InvalidSetting):
             settings.with_setting(key, value)
 
 
 def test_job_spec_validation() -> None:
-    spec = JobSpec.from_dict({"id": "r", "source": "sqlite:///a.db", "target": "sqlite:///b.db",
-                              "continuous": True})
+    spec = JobSpec.from_dict({"id": "r", "source": "sqlite:///a.db", "target": "sqlite:///b.db", "continuous": True})
     assert spec.kind == "replicate" and spec.transient and spec.continuous
     assert JobSpec.from_dict({"id": "h", "handler": "pkg.mod:fn"}).kind == "handler"
-    for bad in [{"id": "x"}, {"id": "", "handler": "a:b"}, {"id": "x", "handler": "nocolon"},
-                {"id": "x", "handler": "a:b", "continuous": "yes"}, {"id": "x", "handler": "a:b", "what": 1},
-                {"id": "x", "handler": "a:b", "options": []}, "not a dict"]:
+    for bad in [
+        {"id": "x"},
+        {"id": "", "handler": "a:b"},
+        {"id": "x", "handler": "nocolon"},
+        {"id": "x", "handler": "a:b", "continuous": "yes"},
+        {"id": "x", "handler": "a:b", "what": 1},
+        {"id": "x", "handler": "a:b", "options": []},
+        "not a dict",
+    ]:
         with pytest.raises(InvalidJobSpec):
             JobSpec.from_dict(bad)

@@ -5,6 +5,7 @@ runs through a real node check one-shot and continuous jobs, and a job
 SIGKILLed mid-copy that resumes from its checkpoint with no row copied
 twice.
 """
+
 from __future__ import annotations
 
 import os
@@ -44,7 +45,7 @@ def fill(path, n: int, start: int = 0) -> dict:
     db = fdblayer.open(url(path))
     docs = {f"d{i:05d}": f"value {i}".encode() for i in range(start, start + n)}
     for i in range(0, n, 500):
-        put_docs(db, dict(list(docs.items())[i:i + 500]))
+        put_docs(db, dict(list(docs.items())[i : i + 500]))
     db.close()
     return docs
 
@@ -100,13 +101,15 @@ def test_one_shot_job_on_a_node_completes_and_leaves_the_table(h, tmp_path) -> N
 def test_continuous_job_follows_new_writes(h, tmp_path) -> None:  # noqa: F811
     src, tgt = tmp_path / "src.db", tmp_path / "tgt.db"
     fill(src, 100)
-    h.s.add_job({"id": "rep2", "source": url(src), "target": url(tgt), "continuous": True,
-                 "options": {"poll_interval": 0.05}})
+    h.s.add_job(
+        {"id": "rep2", "source": url(src), "target": url(tgt), "continuous": True, "options": {"poll_interval": 0.05}}
+    )
     wait_until(lambda: contents(tgt) == contents(src), what="first pass")
     fill(src, 50, start=100)
     wait_until(lambda: len(contents(tgt)) == 150 and contents(tgt) == contents(src), what="new docs copied")
-    info = wait_until(lambda: (i := h.s.job("rep2")["info"]) and i.get("docs_written") == 150 and i,
-                      what="stats reported")
+    info = wait_until(
+        lambda: (i := h.s.job("rep2")["info"]) and i.get("docs_written") == 150 and i, what="stats reported"
+    )
     assert info["doc_write_failures"] == 0 and info["docs_read"] >= 150
     assert h.s.remove_job("rep2")
     wait_until(lambda: h.live_job_actors() == 0, what="job stopped")
@@ -120,8 +123,15 @@ def test_sigkilled_replication_resumes_from_its_checkpoint(h, tmp_path) -> None:
     # 100 batches at 50 ms or more each: the replication lasts over 5 s, so the
     # kill lands mid-way however slowly this test sees its progress (at 10 ms
     # a batch a loaded machine saw it finish before the kill).
-    h.s.add_job({"id": "rep3", "source": url(src), "target": url(tgt), "db_name": "_replicator",
-                 "options": {"batch_size": 20, "batch_delay": 0.05}})
+    h.s.add_job(
+        {
+            "id": "rep3",
+            "source": url(src),
+            "target": url(tgt),
+            "db_name": "_replicator",
+            "options": {"batch_size": 20, "batch_delay": 0.05},
+        }
+    )
     pid = h.job_pid("rep3")
     wait_until(lambda: h.s.job("rep3")["info"].get("checkpointed_source_seq", 0) >= 300, what="some progress")
     os.kill(pid, signal.SIGKILL)

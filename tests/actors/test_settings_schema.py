@@ -1,5 +1,6 @@
 """The settings schema (actors.settings.schema): one entry per key, and what is
 derived from it: defaults, run-time keys, validation, typed sections."""
+
 from __future__ import annotations
 
 import pytest
@@ -10,8 +11,10 @@ from actors.settings.config import DEFAULTS, RUNTIME_KEYS, Config, ConfigError, 
 
 def test_defaults_and_runtime_keys_are_read_off_the_schema():
     assert DEFAULTS == settings.defaults() and Config().values == settings.defaults()
-    assert RUNTIME_KEYS == {"replicator": ("max_jobs", "max_churn", "interval", "max_history", "health_threshold"),
-                           "couch_jobs": tuple(DEFAULTS["couch_jobs"])}
+    assert RUNTIME_KEYS == {
+        "replicator": ("max_jobs", "max_churn", "interval", "max_history", "health_threshold"),
+        "couch_jobs": tuple(DEFAULTS["couch_jobs"]),
+    }
     assert len({(s.section, s.key) for s in settings.SCHEMA}) == len(settings.SCHEMA), "a key listed twice"
 
 
@@ -50,8 +53,13 @@ def test_every_section_has_a_frozen_record_with_units_converted():
     config.set("worker", "grace", "12")
     assert set(settings.RECORDS) == {s.section for s in settings.SCHEMA}
     node, replicator, worker = config.node, config.replicator, config.worker
-    assert (node.port, node.http_port, node.bind_address, node.log_level, node.app) == (1900, 5984, "127.0.0.1",
-                                                                                      "info", "")
+    assert (node.port, node.http_port, node.bind_address, node.log_level, node.app) == (
+        1900,
+        5984,
+        "127.0.0.1",
+        "info",
+        "",
+    )
     assert replicator.interval == 2.5 and replicator.health_threshold == 120.0  # ms and s: both seconds
     assert replicator.handlers == ("myapp.jobs", "other.mod:run") and replicator.stores == ()
     assert (worker.concurrency, worker.max_attempts, worker.grace, worker.type_timeout) == (4, 3, 12.0, 30.0)

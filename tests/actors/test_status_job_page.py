@@ -1,5 +1,6 @@
 """A job's page (``status_page.job_page``) and the hosts section without a node: what each view
 shows, in which order, every value escaped (job ids, data, progress, errors and hosts are user data)."""
+
 from __future__ import annotations
 
 import re
@@ -12,9 +13,22 @@ NOW = 1_800_000_000.0
 
 
 def view(**fields) -> dict:
-    base = {"id": "j1", "state": "finished", "scheduled_time": 0, "attempt": 3, "max_attempts": 3,
-            "outcome": "failed", "progress": {}, "error": None, "last_error": None, "worker": "host-1",
-            "started": NOW - 30, "ended": NOW - 10, "data": {"to": "a@example.com"}, "result": None}
+    base = {
+        "id": "j1",
+        "state": "finished",
+        "scheduled_time": 0,
+        "attempt": 3,
+        "max_attempts": 3,
+        "outcome": "failed",
+        "progress": {},
+        "error": None,
+        "last_error": None,
+        "worker": "host-1",
+        "started": NOW - 30,
+        "ended": NOW - 10,
+        "data": {"to": "a@example.com"},
+        "result": None,
+    }
     return dict(base, **fields)
 
 
@@ -23,8 +37,16 @@ def render(v: dict, **kw) -> str:
 
 
 def test_every_failed_attempt_is_listed_newest_first_with_its_traceback() -> None:
-    errors = [{"attempt": i, "at": NOW - 40 + i, "type": "Bounce", "message": f"try {i}",
-               "traceback": f"Traceback (most recent call last):\n  line {i}\nBounce: try {i}"} for i in (1, 2, 3)]
+    errors = [
+        {
+            "attempt": i,
+            "at": NOW - 40 + i,
+            "type": "Bounce",
+            "message": f"try {i}",
+            "traceback": f"Traceback (most recent call last):\n  line {i}\nBounce: try {i}",
+        }
+        for i in (1, 2, 3)
+    ]
     text = render(view(errors=errors, last_error={"type": "Bounce", "message": "try 3", "traceback": "x"}))
     entries = re.findall(r'<li class="job-error">(.*?)</li>', text, re.S)
     assert [re.search(r"attempt (\d)", e).group(1) for e in entries] == ["3", "2", "1"]
@@ -43,8 +65,10 @@ def test_without_an_error_history_the_last_error_is_shown() -> None:
 
 def test_buttons_follow_the_state_and_carry_the_token() -> None:
     finished = render(view(outcome="succeeded", result={"sent": 1}))
-    assert re.findall(r'<form method="post" action="([^"]+)">', finished) == ["/_utils/jobs/mail/j1/_retry",
-                                                                           "/_utils/jobs/mail/j1/_cancel"]
+    assert re.findall(r'<form method="post" action="([^"]+)">', finished) == [
+        "/_utils/jobs/mail/j1/_retry",
+        "/_utils/jobs/mail/j1/_cancel",
+    ]
     assert finished.count('<input type="hidden" name="csrf" value="5f.tok">') == 2
     assert 'name="was" value="finished"' in finished and "<h2>Result</h2>" in finished
     for state in ("pending", "claimed", "running"):
@@ -58,9 +82,15 @@ def test_buttons_follow_the_state_and_carry_the_token() -> None:
 
 
 def test_every_value_is_escaped() -> None:
-    hostile = view(id=MARKUP, data={MARKUP: MARKUP}, progress={"step": MARKUP}, worker=MARKUP,
-                   errors=[{"attempt": MARKUP, "at": MARKUP, "type": MARKUP, "message": MARKUP,
-                            "traceback": MARKUP}], priority=MARKUP, **{MARKUP: MARKUP})
+    hostile = view(
+        id=MARKUP,
+        data={MARKUP: MARKUP},
+        progress={"step": MARKUP},
+        worker=MARKUP,
+        errors=[{"attempt": MARKUP, "at": MARKUP, "type": MARKUP, "message": MARKUP, "traceback": MARKUP}],
+        priority=MARKUP,
+        **{MARKUP: MARKUP},
+    )
     text = status_page.job_page(node=MARKUP, job_type=MARKUP, view=hostile, csrf='"><b>', now=NOW, reserved=None)
     assert "<img" not in text and "<b>" not in text and ESCAPED in text
     assert 'value="&quot;&gt;&lt;b&gt;"' in text
@@ -70,9 +100,19 @@ def test_every_value_is_escaped() -> None:
 
 
 def test_the_hosts_section_escapes_and_bounds_what_hosts_wrote() -> None:
-    hosts = [{"host": MARKUP, "types": [MARKUP, "mail"], "concurrency": 4, "busy": 1, "claimed": 0,
-              "running": [{"type": "mail", "id": MARKUP}], "last_beat": NOW - 2, "alive": True},
-             {"host": "gone", "types": "not a list", "running": "nor this", "last_beat": NOW - 900, "alive": False}]
+    hosts = [
+        {
+            "host": MARKUP,
+            "types": [MARKUP, "mail"],
+            "concurrency": 4,
+            "busy": 1,
+            "claimed": 0,
+            "running": [{"type": "mail", "id": MARKUP}],
+            "last_beat": NOW - 2,
+            "alive": True,
+        },
+        {"host": "gone", "types": "not a list", "running": "nor this", "last_beat": NOW - 900, "alive": False},
+    ]
     hosts += [{"host": f"h{i}", "alive": True, "last_beat": NOW} for i in range(status_page.MAX_HOSTS)]
     text = status_page.hosts_section(hosts, NOW)
     assert "<img" not in text and text.count('<tr class="host">') == status_page.MAX_HOSTS

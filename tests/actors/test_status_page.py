@@ -7,6 +7,7 @@ twice: on the bytes (requests) and in a real headless browser (Debian's
 chromium, which ``.ci/run`` installs), whose rendered DOM must show the ids
 and states and no script element, with the title untouched.
 """
+
 from __future__ import annotations
 
 import base64
@@ -37,7 +38,7 @@ pytestmark = pytest.mark.timeout(120)
 CHROMIUM = "/usr/bin/chromium"
 INJECTED = '<script>document.title="pwned"</script>'
 INJECTED_TEXT = "&lt;script&gt;document.title=&quot;pwned&quot;&lt;/script&gt;"
-CRASH_REASON = '<img src=x onerror="document.title=\'pwned\'">'
+CRASH_REASON = "<img src=x onerror=\"document.title='pwned'\">"
 DOC_ID = "doc<b>bold</b>&co"
 TITLE = "<title>otpjobs status</title>"
 #: The queue type a pool of the node serves with :func:`queue_handler`.
@@ -75,12 +76,20 @@ class FullNode(HttpNode):
     serving :data:`QTYPE`), its listener reading the queue's counters every ``sample_interval``
     seconds, with the admins of ``config_path`` (none: admin party) and the session ``secret``."""
 
-    def __init__(self, store_dir: str, config_path: str | None = None, secret: str | None = None,
-                 sample_interval: float = SAMPLE_INTERVAL) -> None:  # noqa: D107 - HttpNode's, with root_children
+    def __init__(
+        self,
+        store_dir: str,
+        config_path: str | None = None,
+        secret: str | None = None,
+        sample_interval: float = SAMPLE_INTERVAL,
+    ) -> None:  # noqa: D107 - HttpNode's, with root_children
         config = Config()
         self.port = free_port()
-        for key, value in (("port", self.port), ("http_port", 0),  # 0: any free port, no race
-                           ("store", f"sqlite:///{store_dir}/store.db")):
+        for key, value in (
+            ("port", self.port),
+            ("http_port", 0),  # 0: any free port, no race
+            ("store", f"sqlite:///{store_dir}/store.db"),
+        ):
             config.set("node", key, value)
         # The job policy: the test handlers, and the http:// labels the jobs carry.
         config.set("replicator", "handlers", "tests.actors.scheduler_fixtures, tests.actors.test_status_page")
@@ -103,14 +112,18 @@ def n(tmp_path_factory):
     markup in its doc id, crashing with markup in its reason)."""
     node = FullNode(str(tmp_path_factory.mktemp("statuspage")))
     try:
-        for job_id, extra in ((INJECTED, {"source": "http://adm:secret@example.com/db",
-                                          "target": "http://example.com/<i>t</i>"}),
-                              ("plain-job", {})):
+        for job_id, extra in (
+            (INJECTED, {"source": "http://adm:secret@example.com/db", "target": "http://example.com/<i>t</i>"}),
+            ("plain-job", {}),
+        ):
             assert node.request("POST", "/_replicate", node.handler_job(job_id, **extra)).status == 202
-        for doc_id, body in ((DOC_ID, {"handler": f"{__name__}:crash_with_markup", "continuous": True,
-                                       "options": {"reason": CRASH_REASON}}),
-                             ("doc-2", node.handler_job("doc-2", source="http://u:pw@example.com/a",
-                                                        target="http://example.com/b"))):
+        for doc_id, body in (
+            (
+                DOC_ID,
+                {"handler": f"{__name__}:crash_with_markup", "continuous": True, "options": {"reason": CRASH_REASON}},
+            ),
+            ("doc-2", node.handler_job("doc-2", source="http://u:pw@example.com/a", target="http://example.com/b")),
+        ):
             body.pop("id", None)
             r = node.request("PUT", f"/_replicator/{quote(doc_id, safe='')}", body)
             assert r.status == 201, r.body
@@ -119,14 +132,33 @@ def n(tmp_path_factory):
         jobs.enqueue(db, QTYPE, {"mode": "hold"}, id=INJECTED)
         jobs.enqueue(db, QTYPE, {"mode": "fail"}, id="failing", max_attempts=1)
         jobs.enqueue(db, QTYPE, {"note": INJECTED}, id="later", delay=1800)  # shown "in 30 min"
-        wait_until(lambda: [(t["running"], t["failed"]) for t in node.request("GET", "/_jobs").json()["types"]
-                            if t["type"] == QTYPE] == [(1, 1)], 60, "a queue job running and one failed")
-        wait_until(lambda: node.request("GET", f"/_jobs/{QTYPE}?state=running").json()["jobs"][0]["progress"],
-                   30, "the running job's progress")
+        wait_until(
+            lambda: (
+                [
+                    (t["running"], t["failed"])
+                    for t in node.request("GET", "/_jobs").json()["types"]
+                    if t["type"] == QTYPE
+                ]
+                == [(1, 1)]
+            ),
+            60,
+            "a queue job running and one failed",
+        )
+        wait_until(
+            lambda: node.request("GET", f"/_jobs/{QTYPE}?state=running").json()["jobs"][0]["progress"],
+            30,
+            "the running job's progress",
+        )
         db.close()
-        wait_until(lambda: sum(j["pid"] not in (None, "<starting>") for j in node.s.jobs()) >= 3
-                   and [d["state"] for d in node.request("GET", "/_scheduler/docs").json()["docs"]]
-                   == ["running", "crashing"], 60, "three jobs running and one document crashing")
+        wait_until(
+            lambda: (
+                sum(j["pid"] not in (None, "<starting>") for j in node.s.jobs()) >= 3
+                and [d["state"] for d in node.request("GET", "/_scheduler/docs").json()["docs"]]
+                == ["running", "crashing"]
+            ),
+            60,
+            "three jobs running and one document crashing",
+        )
         yield node
     finally:
         node.stop()
@@ -146,8 +178,10 @@ def test_page_lists_jobs_and_docs_with_states_and_history(n) -> None:
     assert text.startswith("<!DOCTYPE html>") and TITLE in text
     assert f'<code id="node">otpjobs-{n.port}@' in text
     assert "<code>plain-job</code>" in text and "<code>doc-2</code>" in text and "_replicator/doc-2" in text
-    rows = {re.search(r'<td class="id"><code>(.*?)</code>', row).group(1): re.search(r'class="state (\w+)"', row)
-            .group(1) for row in re.findall(r"<tr class=\"(?:job|doc)\">.*?</tr>", text)}
+    rows = {
+        re.search(r'<td class="id"><code>(.*?)</code>', row).group(1): re.search(r'class="state (\w+)"', row).group(1)
+        for row in re.findall(r"<tr class=\"(?:job|doc)\">.*?</tr>", text)
+    }
     assert rows["plain-job"] == rows["doc-2"] == rows[INJECTED_TEXT] == "running"
     assert rows["doc&lt;b&gt;bold&lt;/b&gt;&amp;co"] == "crashing"  # the document (backoff: it stays so)
     assert "<time>" in text and " added</li>" in text and " started</li>" in text and " crashed: " in text
@@ -173,9 +207,9 @@ def test_page_shows_the_queue_types_running_jobs_failures_and_delayed_jobs(n) ->
 def test_every_value_is_escaped(n) -> None:
     text = page(n).text
     assert text.lower().count("<script") == 0 and "<img" not in text and "<b>" not in text and "<i>" not in text
-    assert INJECTED_TEXT in text                                    # the job id, as text
+    assert INJECTED_TEXT in text  # the job id, as text
     assert "&lt;img src=x onerror=&quot;document.title=&#x27;pwned&#x27;&quot;&gt;" in text  # the crash reason
-    assert "doc&lt;b&gt;bold&lt;/b&gt;&amp;co" in text                 # the doc id
+    assert "doc&lt;b&gt;bold&lt;/b&gt;&amp;co" in text  # the doc id
     assert "http://example.com/&lt;i&gt;t&lt;/i&gt;" in text
     assert "http://adm:*****@example.com/db" in text and "secret" not in text and ":pw@" not in text
 
@@ -193,8 +227,10 @@ def _chart(text: str, job_type: str) -> dict:
     for figure in re.findall(r'<figure class="type-chart">.*?</figure>', section):
         if f"<figcaption><code>{job_type}</code>" in figure:
             totals = {k: int(v) for k, v in re.findall(r'<span class="total-(\w+)">(\d+)</span>', figure)}
-            lines = {css: [tuple(map(float, p.split(","))) for p in points.split()]
-                     for css, points in re.findall(r'<polyline class="(\w+)"[^>]* points="([^"]*)"/>', figure)}
+            lines = {
+                css: [tuple(map(float, p.split(","))) for p in points.split()]
+                for css, points in re.findall(r'<polyline class="(\w+)"[^>]* points="([^"]*)"/>', figure)
+            }
             svg = re.search(r"<svg [^>]*>", figure).group(0)
             return {"totals": totals, "lines": lines, "svg": svg, "figure": figure}
     raise AssertionError(f"no chart of {job_type!r} in {section[:3000]}")
@@ -237,8 +273,11 @@ def test_the_charts_count_the_jobs_that_succeed_and_fail_per_reading(n) -> None:
 def test_the_hosts_section_lists_the_running_host(n) -> None:
     # The held job shows from the host's first heartbeat after it started
     # (every BEAT seconds): waited for here, not left to the tests before.
-    wait_until(lambda: any(h["busy"] >= 1 for h in n.request("GET", "/_workers").json()["hosts"]),
-               3 * BEAT + 30, "a heartbeat of the host with its running job")
+    wait_until(
+        lambda: any(h["busy"] >= 1 for h in n.request("GET", "/_workers").json()["hosts"]),
+        3 * BEAT + 30,
+        "a heartbeat of the host with its running job",
+    )
     workers = n.request("GET", "/_workers").json()["hosts"]
     assert len(workers) == 1
     section = re.search(r'<section id="hosts">.*?</section>', page(n).text).group(0)
@@ -246,9 +285,9 @@ def test_the_hosts_section_lists_the_running_host(n) -> None:
     assert len(rows) == 1
     cells = re.findall(r"<td[^>]*>(.*?)</td>", rows[0])
     assert cells[0] == f"<code>{workers[0]['host']}</code>" and cells[1] == f"<code>{QTYPE}</code>"
-    assert cells[2] == "4" and int(cells[3]) >= 1 and cells[4].isdigit()   # concurrency, busy, claimed
+    assert cells[2] == "4" and int(cells[3]) >= 1 and cells[4].isdigit()  # concurrency, busy, claimed
     held = f'<a href="/_utils/jobs/{QTYPE}/{quote(INJECTED, safe="")}"><code>{INJECTED_TEXT}</code></a>'
-    assert held in cells[5]                                                 # the running job, linked
+    assert held in cells[5]  # the running job, linked
     assert cells[6].endswith(" ago</time>") and cells[7] == "alive"
 
 
@@ -258,7 +297,7 @@ def test_every_queue_job_links_to_its_page(n) -> None:
         rows = re.search(rf'<table id="{table}-table">.*?</table>', section).group(0)
         ids = re.findall(r'<td class="id">(.*?)</td>', rows)
         assert ids and all(cell.startswith('<a href="/_utils/jobs/') for cell in ids), rows
-        link = f'/_utils/jobs/{QTYPE}/{quote(job_id, safe="")}'
+        link = f"/_utils/jobs/{QTYPE}/{quote(job_id, safe='')}"
         assert f'<a href="{link}">' in rows
         assert page(n, link).status_code == 200
 
@@ -305,8 +344,12 @@ def test_the_documents_jobs_have_no_buttons_and_refuse_a_post(n) -> None:
 
 
 def test_a_missing_job_or_type_is_a_404(n) -> None:
-    for path in (f"/_utils/jobs/{QTYPE}/nope", "/_utils/jobs/no-type/x", "/_utils/jobs/mail",
-                 f"/_utils/jobs/{QTYPE}/failing/_other"):
+    for path in (
+        f"/_utils/jobs/{QTYPE}/nope",
+        "/_utils/jobs/no-type/x",
+        "/_utils/jobs/mail",
+        f"/_utils/jobs/{QTYPE}/failing/_other",
+    ):
         r = page(n, path)
         assert r.status_code == 404 and r.json()["error"] == "not_found", path
     browser = page(n, f"/_utils/jobs/{QTYPE}/nope%3Cb%3E", headers={"Accept": "text/html"})
@@ -353,9 +396,20 @@ def test_same_authentication_as_the_api(tmp_path) -> None:
 def dump_dom(url: str, tmp_path) -> str:
     """The DOM chromium renders for ``url`` (headless); its processes are all gone afterwards."""
     profile = tmp_path / f"chromium-{base64.urlsafe_b64encode(os.urandom(6)).decode()}"
-    args = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-            "--disable-background-networking", "--disable-component-update", "--disable-sync",
-            f"--user-data-dir={profile}", "--dump-dom", url]
+    args = [
+        CHROMIUM,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        f"--user-data-dir={profile}",
+        "--dump-dom",
+        url,
+    ]
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         out, _ = proc.communicate(timeout=90)
@@ -371,17 +425,19 @@ def dump_dom(url: str, tmp_path) -> str:
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not os.path.exists(CHROMIUM) or not shutil.which(CHROMIUM),
-                    reason="Debian's chromium is not installed (.ci/run installs it)")
+@pytest.mark.skipif(
+    not os.path.exists(CHROMIUM) or not shutil.which(CHROMIUM),
+    reason="Debian's chromium is not installed (.ci/run installs it)",
+)
 def test_headless_chromium_renders_the_page_and_runs_no_injected_script(n, tmp_path) -> None:
     # the control: this browser, so started, does run a page's scripts
     control = dump_dom('data:text/html,<title>t</title><script>document.title="ran"</script>', tmp_path)
     assert "<title>ran</title>" in control
 
     dom = dump_dom(n.url + "/_utils/", tmp_path)
-    assert TITLE in dom and "pwned</title>" not in dom            # neither injection ran
-    assert "<script" not in dom.lower() and "<img" not in dom     # nor became an element
-    assert INJECTED_TEXT.replace("&quot;", '"') in dom            # the id is shown as text
+    assert TITLE in dom and "pwned</title>" not in dom  # neither injection ran
+    assert "<script" not in dom.lower() and "<img" not in dom  # nor became an element
+    assert INJECTED_TEXT.replace("&quot;", '"') in dom  # the id is shown as text
     assert "doc&lt;b&gt;bold&lt;/b&gt;&amp;co" in dom
     for shown in ("plain-job", "doc-2"):
         assert f"<code>{shown}</code>" in dom
@@ -395,8 +451,10 @@ def test_headless_chromium_renders_the_page_and_runs_no_injected_script(n, tmp_p
 def test_a_paused_type_says_so_in_the_types_table() -> None:
     from actors.http.status_page import queue_section
 
-    types = [{"type": "mail", "timeout": 30.0, "pending": 3, "paused": True},
-             {"type": "other", "timeout": 30.0, "pending": 0, "paused": False}]
+    types = [
+        {"type": "mail", "timeout": 30.0, "pending": 3, "paused": True},
+        {"type": "other", "timeout": 30.0, "pending": 0, "paused": False},
+    ]
     html = queue_section({"types": types}, time.time())
     paused, running = re.findall(r'<tr class="queue-type[^"]*">.*?</tr>', html)
     assert 'class="queue-type paused"' in paused and '<td class="state">paused</td>' in paused

@@ -8,6 +8,7 @@ pipe, :mod:`tests.actors.browser`; no script runs in the page) a test follows
 a job's link from the status page, clicks Retry and sees the job run again,
 and clicks Cancel on a running job and sees it gone.
 """
+
 from __future__ import annotations
 
 import os
@@ -29,8 +30,10 @@ from .test_status_page import QTYPE, FullNode
 
 pytestmark = pytest.mark.timeout(180)
 
-needs_chromium = pytest.mark.skipif(not os.path.exists(CHROMIUM) or not shutil.which(CHROMIUM),
-                                    reason="Debian's chromium is not installed (.ci/run installs it)")
+needs_chromium = pytest.mark.skipif(
+    not os.path.exists(CHROMIUM) or not shutil.which(CHROMIUM),
+    reason="Debian's chromium is not installed (.ci/run installs it)",
+)
 SECRET = "5e" * 32
 ADMINS = {"adm": "s3cret", "other": "pw2"}
 ADMINS_AUTH = {name: (name, password) for name, password in ADMINS.items()}
@@ -42,8 +45,14 @@ def add_jobs(url: str, marker_dir: str) -> None:
     db = fdblayer.open(url)
     try:
         jobs.set_type_timeout(db, QTYPE, 30)
-        jobs.enqueue(db, QTYPE, {"mode": "fail_once", "marker": os.path.join(marker_dir, "retry-me")},
-                     id="retry-me", max_attempts=1, priority=3)
+        jobs.enqueue(
+            db,
+            QTYPE,
+            {"mode": "fail_once", "marker": os.path.join(marker_dir, "retry-me")},
+            id="retry-me",
+            max_attempts=1,
+            priority=3,
+        )
         jobs.enqueue(db, QTYPE, {"mode": "hold"}, id="hold-me")
         for job_id in ("later-1", "later-2"):
             jobs.enqueue(db, QTYPE, {"note": job_id}, id=job_id, delay=1800)
@@ -89,7 +98,6 @@ def a(tmp_path_factory):
         node.stop()
 
 
-
 def job_page(n: FullNode, job_id: str, **kw) -> requests.Response:
     return requests.get(f"{n.url}/_utils/jobs/{QTYPE}/{quote(job_id, safe='')}", timeout=30, **kw)
 
@@ -99,8 +107,13 @@ def token_of(text: str) -> str:
 
 
 def post(n: FullNode, job_id: str, action: str, fields: dict | None, **kw) -> requests.Response:
-    return requests.post(f"{n.url}/_utils/jobs/{QTYPE}/{quote(job_id, safe='')}/{action}", data=fields,
-                         allow_redirects=False, timeout=30, **kw)
+    return requests.post(
+        f"{n.url}/_utils/jobs/{QTYPE}/{quote(job_id, safe='')}/{action}",
+        data=fields,
+        allow_redirects=False,
+        timeout=30,
+        **kw,
+    )
 
 
 def assert_refused(r: requests.Response, status: int = 403) -> None:
@@ -115,18 +128,29 @@ def assert_refused(r: requests.Response, status: int = 403) -> None:
 def test_a_post_without_the_pages_token_is_refused_and_changes_nothing(n) -> None:
     before = view(n, "later-1").json()
     token = token_of(job_page(n, "later-1").text)
-    refused = [post(n, "later-1", "_cancel", None),                                      # no form at all
-               post(n, "later-1", "_cancel", {"was": "unfinished"}),                     # no token
-               post(n, "later-1", "_cancel", {"csrf": "", "was": "unfinished"}),
-               post(n, "later-1", "_cancel", {"csrf": token[:-9] + ("A" if token[-9] != "A" else "B") + token[-8:]}),
-               post(n, "later-1", "_cancel", {"csrf": token[:-1] + ("A" if token[-1] != "A" else "B")}),  # same bytes
-               post(n, "later-1", "_cancel", {"csrf": "0." + token.split(".")[1]}),      # another time
-               post(n, "later-1", "_cancel", {"csrf": token, "was": "unfinished"},       # from another site
-                    headers={"Sec-Fetch-Site": "cross-site"}),
-               post(n, "later-1", "_cancel", {"csrf": token}, headers={"Sec-Fetch-Site": "same-site"}),
-               requests.post(f"{n.url}/_utils/jobs/{QTYPE}/later-1/_cancel", json={"csrf": token},  # not a form
-                             allow_redirects=False, timeout=30),
-               post(n, "retry-me", "_retry", {"csrf": "x"})]
+    refused = [
+        post(n, "later-1", "_cancel", None),  # no form at all
+        post(n, "later-1", "_cancel", {"was": "unfinished"}),  # no token
+        post(n, "later-1", "_cancel", {"csrf": "", "was": "unfinished"}),
+        post(n, "later-1", "_cancel", {"csrf": token[:-9] + ("A" if token[-9] != "A" else "B") + token[-8:]}),
+        post(n, "later-1", "_cancel", {"csrf": token[:-1] + ("A" if token[-1] != "A" else "B")}),  # same bytes
+        post(n, "later-1", "_cancel", {"csrf": "0." + token.split(".")[1]}),  # another time
+        post(
+            n,
+            "later-1",
+            "_cancel",
+            {"csrf": token, "was": "unfinished"},  # from another site
+            headers={"Sec-Fetch-Site": "cross-site"},
+        ),
+        post(n, "later-1", "_cancel", {"csrf": token}, headers={"Sec-Fetch-Site": "same-site"}),
+        requests.post(
+            f"{n.url}/_utils/jobs/{QTYPE}/later-1/_cancel",
+            json={"csrf": token},  # not a form
+            allow_redirects=False,
+            timeout=30,
+        ),
+        post(n, "retry-me", "_retry", {"csrf": "x"}),
+    ]
     for r in refused:
         assert_refused(r)
     assert view(n, "later-1").json() == before
@@ -161,13 +185,13 @@ def test_with_admins_the_token_is_bound_to_the_admin_and_expires(a) -> None:
     hashes = load_admins(a.ini, rewrite=False)
     expired = Auth(hashes, bytes.fromhex(SECRET), clock=lambda: time.time() - CSRF_TTL - 5).csrf_token("adm")
     assert Auth(hashes, bytes.fromhex(SECRET)).check_csrf(token, "adm")  # what the node made, as the test makes it
-    assert_refused(post(a, "later-1", "_cancel", {"csrf": token}), 401)                  # no credentials
+    assert_refused(post(a, "later-1", "_cancel", {"csrf": token}), 401)  # no credentials
     assert_refused(post(a, "later-1", "_cancel", {"csrf": token}, auth=("adm", "wrong")), 401)
-    assert_refused(post(a, "later-1", "_cancel", {}, auth=adm))                          # no token
-    assert_refused(post(a, "later-1", "_cancel", {"csrf": token}, auth=other))           # another admin's
-    assert_refused(post(a, "later-1", "_cancel", {"csrf": expired}, auth=adm))           # too old
+    assert_refused(post(a, "later-1", "_cancel", {}, auth=adm))  # no token
+    assert_refused(post(a, "later-1", "_cancel", {"csrf": token}, auth=other))  # another admin's
+    assert_refused(post(a, "later-1", "_cancel", {"csrf": expired}, auth=adm))  # too old
     no_admin = Auth({}, bytes.fromhex(SECRET)).csrf_token(None)
-    assert_refused(post(a, "later-1", "_cancel", {"csrf": no_admin}, auth=adm))          # an admin party's
+    assert_refused(post(a, "later-1", "_cancel", {"csrf": no_admin}, auth=adm))  # an admin party's
     assert view(a, "later-1", adm).json() == before
     r = post(a, "later-1", "_cancel", {"csrf": token, "was": "unfinished"}, auth=adm)
     assert r.status_code == 303 and view(a, "later-1", adm).status_code == 404
@@ -175,7 +199,7 @@ def test_with_admins_the_token_is_bound_to_the_admin_and_expires(a) -> None:
     login = requests.post(a.url + "/_session", data={"name": "other", "password": "pw2"}, timeout=30)
     cookie = {"Cookie": login.headers["Set-Cookie"].split(";", 1)[0]}
     token = token_of(job_page(a, "retry-me", headers=cookie).text)
-    assert_refused(post(a, "retry-me", "_retry", {"csrf": token}, auth=adm))             # other's token
+    assert_refused(post(a, "retry-me", "_retry", {"csrf": token}, auth=adm))  # other's token
     r = post(a, "retry-me", "_retry", {"csrf": token}, headers=cookie)
     assert r.status_code == 303 and r.headers["Location"] == f"/_utils/jobs/{QTYPE}/retry-me?done=retried"
     wait_until(lambda: view(a, "retry-me", adm).json().get("outcome") == "succeeded", 60, "retry-me succeeded")
@@ -209,8 +233,11 @@ def test_in_chromium_retry_runs_a_failed_job_again(n, tmp_path) -> None:
         assert browser.url() == f"{n.url}/_utils/jobs/{QTYPE}/retry-me?done=retried"  # after the 303
         assert 'id="notice">Retried' in after and "finished (failed)" not in after
         # the job ran again: this time it succeeds (its marker is there), as the page shows on reload
-        wait_until(lambda: "finished (succeeded)" in browser.open(f"{n.url}/_utils/jobs/{QTYPE}/retry-me"), 60,
-                   "the page shows the job succeeded")
+        wait_until(
+            lambda: "finished (succeeded)" in browser.open(f"{n.url}/_utils/jobs/{QTYPE}/retry-me"),
+            60,
+            "the page shows the job succeeded",
+        )
     assert view(n, "retry-me").json()["outcome"] == "succeeded"
 
 
@@ -223,5 +250,12 @@ def test_in_chromium_cancel_stops_and_removes_a_running_job(n, tmp_path) -> None
         after = browser.click("button.cancel")
         assert 'id="notice">Cancelled' in after and "<h1>No job <code>hold-me</code></h1>" in after
     assert view(n, "hold-me").status_code == 404
-    wait_until(lambda: all(r["id"] != "hold-me" for h in requests.get(n.url + "/_workers", timeout=30).json()["hosts"]
-                           for r in h["running"]), 30, "the handler stopped")
+    wait_until(
+        lambda: all(
+            r["id"] != "hold-me"
+            for h in requests.get(n.url + "/_workers", timeout=30).json()["hosts"]
+            for r in h["running"]
+        ),
+        30,
+        "the handler stopped",
+    )

@@ -1,5 +1,6 @@
 """The status page's charts without a node: the readings kept (:class:`actors.http.throughput.Sampler`)
 and the SVG drawn from them (``status_page.charts_section``)."""
+
 from __future__ import annotations
 
 import re
@@ -65,15 +66,15 @@ def test_the_chart_draws_one_point_per_difference_the_newest_at_the_right() -> N
         sampler.sample(now=minute * 60)
     html = status_page.charts_section(sampler.snapshot(), now=360)
     assert "<h2>Jobs finished per minute, last 1 h</h2>" in html and "<b>" not in html
-    assert '<figcaption><code>&lt;b&gt;x&lt;/b&gt;</code>' in html
+    assert "<figcaption><code>&lt;b&gt;x&lt;/b&gt;</code>" in html
     mail = re.search(r'<figure class="type-chart"><figcaption><code>mail</code>.*?</figure>', html).group(0)
     assert '<span class="total-succeeded">30</span>' in mail and '<span class="total-failed">5</span>' in mail
     lines = dict(re.findall(r'<polyline class="(\w+)"[^>]* points="([^"]*)"/>', mail))
     points = {css: [tuple(map(float, p.split(","))) for p in line.split()] for css, line in lines.items()}
     right, bottom, top = status_page.CHART_RIGHT, status_page.CHART_BOTTOM, status_page.CHART_TOP
     assert len(points["succeeded"]) == len(points["failed"]) == 5
-    assert points["succeeded"][-1] == (right, top)                # 10, the most in one minute, at the top
+    assert points["succeeded"][-1] == (right, top)  # 10, the most in one minute, at the top
     assert [y for _, y in points["failed"]] == [bottom - (bottom - top) / 10] * 5
     xs = [x for x, _ in points["succeeded"]]
     assert xs == sorted(xs) and round(xs[1] - xs[0], 1) == round((right - status_page.CHART_LEFT) / 59, 1)
-    assert "<script" not in html and "style=" not in html      # attributes only: the page's policy holds
+    assert "<script" not in html and "style=" not in html  # attributes only: the page's policy holds

@@ -30,6 +30,7 @@ process (an orphan, an unreaped zombie). At the end the ledgers and the
 store are checked (:mod:`tests.faults.checks`), then the node stops with
 SIGTERM and leaves nothing.
 """
+
 from __future__ import annotations
 
 import os
@@ -49,8 +50,12 @@ from .workers import Workers
 JOB_TYPE = "chaos"
 HANDLER = "tests.faults.handlers:tracked"
 NODE_FAULTS = ("node_kill", "admin_kill", "node_supervisor_kill")
-FAST_COUCH_JOBS = {"type_check_period_msec": 500, "type_check_max_jitter_msec": 100,
-                   "activity_monitor_max_jitter_msec": 50, "type_monitor_holdoff_msec": 50}
+FAST_COUCH_JOBS = {
+    "type_check_period_msec": 500,
+    "type_check_max_jitter_msec": 100,
+    "activity_monitor_max_jitter_msec": 50,
+    "type_monitor_holdoff_msec": 50,
+}
 
 
 @dataclass(frozen=True)
@@ -79,10 +84,19 @@ class ChaosSettings:
     seed: int | None = None
 
 
-SHORT = ChaosSettings(jobs=180, sched_jobs=24, max_jobs=6, fault_time=7.0, node_fault_count=2, rate=6.5,
-                      node_faults=("node_kill", "admin_kill"), min_age=1.0)
-LONG = ChaosSettings(jobs=5000, sched_jobs=200, max_jobs=20, fault_time=120.0, node_fault_count=8, rate=11.0,
-                     settle=240.0)
+SHORT = ChaosSettings(
+    jobs=180,
+    sched_jobs=24,
+    max_jobs=6,
+    fault_time=7.0,
+    node_fault_count=2,
+    rate=6.5,
+    node_faults=("node_kill", "admin_kill"),
+    min_age=1.0,
+)
+LONG = ChaosSettings(
+    jobs=5000, sched_jobs=200, max_jobs=20, fault_time=120.0, node_fault_count=8, rate=11.0, settle=240.0
+)
 
 
 def settings_from_env() -> ChaosSettings:
@@ -106,14 +120,15 @@ class ChaosReport:
     def summary(self) -> str:
         faults = " ".join(f"{k}={v}" for k, v in sorted(self.faults.items()))
         counts = " ".join(f"{k}={v}" for k, v in self.counts.items())
-        return (f"chaos seed={self.seed} {self.seconds:.1f}s: {self.fault_total()} faults injected ({faults}); "
-                f"{counts}")
+        return f"chaos seed={self.seed} {self.seconds:.1f}s: {self.fault_total()} faults injected ({faults}); {counts}"
 
 
 def _node_config(s: ChaosSettings) -> str:
     couch = "".join(f"{k} = {v}\n" for k, v in FAST_COUCH_JOBS.items())
-    return (f"[couch_jobs]\n{couch}[replicator]\nmax_jobs = {s.max_jobs}\ninterval = 1000\nmax_churn = 2\n"
-            f"doc_owner_timeout = {s.owner_timeout}\n")
+    return (
+        f"[couch_jobs]\n{couch}[replicator]\nmax_jobs = {s.max_jobs}\ninterval = 1000\nmax_churn = 2\n"
+        f"doc_owner_timeout = {s.owner_timeout}\n"
+    )
 
 
 def _log_time(line: str) -> float | None:
@@ -127,8 +142,9 @@ def _log_time(line: str) -> float | None:
 class Injector:
     """Picks and injects faults, and waits for the node to recover from each."""
 
-    def __init__(self, node: CliNode, workers: Workers, s: ChaosSettings, rng: random.Random,
-                 report: ChaosReport, n_types: int) -> None:
+    def __init__(
+        self, node: CliNode, workers: Workers, s: ChaosSettings, rng: random.Random, report: ChaosReport, n_types: int
+    ) -> None:
         self.node, self.workers, self.s, self.rng, self.report = node, workers, s, rng, report
         self.n_types = n_types
         self.log_from = 0
@@ -151,8 +167,13 @@ class Injector:
         self.log_from = self.node.log_path.stat().st_size if self.node.log_path.exists() else 0
         self.charges.clear()
         if self.baseline is None:
-            self.baseline = wait_until(lambda: checks.complete_snapshot(self.node, self.n_types), 60,
-                                       "the first node's tree", step=0.1, ignore=(Exception,))
+            self.baseline = wait_until(
+                lambda: checks.complete_snapshot(self.node, self.n_types),
+                60,
+                "the first node's tree",
+                step=0.1,
+                ignore=(Exception,),
+            )
             self.names = checks.registered_names(self.node.client, self.baseline)
         self.wait_recovered("node start")
 
@@ -213,8 +234,14 @@ class Injector:
         it works while the tree restarts), among those the budget allows."""
         procs = proc_tree(self.node.pgid)
         recent = self.recent_restarts()
-        allowed = [p for p in procs if p.cls not in ("MultiProcAdmin", "logger", "NodeSupervisor")
-                   and p.ancestors and p.age >= self.s.min_age and self.may_kill(p, recent)]
+        allowed = [
+            p
+            for p in procs
+            if p.cls not in ("MultiProcAdmin", "logger", "NodeSupervisor")
+            and p.ancestors
+            and p.age >= self.s.min_age
+            and self.may_kill(p, recent)
+        ]
         if not allowed:
             return False
         roles = sorted({p.role for p in allowed})
@@ -304,15 +331,21 @@ def run_chaos(s: ChaosSettings, workdir: Path, out: Callable[[str], Any] = print
         for doc_id in doc_ids:
             # A process per job: the checks match each running job to its own
             # process (jobs in job hosts are checked by tests of their own).
-            docs.put(db, "_replicator", doc_id, {"handler": HANDLER, "continuous": True, "isolation": "process",
-                                                 "options": {"log": str(handler_log)}})
+            docs.put(
+                db,
+                "_replicator",
+                doc_id,
+                {"handler": HANDLER, "continuous": True, "isolation": "process", "options": {"log": str(handler_log)}},
+            )
         node.start()
         n_types = len(jobs.get_types(db))  # the queue's type and the documents' reserved type
         injector = Injector(node, workers, s, rng, report, n_types)
         injector.started()
         workers.start_all()
-        out(f"chaos seed={seed}: node port {node.port}, {s.workers} workers adding {s.jobs} jobs, "
-            f"{s.sched_jobs} scheduler jobs with max_jobs {s.max_jobs}")
+        out(
+            f"chaos seed={seed}: node port {node.port}, {s.workers} workers adding {s.jobs} jobs, "
+            f"{s.sched_jobs} scheduler jobs with max_jobs {s.max_jobs}"
+        )
 
         faults_from = time.monotonic()
         first = rng.randrange(len(s.node_faults))
@@ -320,8 +353,12 @@ def run_chaos(s: ChaosSettings, workdir: Path, out: Callable[[str], Any] = print
         done = 0  # whole-node faults so far, spread over fault_time
         since = 0  # other faults since the last whole-node fault
         n = 0  # other faults so far: every fourth hits a worker (the first a kill, the second a pause)
-        while (time.monotonic() - faults_from < s.fault_time or done < s.node_fault_count or since < 4
-               or not workers.all_added()):
+        while (
+            time.monotonic() - faults_from < s.fault_time
+            or done < s.node_fault_count
+            or since < 4
+            or not workers.all_added()
+        ):
             time.sleep(rng.uniform(*s.gap))
             workers.check_running()
             due = (done + 1) * s.fault_time / (s.node_fault_count + 1)
@@ -356,8 +393,9 @@ def run_chaos(s: ChaosSettings, workdir: Path, out: Callable[[str], Any] = print
             kids = node.client.which_children(names.SCHEDULER_SUP)
             pids = {k.pid for k in kids if k.addr is not None}
             problems = checks.check_scheduler(sched.jobs(), pids, str(handler_log), doc_ids, s.max_jobs, counts)
-            problems += checks.check_docs(docs.list_docs(db, "_replicator")[1], jobs.get_jobs(db, docs.DOCS_TYPE),
-                                          name, len(doc_ids), counts)
+            problems += checks.check_docs(
+                docs.list_docs(db, "_replicator")[1], jobs.get_jobs(db, docs.DOCS_TYPE), name, len(doc_ids), counts
+            )
             seen[:] = [problems, counts]
             return not problems
 
@@ -405,7 +443,10 @@ def _busy_processes(pgid: int, window: float = 1.0, limit: float = 0.9) -> list[
     before = cpu()
     time.sleep(window)
     after = cpu()
-    busy = {pid: after[pid] - before[pid] for pid in after if pid in before
-            and after[pid] - before[pid] > limit * window}
-    return [f"busy loop: {line} used {busy[pid]:.1f}s CPU in {window}s"
-            for pid, line in zip(sorted(busy), describe(set(busy)))]
+    busy = {
+        pid: after[pid] - before[pid] for pid in after if pid in before and after[pid] - before[pid] > limit * window
+    }
+    return [
+        f"busy loop: {line} used {busy[pid]:.1f}s CPU in {window}s"
+        for pid, line in zip(sorted(busy), describe(set(busy)))
+    ]

@@ -5,6 +5,7 @@ Each check returns a list of problems (empty when it holds) and fills a
 counts dict, so a failing run says everything that is wrong at once, with
 the counts next to it.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -52,25 +53,32 @@ def check_queue(ledger: Ledger, infos: dict, counts: dict) -> list[str]:
         who = ledger.finishing.get((job_id, lock))
         name, _, incarnation = (who or "..").partition(".")
         if who != by or not incarnation.isdigit() or int(incarnation) not in ledger.cut_short.get(name, set()):
-            problems.append(f"{job_id}: finished in the store by {by}/{lock} with no ledger record "
-                            f"(finishing by {who})")
+            problems.append(
+                f"{job_id}: finished in the store by {by}/{lock} with no ledger record (finishing by {who})"
+            )
         else:
             unrecorded += 1
     for job_id, lock, step, who in ledger.halts:
         info = infos.get(job_id)
         if info is not None and info.data.get("by") == who and info.data.get("lock") == lock:
             problems.append(f"{job_id}: {who} got Halt on {step} yet its finish committed")
-    counts.update(jobs_checked=len(store), finished=sum(1 for i in infos.values() if i.state == FINISHED),
-                  finished_in_ledger=sum(1 for v in ledger.finished.values() if v),
-                  finished_by_killed_workers=unrecorded, halts=len(ledger.halts),
-                  adds_not_committed=len(ledger.intents - store),
-                  added_unrecorded=len(store - ledger.added), accepts=ledger.accepted,
-                  worker_store_errors=len(ledger.errors))
+    counts.update(
+        jobs_checked=len(store),
+        finished=sum(1 for i in infos.values() if i.state == FINISHED),
+        finished_in_ledger=sum(1 for v in ledger.finished.values() if v),
+        finished_by_killed_workers=unrecorded,
+        halts=len(ledger.halts),
+        adds_not_committed=len(ledger.intents - store),
+        added_unrecorded=len(store - ledger.added),
+        accepts=ledger.accepted,
+        worker_store_errors=len(ledger.errors),
+    )
     return problems
 
 
-def check_scheduler(sched_jobs: list[dict], live_job_pids: set[int], handler_log: str, doc_ids: list[str],
-                    max_jobs: int, counts: dict) -> list[str]:
+def check_scheduler(
+    sched_jobs: list[dict], live_job_pids: set[int], handler_log: str, doc_ids: list[str], max_jobs: int, counts: dict
+) -> list[str]:
     """Every document is in the table once; max_jobs run, each in one process."""
     problems = []
     mine = [j for j in sched_jobs if j.get("database") == "_replicator"]
@@ -78,8 +86,9 @@ def check_scheduler(sched_jobs: list[dict], live_job_pids: set[int], handler_log
     if ids != sorted(doc_ids):
         missing = sorted(set(doc_ids) - set(ids))
         dupes = sorted({i for i in ids if ids.count(i) > 1})
-        problems.append(f"scheduler table: {len(ids)} of {len(doc_ids)} documents, missing {missing[:10]}, "
-                        f"twice {dupes[:10]}")
+        problems.append(
+            f"scheduler table: {len(ids)} of {len(doc_ids)} documents, missing {missing[:10]}, twice {dupes[:10]}"
+        )
     running = {j["id"] for j in mine if j["pid"] not in (None, "<starting>")}
     if len(running) != max_jobs:
         problems.append(f"{len(running)} jobs running, not max_jobs={max_jobs}")
@@ -107,8 +116,7 @@ def check_docs(docs_page: list, queue_infos: list, node_name: str, n_docs: int, 
     held = [i for i in queue_infos if i.state == "running"]
     if len(held) != n_docs or len(queue_infos) != n_docs:
         problems.append(f"{len(held)} of {len(queue_infos)} document queue jobs held, want all {n_docs}")
-    counts.update(docs_checked=len(docs_page),
-                  docs_crashing=sum(1 for d in docs_page if d.state == "crashing"))
+    counts.update(docs_checked=len(docs_page), docs_crashing=sum(1 for d in docs_page if d.state == "crashing"))
     return problems
 
 

@@ -1,4 +1,5 @@
 """Scheduler job handlers of the fault tests (imported by the node's job actors)."""
+
 from __future__ import annotations
 
 import os

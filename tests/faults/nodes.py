@@ -13,6 +13,7 @@ logger, each notifier's linked type monitor, the HTTP process), and
 belong to none of them: orphans of a killed parent, or a zombie its
 parent does not reap.
 """
+
 from __future__ import annotations
 
 import json
@@ -237,8 +238,12 @@ class CliNode:
         self.config_path.write_text(config)
         self.log_path = workdir / "node.log"
         self.log_level = log_level
-        self.env = dict(os.environ, PYTHONPATH=str(ROOT), OTPJOBS_RUNTIME_DIR=str(workdir),
-                        THESPLOG_FILE=str(workdir / "thespian.log"))
+        self.env = dict(
+            os.environ,
+            PYTHONPATH=str(ROOT),
+            OTPJOBS_RUNTIME_DIR=str(workdir),
+            THESPLOG_FILE=str(workdir / "thespian.log"),
+        )
         self.proc: subprocess.Popen | None = None
         self.info: dict = {}
         self.client: Any = None
@@ -261,11 +266,30 @@ class CliNode:
             log.write(f"---- test: starting node incarnation {self.incarnations + 1}\n")
             log.flush()
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "actors", "node", "start", "--store", self.store_url, "--port",
-                 str(self.port), "--config", str(self.config_path), "--log-level", self.log_level,
-                 "--http-port", "0"],
-                cwd=str(ROOT), env=self.env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                start_new_session=True)
+                [
+                    sys.executable,
+                    "-m",
+                    "actors",
+                    "node",
+                    "start",
+                    "--store",
+                    self.store_url,
+                    "--port",
+                    str(self.port),
+                    "--config",
+                    str(self.config_path),
+                    "--log-level",
+                    self.log_level,
+                    "--http-port",
+                    "0",
+                ],
+                cwd=str(ROOT),
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
         proc = self.proc
 
         def started() -> dict | None:

@@ -23,6 +23,7 @@ other way round. The finished job's data names the worker incarnation and
 the lock (``{"by": "<name>.<incarnation>", "lock": ...}``) so the store
 says who finished it.
 """
+
 from __future__ import annotations
 
 import argparse

@@ -1,4 +1,5 @@
 """Actors of the supervisor fault tests (imported by the node's processes)."""
+
 from __future__ import annotations
 
 import os

@@ -26,6 +26,7 @@ Ledger lines: ``start <incarnation> <pid>``, ``inc <tag> <seq>``,
 ``c-intent <id>``, ``c-added <id>``, ``c-accepted <id> <lock>``, ``c-removing <id>``, ``c-removed <id>``,
 ``error <op> <text>``, ``exit``.
 """
+
 from __future__ import annotations
 
 import os
@@ -74,15 +75,15 @@ def main(argv: list[str]) -> int:
 
     @fdblayer.transactional
     def stamp(tr, seq):
-        tr.set_versionstamped_key(fdb.tuple.pack_with_versionstamp(("vs", tag, fdb.tuple.Versionstamp(), seq)),
-                                  b"")
+        tr.set_versionstamped_key(fdb.tuple.pack_with_versionstamp(("vs", tag, fdb.tuple.Versionstamp(), seq)), b"")
         return tr.get_versionstamp()
 
     @fdblayer.transactional
     def claim(tr):
         start = rng.randrange(items_n)
-        rows = tr.get_range(pack(("pending", start)), pack(("pending",)) + b"\xff", limit=1) or \
-            tr.get_range(pack(("pending",)), pack(("pending",)) + b"\xff", limit=1)
+        rows = tr.get_range(pack(("pending", start)), pack(("pending",)) + b"\xff", limit=1) or tr.get_range(
+            pack(("pending",)), pack(("pending",)) + b"\xff", limit=1
+        )
         if not rows:
             return None
         key = rows[0][0]

@@ -5,6 +5,7 @@ The short run is part of the normal test suite; ``OTPJOBS_LONG=1`` runs the
 long one (5,000 queue jobs, 200 scheduler jobs with max_jobs 20), as
 ``bench/faults.py`` does. ``OTPJOBS_FAULT_SEED`` replays a seed.
 """
+
 from __future__ import annotations
 
 import pytest

@@ -7,6 +7,7 @@ its bound (it never hangs); the node keeps serving what needs no store
 recovers by itself: every job, added before or after the outage, finishes;
 nothing committed before the outage is lost; no job ever ran twice at once.
 """
+
 from __future__ import annotations
 
 import json
@@ -74,22 +75,39 @@ def test_a_server_crash_is_survived_by_the_node_and_the_workers(server, tmp_path
     db = fdblayer.open(url)
     jobs.set_type_timeout(db, "sleepy", 5)
     http_port, node_port = free_port(), free_port()
-    env = dict(os.environ, PYTHONPATH=ROOT, OTPJOBS_RUNTIME_DIR=str(tmp_path),
-               THESPLOG_FILE=str(tmp_path / "thespian.log"))
+    env = dict(
+        os.environ, PYTHONPATH=ROOT, OTPJOBS_RUNTIME_DIR=str(tmp_path), THESPLOG_FILE=str(tmp_path / "thespian.log")
+    )
     node_log = open(tmp_path / "node.log", "w")
-    node = subprocess.Popen([sys.executable, "-m", "actors", "node", "start", "--store", url,
-                             "--port", str(node_port), "--http-port", str(http_port)],
-                            cwd=tmp_path, env=env, stdout=node_log, stderr=subprocess.STDOUT,
-                            start_new_session=True)
+    node = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "actors",
+            "node",
+            "start",
+            "--store",
+            url,
+            "--port",
+            str(node_port),
+            "--http-port",
+            str(http_port),
+        ],
+        cwd=tmp_path,
+        env=env,
+        stdout=node_log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     run_log = tmp_path / "runs.jsonl"
-    host = Host(tmp_path, url, ["sleepy=handlers_mod:sleepy"], concurrency=2, run_log=run_log,
-                extra=["--max-attempts", "20"])
+    host = Host(
+        tmp_path, url, ["sleepy=handlers_mod:sleepy"], concurrency=2, run_log=run_log, extra=["--max-attempts", "20"]
+    )
     try:
         wait_until(lambda: http_up(http_port), 60, "the node's HTTP API")
         host.wait_up()
         before = [jobs.enqueue(db, "sleepy", {"s": 0.05}) for _ in range(40)]
-        wait_until(lambda: jobs.get_job_state(db, "sleepy", before[5]) is JobState.FINISHED, 60,
-                   "some jobs to finish")
+        wait_until(lambda: jobs.get_job_state(db, "sleepy", before[5]) is JobState.FINISHED, 60, "some jobs to finish")
 
         server.kill("immediate")
         started = time.monotonic()
@@ -114,8 +132,13 @@ def test_a_server_crash_is_survived_by_the_node_and_the_workers(server, tmp_path
         host.close()
         runtime = tmp_path / f"node-{node_port}.json"
         pgid = json.loads(runtime.read_text()).get("pgid") if runtime.exists() else None
-        subprocess.run([sys.executable, "-m", "actors", "node", "stop", "--port", str(node_port)],
-                       cwd=tmp_path, env=env, capture_output=True, timeout=60)
+        subprocess.run(
+            [sys.executable, "-m", "actors", "node", "stop", "--port", str(node_port)],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            timeout=60,
+        )
         kill_groups([node], [node.pid] + ([pgid] if pgid else []), "node")
         node_log.close()
         db.close()

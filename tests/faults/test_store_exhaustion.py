@@ -15,6 +15,7 @@ is lost and the file passes ``PRAGMA integrity_check``.
 These need root (mkfs.ext4, mount -o loop, chattr); elsewhere they are
 skipped with the reason.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -39,9 +40,11 @@ from tests.procs import free_port, group_pids, pid_alive, wait_until
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
 T = "exhaust"
-CONFIG = ("[couch_jobs]\ntype_check_period_msec = 500\ntype_check_max_jitter_msec = 100\n"
-          "activity_monitor_max_jitter_msec = 50\n[replicator]\nmax_jobs = 2\ninterval = 1000\n"
-          "doc_owner_timeout = 1\n")
+CONFIG = (
+    "[couch_jobs]\ntype_check_period_msec = 500\ntype_check_max_jitter_msec = 100\n"
+    "activity_monitor_max_jitter_msec = 50\n[replicator]\nmax_jobs = 2\ninterval = 1000\n"
+    "doc_owner_timeout = 1\n"
+)
 N_DOCS = 2
 CALL_LIMIT = 10.0  # seconds an API call may take when the store cannot be written
 
@@ -98,14 +101,23 @@ class System:
         self.db = fdblayer.open(self.url)
         jobs.set_type_timeout(self.db, T, 1)
         for i in range(N_DOCS):
-            docs.put(self.db, "_replicator", f"doc{i}", {"handler": HANDLER, "continuous": True,
-                                                       "options": {"log": str(workdir / "handlers.log")}})
+            docs.put(
+                self.db,
+                "_replicator",
+                f"doc{i}",
+                {"handler": HANDLER, "continuous": True, "options": {"log": str(workdir / "handlers.log")}},
+            )
         self.node = CliNode(self.url, free_port(), workdir, CONFIG)
         try:
             self.node.start()
             self.n_types = len(jobs.get_types(self.db))
-            self.baseline = wait_until(lambda: checks.complete_snapshot(self.node, self.n_types), 60,
-                                       "the node's tree", step=0.1, ignore=(Exception,))
+            self.baseline = wait_until(
+                lambda: checks.complete_snapshot(self.node, self.n_types),
+                60,
+                "the node's tree",
+                step=0.1,
+                ignore=(Exception,),
+            )
             self.names = checks.registered_names(self.node.client, self.baseline)
             self.wait_docs_running()
         except BaseException:
@@ -215,8 +227,10 @@ def disk_full(system: System, fs: Path, reserve: Path) -> list[str]:
     stored = {i.id: i.data for i in jobs.get_jobs(system.db, T)}
     assert sorted(set(stored) - {"after"}) == sorted(committed), "a committed job was lost"
     assert all(stored[j] == {"blob": "x" * 50_000} for j in committed if j.startswith("big"))
-    print(f"\ndisk full: {len(committed)} jobs fitted; node {outcome} ({watched:.1f}s), "
-          f"working again {time.monotonic() - phase:.1f}s after the space came back")
+    print(
+        f"\ndisk full: {len(committed)} jobs fitted; node {outcome} ({watched:.1f}s), "
+        f"working again {time.monotonic() - phase:.1f}s after the space came back"
+    )
     return committed
 
 
@@ -236,16 +250,19 @@ def read_only(system: System, store: Path, committed: list[str]) -> None:
         outcome = system.outlive(6.0)
         watched = time.monotonic() - phase
         log = system.node.log_path.read_text()[log_from:]
-        assert f"store {store}" in log and ("ReadOnlyStore" in log or "StoreUnavailable" in log), \
+        assert f"store {store}" in log and ("ReadOnlyStore" in log or "StoreUnavailable" in log), (
             "the node did not log the read-only store"
+        )
     finally:
         immutable(files, False)
     phase = time.monotonic()
     system.recover(outcome, "after2")
     stored = {i.id for i in jobs.get_jobs(system.db, T)}
     assert set(committed) <= stored and "refused" not in stored
-    print(f"read-only store: node {outcome} ({watched:.1f}s), working again "
-          f"{time.monotonic() - phase:.1f}s after it was writable")
+    print(
+        f"read-only store: node {outcome} ({watched:.1f}s), working again "
+        f"{time.monotonic() - phase:.1f}s after it was writable"
+    )
 
 
 def test_node_refuses_to_start_on_a_read_only_store_with_a_clear_error(tmp_path):
@@ -257,9 +274,26 @@ def test_node_refuses_to_start_on_a_read_only_store_with_a_clear_error(tmp_path)
         pytest.skip("cannot make a file immutable (chattr +i needs root and ext4, xfs or btrfs)")
     try:
         env = dict(os.environ, PYTHONPATH=str(ROOT), OTPJOBS_RUNTIME_DIR=str(tmp_path))
-        done = subprocess.run([sys.executable, "-m", "actors", "node", "start", "--store", f"sqlite:///{store}",
-                               "--port", str(free_port()), "--http-port", "0"],
-                              cwd=str(ROOT), env=env, capture_output=True, text=True, timeout=60)
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "actors",
+                "node",
+                "start",
+                "--store",
+                f"sqlite:///{store}",
+                "--port",
+                str(free_port()),
+                "--http-port",
+                "0",
+            ],
+            cwd=str(ROOT),
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
     finally:
         immutable([store], False)
     assert done.returncode == 1, done.stdout + done.stderr

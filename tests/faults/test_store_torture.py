@@ -2,6 +2,7 @@
 
 ``OTPJOBS_LONG=1`` runs the long version; ``OTPJOBS_FAULT_SEED`` replays a seed.
 """
+
 from __future__ import annotations
 
 import pytest

@@ -9,6 +9,7 @@ for good. Here the same shape with two small actors, on a real node: the
 dependent child takes half a second to start, its sibling is killed during
 that start, and the pair must be running again soon after.
 """
+
 from __future__ import annotations
 
 import logging
@@ -28,8 +29,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
 @pytest.fixture
 def node():
-    n = start_node(free_port(), {"strategy": "one_for_one", "intensity": 1000, "period": 1}, [],
-                   level=logging.CRITICAL)
+    n = start_node(free_port(), {"strategy": "one_for_one", "intensity": 1000, "period": 1}, [], level=logging.CRITICAL)
     try:
         yield n
     finally:
@@ -42,10 +42,10 @@ def test_a_restart_failing_because_a_sibling_died_too_handles_that_exit_first(no
     client = node.client()
     name = f"sibling-{uuid.uuid4().hex[:8]}"
     flags = {"strategy": "rest_for_one", "intensity": 1000, "period": 1}
-    specs = [ChildSpec("s", Sibling, None, name=name),
-             ChildSpec("c", NeedsSibling, {"sibling": name, "delay": 0.5})]
-    sup = client.start_child(client.node, ChildSpec("pair", Supervisor, (flags, specs), restart="temporary",
-                                                    type="supervisor"))
+    specs = [ChildSpec("s", Sibling, None, name=name), ChildSpec("c", NeedsSibling, {"sibling": name, "delay": 0.5})]
+    sup = client.start_child(
+        client.node, ChildSpec("pair", Supervisor, (flags, specs), restart="temporary", type="supervisor")
+    )
     sup_pid = client.get_pid(sup)
     s_pid, c_pid = (row.pid for row in client.which_children(sup))
 
@@ -60,8 +60,9 @@ def test_a_restart_failing_because_a_sibling_died_too_handles_that_exit_first(no
 
     def whole() -> bool:
         rows = client.which_children(sup)
-        return all(r.addr is not None and pid_alive(r.pid) for r in rows) and \
-            {r.pid for r in rows}.isdisjoint({s_pid, c_pid})
+        return all(r.addr is not None and pid_alive(r.pid) for r in rows) and {r.pid for r in rows}.isdisjoint(
+            {s_pid, c_pid}
+        )
 
     wait_until(whole, 15, "s and c to run again", step=0.05, ignore=(Exception,))
     assert client.call(name, "pid") == next(r.pid for r in client.which_children(sup) if r.id == "s")

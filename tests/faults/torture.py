@@ -8,6 +8,7 @@ pass ``PRAGMA integrity_check`` and the store must agree with the ledgers
 applied, no update is lost, no item or plain job is taken twice, the
 pending queue holds exactly the pending jobs.
 """
+
 from __future__ import annotations
 
 import collections
@@ -76,10 +77,24 @@ class StoreWorkers:
         self.incarnation[name] += 1
         err = open(self.dir / f"{name}.{self.incarnation[name]}.err", "w")
         self.procs[name] = subprocess.Popen(
-            [sys.executable, "-m", "tests.faults.store_worker", self.url, name, str(self.incarnation[name]),
-             str(self.ledger(name)), str(self.stop_file), str(self.items)],
-            cwd=str(ROOT), env=dict(os.environ, PYTHONPATH=str(ROOT)), stdout=err, stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL, start_new_session=True)
+            [
+                sys.executable,
+                "-m",
+                "tests.faults.store_worker",
+                self.url,
+                name,
+                str(self.incarnation[name]),
+                str(self.ledger(name)),
+                str(self.stop_file),
+                str(self.items),
+            ],
+            cwd=str(ROOT),
+            env=dict(os.environ, PYTHONPATH=str(ROOT)),
+            stdout=err,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         err.close()
         self.pids.add(self.procs[name].pid)
 
@@ -129,10 +144,12 @@ def run_torture(s: TortureSettings, workdir: Path, out: Callable[[str], Any] = p
         api.set_type_timeout(db, PLAIN, 3600)
         api.set_type_timeout(db, CHURN, 1)
         for first in range(0, s.items, 1000):
+
             @fdblayer.transactional
             def seed_items(tr, first=first):
                 for i in range(first, min(first + 1000, s.items)):
                     tr[fdb.tuple.pack(("pending", i))] = b""
+
             seed_items(db)
         for name in workers.names:
             workers.start(name)
@@ -187,8 +204,10 @@ def check_store(db: Any, ledgers: list, items: int, counts: dict) -> list[str]:
             by_kind[parts[0]].append((tag, parts))
 
     # read-modify-write and atomic counters: equal to their markers, none lost
-    for kind, counter_key, decode in (("inc", b"counter", lambda v: int(v or b"0")),
-                                      ("atomic", b"atomic", lambda v: int.from_bytes(v or b"", "little"))):
+    for kind, counter_key, decode in (
+        ("inc", b"counter", lambda v: int(v or b"0")),
+        ("atomic", b"atomic", lambda v: int.from_bytes(v or b"", "little")),
+    ):
         markers = {(k[1], k[2]) for k, _ in _keys(db, (kind,))}
         value = decode(db.get(counter_key))
         if value != len(markers):
@@ -216,8 +235,10 @@ def check_store(db: Any, ledgers: list, items: int, counts: dict) -> list[str]:
     claimed = {k[1]: v.decode() for k, v in _keys(db, ("claimed",))}
     pending = {k[1] for k, _ in _keys(db, ("pending",))}
     if set(claimed) & pending or set(claimed) | pending != set(range(items)):
-        problems.append(f"claims: {len(claimed)} claimed + {len(pending)} pending != {items} items, "
-                        f"both: {sorted(set(claimed) & pending)[:5]}")
+        problems.append(
+            f"claims: {len(claimed)} claimed + {len(pending)} pending != {items} items, "
+            f"both: {sorted(set(claimed) & pending)[:5]}"
+        )
     ledger_claims = collections.Counter(int(p[1]) for _, p in by_kind["claim"])
     twice = [item for item, n in ledger_claims.items() if n > 1]
     if twice:
@@ -261,8 +282,10 @@ def check_store(db: Any, ledgers: list, items: int, counts: dict) -> list[str]:
                 break
             got.append(job.id)
         if sorted(got) != want:
-            problems.append(f"{job_type}: the queue gave {len(got)} jobs for {len(want)} pending, "
-                            f"extra {sorted(set(got) - set(want))[:5]}, missing {sorted(set(want) - set(got))[:5]}")
+            problems.append(
+                f"{job_type}: the queue gave {len(got)} jobs for {len(want)} pending, "
+                f"extra {sorted(set(got) - set(want))[:5]}, missing {sorted(set(want) - set(got))[:5]}"
+            )
         counts[f"{job_type}_drained"] = len(got)
     errors = [p for _, p in by_kind["error"]]
     if errors:
@@ -316,6 +339,9 @@ def _check_plain(db: Any, by_kind: dict, cut: set, counts: dict) -> list[str]:
         info = jobs.get(job_id)
         if info is None or info.state != "finished":
             problems.append(f"{job_id}: finish recorded by {who}, store says {info and info.state}")
-    counts.update(plain_jobs=len(jobs), plain_accepted=len(accepted),
-                  plain_finished=sum(1 for i in jobs.values() if i.state == "finished"))
+    counts.update(
+        plain_jobs=len(jobs),
+        plain_accepted=len(accepted),
+        plain_finished=sum(1 for i in jobs.values() if i.state == "finished"),
+    )
     return problems

@@ -5,6 +5,7 @@ SIGKILL of its process group leaves nothing; a killed worker is started
 again as the next incarnation of the same name and appends to the same
 ledger. A paused worker (SIGSTOP) is resumed by a timer once its pause is over.
 """
+
 from __future__ import annotations
 
 import json
@@ -25,8 +26,17 @@ from .queue_worker import next_seq, read_ledgers
 class Workers:
     """``count`` workers adding ``jobs`` jobs of ``job_type`` in all."""
 
-    def __init__(self, store_url: str, job_type: str, workdir: Path, count: int, jobs: int, rate: float,
-                 updates: int = 2, work: float = 0.0) -> None:
+    def __init__(
+        self,
+        store_url: str,
+        job_type: str,
+        workdir: Path,
+        count: int,
+        jobs: int,
+        rate: float,
+        updates: int = 2,
+        work: float = 0.0,
+    ) -> None:
         self.store_url = store_url
         self.job_type = job_type
         self.dir = workdir / "workers"
@@ -54,13 +64,38 @@ class Workers:
         self.incarnation[name] += 1
         n = self.incarnation[name]
         out = open(self.dir / f"{name}.{n}.out", "w")
-        cmd = [sys.executable, "-m", "tests.faults.queue_worker", self.store_url, self.job_type, name,
-               "--ledger", str(self.ledger(name)), "--stop", str(self.stop_file), "--quota", str(self.quota[name]),
-               "--rate", str(self.rate), "--updates", str(self.updates), "--work", str(self.work),
-               "--incarnation", str(n)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "tests.faults.queue_worker",
+            self.store_url,
+            self.job_type,
+            name,
+            "--ledger",
+            str(self.ledger(name)),
+            "--stop",
+            str(self.stop_file),
+            "--quota",
+            str(self.quota[name]),
+            "--rate",
+            str(self.rate),
+            "--updates",
+            str(self.updates),
+            "--work",
+            str(self.work),
+            "--incarnation",
+            str(n),
+        ]
         env = dict(os.environ, PYTHONPATH=str(ROOT))
-        self.procs[name] = subprocess.Popen(cmd, cwd=str(ROOT), env=env, stdout=out, stderr=subprocess.STDOUT,
-                                            stdin=subprocess.DEVNULL, start_new_session=True)
+        self.procs[name] = subprocess.Popen(
+            cmd,
+            cwd=str(ROOT),
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         out.close()
         self.every_pid.add(self.procs[name].pid)
 

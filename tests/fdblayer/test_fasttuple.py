@@ -1,4 +1,5 @@
 """The fast tuple paths give exactly what ``fdb.tuple`` gives, on any input."""
+
 from __future__ import annotations
 
 import fdb.tuple

@@ -5,6 +5,7 @@ by one in one transaction (a byte-for-byte dump of the store), existing jobs
 are resubmitted, and a waiting acceptor wakes. Bad input (any one job's
 making the whole call write nothing) is tests/hostile/test_queue_api.py's.
 """
+
 from __future__ import annotations
 
 import threading
@@ -22,6 +23,7 @@ from fdblayer.jobs.exceptions import NotFound
 def dump(db):
     """Every key and value of the store."""
     return [(kv.key, kv.value) for kv in db.get_range(b"", b"\xff")]
+
 
 T = "bulk"
 
@@ -67,9 +69,7 @@ def test_existing_jobs_are_resubmitted(typed):
         handles[result[0].id] = result[0]
     api.finish(typed, handles["finished"])
     api.add(typed, T, "pending", {"v": 0})
-    created = api.add_many(
-        typed, T, {"pending": {"v": 1}, "running": {"v": 1}, "finished": {"v": 1}, "new": {}}
-    )
+    created = api.add_many(typed, T, {"pending": {"v": 1}, "running": {"v": 1}, "finished": {"v": 1}, "new": {}})
     assert created == 1
     assert api.get_job_state(typed, T, "pending") == api.JobState.PENDING
     assert api.get_job_data(typed, T, "pending") == {"v": 1}
@@ -128,10 +128,7 @@ def _prepare(db, plan):
 
 def _view(db):
     """Each job's state, data and resubmit flag, and the pending queue's keys."""
-    jobs = {
-        info.id: (info.state, info.data, info.resubmit, info.scheduled_time)
-        for info in api.get_jobs(db, T)
-    }
+    jobs = {info.id: (info.state, info.data, info.resubmit, info.scheduled_time) for info in api.get_jobs(db, T)}
     prefix = DEFAULT_LAYOUT.pending_prefix(T)
     queue = [kv.key for kv in db.get_range(prefix, prefix + b"\xff")]
     return jobs, queue

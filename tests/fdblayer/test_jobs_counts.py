@@ -2,6 +2,7 @@
 long random run of operations (the couch_jobs API, the worker pools' batch
 transitions, re-enqueues of silent jobs) the counters read what counting
 the rows says. A real SQLite store; the clock is the store's, no sleep."""
+
 from __future__ import annotations
 
 import random
@@ -80,9 +81,28 @@ def test_counts_match_the_rows_after_every_operation(db, seed):
     claimed: list = []  # jobs claimed by the worker pools' batch transition
     _check(db)  # the first read counts and marks
     for _ in range(600):
-        op = rng.choice(["add", "add_later", "add_many", "remove", "accept", "finish", "update", "resubmit",
-                         "enqueue", "add_pool", "remove_pool", "claim", "start", "complete", "release", "reenqueue",
-                         "recover", "prune"])
+        op = rng.choice(
+            [
+                "add",
+                "add_later",
+                "add_many",
+                "remove",
+                "accept",
+                "finish",
+                "update",
+                "resubmit",
+                "enqueue",
+                "add_pool",
+                "remove_pool",
+                "claim",
+                "start",
+                "complete",
+                "release",
+                "reenqueue",
+                "recover",
+                "prune",
+            ]
+        )
         try:
             if op == "add":
                 api.add(db, T, _ids(rng), {"n": 1})
@@ -120,14 +140,23 @@ def test_counts_match_the_rows_after_every_operation(db, seed):
             elif op == "complete" and claimed:
                 done = [claimed.pop(rng.randrange(len(claimed))) for _ in range(min(len(claimed), 2))]
                 kinds = [rng.choice(["ok", "retry", "fail"]) for _ in done]
-                work.complete(db, L, [work.Outcome(c.job, k, b"\x01" if k == "ok" else None,
-                                                   None if k == "ok" else {"type": "E"}, 0)
-                                      for c, k in zip(done, kinds)], time.time())
+                work.complete(
+                    db,
+                    L,
+                    [
+                        work.Outcome(c.job, k, b"\x01" if k == "ok" else None, None if k == "ok" else {"type": "E"}, 0)
+                        for c, k in zip(done, kinds)
+                    ],
+                    time.time(),
+                )
             elif op == "release" and claimed:
                 work.release(db, L, [claimed.pop().job])
             elif op == "reenqueue":
-                running = activity.get_inactive_since(db, L, T, activity.get_activity_vs(db, L, T)) \
-                    if activity.get_activity_vs(db, L, T) is not None else []
+                running = (
+                    activity.get_inactive_since(db, L, T, activity.get_activity_vs(db, L, T))
+                    if activity.get_activity_vs(db, L, T) is not None
+                    else []
+                )
                 activity.re_enqueue_inactive(db, L, T, running[:2])
         except (NotFound, Halt):
             pass  # a removed or taken-over job: the op changes nothing
@@ -165,12 +194,21 @@ def test_events_and_the_run_time_histogram(db):
     api.finish(db, job)
     api.add(db, T, job.id, {})  # a finished job added again
     claimed = work.claim(db, L, T, time.time(), 5, "host", 1).claimed
-    outcomes = [work.Outcome(claimed[0].job, "ok", b"\x01", seconds=0.003),
-                work.Outcome(claimed[1].job, "fail", None, {"type": "E"}, seconds=2.0)]
+    outcomes = [
+        work.Outcome(claimed[0].job, "ok", b"\x01", seconds=0.003),
+        work.Outcome(claimed[1].job, "fail", None, {"type": "E"}, seconds=2.0),
+    ]
     work.complete(db, L, outcomes, time.time())
     events = counts.read_events(db, L, T)
-    assert {k: events[k] for k in counts.EVENTS} == {"added": 3, "started": 3, "succeeded": 1, "failed_final": 1,
-                                                      "retried": 0, "snoozed": 0, "reenqueued": 0}
+    assert {k: events[k] for k in counts.EVENTS} == {
+        "added": 3,
+        "started": 3,
+        "succeeded": 1,
+        "failed_final": 1,
+        "retried": 0,
+        "snoozed": 0,
+        "reenqueued": 0,
+    }
     run = events["run"]
     assert run["count"] == 2 and abs(run["sum"] - 2.003) < 1e-6
     assert dict(run["buckets"])[0.005] == 1 and dict(run["buckets"])[2.5] == 2 and run["buckets"][-1][1] == 2
@@ -182,8 +220,12 @@ def test_an_unknown_outcome_kind_is_refused_and_writes_nothing(db):
     claimed = work.claim(db, L, T, time.time(), 2, "host", 1).claimed
     before = list(db.get_range(b"", b"\xff"))
     with pytest.raises(ValueError):  # it used to count as a failure
-        work.complete(db, L, [work.Outcome(claimed[0].job, work.OutcomeKind.OK, b"\x01"),
-                              work.Outcome(claimed[1].job, "done", None)], time.time())
+        work.complete(
+            db,
+            L,
+            [work.Outcome(claimed[0].job, work.OutcomeKind.OK, b"\x01"), work.Outcome(claimed[1].job, "done", None)],
+            time.time(),
+        )
     assert list(db.get_range(b"", b"\xff")) == before
     assert {o.value for o in work.OutcomeKind} == {"ok", "retry", "snooze", "fail"}
 
@@ -208,10 +250,17 @@ def test_prune_removes_finished_pool_jobs_by_outcome_and_age_in_batches(db):
     assert retention.prune_type(db, L, T, {SUCCEEDED: 50, FAILED: 50}, now, batch=2) == (3, False)
     _check(db)
     got = counts.read(db, L, T, now)
-    assert (got["jobs"], got["pending"], got["claimed"], got["running"], got["finished"], got["failed"]) == \
-        (6, 3, 1, 1, 1, 0)
-    assert set(_states(db)) == {c.job.id for c in claimed[7:]} | {f"p{n}" for n in range(12)} - \
-        {c.job.id for c in claimed} | {"hand"}
+    assert (got["jobs"], got["pending"], got["claimed"], got["running"], got["finished"], got["failed"]) == (
+        6,
+        3,
+        1,
+        1,
+        1,
+        0,
+    )
+    assert set(_states(db)) == {c.job.id for c in claimed[7:]} | {f"p{n}" for n in range(12)} - {
+        c.job.id for c in claimed
+    } | {"hand"}
     tr = db.create_transaction()
     assert finished.pruned_before(tr, L, T) == pytest.approx(now - 100, abs=0.002)
     assert not tr.get_range_startswith(L.failures_prefix(T)), "a pruned job's entry in recent failures goes too"
@@ -223,8 +272,12 @@ def test_a_job_run_again_before_the_prune_is_left_alone(db):
     for job_id in ("again", "retried", "removed"):
         work.enqueue(db, L, T, job_id, encode_data({}), 0, 1)
     claimed = work.claim(db, L, T, now, 3, "host", 1).claimed
-    work.complete(db, L, [work.Outcome(c.job, "ok" if c.job.id != "retried" else "fail", b"\x01",
-                                       {"type": "E"}) for c in claimed], now - 100)
+    work.complete(
+        db,
+        L,
+        [work.Outcome(c.job, "ok" if c.job.id != "retried" else "fail", b"\x01", {"type": "E"}) for c in claimed],
+        now - 100,
+    )
     tr = db.create_transaction()  # the pruner's read of the index...
     due = finished.due(tr, L, T, SUCCEEDED, now, 10) + finished.due(tr, L, T, FAILED, now, 10)
     tr.cancel()

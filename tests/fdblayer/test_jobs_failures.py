@@ -5,6 +5,7 @@ transaction; the status page reads the latest ones with one range read;
 entries older than RETAIN go when a later failure is written; a job
 retried since is not shown as failed. The clock is passed in, no sleep.
 """
+
 from __future__ import annotations
 
 import time
@@ -30,8 +31,7 @@ def fail(db, job_id: str, now: float, kind: str = "fail") -> None:
     api.add(db, T, job_id, {"to": job_id})
     claimed = work.claim(db, L, T, now, 1, "host", 1).claimed
     assert [c.job.id for c in claimed] == [job_id]
-    outcome = work.Outcome(claimed[0].job, kind, {"ok": 1} if kind == "ok" else None,
-                           None if kind == "ok" else ERROR)
+    outcome = work.Outcome(claimed[0].job, kind, {"ok": 1} if kind == "ok" else None, None if kind == "ok" else ERROR)
     assert work.complete(db, L, [outcome], now) == []
 
 
@@ -52,7 +52,10 @@ def test_failures_for_good_are_listed_newest_first_and_successes_are_not(db):
     assert latest(db, 2) == ["c", "b"]
     status = overview.queue_status(db, L, now + 10)
     assert [(f["id"], f["error"]["message"]) for f in status["failures"]] == [
-        ("c", "bad address"), ("b", "bad address"), ("a", "bad address")]
+        ("c", "bad address"),
+        ("b", "bad address"),
+        ("a", "bad address"),
+    ]
 
 
 def test_old_failures_are_cleared_by_a_later_one(db):

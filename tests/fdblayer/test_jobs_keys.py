@@ -32,12 +32,8 @@ def test_keys_are_the_packed_tuples(prefix, job_type, job_id, sched_time):
     assert layout.pending_key(job_type, sched_time, job_id) == prefix + fdb.tuple.pack(
         (keys.PENDING, job_type, sched_time, job_id)
     )
-    assert layout.watches_pending_key(job_type) == prefix + fdb.tuple.pack(
-        (keys.WATCHES_PENDING, job_type)
-    )
-    assert layout.activity_timeout_key(job_type) == prefix + fdb.tuple.pack(
-        (keys.ACTIVITY_TIMEOUT, job_type)
-    )
+    assert layout.watches_pending_key(job_type) == prefix + fdb.tuple.pack((keys.WATCHES_PENDING, job_type))
+    assert layout.activity_timeout_key(job_type) == prefix + fdb.tuple.pack((keys.ACTIVITY_TIMEOUT, job_type))
     assert layout.unpack_data_key(layout.data_key(job_type, job_id)) == (job_type, job_id)
 
 

@@ -268,9 +268,7 @@ def test_accept_no_schedule(db, t):
         api.add(db, t, job_id, {})
     with pytest.raises(InvalidArgument):
         api.accept(db, t, no_schedule=True, max_sched_time=1)
-    accepted = [
-        api.accept(db, t, no_schedule=True, timeout=0)[0].id for _ in range(job_count)
-    ]
+    accepted = [api.accept(db, t, no_schedule=True, timeout=0)[0].id for _ in range(job_count)]
     assert sorted(accepted) == sorted(ids)
     with pytest.raises(NotFound):
         api.accept(db, t, no_schedule=True, timeout=0)
@@ -310,9 +308,7 @@ def test_check_get_jobs(db, t, t2):
     api.add(db, t, J1, {})
     api.add(db, t2, J2, {})
     summary = sorted((repr(i.type), i.id, i.state, i.data) for i in api.get_jobs(db))
-    assert summary == sorted(
-        [(repr(t2), J2, JobState.PENDING, {}), (repr(t), J1, JobState.PENDING, {})]
-    )
+    assert summary == sorted([(repr(t2), J2, JobState.PENDING, {}), (repr(t), J1, JobState.PENDING, {})])
     api.accept(db, t)
     states = {(i.id, i.state) for i in api.get_jobs(db)}
     assert states == {(J2, JobState.PENDING), (J1, JobState.RUNNING)}
@@ -438,9 +434,7 @@ def test_accept_deadline_follows_the_injected_clocks(db, t):
     """With max_sched_time past and the monotonic clock jumping, accept gives up at once."""
     ticks = iter(range(0, 10_000, 100))
     with pytest.raises(NotFound):
-        api.accept_job(
-            db, t, max_sched_time=5, clock=lambda: 1000.0, monotonic=lambda: float(next(ticks))
-        )
+        api.accept_job(db, t, max_sched_time=5, clock=lambda: 1000.0, monotonic=lambda: float(next(ticks)))
 
 
 def test_clear_all_empties_the_layer(db, t):

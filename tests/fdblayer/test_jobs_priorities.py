@@ -1,6 +1,7 @@
 """Priorities in the pools' queue: among due jobs a lower number is claimed
 first, equal ones in due order; every transition keeps a job's priority
 and the counters exact. A real SQLite store; the clock is passed in."""
+
 from __future__ import annotations
 
 import random
@@ -31,8 +32,15 @@ def _claim(db, n: int, now: float | None = None) -> list:
 
 def test_lower_priorities_are_claimed_first_and_equal_ones_in_due_order(db):
     now = int(time.time())
-    for job_id, priority, due in (("p5-a", 5, now - 20), ("p5-b", 5, now - 30), ("p0-a", 0, 0), ("p9", 9, 0),
-                                  ("p2", 2, now - 1), ("p0-b", 0, now - 5), ("p2-later", 2, now + 100)):
+    for job_id, priority, due in (
+        ("p5-a", 5, now - 20),
+        ("p5-b", 5, now - 30),
+        ("p0-a", 0, 0),
+        ("p9", 9, 0),
+        ("p2", 2, now - 1),
+        ("p0-b", 0, now - 5),
+        ("p2-later", 2, now + 100),
+    ):
         work.enqueue(db, L, T, job_id, DATA, due, None, priority=priority)
     assert _claim(db, 3, now) == ["p0-a", "p0-b", "p2"]
     assert _claim(db, 10, now) == ["p5-b", "p5-a", "p9"], "p2-later is not due"
@@ -99,15 +107,20 @@ def test_counts_stay_exact_with_priorities_through_random_transitions(db, seed):
         job_id = f"j{rng.randrange(10)}"
         try:
             if op == "enqueue":
-                work.enqueue(db, L, T, job_id, DATA, rng.choice([0, int(time.time()) + 100]), 3,
-                             priority=rng.randrange(10))
+                work.enqueue(
+                    db, L, T, job_id, DATA, rng.choice([0, int(time.time()) + 100]), 3, priority=rng.randrange(10)
+                )
             elif op == "claim":
                 claimed += work.claim(db, L, T, time.time(), rng.randrange(1, 4), "h", 3).claimed
             elif op == "complete" and claimed:
                 c = claimed.pop(rng.randrange(len(claimed)))
                 kind = rng.choice(["ok", "retry", "fail", "snooze"])
-                work.complete(db, L, [work.Outcome(c.job, kind, None, None if kind in ("ok", "snooze") else
-                                                   {"type": "E"}, 0)], time.time())
+                work.complete(
+                    db,
+                    L,
+                    [work.Outcome(c.job, kind, None, None if kind in ("ok", "snooze") else {"type": "E"}, 0)],
+                    time.time(),
+                )
             elif op == "release" and claimed:
                 work.release(db, L, [claimed.pop().job])
             elif op == "remove":

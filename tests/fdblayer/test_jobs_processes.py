@@ -37,7 +37,9 @@ db = fdblayer.open(url)
 
 # Accepts and finishes jobs, one line per finished job, until it accepts a
 # "stop-" job (the test adds one per worker once every job is reported).
-WORKER = _PREAMBLE + """
+WORKER = (
+    _PREAMBLE
+    + """
 name = sys.argv[3]
 while True:
     job, data = api.accept(db, job_type, timeout=60)
@@ -47,18 +49,24 @@ while True:
         break
 db.close()
 """
+)
 
-ADDER = _PREAMBLE + """
+ADDER = (
+    _PREAMBLE
+    + """
 count = int(sys.argv[3])
 for i in range(count):
     api.add(db, job_type, "job-%05d" % i, {"i": i})
 print("added", flush=True)
 db.close()
 """
+)
 
 # Blocks in accept; the clock hook says when the empty dequeue has committed
 # (its watch is armed) and the call is about to wait on it.
-BLOCKED_ACCEPT = _PREAMBLE + """
+BLOCKED_ACCEPT = (
+    _PREAMBLE
+    + """
 from fdblayer.jobs.api import accept_job
 calls = 0
 def monotonic():
@@ -72,6 +80,7 @@ print(job.id, data["n"], flush=True)
 api.finish(db, job)
 db.close()
 """
+)
 
 
 class Procs:

@@ -1,5 +1,6 @@
 """The PostgreSQL server going away under a store handle (real server,
 stopped ``immediate`` as a crash would, then started again)."""
+
 from __future__ import annotations
 
 import subprocess
@@ -42,8 +43,9 @@ def test_calls_fail_fast_while_the_server_is_down_and_the_handle_recovers(server
         assert isinstance(caught.value.last_error, ServerGone)
         assert time.monotonic() - started < 8
         server.launch()
-        assert [kv.value for kv in db.get_range(b"k", b"l")] == [b"v%d" % i for i in range(50)], \
+        assert [kv.value for kv in db.get_range(b"k", b"l")] == [b"v%d" % i for i in range(50)], (
             "every commit before the crash is there, read through the same handle"
+        )
         db.set(b"x", b"after")
         assert db.get(b"x") == b"after"
     finally:
@@ -63,8 +65,11 @@ def test_a_watch_armed_before_a_restart_fires_for_a_change_after_it(server):
         time.sleep(0.5)
         server.launch()
         assert not watch.is_ready(), "a restart alone is no change"
-        subprocess.run([sys.executable, "-c", f"import fdblayer; fdblayer.open({url!r}).set(b'watched', b'1')"],
-                       check=True, timeout=60)
+        subprocess.run(
+            [sys.executable, "-c", f"import fdblayer; fdblayer.open({url!r}).set(b'watched', b'1')"],
+            check=True,
+            timeout=60,
+        )
         assert watch.wait(10), "the listener reconnected and the change was seen"
     finally:
         db.close()
@@ -79,8 +84,9 @@ def test_a_commit_in_another_process_wakes_a_watch_here(server):
         tr.commit()
         time.sleep(0.2)
         started = time.monotonic()
-        subprocess.run([sys.executable, "-c", f"import fdblayer; fdblayer.open({url!r}).set(b'k', b'1')"],
-                       check=True, timeout=60)
+        subprocess.run(
+            [sys.executable, "-c", f"import fdblayer; fdblayer.open({url!r}).set(b'k', b'1')"], check=True, timeout=60
+        )
         assert watch.wait(5)
         assert time.monotonic() - started < 5
     finally:

@@ -1,5 +1,6 @@
 """What only the PostgreSQL backend has: its tables, prefixes, schema
 version, long keys in a btree, and what its errors show (real server)."""
+
 from __future__ import annotations
 
 import random
@@ -32,7 +33,7 @@ def test_a_store_of_another_schema_version_is_refused_naming_both(pg_server, pg_
     fdblayer.open(pg_url).close()
     prefix = fdblayer.parse_store_url(pg_url).params["prefix"]
     with psycopg.connect(pg_server.conninfo(), autocommit=True) as conn:
-        conn.execute(f'UPDATE "{prefix}_meta" SET value = 99 WHERE name = \'schema_version\'')
+        conn.execute(f"UPDATE \"{prefix}_meta\" SET value = 99 WHERE name = 'schema_version'")
     with pytest.raises(StoreUnavailable) as caught:
         fdblayer.open(pg_url)
     assert "version 99" in str(caught.value) and f"version {SCHEMA_VERSION}" in str(caught.value)
@@ -58,8 +59,15 @@ def test_long_keys_sharing_the_indexed_prefix_keep_memcmp_order(db):
     sort as memcmp does (on every backend: it is the interface's order)."""
     head = b"\x01" * KEY_PREFIX_BYTES
     rng = random.Random(7)
-    keys = {head, head + b"\x00", head + b"a", head + b"a" * 3000, head + b"b", head[:-1] + b"\x02",
-            head + b"\xfe" * 8000}
+    keys = {
+        head,
+        head + b"\x00",
+        head + b"a",
+        head + b"a" * 3000,
+        head + b"b",
+        head[:-1] + b"\x02",
+        head + b"\xfe" * 8000,
+    }
     keys |= {head + bytes(rng.randrange(256) for _ in range(rng.randrange(1, 40))) for _ in range(40)}
     keys.add(b"\x01" * 10_000)
 

@@ -3,6 +3,7 @@ transaction: a debugger, a swapped-out process) must not hold up anyone who
 only opens or reads the store, and a writer that gives up must say who holds
 the lock. Real processes: the stalled writer is a child stopped for real.
 """
+
 from __future__ import annotations
 
 import os
@@ -44,8 +45,9 @@ def stalled(tmp_path):
     db = fdblayer.open(url)
     db.set(b"k", b"v")
     db.close()
-    child = subprocess.Popen([sys.executable, "-c", STALLED_WRITER.format(root=str(ROOT), url=url)],
-                             stdout=subprocess.PIPE, text=True)
+    child = subprocess.Popen(
+        [sys.executable, "-c", STALLED_WRITER.format(root=str(ROOT), url=url)], stdout=subprocess.PIPE, text=True
+    )
     try:
         assert child.stdout.readline().strip() == "holding"
         _wait_stopped(child.pid)
@@ -89,8 +91,13 @@ def test_opening_and_reading_do_not_wait_for_a_stalled_writer(stalled):
 def test_a_new_process_lists_jobs_under_a_stalled_writer(stalled):
     url, _, _ = stalled
     started = time.monotonic()
-    out = subprocess.run([sys.executable, "-m", "actors", "jobs", "list", "--store", url], cwd=ROOT,
-                         capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-m", "actors", "jobs", "list", "--store", url],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 0, out.stderr
     assert time.monotonic() - started < 10.0
 

@@ -186,9 +186,7 @@ class TestRanges:
         b = fill(db, 5, "b")
         tr = db.create_transaction()
         assert [r.key for r in tr.get_range_startswith(pack(("a",)))] == a
-        assert [r.key for r in tr.get_range_startswith(pack(("a",)), limit=1, reverse=True)] == [
-            a[-1]
-        ]
+        assert [r.key for r in tr.get_range_startswith(pack(("a",)), limit=1, reverse=True)] == [a[-1]]
         r = fdb.tuple.range(("b",))
         assert [kv.key for kv in tr.get_range(r.start, r.stop)] == b
         tr.clear_range(a[1], a[3])

@@ -22,7 +22,7 @@ from fdblayer.backends.sqlite_backend import SqliteDatabase
 
 WAIT = 30.0  # seconds: deadline of every wait on a process or an event
 
-WORKER = r'''
+WORKER = r"""
 import json, os, sys, time
 import fdb.tuple
 import fdblayer
@@ -82,7 +82,7 @@ elif role == "hold":
     sys.stdin.read()
 db.close()
 print(json.dumps(out), flush=True)
-'''
+"""
 
 
 def start(role: str, url: str, **args) -> subprocess.Popen:

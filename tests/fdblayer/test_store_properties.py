@@ -23,9 +23,7 @@ elements = st.one_of(
     st.text(max_size=4),
     st.binary(max_size=4),
 )
-tuples = st.tuples(st.sampled_from(["a", "b"]), elements) | st.tuples(
-    st.sampled_from(["a", "b"]), elements, elements
-)
+tuples = st.tuples(st.sampled_from(["a", "b"]), elements) | st.tuples(st.sampled_from(["a", "b"]), elements, elements)
 small_keys = st.tuples(st.sampled_from(["a", "b"]), st.integers(0, 12))
 keys = st.one_of(small_keys, small_keys, tuples).map(fdb.tuple.pack)  # collisions are common
 selectors = st.builds(KeySelector, keys | st.just(b""), st.booleans(), st.integers(-3, 3))
@@ -94,9 +92,7 @@ def _wipe(tr):
 @SETTINGS
 @given(
     operations=ops,
-    queries=st.lists(
-        st.tuples(bounds, bounds, st.integers(0, 4), st.booleans()), min_size=1, max_size=6
-    ),
+    queries=st.lists(st.tuples(bounds, bounds, st.integers(0, 4), st.booleans()), min_size=1, max_size=6),
 )
 def test_ranges_and_selectors_match_model(db, operations, queries):
     _wipe(db)
@@ -105,15 +101,11 @@ def test_ranges_and_selectors_match_model(db, operations, queries):
     try:
         apply(tr, model, operations)
         for begin, end, limit, reverse in queries:  # inside the writing transaction
-            assert tr.get_range(begin, end, limit=limit, reverse=reverse) == model.get_range(
-                begin, end, limit, reverse
-            )
+            assert tr.get_range(begin, end, limit=limit, reverse=reverse) == model.get_range(begin, end, limit, reverse)
         tr.commit()
         tr = db.create_transaction()
         for begin, end, limit, reverse in queries:  # after commit, in a fresh one
-            assert tr.get_range(begin, end, limit=limit, reverse=reverse) == model.get_range(
-                begin, end, limit, reverse
-            )
+            assert tr.get_range(begin, end, limit=limit, reverse=reverse) == model.get_range(begin, end, limit, reverse)
             if isinstance(begin, KeySelector):
                 assert tr.get_key(begin) == model.resolve(begin)
     finally:

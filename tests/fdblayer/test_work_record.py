@@ -1,13 +1,13 @@
 """The pools' work record: its error history is bounded so that a record
 with the largest result and progress still fits one store value, and a
 stored record that is not one reads as a fresh one."""
+
 from __future__ import annotations
 
 import msgpack
 
 from fdblayer.interface import MAX_VALUE_SIZE
-from fdblayer.jobs.work_record import (ERRORS_KEPT, HISTORY_LIMIT, HISTORY_TRACEBACK, WorkRecord,
-                                       with_error)
+from fdblayer.jobs.work_record import ERRORS_KEPT, HISTORY_LIMIT, HISTORY_TRACEBACK, WorkRecord, with_error
 
 
 def _error(n: int, tb: int = 10) -> dict:
@@ -19,7 +19,10 @@ def test_each_failed_attempt_joins_the_history_oldest_first():
     for n in range(1, 4):
         record = record._replace(attempt=n).end_attempt(None, None, _error(n), now=100.0 + n)
     assert [(e["attempt"], e["message"], e["at"]) for e in record.errors] == [
-        (1, "failed 1", 101.0), (2, "failed 2", 102.0), (3, "failed 3", 103.0)]
+        (1, "failed 1", 101.0),
+        (2, "failed 2", 102.0),
+        (3, "failed 3", 103.0),
+    ]
     assert record.end_attempt("succeeded", b"r", None, now=200.0).errors == record.errors, "a success adds nothing"
     assert WorkRecord.unpack(record.pack()).errors == record.errors
 
@@ -40,10 +43,19 @@ def test_a_record_with_the_largest_parts_fits_one_store_value():
     errors: tuple = ()
     for n in range(ERRORS_KEPT):
         errors = with_error(errors, n, 1.0, {"type": "E" * 200, "message": "m" * 2_000, "traceback": "t" * 9_000})
-    record = WorkRecord(attempt=1000, max_attempts=1000, outcome="succeeded", result=b"r" * RESULT_LIMIT,
-                        error={"type": "E", "message": "m" * 2_000, "traceback": "t" * TRACEBACK_LIMIT},
-                        progress={"p": "x" * PROGRESS_LIMIT}, worker="h" * 300, started=1.0, ended=2.0,
-                        claimed=0.5, errors=errors)
+    record = WorkRecord(
+        attempt=1000,
+        max_attempts=1000,
+        outcome="succeeded",
+        result=b"r" * RESULT_LIMIT,
+        error={"type": "E", "message": "m" * 2_000, "traceback": "t" * TRACEBACK_LIMIT},
+        progress={"p": "x" * PROGRESS_LIMIT},
+        worker="h" * 300,
+        started=1.0,
+        ended=2.0,
+        claimed=0.5,
+        errors=errors,
+    )
     assert len(record.pack()) < MAX_VALUE_SIZE
 
 

@@ -1,4 +1,5 @@
 """Fixtures of the hostile tests: ``n``, one real node per module (no admin configured)."""
+
 from __future__ import annotations
 
 import pytest

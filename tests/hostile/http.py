@@ -1,4 +1,5 @@
 """Raw HTTP over sockets for the hostile tests, and what a CouchDB answer must look like."""
+
 from __future__ import annotations
 
 import json
@@ -93,8 +94,14 @@ def request_bytes(method: str, target: str, body: bytes | None = None, headers: 
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + (body or b"")
 
 
-def request(port: int, method: str, target: str, body: Any = None, headers: dict | None = None,
-            content_type: str | None = "application/json") -> Reply:
+def request(
+    port: int,
+    method: str,
+    target: str,
+    body: Any = None,
+    headers: dict | None = None,
+    content_type: str | None = "application/json",
+) -> Reply:
     """One request; a ``body`` that is not bytes is sent as JSON."""
     data = body if isinstance(body, (bytes, type(None))) else json.dumps(body).encode()
     headers = dict(headers or {})

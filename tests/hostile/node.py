@@ -4,6 +4,7 @@ No doc processor: documents written over HTTP stay as written (nobody runs
 them), so the store changes only when a request writes. ``stop`` waits until
 no process of the node's group is left.
 """
+
 from __future__ import annotations
 
 import logging
@@ -36,8 +37,9 @@ class HostileNode:
     (no job actor starts) unless a test raises it.
     """
 
-    def __init__(self, directory: Path, config_path: str | None = None, secret: str | None = None,
-                 max_jobs: int = 10) -> None:
+    def __init__(
+        self, directory: Path, config_path: str | None = None, secret: str | None = None, max_jobs: int = 10
+    ) -> None:
         self.store = StoreFile(directory / "store.db")
         self.port = free_port()
         self.http_port = free_port()
@@ -106,8 +108,9 @@ class HostileNode:
             current = self.get("/_node/_local/_config/couch_jobs")
             for key, value in couch_jobs.items():
                 if current.get(key) != value:
-                    reply = request(self.http_port, "PUT", f"/_node/_local/_config/couch_jobs/{key}", value,
-                                    headers=self.auth)
+                    reply = request(
+                        self.http_port, "PUT", f"/_node/_local/_config/couch_jobs/{key}", value, headers=self.auth
+                    )
                     assert reply.status == 200, describe(reply)
         if before is not None and self.store.snapshot()[0] == before[0]:
             return

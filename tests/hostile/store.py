@@ -7,6 +7,7 @@ the ``kv`` table (every key and value, in key order), the ``meta`` table
 modification time of ``<file>-notify`` (touched by every write commit of
 any process).
 """
+
 from __future__ import annotations
 
 import os
@@ -33,8 +34,9 @@ class StoreFile:
             if not os.path.exists(self.path):
                 return None
             # Read-only, autocommit: no snapshot is held between two dumps.
-            self._conn = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, isolation_level=None,
-                                         check_same_thread=False)
+            self._conn = sqlite3.connect(
+                f"file:{self.path}?mode=ro", uri=True, isolation_level=None, check_same_thread=False
+            )
         conn = self._conn
         try:
             conn.execute("BEGIN")

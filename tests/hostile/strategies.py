@@ -1,4 +1,5 @@
 """Hypothesis strategies of hostile and of valid-but-odd Python values."""
+
 from __future__ import annotations
 
 import datetime
@@ -34,8 +35,27 @@ class Opaque:
 #: Text that UTF-8 can encode, biased to what tends to break things.
 ODD_CHARS = st.one_of(
     st.characters(codec="utf-8"),
-    st.sampled_from(["\x00", "\x01", "\x7f", "\n", "\r", '"', "\\", "/", "%", "+", "\u2028", "\ufeff",
-                     "\ufffd", "\U0010ffff", "\U0001d11e", "é", "\u0663"]),
+    st.sampled_from(
+        [
+            "\x00",
+            "\x01",
+            "\x7f",
+            "\n",
+            "\r",
+            '"',
+            "\\",
+            "/",
+            "%",
+            "+",
+            "\u2028",
+            "\ufeff",
+            "\ufffd",
+            "\U0010ffff",
+            "\U0001d11e",
+            "é",
+            "\u0663",
+        ]
+    ),
 )
 odd_text = st.text(ODD_CHARS, max_size=16)
 surrogate = st.characters(categories=["Cs"])
@@ -129,8 +149,9 @@ def nested(depth: int, kinds: list[bool]) -> dict:
 odd_type_leaf = st.one_of(odd_text, st.integers(INT_MIN, INT_MAX), st.sampled_from([INT_MIN, INT_MAX, 0, ""]))
 odd_type = st.one_of(
     odd_type_leaf,
-    st.recursive(st.tuples(odd_type_leaf), lambda inner: st.tuples(inner, odd_type_leaf) | st.tuples(inner),
-                 max_leaves=6).filter(lambda t: _tuple_depth(t) <= 8),
+    st.recursive(
+        st.tuples(odd_type_leaf), lambda inner: st.tuples(inner, odd_type_leaf) | st.tuples(inner), max_leaves=6
+    ).filter(lambda t: _tuple_depth(t) <= 8),
 )
 odd_id = st.text(ODD_CHARS, min_size=1, max_size=24)
 
@@ -150,39 +171,89 @@ def _deep_tuple(depth: int) -> tuple:
 
 #: Values that are not a job type.
 bad_type = st.one_of(
-    st.none(), st.booleans(), st.floats(), st.binary(max_size=4), st.lists(st.integers(), max_size=2),
-    st.just(()), st.tuples(odd_text, st.floats()), st.tuples(odd_text, st.none()), st.tuples(st.booleans()),
-    st.tuples(st.just(())), st.sets(st.integers(), max_size=2), st.dictionaries(odd_text, st.integers(), max_size=2),
-    st.integers(min_value=INT_MAX + 1), st.integers(max_value=INT_MIN - 1), surrogate_text,
-    st.tuples(odd_text, surrogate_text), st.integers(9, 30).map(_deep_tuple), st.builds(Opaque),
-    st.just(Color.RED), st.complex_numbers(), st.decimals(allow_nan=False),
+    st.none(),
+    st.booleans(),
+    st.floats(),
+    st.binary(max_size=4),
+    st.lists(st.integers(), max_size=2),
+    st.just(()),
+    st.tuples(odd_text, st.floats()),
+    st.tuples(odd_text, st.none()),
+    st.tuples(st.booleans()),
+    st.tuples(st.just(())),
+    st.sets(st.integers(), max_size=2),
+    st.dictionaries(odd_text, st.integers(), max_size=2),
+    st.integers(min_value=INT_MAX + 1),
+    st.integers(max_value=INT_MIN - 1),
+    surrogate_text,
+    st.tuples(odd_text, surrogate_text),
+    st.integers(9, 30).map(_deep_tuple),
+    st.builds(Opaque),
+    st.just(Color.RED),
+    st.complex_numbers(),
+    st.decimals(allow_nan=False),
 )
 #: Values that are not a job id.
 bad_id = st.one_of(
-    st.none(), st.just(""), st.integers(), st.floats(), st.booleans(), st.binary(max_size=4),
-    st.tuples(odd_text), st.lists(odd_text, max_size=2), surrogate_text, st.builds(Opaque),
+    st.none(),
+    st.just(""),
+    st.integers(),
+    st.floats(),
+    st.booleans(),
+    st.binary(max_size=4),
+    st.tuples(odd_text),
+    st.lists(odd_text, max_size=2),
+    surrogate_text,
+    st.builds(Opaque),
 )
 #: Values that are not a scheduled time (an int in [0, 2**63 - 1]).
 bad_time = st.one_of(
-    st.integers(max_value=-1), st.integers(min_value=INT_MAX + 1), st.floats(), st.booleans(), st.text(max_size=3),
-    st.decimals(allow_nan=False), st.just(datetime.datetime(2020, 1, 1)), st.complex_numbers(),
-    st.fractions(), st.builds(Opaque),
+    st.integers(max_value=-1),
+    st.integers(min_value=INT_MAX + 1),
+    st.floats(),
+    st.booleans(),
+    st.text(max_size=3),
+    st.decimals(allow_nan=False),
+    st.just(datetime.datetime(2020, 1, 1)),
+    st.complex_numbers(),
+    st.fractions(),
+    st.builds(Opaque),
 )
 #: Values that are not a wait timeout (None or a finite number >= 0).
 bad_timeout = st.one_of(
-    st.floats(max_value=-1e-300), st.integers(max_value=-1), st.sampled_from([math.nan, math.inf, -math.inf]),
-    st.booleans(), st.text(max_size=3), st.complex_numbers(), st.decimals(allow_nan=False), st.builds(Opaque),
+    st.floats(max_value=-1e-300),
+    st.integers(max_value=-1),
+    st.sampled_from([math.nan, math.inf, -math.inf]),
+    st.booleans(),
+    st.text(max_size=3),
+    st.complex_numbers(),
+    st.decimals(allow_nan=False),
+    st.builds(Opaque),
     st.just(datetime.timedelta(seconds=1)),
 )
 #: Values that are not a type timeout (a finite number in (0, 1e8]: MAX_TYPE_TIMEOUT).
 bad_type_timeout = st.one_of(
-    st.floats(max_value=0.0), st.integers(max_value=0), st.integers(min_value=INT_MAX + 1),
-    st.floats(min_value=1e8, exclude_min=True), st.integers(min_value=10**8 + 1),  # past MAX_TYPE_TIMEOUT
-    st.floats(min_value=9.3e18), st.sampled_from([math.nan, math.inf]), st.booleans(), st.none(),
-    st.text(max_size=3), st.complex_numbers(), st.decimals(allow_nan=False), st.builds(Opaque),
+    st.floats(max_value=0.0),
+    st.integers(max_value=0),
+    st.integers(min_value=INT_MAX + 1),
+    st.floats(min_value=1e8, exclude_min=True),
+    st.integers(min_value=10**8 + 1),  # past MAX_TYPE_TIMEOUT
+    st.floats(min_value=9.3e18),
+    st.sampled_from([math.nan, math.inf]),
+    st.booleans(),
+    st.none(),
+    st.text(max_size=3),
+    st.complex_numbers(),
+    st.decimals(allow_nan=False),
+    st.builds(Opaque),
 )
 #: Things that are not a Database nor a Transaction.
 bad_handle = st.one_of(
-    st.none(), st.text(max_size=20), st.just("sqlite:///x.db"), st.integers(), st.builds(Opaque),
-    st.dictionaries(odd_text, st.integers(), max_size=1), st.just(object()),
+    st.none(),
+    st.text(max_size=20),
+    st.just("sqlite:///x.db"),
+    st.integers(),
+    st.builds(Opaque),
+    st.dictionaries(odd_text, st.integers(), max_size=1),
+    st.just(object()),
 )

@@ -8,6 +8,7 @@ valid documents round-trip: put, get, list, view (as JSON), delete.
 
 One real SQLite file for the module, holding two documents.
 """
+
 from __future__ import annotations
 
 import json
@@ -58,8 +59,9 @@ def d(tmp_path_factory):
 
 
 def test_every_public_function_is_covered() -> None:
-    public = {name for name in docs.__all__ if callable(getattr(docs, name))
-              and not isinstance(getattr(docs, name), type)}
+    public = {
+        name for name in docs.__all__ if callable(getattr(docs, name)) and not isinstance(getattr(docs, name), type)
+    }
     assert public <= {"put", "get", "delete", "list_docs", "view"}, public
 
 
@@ -73,7 +75,9 @@ def test_errors_are_jobs_errors() -> None:
 bad_db_name = st.one_of(
     S.bad_id,
     S.odd_text.filter(lambda s: s != DB and not s.endswith("/" + DB)),
-    st.just("_replicatorx"), st.just("x/_replicator/"), st.just(" _replicator"),
+    st.just("_replicatorx"),
+    st.just("x/_replicator/"),
+    st.just(" _replicator"),
     st.tuples(S.surrogate_text, st.just("/_replicator")).map("".join),
 )
 bad_doc_id = st.one_of(
@@ -88,8 +92,11 @@ bad_doc_id = st.one_of(
 @given(bad=bad_db_name)
 @example(bad="elsewhere")
 def test_a_bad_database_name_is_an_invalid_argument(d, bad) -> None:
-    for call in [lambda: docs.put(d.db, bad, "x", BODY), lambda: docs.get(d.db, bad, "kept"),
-                 lambda: docs.delete(d.db, bad, "kept")]:
+    for call in [
+        lambda: docs.put(d.db, bad, "x", BODY),
+        lambda: docs.get(d.db, bad, "kept"),
+        lambda: docs.delete(d.db, bad, "kept"),
+    ]:
         d.refused(call, docs.InvalidArgument)
 
 
@@ -99,8 +106,11 @@ def test_a_bad_database_name_is_an_invalid_argument(d, bad) -> None:
 @example(bad="")
 @example(bad="x" * 20_000)
 def test_a_bad_doc_id_is_an_invalid_argument(d, bad) -> None:
-    for call in [lambda: docs.put(d.db, DB, bad, BODY), lambda: docs.get(d.db, DB, bad),
-                 lambda: docs.delete(d.db, DB, bad)]:
+    for call in [
+        lambda: docs.put(d.db, DB, bad, BODY),
+        lambda: docs.get(d.db, DB, bad),
+        lambda: docs.delete(d.db, DB, bad),
+    ]:
         d.refused(call, docs.InvalidArgument)
 
 
@@ -115,27 +125,50 @@ def test_unknown_documents_are_not_found(d, doc_id) -> None:
 
 # ------------------------------------------------------------------ bodies
 
-not_a_url = st.one_of(st.integers(), st.floats(allow_nan=False), st.booleans(), st.just(""),
-                      st.lists(st.text(), max_size=1),
-                      st.dictionaries(st.sampled_from(["uri", "href"]), st.text(max_size=3), max_size=1),
-                      st.fixed_dictionaries({"url": st.one_of(st.integers(), st.just(""), st.none(), st.booleans())}))
+not_a_url = st.one_of(
+    st.integers(),
+    st.floats(allow_nan=False),
+    st.booleans(),
+    st.just(""),
+    st.lists(st.text(), max_size=1),
+    st.dictionaries(st.sampled_from(["uri", "href"]), st.text(max_size=3), max_size=1),
+    st.fixed_dictionaries({"url": st.one_of(st.integers(), st.just(""), st.none(), st.booleans())}),
+)
 bad_body = st.one_of(
-    st.one_of(S.json_value.filter(lambda v: not isinstance(v, dict)), S.bad_leaf, st.none()),   # not a dict
-    st.just({}), st.fixed_dictionaries({"continuous": st.just(True)}),                         # nothing to run
-    st.fixed_dictionaries({"handler": st.one_of(
-        st.sampled_from(["", ":", "a:", ":b", "no_colon", "a.b"]), st.integers(), st.booleans(),
-        st.lists(st.text(), max_size=1),
-        st.dictionaries(st.text(max_size=2), st.text(max_size=2), max_size=1))}),
+    st.one_of(S.json_value.filter(lambda v: not isinstance(v, dict)), S.bad_leaf, st.none()),  # not a dict
+    st.just({}),
+    st.fixed_dictionaries({"continuous": st.just(True)}),  # nothing to run
+    st.fixed_dictionaries(
+        {
+            "handler": st.one_of(
+                st.sampled_from(["", ":", "a:", ":b", "no_colon", "a.b"]),
+                st.integers(),
+                st.booleans(),
+                st.lists(st.text(), max_size=1),
+                st.dictionaries(st.text(max_size=2), st.text(max_size=2), max_size=1),
+            )
+        }
+    ),
     st.fixed_dictionaries({"source": not_a_url, "target": st.just("http://b/db")}),
     st.fixed_dictionaries({"source": st.just("http://a/db"), "target": not_a_url}),
     st.fixed_dictionaries({"source": st.just("http://a/db")}),
-    st.fixed_dictionaries({"handler": st.just(BODY["handler"]), "continuous": st.one_of(
-        st.integers(), st.text(max_size=4), st.none(), st.floats(allow_nan=False))}).filter(
-        lambda b: b["continuous"] is not None),
-    st.fixed_dictionaries({"handler": st.just(BODY["handler"]), "options": st.one_of(
-        st.lists(st.integers(), max_size=2), st.text(max_size=3), st.integers(), st.booleans())}),
-    S.data_with_one_bad_value().filter(lambda data: "_id" not in data and "_rev" not in data).map(
-        lambda data: dict(data, **BODY)),
+    st.fixed_dictionaries(
+        {
+            "handler": st.just(BODY["handler"]),
+            "continuous": st.one_of(st.integers(), st.text(max_size=4), st.none(), st.floats(allow_nan=False)),
+        }
+    ).filter(lambda b: b["continuous"] is not None),
+    st.fixed_dictionaries(
+        {
+            "handler": st.just(BODY["handler"]),
+            "options": st.one_of(
+                st.lists(st.integers(), max_size=2), st.text(max_size=3), st.integers(), st.booleans()
+            ),
+        }
+    ),
+    S.data_with_one_bad_value()
+    .filter(lambda data: "_id" not in data and "_rev" not in data)
+    .map(lambda data: dict(data, **BODY)),
     st.integers(64_100, 99_000).map(lambda n: dict(BODY, big="x" * n)),
     st.integers(32_100, 50_000).map(lambda n: dict(BODY, big="\u00e9" * n)),  # two bytes each
 )
@@ -155,8 +188,16 @@ def test_a_bad_body_is_refused_and_writes_nothing(d, body, doc_id) -> None:
 
 
 @SOME
-@given(rev=st.one_of(st.integers(), st.floats(), st.binary(max_size=3), st.lists(st.text(max_size=3), max_size=1),
-                     st.booleans(), st.builds(S.Opaque)))
+@given(
+    rev=st.one_of(
+        st.integers(),
+        st.floats(),
+        st.binary(max_size=3),
+        st.lists(st.text(max_size=3), max_size=1),
+        st.booleans(),
+        st.builds(S.Opaque),
+    )
+)
 def test_a_rev_that_is_not_a_str_is_an_invalid_argument(d, rev) -> None:
     d.refused(lambda: docs.put(d.db, DB, "kept", BODY, rev=rev, check_rev=True), docs.InvalidArgument)
     d.refused(lambda: docs.put(d.db, DB, "kept", dict(BODY, _rev=rev)), docs.InvalidArgument)
@@ -176,11 +217,19 @@ def test_a_stale_rev_is_a_conflict(d, rev) -> None:
 
 
 @SOME
-@given(limit=st.one_of(st.integers(max_value=-1), st.floats(), st.booleans(), st.text(max_size=3),
-                       st.decimals(allow_nan=False), st.builds(S.Opaque)),
-       skip=st.one_of(st.integers(max_value=-1), st.floats(), st.booleans(), st.text(max_size=3)),
-       states=st.lists(S.odd_text.filter(lambda s: s not in docs.STATES), min_size=1, max_size=3),
-       db_name=st.one_of(st.just(""), st.integers(), st.binary(max_size=2), S.surrogate_text))
+@given(
+    limit=st.one_of(
+        st.integers(max_value=-1),
+        st.floats(),
+        st.booleans(),
+        st.text(max_size=3),
+        st.decimals(allow_nan=False),
+        st.builds(S.Opaque),
+    ),
+    skip=st.one_of(st.integers(max_value=-1), st.floats(), st.booleans(), st.text(max_size=3)),
+    states=st.lists(S.odd_text.filter(lambda s: s not in docs.STATES), min_size=1, max_size=3),
+    db_name=st.one_of(st.just(""), st.integers(), st.binary(max_size=2), S.surrogate_text),
+)
 def test_bad_list_arguments_are_invalid_arguments(d, limit, skip, states, db_name) -> None:
     d.refused(lambda: docs.list_docs(d.db, limit=limit), docs.InvalidArgument)
     d.refused(lambda: docs.list_docs(d.db, skip=skip), docs.InvalidArgument)
@@ -190,13 +239,19 @@ def test_bad_list_arguments_are_invalid_arguments(d, limit, skip, states, db_nam
 
 
 @SOME
-@given(limit=st.none() | st.integers(0, 5) | st.just(2**80), skip=st.integers(0, 5) | st.just(2**80),
-       states=st.none() | st.lists(st.sampled_from(docs.STATES), max_size=3),
-       db_name=st.none() | st.sampled_from([DB, "team/_replicator", "nothing/_replicator"]) | S.odd_id)
+@given(
+    limit=st.none() | st.integers(0, 5) | st.just(2**80),
+    skip=st.integers(0, 5) | st.just(2**80),
+    states=st.none() | st.lists(st.sampled_from(docs.STATES), max_size=3),
+    db_name=st.none() | st.sampled_from([DB, "team/_replicator", "nothing/_replicator"]) | S.odd_id,
+)
 def test_odd_list_arguments_page_like_a_slice(d, limit, skip, states, db_name) -> None:
     everything = sorted(((doc.db_name, doc.doc_id), doc.state) for doc in docs.list_docs(d.db)[1])
-    wanted = [key for key, state in everything if (db_name is None or key[0] == db_name)
-              and (states is None or state in states)]
+    wanted = [
+        key
+        for key, state in everything
+        if (db_name is None or key[0] == db_name) and (states is None or state in states)
+    ]
     total, page = docs.list_docs(d.db, db_name, limit=limit, skip=skip, states=states)
     end = None if limit is None else skip + limit
     assert total == len(wanted)
@@ -207,19 +262,29 @@ def test_odd_list_arguments_page_like_a_slice(d, limit, skip, states, db_name) -
 
 odd_body = st.builds(
     lambda extra, kind, cont, options: dict(extra, continuous=cont, options=options, **kind),
-    S.json_data.map(lambda data: {k: v for k, v in data.items()
-                                  if k not in ("handler", "source", "target", "continuous", "options", "_id", "_rev")}),
-    st.one_of(st.just({"handler": BODY["handler"]}),
-              st.fixed_dictionaries({"source": S.odd_id,
-                                     "target": st.one_of(S.odd_id, S.odd_id.map(lambda u: {"url": u}))})),
+    S.json_data.map(
+        lambda data: {
+            k: v
+            for k, v in data.items()
+            if k not in ("handler", "source", "target", "continuous", "options", "_id", "_rev")
+        }
+    ),
+    st.one_of(
+        st.just({"handler": BODY["handler"]}),
+        st.fixed_dictionaries({"source": S.odd_id, "target": st.one_of(S.odd_id, S.odd_id.map(lambda u: {"url": u}))}),
+    ),
     st.booleans(),
     S.json_data,
 )
 
 
 @FEW
-@given(db_name=st.one_of(st.just(DB), S.odd_text.map(lambda p: p + "/" + DB)),
-       doc_id=S.odd_id.filter(lambda s: not s.startswith("_")), body=odd_body, again=odd_body)
+@given(
+    db_name=st.one_of(st.just(DB), S.odd_text.map(lambda p: p + "/" + DB)),
+    doc_id=S.odd_id.filter(lambda s: not s.startswith("_")),
+    body=odd_body,
+    again=odd_body,
+)
 def test_odd_valid_documents_round_trip(d, db_name, doc_id, body, again) -> None:
     assume((db_name, doc_id) not in ((DB, "kept"), ("team/_replicator", "other")))
     rev = docs.put(d.db, db_name, doc_id, body, check_rev=True)

@@ -12,6 +12,7 @@ example that wants its job started raises it); each example leaves the
 scheduler's table, its settings and the ``[couch_jobs]`` values as it
 found them.
 """
+
 from __future__ import annotations
 
 import json
@@ -64,32 +65,138 @@ def check_answer(n: HostileNode, method: str, reply: Reply, segments: list[str],
 # ------------------------------------------------------------------ requests
 
 METHODS = ["GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "COPY", "TRACE", "PROPFIND", "X-Y"]
-WORDS = ["_scheduler", "jobs", "docs", "_replicator", "_replicate", "_node", "_local", "_stats", "_prometheus",
-         "_config", "replicator", "couch_jobs", "max_jobs", "interval", "_session", "_up", "_utils", "index.html",
-         "couch_replicator", "seed", "nope", "_all_dbs", "..", ".", "~", "%", "%%", "%z", "%zz", "%00", "%ff",
-         "%C3%28", "%ED%A0%80", "%2F", "%2f_replicator", "a%2Fb", "+", ";", "x;y=z", "@", ":", "!", "$", "'", "()",
-         "*", "_", "__", "a" * 300, "_jobs", "_workers", "_retry", "state", "pending", "finished"]
+WORDS = [
+    "_scheduler",
+    "jobs",
+    "docs",
+    "_replicator",
+    "_replicate",
+    "_node",
+    "_local",
+    "_stats",
+    "_prometheus",
+    "_config",
+    "replicator",
+    "couch_jobs",
+    "max_jobs",
+    "interval",
+    "_session",
+    "_up",
+    "_utils",
+    "index.html",
+    "couch_replicator",
+    "seed",
+    "nope",
+    "_all_dbs",
+    "..",
+    ".",
+    "~",
+    "%",
+    "%%",
+    "%z",
+    "%zz",
+    "%00",
+    "%ff",
+    "%C3%28",
+    "%ED%A0%80",
+    "%2F",
+    "%2f_replicator",
+    "a%2Fb",
+    "+",
+    ";",
+    "x;y=z",
+    "@",
+    ":",
+    "!",
+    "$",
+    "'",
+    "()",
+    "*",
+    "_",
+    "__",
+    "a" * 300,
+    "_jobs",
+    "_workers",
+    "_retry",
+    "state",
+    "pending",
+    "finished",
+]
 #: Path segments: known words, junk escapes and percent-encoded odd text.
 path_segment = st.one_of(st.sampled_from(WORDS), S.odd_text.map(segment))
 #: Query strings: known keys with junk values, and junk pairs.
 query_value = st.one_of(
-    st.integers().map(str), st.sampled_from(["", "-1", "1e3", "0x10", "%205", "+5", "1_0", "abc", "nan",
-                                              "9" * 5000, "running", "failed,bogus", ",,", "%", "%zz", "%D9%A3"]),
+    st.integers().map(str),
+    st.sampled_from(
+        [
+            "",
+            "-1",
+            "1e3",
+            "0x10",
+            "%205",
+            "+5",
+            "1_0",
+            "abc",
+            "nan",
+            "9" * 5000,
+            "running",
+            "failed,bogus",
+            ",,",
+            "%",
+            "%zz",
+            "%D9%A3",
+        ]
+    ),
     S.odd_text.map(lambda t: quote(t, safe="")),
 )
-query = st.lists(st.tuples(st.sampled_from(["limit", "skip", "states", "rev", "x", "", "limit[]"]), query_value),
-                 max_size=3).map(lambda pairs: "&".join(f"{k}={v}" for k, v in pairs))
+query = st.lists(
+    st.tuples(st.sampled_from(["limit", "skip", "states", "rev", "x", "", "limit[]"]), query_value), max_size=3
+).map(lambda pairs: "&".join(f"{k}={v}" for k, v in pairs))
 json_body = S.json_value.map(lambda v: json.dumps(v).encode())
 body = st.one_of(
-    st.none(), st.binary(max_size=64), json_body, st.sampled_from([
-        b"", b"{", b"null", b"[]", b'"x"', b"1e999", b"NaN", b'{"a":', b"\xff\xfe", b'"\\ud800"',
-        b"[" * 200 + b"]" * 200, b'{"handler": "a.b:c", "x": "\\ud800"}', b'{"\\udfff": 1, "handler": "a.b:c"}',
-        b'{"replication_id": "\\ud800", "handler": "a.b:c"}', b'{"handler": 1}',
-        b'{"source": "a", "target": "b", "handler": "nope.nope:x", "continuous": false}',
-        b'{"replication_id": "x", "cancel": true}', b'"5"', b'"-1"', b'"abc"', b'{"name": "a", "password": "b"}',
-        b"name=a&password=b", b"name=%ff&password=%zz"]))
-content_type = st.sampled_from([None, "application/json", "text/plain", "application/x-www-form-urlencoded",
-                                "multipart/form-data; boundary=x", "application/json; charset=latin-1", "", "*/*"])
+    st.none(),
+    st.binary(max_size=64),
+    json_body,
+    st.sampled_from(
+        [
+            b"",
+            b"{",
+            b"null",
+            b"[]",
+            b'"x"',
+            b"1e999",
+            b"NaN",
+            b'{"a":',
+            b"\xff\xfe",
+            b'"\\ud800"',
+            b"[" * 200 + b"]" * 200,
+            b'{"handler": "a.b:c", "x": "\\ud800"}',
+            b'{"\\udfff": 1, "handler": "a.b:c"}',
+            b'{"replication_id": "\\ud800", "handler": "a.b:c"}',
+            b'{"handler": 1}',
+            b'{"source": "a", "target": "b", "handler": "nope.nope:x", "continuous": false}',
+            b'{"replication_id": "x", "cancel": true}',
+            b'"5"',
+            b'"-1"',
+            b'"abc"',
+            b'{"name": "a", "password": "b"}',
+            b"name=a&password=b",
+            b"name=%ff&password=%zz",
+        ]
+    ),
+)
+content_type = st.sampled_from(
+    [
+        None,
+        "application/json",
+        "text/plain",
+        "application/x-www-form-urlencoded",
+        "multipart/form-data; boundary=x",
+        "application/json; charset=latin-1",
+        "",
+        "*/*",
+    ]
+)
 
 
 def _send(n: HostileNode, method: str, target: str, data: bytes | None, ctype: str | None) -> Reply:
@@ -98,10 +205,17 @@ def _send(n: HostileNode, method: str, target: str, data: bytes | None, ctype: s
 
 
 @MANY
-@given(method=st.sampled_from(METHODS), segments=st.lists(path_segment, max_size=5), query=query,
-       slashes=st.sampled_from(["/", "//"]), data=body, ctype=content_type)
-@example(method="GET", segments=["_scheduler", "docs", "_replicator", "a", "b"], query="", slashes="/", data=None,
-         ctype=None)
+@given(
+    method=st.sampled_from(METHODS),
+    segments=st.lists(path_segment, max_size=5),
+    query=query,
+    slashes=st.sampled_from(["/", "//"]),
+    data=body,
+    ctype=content_type,
+)
+@example(
+    method="GET", segments=["_scheduler", "docs", "_replicator", "a", "b"], query="", slashes="/", data=None, ctype=None
+)
 def test_fuzzed_requests_get_couchdb_answers(n, method, segments, query, slashes, data, ctype) -> None:
     target = slashes + "/".join(segments) + (f"?{query}" if query else "")
     decoded = [unquote(s) for s in target.partition("?")[0].split("/") if s]
@@ -118,10 +232,13 @@ def test_fuzzed_requests_get_couchdb_answers(n, method, segments, query, slashes
 
 
 @MANY
-@given(path=st.sampled_from(["/_scheduler/jobs", "/_scheduler/docs", "/_scheduler/docs/_replicator"]),
-       limit=st.none() | query_value, skip=st.none() | query_value,
-       states=st.none() | st.lists(st.sampled_from(["running", "pending", "bogus", "", "%20Running", "failed"]),
-                                   max_size=3).map(",".join))
+@given(
+    path=st.sampled_from(["/_scheduler/jobs", "/_scheduler/docs", "/_scheduler/docs/_replicator"]),
+    limit=st.none() | query_value,
+    skip=st.none() | query_value,
+    states=st.none()
+    | st.lists(st.sampled_from(["running", "pending", "bogus", "", "%20Running", "failed"]), max_size=3).map(",".join),
+)
 def test_bad_paging_values_are_query_parse_errors(n, path, limit, skip, states) -> None:
     params = [(k, v) for k, v in (("limit", limit), ("skip", skip), ("states", states)) if v is not None]
     target = path + ("?" + "&".join(f"{k}={v}" for k, v in params) if params else "")
@@ -140,19 +257,28 @@ def test_bad_paging_values_are_query_parse_errors(n, path, limit, skip, states) 
 
 # ------------------------------------------------------------------ bodies
 
-replicate_body = st.fixed_dictionaries({}, optional={
-    "source": st.one_of(S.odd_text, st.integers(), st.none(), st.fixed_dictionaries({"url": S.odd_text}),
-                        st.just("http://adm:secret@example.invalid/db")),
-    "target": st.one_of(S.odd_text, st.booleans(), st.fixed_dictionaries({"url": st.integers()})),
-    "handler": st.one_of(st.just(IDLE), st.just("nope.nope:x"), S.odd_text, st.integers(),
-                         st.lists(st.text(max_size=2))),
-    "continuous": st.one_of(st.booleans(), st.integers(0, 1), st.text(max_size=2)),
-    "cancel": st.one_of(st.booleans(), st.just("true")),
-    "replication_id": st.one_of(S.odd_text, st.integers(), st.none(), st.lists(st.integers(), max_size=1)),
-    "id": st.one_of(S.odd_text, st.integers()),
-    "options": st.one_of(S.json_value, st.dictionaries(S.odd_text, S.json_leaf, max_size=2)),
-    "create_target": st.booleans(),
-}).filter(lambda b: not any(_is_store_url(b.get(k)) for k in ("source", "target")))
+replicate_body = st.fixed_dictionaries(
+    {},
+    optional={
+        "source": st.one_of(
+            S.odd_text,
+            st.integers(),
+            st.none(),
+            st.fixed_dictionaries({"url": S.odd_text}),
+            st.just("http://adm:secret@example.invalid/db"),
+        ),
+        "target": st.one_of(S.odd_text, st.booleans(), st.fixed_dictionaries({"url": st.integers()})),
+        "handler": st.one_of(
+            st.just(IDLE), st.just("nope.nope:x"), S.odd_text, st.integers(), st.lists(st.text(max_size=2))
+        ),
+        "continuous": st.one_of(st.booleans(), st.integers(0, 1), st.text(max_size=2)),
+        "cancel": st.one_of(st.booleans(), st.just("true")),
+        "replication_id": st.one_of(S.odd_text, st.integers(), st.none(), st.lists(st.integers(), max_size=1)),
+        "id": st.one_of(S.odd_text, st.integers()),
+        "options": st.one_of(S.json_value, st.dictionaries(S.odd_text, S.json_leaf, max_size=2)),
+        "create_target": st.booleans(),
+    },
+).filter(lambda b: not any(_is_store_url(b.get(k)) for k in ("source", "target")))
 
 
 def _is_store_url(value: Any) -> bool:
@@ -162,8 +288,11 @@ def _is_store_url(value: Any) -> bool:
 
 
 @SOME
-@given(payload=st.one_of(replicate_body.map(lambda b: json.dumps(b).encode()), body.filter(lambda b: b is not None)),
-       ctype=content_type, run=st.sampled_from([False, False, False, True]))
+@given(
+    payload=st.one_of(replicate_body.map(lambda b: json.dumps(b).encode()), body.filter(lambda b: b is not None)),
+    ctype=content_type,
+    run=st.sampled_from([False, False, False, True]),
+)
 def test_replicate_takes_a_valid_job_or_says_why_not(n, payload, ctype, run) -> None:
     before = n.store.snapshot()
     if run:  # start what it accepts (crashing handlers included)
@@ -171,8 +300,11 @@ def test_replicate_takes_a_valid_job_or_says_why_not(n, payload, ctype, run) -> 
     try:
         reply = _send(n, "POST", "/_replicate", payload, ctype)
         check_answer(n, "POST", reply, ["_replicate"], before)
-        form = (ctype or "").split(";")[0].strip().lower() in ("application/x-www-form-urlencoded",
-                                                               "multipart/form-data", "text/plain")
+        form = (ctype or "").split(";")[0].strip().lower() in (
+            "application/x-www-form-urlencoded",
+            "multipart/form-data",
+            "text/plain",
+        )
         assert reply.status in ((415,) if form else (200, 202, 400, 403, 404, 413)), describe(reply)
         if reply.status == 202:
             assert isinstance(reply.json()["_local_id"], str)
@@ -181,23 +313,32 @@ def test_replicate_takes_a_valid_job_or_says_why_not(n, payload, ctype, run) -> 
     n.check()
 
 
-doc_body = st.fixed_dictionaries({}, optional={
-    "handler": st.one_of(st.just(IDLE), S.odd_text, st.integers(), st.none()),
-    "source": st.one_of(S.odd_text, st.fixed_dictionaries({"url": S.odd_text}), st.integers()),
-    "target": st.one_of(S.odd_text, st.just({}), st.none()),
-    "continuous": st.one_of(st.booleans(), st.integers(0, 1)),
-    "options": st.one_of(S.json_value, st.none()),
-    "_id": st.one_of(st.just("doc"), S.odd_text, st.integers()),
-    "_rev": st.one_of(S.odd_text, st.integers(), st.none()),
-    "extra": S.json_value,
-})
+doc_body = st.fixed_dictionaries(
+    {},
+    optional={
+        "handler": st.one_of(st.just(IDLE), S.odd_text, st.integers(), st.none()),
+        "source": st.one_of(S.odd_text, st.fixed_dictionaries({"url": S.odd_text}), st.integers()),
+        "target": st.one_of(S.odd_text, st.just({}), st.none()),
+        "continuous": st.one_of(st.booleans(), st.integers(0, 1)),
+        "options": st.one_of(S.json_value, st.none()),
+        "_id": st.one_of(st.just("doc"), S.odd_text, st.integers()),
+        "_rev": st.one_of(S.odd_text, st.integers(), st.none()),
+        "extra": S.json_value,
+    },
+)
 
 
 @SOME
-@given(doc_id=st.one_of(st.just("doc"), st.just("seed"), S.odd_id), payload=st.one_of(
-    doc_body.map(lambda b: json.dumps(b).encode()), body.filter(lambda b: b is not None),
-    st.integers(1, 3).map(lambda k: json.dumps(dict(SEED, big="x" * (k * 40_000))).encode())),
-    method=st.sampled_from(["PUT", "PUT", "DELETE", "GET", "HEAD", "POST", "COPY"]), rev=st.none() | query_value)
+@given(
+    doc_id=st.one_of(st.just("doc"), st.just("seed"), S.odd_id),
+    payload=st.one_of(
+        doc_body.map(lambda b: json.dumps(b).encode()),
+        body.filter(lambda b: b is not None),
+        st.integers(1, 3).map(lambda k: json.dumps(dict(SEED, big="x" * (k * 40_000))).encode()),
+    ),
+    method=st.sampled_from(["PUT", "PUT", "DELETE", "GET", "HEAD", "POST", "COPY"]),
+    rev=st.none() | query_value,
+)
 def test_replicator_documents_are_written_only_when_valid(n, doc_id, payload, method, rev) -> None:
     target = f"/_replicator/{segment(doc_id)}" + ("" if rev is None else f"?rev={rev}")
     before = n.store.snapshot()
@@ -213,23 +354,34 @@ def test_replicator_documents_are_written_only_when_valid(n, doc_id, payload, me
 
 
 config_value = st.one_of(
-    st.integers(-10, 10**9).map(str), st.sampled_from(["", " 5 ", "1.5", "abc", "infinity", "true", "-0", "0", "1e3",
-                                                      "9" * 5000, "\u0663", "1_0"]),
-    S.odd_text, st.integers(), st.none(), st.lists(st.integers(), max_size=1),
+    st.integers(-10, 10**9).map(str),
+    st.sampled_from(["", " 5 ", "1.5", "abc", "infinity", "true", "-0", "0", "1e3", "9" * 5000, "\u0663", "1_0"]),
+    S.odd_text,
+    st.integers(),
+    st.none(),
+    st.lists(st.integers(), max_size=1),
 )
 
 
 @SOME
-@given(section=st.sampled_from(["replicator", "couch_jobs", "admins", "node", "nope"]),
-       key=st.one_of(st.sampled_from(list(REPLICATOR_KEYS) + list(COUCH_JOBS) + ["bogus", ""]),
-                     S.odd_id.map(segment)),
-       value=config_value, raw=st.none() | body, method=st.sampled_from(["PUT", "GET", "DELETE", "POST", "HEAD"]))
+@given(
+    section=st.sampled_from(["replicator", "couch_jobs", "admins", "node", "nope"]),
+    key=st.one_of(st.sampled_from(list(REPLICATOR_KEYS) + list(COUCH_JOBS) + ["bogus", ""]), S.odd_id.map(segment)),
+    value=config_value,
+    raw=st.none() | body,
+    method=st.sampled_from(["PUT", "GET", "DELETE", "POST", "HEAD"]),
+)
 def test_config_changes_only_what_it_can(n, section, key, value, raw, method) -> None:
     payload = json.dumps(value).encode() if raw is None else raw
     before = n.store.snapshot()
     try:
-        reply = _send(n, method, f"/_node/_local/_config/{section}/{key}", payload if method == "PUT" else None,
-                      "application/json")
+        reply = _send(
+            n,
+            method,
+            f"/_node/_local/_config/{section}/{key}",
+            payload if method == "PUT" else None,
+            "application/json",
+        )
         check_answer(n, method, reply, [], before)
         if reply.status == 200 and method == "PUT":
             assert isinstance(reply.json(), str)  # the old value
@@ -239,10 +391,14 @@ def test_config_changes_only_what_it_can(n, section, key, value, raw, method) ->
 
 
 @SOME
-@given(payload=body, ctype=content_type, method=st.sampled_from(["POST", "GET", "DELETE", "PUT", "HEAD"]),
-       auth=st.none() | st.sampled_from(["Basic", "Basic !!!", "Basic " + "QQ==" * 2000, "Bearer x", "Basic YTpi"]),
-       cookie=st.none() | st.sampled_from(["AuthSession=", "AuthSession=%%%", "AuthSession=YTox" * 50, "a=b; c",
-                                           "AuthSession=\"x\""]))
+@given(
+    payload=body,
+    ctype=content_type,
+    method=st.sampled_from(["POST", "GET", "DELETE", "PUT", "HEAD"]),
+    auth=st.none() | st.sampled_from(["Basic", "Basic !!!", "Basic " + "QQ==" * 2000, "Bearer x", "Basic YTpi"]),
+    cookie=st.none()
+    | st.sampled_from(["AuthSession=", "AuthSession=%%%", "AuthSession=YTox" * 50, "a=b; c", 'AuthSession="x"']),
+)
 def test_session_answers_are_couchdb_shaped(n, payload, ctype, method, auth, cookie) -> None:
     headers = {k: v for k, v in (("Authorization", auth), ("Cookie", cookie)) if v is not None}
     if ctype is not None:
@@ -337,13 +493,19 @@ PROTOCOL_JUNK = [
     (b"POST /_replicate HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\n", {501}),
     (b"POST /_replicate HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nZZ\r\n", {400}),
     (b"POST /_replicate HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n-1\r\n\r\n", {400}),
-    (b"POST /_replicate HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n0\r\n\r\n",
-     {400}),
-    (b"POST /_replicate HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nffffffffffffffffff\r\n",
-     {None, 400, 413}),
+    (
+        b"POST /_replicate HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n0\r\n\r\n",
+        {400},
+    ),
+    (
+        b"POST /_replicate HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nffffffffffffffffff\r\n",
+        {None, 400, 413},
+    ),
     (b"GET /_up HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * (100 << 10) + b"\r\n\r\n", {None, 400, 431}),
-    (b"GET /_up HTTP/1.1\r\nHost: x\r\n" + b"".join(b"X-%d: v\r\n" % i for i in range(5000)) + b"\r\n",
-     {200, 400, 431}),
+    (
+        b"GET /_up HTTP/1.1\r\nHost: x\r\n" + b"".join(b"X-%d: v\r\n" % i for i in range(5000)) + b"\r\n",
+        {200, 400, 431},
+    ),
     (b"GET /" + b"a" * (80 << 10) + b" HTTP/1.1\r\nHost: x\r\n\r\n", {None, 400, 414, 431}),
 ]
 
@@ -355,8 +517,9 @@ def test_malformed_http_gets_a_client_error_and_the_node_keeps_serving(n, data, 
     assert reply.status in statuses, describe(reply)
     if reply.status is not None and reply.status >= 400 and reply.headers.get("content-type") == "application/json":
         # 501 (a Transfer-Encoding waitress does not know) is CouchDB's not_implemented, the one 5xx expected here
-        assert is_couch_error(reply) or reply.status == 501 and reply.json().get("error") == "not_implemented", \
+        assert is_couch_error(reply) or reply.status == 501 and reply.json().get("error") == "not_implemented", (
             describe(reply)
+        )
     assert b"Traceback" not in reply.raw
     assert n.store.snapshot() == before
     n.check()
@@ -374,8 +537,12 @@ def test_random_bytes_get_a_client_error_or_a_closed_connection(n, data) -> None
 
 VALID = [
     request_bytes("PUT", "/_replicator/trunc", json.dumps(SEED).encode(), {"Content-Type": "application/json"}),
-    request_bytes("POST", "/_replicate", json.dumps({"replication_id": "trunc", "handler": IDLE}).encode(),
-                  {"Content-Type": "application/json"}),
+    request_bytes(
+        "POST",
+        "/_replicate",
+        json.dumps({"replication_id": "trunc", "handler": IDLE}).encode(),
+        {"Content-Type": "application/json"},
+    ),
     request_bytes("PUT", "/_node/_local/_config/replicator/max_jobs", b'"7"', {"Content-Type": "application/json"}),
     request_bytes("POST", "/_session", b"name=a&password=b", {"Content-Type": "application/x-www-form-urlencoded"}),
 ]
@@ -407,8 +574,9 @@ def test_a_truncated_request_changes_nothing_and_blocks_nobody(n, which, cut) ->
 def test_bodies_between_the_app_cap_and_the_server_cap_are_couchdb_413(n) -> None:
     for size in (1 << 20 | 1, 3 << 20):
         before = n.store.snapshot()
-        reply = exchange(n.http_port, request_bytes("PUT", "/_replicator/big", b"x" * size,
-                                                    {"Content-Type": "application/json"}))
+        reply = exchange(
+            n.http_port, request_bytes("PUT", "/_replicator/big", b"x" * size, {"Content-Type": "application/json"})
+        )
         assert reply.status == 413 and is_couch_error(reply) and reply.json()["error"] == "too_large", describe(reply)
         assert n.store.snapshot() == before
     n.check()

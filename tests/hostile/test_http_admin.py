@@ -11,6 +11,7 @@ One node for the module, its config file holding ``[admins] adm = s3cret``.
 the password, its HMAC key, with zero bytes, so ``s3cret\\x00`` is the same
 key as ``s3cret``; CouchDB's hashes behave the same.)
 """
+
 from __future__ import annotations
 
 import base64
@@ -64,30 +65,51 @@ def _not_the_password(credentials: bytes) -> bool:
 header_text = st.text(st.characters(min_codepoint=0x20, max_codepoint=0xFF, exclude_characters="\x7f"), max_size=60)
 authorization = st.one_of(
     header_text,
-    st.tuples(st.sampled_from(["Basic ", "basic ", "BASIC  ", "Bearer ", "Digest ", "Basic\t"]),
-              st.one_of(st.binary(max_size=40).filter(_not_the_password).map(lambda b: base64.b64encode(b).decode()),
-                        st.tuples(S.odd_text, S.odd_text).map(lambda p: f"{p[0]}:{p[1]}".encode())
-                        .filter(_not_the_password).map(lambda b: base64.b64encode(b).decode()),
-                        st.just(base64.b64encode(b"adm:wrong").decode()),
-                        st.just(base64.b64encode(b"adm:s3cret").decode() + "!"),
-                        st.just("=" * 5), st.just("YWRt" * 3000), header_text)).map("".join),
+    st.tuples(
+        st.sampled_from(["Basic ", "basic ", "BASIC  ", "Bearer ", "Digest ", "Basic\t"]),
+        st.one_of(
+            st.binary(max_size=40).filter(_not_the_password).map(lambda b: base64.b64encode(b).decode()),
+            st.tuples(S.odd_text, S.odd_text)
+            .map(lambda p: f"{p[0]}:{p[1]}".encode())
+            .filter(_not_the_password)
+            .map(lambda b: base64.b64encode(b).decode()),
+            st.just(base64.b64encode(b"adm:wrong").decode()),
+            st.just(base64.b64encode(b"adm:s3cret").decode() + "!"),
+            st.just("=" * 5),
+            st.just("YWRt" * 3000),
+            header_text,
+        ),
+    ).map("".join),
 )
 cookie = st.one_of(
     header_text.map(lambda t: "AuthSession=" + t),
     header_text,
-    st.tuples(st.sampled_from(["adm", "nobody", "", "adm:x"]), st.one_of(
-        st.integers(0, 2**40).map(lambda i: format(i, "X")), st.just(format(int(time.time()), "X")),
-        st.just("F" * 300), st.just("-1"), st.just("zz")), st.binary(min_size=0, max_size=40)).map(
-        lambda t: "AuthSession=" + forged_cookie(t[0], t[1], t[2] or SECRET.encode())),
-    st.just("AuthSession=" + forged_cookie("adm", format(int(time.time()) - 3600, "X"),
-                                           bytes.fromhex(SECRET))),  # the right key, no admin hash: still wrong
+    st.tuples(
+        st.sampled_from(["adm", "nobody", "", "adm:x"]),
+        st.one_of(
+            st.integers(0, 2**40).map(lambda i: format(i, "X")),
+            st.just(format(int(time.time()), "X")),
+            st.just("F" * 300),
+            st.just("-1"),
+            st.just("zz"),
+        ),
+        st.binary(min_size=0, max_size=40),
+    ).map(lambda t: "AuthSession=" + forged_cookie(t[0], t[1], t[2] or SECRET.encode())),
+    st.just(
+        "AuthSession=" + forged_cookie("adm", format(int(time.time()) - 3600, "X"), bytes.fromhex(SECRET))
+    ),  # the right key, no admin hash: still wrong
     st.just("AuthSession=" + _b64(b"adm:" + b"F" * 5000 + b":mac")),
 )
-PROTECTED = [("GET", "/_scheduler/jobs", None), ("GET", "/_scheduler/docs", None),
-             ("PUT", "/_replicator/x", {"handler": IDLE}), ("DELETE", "/_replicator/seed", None),
-             ("POST", "/_replicate", {"replication_id": "x", "handler": IDLE}),
-             ("PUT", "/_node/_local/_config/replicator/max_jobs", "3"), ("GET", "/_node/_local/_stats", None),
-             ("GET", "/_node/_local/_prometheus", None)]
+PROTECTED = [
+    ("GET", "/_scheduler/jobs", None),
+    ("GET", "/_scheduler/docs", None),
+    ("PUT", "/_replicator/x", {"handler": IDLE}),
+    ("DELETE", "/_replicator/seed", None),
+    ("POST", "/_replicate", {"replication_id": "x", "handler": IDLE}),
+    ("PUT", "/_node/_local/_config/replicator/max_jobs", "3"),
+    ("GET", "/_node/_local/_stats", None),
+    ("GET", "/_node/_local/_prometheus", None),
+]
 
 
 @SOME
@@ -114,13 +136,21 @@ def test_junk_credentials_are_401_and_change_nothing(n, auth, cookie, which) -> 
 
 
 login_body = st.one_of(
-    st.fixed_dictionaries({}, optional={"name": S.json_value, "username": S.json_value, "password": S.json_value})
-    .map(lambda d: ("application/json", json.dumps(d).encode())),
-    st.dictionaries(st.sampled_from(["name", "username", "password", "x"]), S.odd_text, max_size=3)
-    .map(lambda d: ("application/x-www-form-urlencoded",
-                    "&".join(f"{k}={v}" for k, v in d.items()).encode("utf-8", "replace"))),
-    st.tuples(st.sampled_from(["application/json", "application/x-www-form-urlencoded", "", "text/plain",
-                               "multipart/form-data"]), st.binary(max_size=60)),
+    st.fixed_dictionaries({}, optional={"name": S.json_value, "username": S.json_value, "password": S.json_value}).map(
+        lambda d: ("application/json", json.dumps(d).encode())
+    ),
+    st.dictionaries(st.sampled_from(["name", "username", "password", "x"]), S.odd_text, max_size=3).map(
+        lambda d: (
+            "application/x-www-form-urlencoded",
+            "&".join(f"{k}={v}" for k, v in d.items()).encode("utf-8", "replace"),
+        )
+    ),
+    st.tuples(
+        st.sampled_from(
+            ["application/json", "application/x-www-form-urlencoded", "", "text/plain", "multipart/form-data"]
+        ),
+        st.binary(max_size=60),
+    ),
     st.just(("application/json", b'{"name": "adm", "password": "S3CRET"}')),
     st.just(("application/x-www-form-urlencoded", b"name=adm&password=s3cret%01")),
     st.just(("application/json", json.dumps({"name": "adm", "password": "x" * 100_000}).encode())),
@@ -139,16 +169,19 @@ def test_junk_logins_are_refused_with_couchdb_errors(n, case) -> None:
     n.check()
 
 
-@pytest.mark.parametrize("ctype, data", [
-    ("application/x-www-form-urlencoded", b"name=adm&password=s3cret&extra=%ff%zz"),
-    ("application/json", b'{"name": "adm", "password": "s3cret", "extra": [1, {"a": null}]}'),
-    ("application/json; charset=utf-8", b'{"username": "adm", "password": "s3cret"}'),
-])
+@pytest.mark.parametrize(
+    "ctype, data",
+    [
+        ("application/x-www-form-urlencoded", b"name=adm&password=s3cret&extra=%ff%zz"),
+        ("application/json", b'{"name": "adm", "password": "s3cret", "extra": [1, {"a": null}]}'),
+        ("application/json; charset=utf-8", b'{"username": "adm", "password": "s3cret"}'),
+    ],
+)
 def test_real_logins_still_work_amid_the_junk(n, ctype, data) -> None:
     reply = exchange(n.http_port, request_bytes("POST", "/_session", data, {"Content-Type": ctype}))
     assert reply.status == 200 and reply.json() == {"ok": True, "name": "adm", "roles": ["_admin"]}, describe(reply)
     token = reply.headers["set-cookie"].split(";", 1)[0]
-    jobs = request(n.http_port, "GET", "/_scheduler/jobs", headers={"Cookie": f"junk=1; {token}; other=\"x\""})
+    jobs = request(n.http_port, "GET", "/_scheduler/jobs", headers={"Cookie": f'junk=1; {token}; other="x"'})
     assert jobs.status == 200, describe(jobs)
 
 

@@ -5,6 +5,7 @@
 actors/auth.py and was answered 500 with a traceback; it is now an ordinary
 wrong password (401 ``unauthorized``), for a known name and an unknown one.
 """
+
 from __future__ import annotations
 
 import json
@@ -21,8 +22,11 @@ pytestmark = pytest.mark.timeout(120)
 
 
 @settings(max_examples=10, deadline=None, database=None)
-@given(name=st.sampled_from(["adm", "nobody"]) | S.odd_text, password=S.surrogate_text,
-       key=st.sampled_from(["name", "username"]))
+@given(
+    name=st.sampled_from(["adm", "nobody"]) | S.odd_text,
+    password=S.surrogate_text,
+    key=st.sampled_from(["name", "username"]),
+)
 def test_a_password_utf8_cannot_encode_is_401(n, name, password, key) -> None:  # noqa: F811
     reply = request(n.http_port, "POST", "/_session", json.dumps({key: name, "password": password}).encode())
     assert reply.status == 401 and is_couch_error(reply) and reply.json()["error"] == "unauthorized", describe(reply)

@@ -16,6 +16,7 @@ handlers are modules written into a directory put on the nodes' path;
 each writes a marker file when imported (and its ``run`` one when called),
 named with the node's process group, so "never imported" is seen on disk.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -125,11 +126,14 @@ def plain(modules, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def configured(modules, tmp_path_factory):
-    node = PolicyNode(tmp_path_factory.mktemp("policy-configured"), textwrap.dedent(f"""\
+    node = PolicyNode(
+        tmp_path_factory.mktemp("policy-configured"),
+        textwrap.dedent(f"""\
         [replicator]
         handlers = {ALLOWED}, {EXACT}:run, {MISSING}
         stores = {{data}}, {{directory}}/extra, postgresql://db.example.invalid/
-        """))
+        """),
+    )
     try:
         yield node
     finally:
@@ -157,8 +161,11 @@ def forbidden(reply: Any, field: str, value: str) -> None:
 
 def imported(directory: Path, node: PolicyNode, module: str = "") -> list[str]:
     """The markers of the modules (``module``: that one) a process of ``node`` imported."""
-    return sorted(p.name for p in directory.iterdir()
-                  if p.name.startswith(f"imported-{module}") and p.name.split("-")[-2] == str(node.pgid))
+    return sorted(
+        p.name
+        for p in directory.iterdir()
+        if p.name.startswith(f"imported-{module}") and p.name.split("-")[-2] == str(node.pgid)
+    )
 
 
 def ran(directory: Path, node: PolicyNode, module: str, job_id: str) -> Path:
@@ -173,13 +180,16 @@ def sqlite(path: Path | str) -> str:
 # ------------------------------------------------------------------ handlers
 
 
-@pytest.mark.parametrize("handler", [f"{EVIL}:run", "os:getcwd", "subprocess:run", f"{ALLOWED}:run",
-                                     "tests.actors.scheduler_fixtures:idle"])
+@pytest.mark.parametrize(
+    "handler", [f"{EVIL}:run", "os:getcwd", "subprocess:run", f"{ALLOWED}:run", "tests.actors.scheduler_fixtures:idle"]
+)
 def test_a_handler_not_configured_is_refused_and_never_imported(plain, modules, handler) -> None:
     job_id = f"evil-{handler}"
-    for body in ({"replication_id": job_id, "handler": handler},
-                 {"replication_id": job_id, "handler": handler, "continuous": True},
-                 {"handler": handler, "source": sqlite(plain.data / "a.db"), "target": sqlite(plain.data / "b.db")}):
+    for body in (
+        {"replication_id": job_id, "handler": handler},
+        {"replication_id": job_id, "handler": handler, "continuous": True},
+        {"handler": handler, "source": sqlite(plain.data / "a.db"), "target": sqlite(plain.data / "b.db")},
+    ):
         forbidden(plain.request("POST", "/_replicate", body), "handler", handler)
     assert plain.jobs() == []
     assert plain.request("GET", f"/_scheduler/jobs/{job_id.replace(':', '%3A')}").status == 404
@@ -204,8 +214,11 @@ def test_a_configured_callable_allows_that_callable_only(configured, modules) ->
     assert reply.status == 202, describe(reply)
     wait_until(lambda: ran(modules, configured, EXACT, "exact-run").exists(), 30, "the allowed callable ran")
     for handler in (f"{EXACT}:other", f"{EXACT}:run.__globals__", f"{EXACT}x:run"):
-        forbidden(configured.request("POST", "/_replicate", {"replication_id": "exact-no", "handler": handler}),
-                  "handler", handler)
+        forbidden(
+            configured.request("POST", "/_replicate", {"replication_id": "exact-no", "handler": handler}),
+            "handler",
+            handler,
+        )
     assert "exact-no" not in configured.jobs()
     assert not ran(modules, configured, EXACT, "exact-no").exists()
 
@@ -213,8 +226,9 @@ def test_a_configured_callable_allows_that_callable_only(configured, modules) ->
 def test_handlers_cannot_be_allowed_over_http(plain, modules) -> None:
     for key in ("handlers", "stores"):
         reply = plain.request("PUT", f"/_node/_local/_config/replicator/{key}", EVIL)
-        assert reply.status == 400 and "can only be changed in the config file" in reply.json()["reason"], \
-            describe(reply)
+        assert reply.status == 400 and "can only be changed in the config file" in reply.json()["reason"], describe(
+            reply
+        )
     forbidden(plain.request("POST", "/_replicate", {"handler": f"{EVIL}:run"}), "handler", f"{EVIL}:run")
     assert plain.jobs() == [] and imported(modules, plain) == []
 
@@ -227,10 +241,16 @@ def test_a_target_outside_the_data_directory_is_refused_and_not_created(plain, t
     elsewhere.mkdir()
     source = sqlite(plain.data / "src.db")
     for target in (sqlite(elsewhere / "x.db"), {"url": sqlite(elsewhere / "x.db")}):
-        forbidden(plain.request("POST", "/_replicate", {"source": source, "target": target}),
-                  "target", sqlite(elsewhere / "x.db"))
-    forbidden(plain.request("POST", "/_replicate", {"source": sqlite(elsewhere / "x.db"), "target": source}),
-              "source", sqlite(elsewhere / "x.db"))
+        forbidden(
+            plain.request("POST", "/_replicate", {"source": source, "target": target}),
+            "target",
+            sqlite(elsewhere / "x.db"),
+        )
+    forbidden(
+        plain.request("POST", "/_replicate", {"source": sqlite(elsewhere / "x.db"), "target": source}),
+        "source",
+        sqlite(elsewhere / "x.db"),
+    )
     assert plain.jobs() == [] and list(elsewhere.iterdir()) == []
 
 
@@ -244,12 +264,16 @@ def test_dot_dot_and_symlinks_cannot_leave_the_data_directory(plain, tmp_path) -
     try:
         source = sqlite(plain.data / "src.db")
         assert plain.data.parent.parent == tmp_path.parent  # both under pytest's base directory
-        for target in (f"sqlite:///{plain.data}/../../{tmp_path.name}/elsewhere/dots.db",
-                       f"sqlite:///{plain.data}/%2E%2E/%2E%2E/{tmp_path.name}/elsewhere/dots.db",
-                       sqlite(link / "sym.db"), sqlite(file_link)):
+        for target in (
+            f"sqlite:///{plain.data}/../../{tmp_path.name}/elsewhere/dots.db",
+            f"sqlite:///{plain.data}/%2E%2E/%2E%2E/{tmp_path.name}/elsewhere/dots.db",
+            sqlite(link / "sym.db"),
+            sqlite(file_link),
+        ):
             forbidden(plain.request("POST", "/_replicate", {"source": source, "target": target}), "target", target)
-            forbidden(plain.request("PUT", "/_replicator/escape", {"source": source, "target": target}),
-                      "target", target)
+            forbidden(
+                plain.request("PUT", "/_replicator/escape", {"source": source, "target": target}), "target", target
+            )
         assert plain.jobs() == [] and list(elsewhere.iterdir()) == []
         assert plain.request("GET", "/_replicator/escape").status == 404
     finally:
@@ -261,32 +285,48 @@ def test_a_target_is_accepted_inside_the_data_directory_only(plain, tmp_path) ->
     (tmp_path / "elsewhere").mkdir()
     source, inside = sqlite(plain.data / "src.db"), plain.data / "sub" / "copy.db"
     (plain.data / "sub").mkdir(exist_ok=True)
-    reply = plain.request("POST", "/_replicate", {"replication_id": "inside", "source": source,
-                                                  "target": sqlite(inside)})
+    reply = plain.request(
+        "POST", "/_replicate", {"replication_id": "inside", "source": source, "target": sqlite(inside)}
+    )
     assert reply.status == 202, describe(reply)
     wait_until(lambda: inside.exists(), 30, "the replication inside the data directory created its target")
     outside = sqlite(tmp_path / "elsewhere" / "copy.db")
-    forbidden(plain.request("POST", "/_replicate", {"replication_id": "outside", "source": source,
-                                                    "target": outside}), "target", outside)
+    forbidden(
+        plain.request("POST", "/_replicate", {"replication_id": "outside", "source": source, "target": outside}),
+        "target",
+        outside,
+    )
     assert "outside" not in plain.jobs() and not (tmp_path / "elsewhere" / "copy.db").exists()
 
 
 def test_the_nodes_own_store_is_never_a_target(plain) -> None:
     """A replication into the node's own store would overwrite its jobs: refused, though it is in the data directory."""
     source, own = sqlite(plain.data / "src.db"), sqlite(plain.data / "store.db") + "?synchronous=FULL"
-    forbidden(plain.request("POST", "/_replicate", {"replication_id": "own", "source": source, "target": own}),
-              "target", own)
+    forbidden(
+        plain.request("POST", "/_replicate", {"replication_id": "own", "source": source, "target": own}), "target", own
+    )
     assert plain.jobs() == []
 
 
-@pytest.mark.parametrize("url", ["http://adm:secret@example.invalid/db", "fdb://", "fdb:///etc/passwd",
-                                 "otpjobs.db", "sqlite:////etc/otpjobs.db", "sqlite:///nope.db?mode=bogus"])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://adm:secret@example.invalid/db",
+        "fdb://",
+        "fdb:///etc/passwd",
+        "otpjobs.db",
+        "sqlite:////etc/otpjobs.db",
+        "sqlite:///nope.db?mode=bogus",
+    ],
+)
 def test_other_store_urls_are_refused_by_default(plain, url) -> None:
     source = sqlite(plain.data / "src.db")
-    forbidden(plain.request("POST", "/_replicate", {"replication_id": "url", "source": source, "target": url}),
-              "target", url)
-    forbidden(plain.request("POST", "/_replicate", {"replication_id": "url", "source": url, "target": source}),
-              "source", url)
+    forbidden(
+        plain.request("POST", "/_replicate", {"replication_id": "url", "source": source, "target": url}), "target", url
+    )
+    forbidden(
+        plain.request("POST", "/_replicate", {"replication_id": "url", "source": url, "target": source}), "source", url
+    )
     assert plain.jobs() == []
 
 
@@ -294,16 +334,27 @@ def test_configured_stores_replace_the_default(configured, tmp_path) -> None:
     extra = configured.data.parent / "extra"
     extra.mkdir(exist_ok=True)
     source = sqlite(configured.data / "src.db")
-    for job_id, target in (("extra", sqlite(extra / "x.db")), ("data", sqlite(configured.data / "x.db")),
-                           ("pg", "postgresql://db.example.invalid/jobs")):
-        reply = configured.request("POST", "/_replicate", {"replication_id": job_id, "source": source,
-                                                           "target": target})
+    for job_id, target in (
+        ("extra", sqlite(extra / "x.db")),
+        ("data", sqlite(configured.data / "x.db")),
+        ("pg", "postgresql://db.example.invalid/jobs"),
+    ):
+        reply = configured.request(
+            "POST", "/_replicate", {"replication_id": job_id, "source": source, "target": target}
+        )
         assert reply.status == 202, describe(reply)
     (tmp_path / "elsewhere").mkdir()
-    for target in (sqlite(tmp_path / "elsewhere" / "x.db"), "postgresql://db.example.invalid.evil.org/jobs",
-                   "postgresql://db.example.invalid/../x", "fdb://"):
-        forbidden(configured.request("POST", "/_replicate", {"replication_id": "no", "source": source,
-                                                             "target": target}), "target", target)
+    for target in (
+        sqlite(tmp_path / "elsewhere" / "x.db"),
+        "postgresql://db.example.invalid.evil.org/jobs",
+        "postgresql://db.example.invalid/../x",
+        "fdb://",
+    ):
+        forbidden(
+            configured.request("POST", "/_replicate", {"replication_id": "no", "source": source, "target": target}),
+            "target",
+            target,
+        )
     assert "no" not in configured.jobs() and list((tmp_path / "elsewhere").iterdir()) == []
 
 
@@ -316,12 +367,12 @@ def test_a_replicator_document_is_checked_as_a_job_and_not_written(plain, module
     count = plain.request("GET", "/_replicator").json()["doc_count"]
     source = sqlite(plain.data / "src.db")
     for body, field, value in (
-            ({"handler": f"{EVIL}:run", "continuous": True}, "handler", f"{EVIL}:run"),
-            ({"handler": "os:getcwd"}, "handler", "os:getcwd"),
-            ({"source": source, "target": sqlite(elsewhere / "doc.db")}, "target", sqlite(elsewhere / "doc.db")),
-            ({"source": {"url": sqlite(elsewhere / "doc.db")}, "target": source}, "source",
-             sqlite(elsewhere / "doc.db")),
-            ({"source": source, "target": "http://example.invalid/db"}, "target", "http://example.invalid/db")):
+        ({"handler": f"{EVIL}:run", "continuous": True}, "handler", f"{EVIL}:run"),
+        ({"handler": "os:getcwd"}, "handler", "os:getcwd"),
+        ({"source": source, "target": sqlite(elsewhere / "doc.db")}, "target", sqlite(elsewhere / "doc.db")),
+        ({"source": {"url": sqlite(elsewhere / "doc.db")}, "target": source}, "source", sqlite(elsewhere / "doc.db")),
+        ({"source": source, "target": "http://example.invalid/db"}, "target", "http://example.invalid/db"),
+    ):
         forbidden(plain.request("PUT", "/_replicator/evil", body), field, value)
         assert plain.request("GET", "/_replicator/evil").status == 404
     assert plain.request("GET", "/_replicator").json()["doc_count"] == count
@@ -332,8 +383,9 @@ def test_a_replicator_document_is_checked_as_a_job_and_not_written(plain, module
     wait_until(lambda: (plain.data / "doc.db").exists(), 30, "the allowed document's replication ran")
     rev = reply.json()["rev"]
     # Replacing it with a forbidden body changes nothing either.
-    forbidden(plain.request("PUT", f"/_replicator/fine?rev={rev}", {"handler": f"{EVIL}:run"}),
-              "handler", f"{EVIL}:run")
+    forbidden(
+        plain.request("PUT", f"/_replicator/fine?rev={rev}", {"handler": f"{EVIL}:run"}), "handler", f"{EVIL}:run"
+    )
     assert plain.request("GET", "/_replicator/fine").json()["_rev"] == rev
     assert plain.request("DELETE", f"/_replicator/fine?rev={rev}").status == 200
     assert list(elsewhere.iterdir()) == [] and imported(modules, plain) == []
@@ -344,8 +396,9 @@ def test_a_configured_handler_document_is_written_and_runs(configured, modules) 
     assert reply.status == 201, describe(reply)
     job_id = hashlib.md5(b"_replicator\x00allowed").hexdigest()  # a document's job (the doc processor's)
     wait_until(lambda: ran(modules, configured, ALLOWED, job_id).exists(), 30, "the document ran")
-    forbidden(configured.request("PUT", "/_replicator/refused", {"handler": f"{EXACT}:other"}),
-              "handler", f"{EXACT}:other")
+    forbidden(
+        configured.request("PUT", "/_replicator/refused", {"handler": f"{EXACT}:other"}), "handler", f"{EXACT}:other"
+    )
     assert configured.request("GET", "/_replicator/refused").status == 404
     configured.request("DELETE", f"/_replicator/allowed?rev={reply.json()['rev']}")
 
@@ -358,17 +411,22 @@ def bad_request(reply: Any, start: str) -> None:
 
 def test_an_allowed_handler_whose_module_is_missing_is_a_bad_request(configured) -> None:
     """Accepted with a 202 it would crash once and vanish: said up front instead."""
-    for body in ({"replication_id": "missing", "handler": f"{MISSING}:run"},
-                 {"replication_id": "missing", "handler": f"{MISSING}:run", "continuous": True}):
-        bad_request(configured.request("POST", "/_replicate", body),
-                    f"job spec handler = '{MISSING}:run': no module named '{MISSING}' on the node's path")
+    for body in (
+        {"replication_id": "missing", "handler": f"{MISSING}:run"},
+        {"replication_id": "missing", "handler": f"{MISSING}:run", "continuous": True},
+    ):
+        bad_request(
+            configured.request("POST", "/_replicate", body),
+            f"job spec handler = '{MISSING}:run': no module named '{MISSING}' on the node's path",
+        )
     assert configured.jobs() == []
 
 
 def test_a_replication_from_a_missing_sqlite_store_is_a_bad_request_and_creates_nothing(plain) -> None:
     missing, target = plain.data / "missing.db", plain.data / "from-missing.db"
-    reply = plain.request("POST", "/_replicate", {"replication_id": "from-missing", "source": sqlite(missing),
-                                                  "target": sqlite(target)})
+    reply = plain.request(
+        "POST", "/_replicate", {"replication_id": "from-missing", "source": sqlite(missing), "target": sqlite(target)}
+    )
     bad_request(reply, f"job spec source = {sqlite(missing)!r}: no such store: {missing} does not exist")
     assert plain.jobs() == [] and not missing.exists() and not target.exists()
 

@@ -18,6 +18,7 @@ One node for the module (the ``n`` fixture of ``conftest.py``). What holds:
    ``{"error", "reason"}`` (``bad_request`` 400, ``too_large`` 413 and 431,
    ``not_implemented`` 501), never a text page or a silent close.
 """
+
 from __future__ import annotations
 
 import json
@@ -56,8 +57,9 @@ def couch_shaped(reply: Reply) -> bool:
         body = json.loads(reply.body)
     except ValueError:
         return False
-    return isinstance(body, dict) and set(body) == {"error", "reason"} \
-        and all(isinstance(v, str) for v in body.values())
+    return (
+        isinstance(body, dict) and set(body) == {"error", "reason"} and all(isinstance(v, str) for v in body.values())
+    )
 
 
 def nested(depth: int) -> bytes:
@@ -73,8 +75,9 @@ def test_deeply_nested_json_is_a_bad_request(n, depth, opener) -> None:
     for method, path in JSON_ENDPOINTS:
         before = n.store.snapshot()
         reply = request(n.http_port, method, path, payload)
-        assert reply.status == 400 and is_couch_error(reply) and reply.json()["error"] == "bad_request", \
+        assert reply.status == 400 and is_couch_error(reply) and reply.json()["error"] == "bad_request", (
             f"{method} {path}: {describe(reply)}"
+        )
         assert n.store.snapshot() == before
     n.check()
 
@@ -93,8 +96,9 @@ def test_json_deeper_than_the_store_takes_is_a_bad_request(n, depth) -> None:
     ]:
         before = n.store.snapshot()
         reply = request(n.http_port, method, path, body)
-        assert reply.status == 400 and is_couch_error(reply) and reply.json()["error"] == "bad_request", \
+        assert reply.status == 400 and is_couch_error(reply) and reply.json()["error"] == "bad_request", (
             f"{method} {path}: {describe(reply)}"
+        )
         assert n.store.snapshot() == before
     assert n.s.jobs() == []
     n.check()
@@ -124,9 +128,13 @@ def test_an_interval_beyond_any_timer_is_a_bad_request(n, value) -> None:
         n.undo(None, n.couch_jobs)
 
 
-@pytest.mark.parametrize("data, statuses", [case for case in PROTOCOL_JUNK if case[1] & {None, 400, 413, 431, 501}
-                                            and case[0].strip()],  # blank lines and EOF: no request, no answer
-                         ids=lambda v: repr(v)[:40] if isinstance(v, bytes) else "")
+@pytest.mark.parametrize(
+    "data, statuses",
+    [
+        case for case in PROTOCOL_JUNK if case[1] & {None, 400, 413, 431, 501} and case[0].strip()
+    ],  # blank lines and EOF: no request, no answer
+    ids=lambda v: repr(v)[:40] if isinstance(v, bytes) else "",
+)
 def test_errors_waitress_gives_are_couchdb_shaped(n, data, statuses) -> None:
     reply = exchange(n.http_port, data, half_close=True)
     assert reply.status is not None, f"no answer to {data[:80]!r}"
@@ -152,12 +160,15 @@ def test_a_lower_case_method_gets_a_couchdb_error(n, method) -> None:
     assert reply.status == 400 and is_couch_error(reply) and reply.json()["error"] == "bad_request", describe(reply)
 
 
-@pytest.mark.parametrize("body, reason", [
-    (b'{"handler": ', "the body is not JSON: Expecting value at line 1 column 13"),
-    (b'{"a": 1} x', "the body is not JSON: Extra data at line 1 column 10"),
-    (b'{"a": "\xc3("}', "the body is not UTF-8: invalid continuation byte at byte 7"),
-    (b'\xff\xfe{\x00}\x00', "the body is not UTF-8: invalid start byte at byte 0"),
-])
+@pytest.mark.parametrize(
+    "body, reason",
+    [
+        (b'{"handler": ', "the body is not JSON: Expecting value at line 1 column 13"),
+        (b'{"a": 1} x', "the body is not JSON: Extra data at line 1 column 10"),
+        (b'{"a": "\xc3("}', "the body is not UTF-8: invalid continuation byte at byte 7"),
+        (b"\xff\xfe{\x00}\x00", "the body is not UTF-8: invalid start byte at byte 0"),
+    ],
+)
 def test_a_body_that_is_not_utf8_json_says_what_is_wrong_and_where(n, body, reason) -> None:
     for method, path in JSON_ENDPOINTS:
         before = n.store.snapshot()

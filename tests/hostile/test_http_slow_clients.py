@@ -30,6 +30,7 @@ file descriptors than the connections held: :func:`fd_room` raises the soft
 ``RLIMIT_NOFILE`` when it is lower than that, and skips the module when the
 hard limit does not allow it.
 """
+
 from __future__ import annotations
 
 import errno
@@ -93,15 +94,16 @@ class SlowClients:
     accepted (left in its listen queue, or beyond it, still in SYN retries) cost nothing here.
     """
 
-    def __init__(self, port: int, count: int, head: bytes = PARTIAL_HEAD, trickle: float | None = 1.0,
-                 reconnect: bool = True) -> None:
+    def __init__(
+        self, port: int, count: int, head: bytes = PARTIAL_HEAD, trickle: float | None = 1.0, reconnect: bool = True
+    ) -> None:
         self.port, self.count, self.head, self.trickle, self.reconnect = port, count, head, trickle, reconnect
         self.connecting: dict[int, tuple[socket.socket, float]] = {}  # fd -> (socket, opened at)
-        self.connected: dict[int, tuple[socket.socket, float]] = {}   # fd -> (socket, connected at)
+        self.connected: dict[int, tuple[socket.socket, float]] = {}  # fd -> (socket, connected at)
         self.opened = 0
         #: Seconds each connection lived from connected to closed by the server.
         self.lifetimes: list[float] = []
-        self.failed = 0      # connects that failed (refused, reset before connected)
+        self.failed = 0  # connects that failed (refused, reset before connected)
         self.errors: list[BaseException] = []
         self._stop = threading.Event()
         self._poller = select.poll()
@@ -138,8 +140,10 @@ class SlowClients:
             raise AssertionError(f"the slow clients' thread failed: {self.errors[0]!r}") from self.errors[0]
 
     def summary(self) -> str:
-        return (f"{len(self.connected)} connected, {len(self.connecting)} connecting, {self.opened} opened, "
-                f"{len(self.lifetimes)} closed by the server, {self.failed} failed")
+        return (
+            f"{len(self.connected)} connected, {len(self.connecting)} connecting, {self.opened} opened, "
+            f"{len(self.lifetimes)} closed by the server, {self.failed} failed"
+        )
 
     # -------------------------------------------------------------- thread
 
@@ -239,9 +243,11 @@ def probe_up(port: int, attacker: SlowClients) -> tuple[list[float], list[str]]:
 
 def check_served(n, attacker: SlowClients, connected: int) -> None:
     latencies, problems = probe_up(n.http_port, attacker)
-    report = (f"{len(latencies)} probes of GET /_up under {attacker.count} slow connections "
-              f"({connected} connected at the start; now {attacker.summary()}): "
-              f"latencies {[round(x, 3) for x in latencies]}, max {max(latencies):.3f}s")
+    report = (
+        f"{len(latencies)} probes of GET /_up under {attacker.count} slow connections "
+        f"({connected} connected at the start; now {attacker.summary()}): "
+        f"latencies {[round(x, 3) for x in latencies]}, max {max(latencies):.3f}s"
+    )
     print(report)
     assert not problems, report + "; " + "; ".join(problems)
     assert max(latencies) < MAX_LATENCY, report

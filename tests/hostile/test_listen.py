@@ -13,6 +13,7 @@ such process is left.
 node's group; this adds the job and doc processes, descendants outside the
 group, IPv6 and UDP.)
 """
+
 from __future__ import annotations
 
 import json
@@ -96,9 +97,28 @@ def node(tmp_path):
     ini = tmp_path / "node.ini"  # the job policy allows the test handler (none by default)
     ini.write_text(f"[replicator]\nhandlers = {IDLE.partition(':')[0]}\n")
     with open(log, "ab") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "actors", "node", "start", "--port", str(port), "--store",
-                                 f"sqlite:///{tmp_path / 'store.db'}", "--http-port", "0", "--config", str(ini)],
-                                cwd=ROOT, env=env, stdout=out, stderr=out, stdin=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "actors",
+                "node",
+                "start",
+                "--port",
+                str(port),
+                "--store",
+                f"sqlite:///{tmp_path / 'store.db'}",
+                "--http-port",
+                "0",
+                "--config",
+                str(ini),
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=out,
+            stderr=out,
+            stdin=subprocess.DEVNULL,
+        )
     runtime = tmp_path / "run" / f"node-{port}.json"
     pgid = None
     try:
@@ -136,7 +156,10 @@ def test_every_process_of_a_busy_default_node_listens_on_loopback_only(node) -> 
 
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(30) == 0
-    wait_until(lambda: not any(pid_alive(p) and (proc_stat(p) or ("Z",))[0] not in ("Z", "X") for p in pids), 15,
-               "every process of the node gone")
+    wait_until(
+        lambda: not any(pid_alive(p) and (proc_stat(p) or ("Z",))[0] not in ("Z", "X") for p in pids),
+        15,
+        "every process of the node gone",
+    )
     with socket.socket() as s:
         assert s.connect_ex(("127.0.0.1", http_port)) != 0

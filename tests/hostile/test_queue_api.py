@@ -10,6 +10,7 @@ One real SQLite file for the module, holding a declared type ``T`` with a
 running job ``r``, a pending job ``p`` and a finished job ``f``; round trips
 use a type of their own and clean up after each example.
 """
+
 from __future__ import annotations
 
 import enum
@@ -82,17 +83,44 @@ def _fake_subscription() -> jobs.Subscription:
 
 #: What the tests below call with hostile arguments, by public name.
 COVERED = {
-    "accept", "add", "add_many", "clear_type_timeout", "finish", "get_job", "get_job_data", "get_job_state", "get_jobs",
-    "get_type_timeout", "get_types", "is_resubmitted", "remove", "resubmit", "set_type_timeout", "subscribe",
-    "subscribe_task", "unsubscribe", "update", "wait",
+    "accept",
+    "add",
+    "add_many",
+    "clear_type_timeout",
+    "finish",
+    "get_job",
+    "get_job_data",
+    "get_job_state",
+    "get_jobs",
+    "get_type_timeout",
+    "get_types",
+    "is_resubmitted",
+    "remove",
+    "resubmit",
+    "set_type_timeout",
+    "subscribe",
+    "subscribe_task",
+    "unsubscribe",
+    "update",
+    "wait",
     # the worker pools' calls: tests/hostile/test_worker_api.py
-    "enqueue", "result", "schedule", "schedules", "status", "unschedule", "handler", "pause", "resume", "prune",
+    "enqueue",
+    "result",
+    "schedule",
+    "schedules",
+    "status",
+    "unschedule",
+    "handler",
+    "pause",
+    "resume",
+    "prune",
 }
 
 
 def test_every_public_function_is_covered() -> None:
-    public = {name for name in jobs.__all__ if callable(getattr(jobs, name))
-              and not isinstance(getattr(jobs, name), type)}
+    public = {
+        name for name in jobs.__all__ if callable(getattr(jobs, name)) and not isinstance(getattr(jobs, name), type)
+    }
     assert public <= COVERED, f"public calls with no hostile test: {sorted(public - COVERED)}"
 
 
@@ -115,8 +143,13 @@ def test_data_with_one_bad_value_anywhere_is_an_encoding_error(q, data) -> None:
 
 
 @FEW
-@given(data=st.one_of(S.json_value.filter(lambda v: not isinstance(v, dict)), S.bad_leaf,
-                      st.lists(st.tuples(S.odd_text, S.json_leaf), max_size=3)))
+@given(
+    data=st.one_of(
+        S.json_value.filter(lambda v: not isinstance(v, dict)),
+        S.bad_leaf,
+        st.lists(st.tuples(S.odd_text, S.json_leaf), max_size=3),
+    )
+)
 def test_data_that_is_not_a_dict_is_an_invalid_argument(q, data) -> None:
     q.refused(lambda: jobs.add(q.db, T, "new", data), jobs.InvalidArgument)
     if data is not None:  # None keeps the data in update and finish
@@ -150,8 +183,9 @@ def test_cyclic_data_is_an_encoding_error(q) -> None:
         q.refused(lambda: jobs.update(q.db, q.job, data), jobs.EncodingError)
 
 
-def _round_trip(q: Q, job_id: str, data: dict, later: dict, final: dict, scheduled_time: int = 0,
-                no_schedule: bool = False) -> None:
+def _round_trip(
+    q: Q, job_id: str, data: dict, later: dict, final: dict, scheduled_time: int = 0, no_schedule: bool = False
+) -> None:
     """add, read, accept, update, finish and remove one job of type RT, checking the data each time."""
     jobs.add(q.db, RT, job_id, data, scheduled_time)
     try:
@@ -174,11 +208,15 @@ def _round_trip(q: Q, job_id: str, data: dict, later: dict, final: dict, schedul
 
 
 @FEW
-@given(job_id=S.odd_id, data=S.json_data, later=S.json_data, final=S.json_data,
-       scheduled_time=st.sampled_from([0, 1, S.INT_MAX]) | st.integers(0, S.INT_MAX),
-       no_schedule=st.booleans())
-def test_odd_valid_data_and_ids_round_trip_exactly(q, job_id, data, later, final, scheduled_time,
-                                                     no_schedule) -> None:
+@given(
+    job_id=S.odd_id,
+    data=S.json_data,
+    later=S.json_data,
+    final=S.json_data,
+    scheduled_time=st.sampled_from([0, 1, S.INT_MAX]) | st.integers(0, S.INT_MAX),
+    no_schedule=st.booleans(),
+)
+def test_odd_valid_data_and_ids_round_trip_exactly(q, job_id, data, later, final, scheduled_time, no_schedule) -> None:
     assert same_json(data, decode_data(encode_data(data)))
     _round_trip(q, job_id, data, later, final, scheduled_time, no_schedule)
 
@@ -275,8 +313,11 @@ def many_with_one_bad(draw) -> tuple[Any, type[BaseException]]:
     pairs = draw(st.lists(st.tuples(S.odd_id, S.json_data), max_size=4, unique_by=lambda p: p[0]))
     kind = draw(st.sampled_from(["data", "id", "dup", "pair", "container", "notdict", "big"]))
     if kind == "container":
-        return draw(st.one_of(st.text(max_size=3), st.binary(max_size=3), st.integers(), st.none(), st.floats(),
-                              st.builds(S.Opaque))), jobs.InvalidArgument
+        return draw(
+            st.one_of(
+                st.text(max_size=3), st.binary(max_size=3), st.integers(), st.none(), st.floats(), st.builds(S.Opaque)
+            )
+        ), jobs.InvalidArgument
     at = draw(st.integers(0, len(pairs)))
     if kind == "data":
         pairs.insert(at, (draw(S.odd_id.filter(lambda i: i not in dict(pairs))), draw(S.data_with_one_bad_value())))
@@ -285,8 +326,13 @@ def many_with_one_bad(draw) -> tuple[Any, type[BaseException]]:
         pairs.insert(at, (draw(S.odd_id.filter(lambda i: i not in dict(pairs))), {"s": "x" * (MAX_VALUE_SIZE + 1)}))
         error = jobs.EncodingError
     elif kind == "notdict":
-        pairs.insert(at, ("notdict", draw(st.one_of(st.lists(st.integers(), max_size=2), st.text(max_size=2),
-                                                     st.integers(), st.none()))))
+        pairs.insert(
+            at,
+            (
+                "notdict",
+                draw(st.one_of(st.lists(st.integers(), max_size=2), st.text(max_size=2), st.integers(), st.none())),
+            ),
+        )
         error = jobs.InvalidArgument
     elif kind == "id":
         pairs.insert(at, (draw(S.bad_id), {}))
@@ -296,9 +342,18 @@ def many_with_one_bad(draw) -> tuple[Any, type[BaseException]]:
         pairs.insert(at, (pairs[0][0], {"again": True}))
         error = jobs.InvalidArgument
     else:
-        pairs.insert(at, draw(st.one_of(st.tuples(S.odd_id), st.tuples(S.odd_id, S.json_data, S.json_data),
-                                        st.lists(st.just("x"), min_size=2, max_size=2), st.text(max_size=2),
-                                        st.none())))
+        pairs.insert(
+            at,
+            draw(
+                st.one_of(
+                    st.tuples(S.odd_id),
+                    st.tuples(S.odd_id, S.json_data, S.json_data),
+                    st.lists(st.just("x"), min_size=2, max_size=2),
+                    st.text(max_size=2),
+                    st.none(),
+                )
+            ),
+        )
         error = jobs.InvalidArgument
     return (pairs if draw(st.booleans()) else iter(pairs)), error
 
@@ -410,9 +465,13 @@ def test_a_bad_id_is_an_invalid_argument_everywhere(q, bad) -> None:
 @given(job_id=S.odd_id)
 def test_unknown_jobs_and_types_are_not_found(q, job_id) -> None:
     assume(job_id not in ("r", "p", "f"))
-    for call in [lambda: jobs.remove(q.db, T, job_id), lambda: jobs.get_job_data(q.db, T, job_id),
-                 lambda: jobs.get_job_state(q.db, T, job_id), lambda: jobs.get_job(q.db, T, job_id),
-                 lambda: jobs.resubmit(q.db, Job(T, job_id, "lock"))]:
+    for call in [
+        lambda: jobs.remove(q.db, T, job_id),
+        lambda: jobs.get_job_data(q.db, T, job_id),
+        lambda: jobs.get_job_state(q.db, T, job_id),
+        lambda: jobs.get_job(q.db, T, job_id),
+        lambda: jobs.resubmit(q.db, Job(T, job_id, "lock")),
+    ]:
         q.refused(call, jobs.NotFound)
     for call in [lambda: jobs.update(q.db, Job(T, job_id, "lock")), lambda: jobs.finish(q.db, Job(T, job_id, "lock"))]:
         q.refused(call, jobs.Halt)
@@ -424,8 +483,10 @@ def test_a_job_of_an_undeclared_type_is_refused_at_once(q) -> None:
     t = time.monotonic()
     q.refused(lambda: jobs.accept(q.db, "nope", timeout=30), jobs.NoTypeTimeout)  # as add: never a wait
     assert time.monotonic() - t < 5
-    for call in [lambda: jobs.subscribe(q.db, "nope", "p", node=_fake_port()),
-                 lambda: jobs.subscribe(q.db, T, "missing", node=_fake_port())]:
+    for call in [
+        lambda: jobs.subscribe(q.db, "nope", "p", node=_fake_port()),
+        lambda: jobs.subscribe(q.db, T, "missing", node=_fake_port()),
+    ]:
         q.refused(call, jobs.NotFound)  # read from the store before any node is called
     assert jobs.get_type_timeout(q.db, "nope") is None
 
@@ -434,8 +495,11 @@ def test_a_job_of_an_undeclared_type_is_refused_at_once(q) -> None:
 
 
 def test_errors_say_what_is_wrong(q) -> None:
-    for bad, message in [("", "job id must not be empty"), (5, "job id must be a str, not int: 5"),
-                         ("\ud800", "job id is not valid UTF-8 (a lone surrogate?): '\\ud800'")]:
+    for bad, message in [
+        ("", "job id must not be empty"),
+        (5, "job id must be a str, not int: 5"),
+        ("\ud800", "job id is not valid UTF-8 (a lone surrogate?): '\\ud800'"),
+    ]:
         assert str(q.refused(lambda: jobs.add(q.db, T, bad, {}), jobs.InvalidArgument)) == message
     err = q.refused(lambda: jobs.add(q.db, T, "j" * 10_001, {}), jobs.InvalidArgument)
     assert str(err).startswith("job type and id are too long: the job's longest key would be 10,")
@@ -483,8 +547,10 @@ def test_a_bad_wait_timeout_is_an_invalid_argument(q, bad) -> None:
 
 
 @FEW
-@given(flag=st.one_of(st.integers(), st.none(), st.text(max_size=3), st.floats(), st.just([True])),
-       when=st.integers(1, S.INT_MAX))
+@given(
+    flag=st.one_of(st.integers(), st.none(), st.text(max_size=3), st.floats(), st.just([True])),
+    when=st.integers(1, S.INT_MAX),
+)
 def test_bad_accept_flags_are_invalid_arguments(q, flag, when) -> None:
     q.refused(lambda: jobs.accept(q.db, T, timeout=0, no_schedule=flag), jobs.InvalidArgument)
     q.refused(lambda: jobs.accept(q.db, T, timeout=0, no_schedule=True, max_sched_time=when), jobs.InvalidArgument)
@@ -498,8 +564,13 @@ def test_a_bad_type_timeout_is_an_invalid_argument(q, bad) -> None:
 
 
 @FEW
-@given(seconds=st.one_of(st.integers(1, int(MAX_TYPE_TIMEOUT)), st.floats(min_value=5e-324, max_value=MAX_TYPE_TIMEOUT),
-                         st.sampled_from([5e-324, 1e-9, 0.001, MAX_TYPE_TIMEOUT, int(MAX_TYPE_TIMEOUT)])))
+@given(
+    seconds=st.one_of(
+        st.integers(1, int(MAX_TYPE_TIMEOUT)),
+        st.floats(min_value=5e-324, max_value=MAX_TYPE_TIMEOUT),
+        st.sampled_from([5e-324, 1e-9, 0.001, MAX_TYPE_TIMEOUT, int(MAX_TYPE_TIMEOUT)]),
+    )
+)
 def test_odd_valid_type_timeouts_round_trip(q, seconds) -> None:
     jobs.set_type_timeout(q.db, "t8", seconds)
     try:
@@ -536,8 +607,12 @@ def test_anything_but_a_database_or_transaction_is_an_invalid_argument(q, bad) -
 def test_calls_that_take_a_database_refuse_a_transaction(q) -> None:
     tr = q.db.create_transaction()
     try:
-        for call in [lambda: jobs.accept(tr, T, timeout=0), lambda: jobs.set_type_timeout(tr, "t9", 1),
-                     lambda: jobs.clear_type_timeout(tr, T), lambda: jobs.get_type_timeout(tr, T)]:
+        for call in [
+            lambda: jobs.accept(tr, T, timeout=0),
+            lambda: jobs.set_type_timeout(tr, "t9", 1),
+            lambda: jobs.clear_type_timeout(tr, T),
+            lambda: jobs.get_type_timeout(tr, T),
+        ]:
             q.refused(call, jobs.InvalidArgument)
     finally:
         tr.cancel()
@@ -560,13 +635,25 @@ class NotAJob(enum.Enum):
 
 
 @SOME
-@given(bad=st.one_of(
-    st.builds(Job, st.just(T), st.just("r"), st.one_of(st.just(""), st.none(), st.integers(), st.binary(max_size=3),
-                                                       st.lists(st.text(max_size=2), max_size=1))),
-    st.tuples(st.just(T), st.just("r"), st.text(max_size=4)),
-    st.dictionaries(st.sampled_from(["type", "id", "lock"]), st.text(max_size=3)),
-    st.text(max_size=4), st.none(), st.integers(), st.just(NotAJob.X), st.builds(S.Opaque),
-))
+@given(
+    bad=st.one_of(
+        st.builds(
+            Job,
+            st.just(T),
+            st.just("r"),
+            st.one_of(
+                st.just(""), st.none(), st.integers(), st.binary(max_size=3), st.lists(st.text(max_size=2), max_size=1)
+            ),
+        ),
+        st.tuples(st.just(T), st.just("r"), st.text(max_size=4)),
+        st.dictionaries(st.sampled_from(["type", "id", "lock"]), st.text(max_size=3)),
+        st.text(max_size=4),
+        st.none(),
+        st.integers(),
+        st.just(NotAJob.X),
+        st.builds(S.Opaque),
+    )
+)
 def test_a_bad_job_handle_is_an_invalid_argument(q, bad) -> None:
     q.refused(lambda: jobs.update(q.db, bad), jobs.InvalidArgument)
     q.refused(lambda: jobs.finish(q.db, bad), jobs.InvalidArgument)
@@ -576,8 +663,10 @@ def test_a_bad_job_handle_is_an_invalid_argument(q, bad) -> None:
 
 
 @SOME
-@given(lock=st.text(S.ODD_CHARS, min_size=1, max_size=40) | S.surrogate_text | st.just("x" * 200_000),
-       data=st.none() | S.json_data)
+@given(
+    lock=st.text(S.ODD_CHARS, min_size=1, max_size=40) | S.surrogate_text | st.just("x" * 200_000),
+    data=st.none() | S.json_data,
+)
 def test_a_stale_or_forged_lock_is_a_halt(q, lock, data) -> None:
     assume(lock != q.job.lock)
     for job_id in ("r", "p", "f"):
@@ -590,16 +679,34 @@ def test_a_stale_or_forged_lock_is_a_halt(q, lock, data) -> None:
 
 
 @SOME
-@given(node=st.one_of(st.booleans(), st.integers(max_value=0), st.integers(min_value=65536), st.floats(),
-                      st.text(max_size=5), st.binary(max_size=2), st.builds(S.Opaque)))
+@given(
+    node=st.one_of(
+        st.booleans(),
+        st.integers(max_value=0),
+        st.integers(min_value=65536),
+        st.floats(),
+        st.text(max_size=5),
+        st.binary(max_size=2),
+        st.builds(S.Opaque),
+    )
+)
 def test_a_bad_node_is_an_invalid_argument(q, node) -> None:
     q.refused(lambda: jobs.subscribe(q.db, T, "p", node=node), jobs.InvalidArgument)
 
 
 @SOME
-@given(sub=st.one_of(st.none(), st.text(max_size=4), st.integers(), st.just([]), st.lists(st.text(max_size=2),
-                     min_size=1, max_size=2), st.builds(S.Opaque), st.tuples(st.just("ref"), st.just(T))),
-       state=st.one_of(st.none(), st.text(max_size=8), st.integers(), st.just(b"running")))
+@given(
+    sub=st.one_of(
+        st.none(),
+        st.text(max_size=4),
+        st.integers(),
+        st.just([]),
+        st.lists(st.text(max_size=2), min_size=1, max_size=2),
+        st.builds(S.Opaque),
+        st.tuples(st.just("ref"), st.just(T)),
+    ),
+    state=st.one_of(st.none(), st.text(max_size=8), st.integers(), st.just(b"running")),
+)
 def test_bad_subscriptions_and_states_are_invalid_arguments(q, sub, state) -> None:
     q.refused(lambda: jobs.unsubscribe(sub), jobs.InvalidArgument)
     q.refused(lambda: jobs.wait(sub, timeout=0), jobs.InvalidArgument)

@@ -7,6 +7,7 @@ A wait timeout is "None (forever) or a finite number of seconds >= 0"
 ``max_sched_time`` at or beyond ``MAX_SCHED_TIME`` once raised
 ``OverflowError``; ``accept``, ``subscribe`` and ``wait`` now wait.
 """
+
 from __future__ import annotations
 
 import threading

@@ -8,6 +8,7 @@ its settings and table stay as they were. Odd but valid specs round-trip.
 One node for the module (``n``, with ``max_jobs = 0``: added jobs wait in
 the table); the store is never touched by the scheduler.
 """
+
 from __future__ import annotations
 
 import math
@@ -25,11 +26,14 @@ from .node import IDLE
 pytestmark = pytest.mark.timeout(120)
 
 
-
 def _examples(count: int) -> settings:
     # ``unchanged`` is per test on purpose: it compares the scheduler before and after all the examples.
-    return settings(max_examples=count, deadline=None, database=None,
-                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+    return settings(
+        max_examples=count,
+        deadline=None,
+        database=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+    )
 
 
 # Each call to the scheduler is a round trip to another process: modest counts.
@@ -56,19 +60,36 @@ def unchanged(n):
     assert n.scheduler_pid() == n.scheduler, "the scheduler crashed"
 
 
-bad_str_field = st.one_of(st.integers(), st.floats(), st.booleans(), st.binary(max_size=3),
-                          st.lists(st.text(), max_size=1), st.builds(S.Opaque),
-                          st.dictionaries(st.text(max_size=2), st.text(max_size=2), max_size=1))
+bad_str_field = st.one_of(
+    st.integers(),
+    st.floats(),
+    st.booleans(),
+    st.binary(max_size=3),
+    st.lists(st.text(), max_size=1),
+    st.builds(S.Opaque),
+    st.dictionaries(st.text(max_size=2), st.text(max_size=2), max_size=1),
+)
 
 
 @st.composite
 def bad_spec(draw) -> Any:
     spec = {"id": draw(S.odd_id), "handler": IDLE}
-    kind = draw(st.sampled_from(["not_a_dict", "unknown", "id", "str_field", "handler", "nothing", "continuous",
-                                 "options", "start_time"]))
+    kind = draw(
+        st.sampled_from(
+            ["not_a_dict", "unknown", "id", "str_field", "handler", "nothing", "continuous", "options", "start_time"]
+        )
+    )
     if kind == "not_a_dict":
-        return draw(st.one_of(st.none(), st.lists(st.integers(), max_size=2), st.text(max_size=3), st.integers(),
-                              st.tuples(st.just("id"), st.just("x")), st.builds(S.Opaque)))
+        return draw(
+            st.one_of(
+                st.none(),
+                st.lists(st.integers(), max_size=2),
+                st.text(max_size=3),
+                st.integers(),
+                st.tuples(st.just("id"), st.just("x")),
+                st.builds(S.Opaque),
+            )
+        )
     if kind == "unknown":
         spec[draw(S.odd_text.filter(lambda k: k not in FIELDS) | st.integers() | st.tuples(st.text(max_size=1)))] = 1
     elif kind == "id":
@@ -85,12 +106,20 @@ def bad_spec(draw) -> Any:
     elif kind == "continuous":
         spec["continuous"] = draw(st.one_of(st.integers(), st.text(max_size=2), st.floats(allow_nan=False)))
     elif kind == "options":
-        spec["options"] = draw(st.one_of(st.lists(st.integers(), max_size=2), st.text(max_size=2), st.integers(),
-                                          st.dictionaries(st.integers() | st.tuples(st.text(max_size=1)), st.integers(),
-                                                          min_size=1, max_size=2)))
+        spec["options"] = draw(
+            st.one_of(
+                st.lists(st.integers(), max_size=2),
+                st.text(max_size=2),
+                st.integers(),
+                st.dictionaries(st.integers() | st.tuples(st.text(max_size=1)), st.integers(), min_size=1, max_size=2),
+            )
+        )
     else:
-        spec["start_time"] = draw(st.one_of(st.text(max_size=3), st.booleans(), st.lists(st.integers(), max_size=1),
-                                            st.decimals(allow_nan=False)))
+        spec["start_time"] = draw(
+            st.one_of(
+                st.text(max_size=3), st.booleans(), st.lists(st.integers(), max_size=1), st.decimals(allow_nan=False)
+            )
+        )
     return spec
 
 
@@ -109,27 +138,45 @@ def _a_count(text: str) -> bool:
 
 
 @SOME
-@given(key=st.sampled_from(KEYS), value=st.one_of(
-    st.floats(), st.booleans(), st.none(),
-    st.text(S.ODD_CHARS, max_size=6).filter(lambda t: not _a_count(t)),
-    st.integers(max_value=-1), st.lists(st.integers(), max_size=1), st.builds(S.Opaque),
-    st.decimals(allow_nan=False, allow_infinity=False).filter(lambda d: d != d.to_integral_value()),
-    st.sampled_from(["1.5", "1e3", "0x10", "", " ", "9" * 5000]),
-))
+@given(
+    key=st.sampled_from(KEYS),
+    value=st.one_of(
+        st.floats(),
+        st.booleans(),
+        st.none(),
+        st.text(S.ODD_CHARS, max_size=6).filter(lambda t: not _a_count(t)),
+        st.integers(max_value=-1),
+        st.lists(st.integers(), max_size=1),
+        st.builds(S.Opaque),
+        st.decimals(allow_nan=False, allow_infinity=False).filter(lambda d: d != d.to_integral_value()),
+        st.sampled_from(["1.5", "1e3", "0x10", "", " ", "9" * 5000]),
+    ),
+)
 def test_a_bad_setting_is_refused_in_the_caller(n, unchanged, key, value) -> None:
     refused(n, lambda: n.s.set_setting(key, value), InvalidSetting)
 
 
 @SOME
-@given(key=st.one_of(S.odd_text.filter(lambda k: k not in KEYS), st.integers(), st.none(),
-                     st.tuples(st.text(max_size=2))))
+@given(
+    key=st.one_of(S.odd_text.filter(lambda k: k not in KEYS), st.integers(), st.none(), st.tuples(st.text(max_size=2)))
+)
 def test_an_unknown_setting_is_refused_in_the_caller(n, unchanged, key) -> None:
     refused(n, lambda: n.s.set_setting(key, 1), InvalidSetting)
 
 
 @SOME
-@given(job_id=st.one_of(S.odd_text, st.integers(), st.floats(allow_nan=False), st.none(), st.booleans(),
-                        st.tuples(st.integers()), st.binary(max_size=3), st.frozensets(st.integers(), max_size=2)))
+@given(
+    job_id=st.one_of(
+        S.odd_text,
+        st.integers(),
+        st.floats(allow_nan=False),
+        st.none(),
+        st.booleans(),
+        st.tuples(st.integers()),
+        st.binary(max_size=3),
+        st.frozensets(st.integers(), max_size=2),
+    )
+)
 def test_unknown_jobs_are_not_found_and_change_nothing(n, unchanged, job_id) -> None:
     refused(n, lambda: n.s.job(job_id), JobNotFound)
     assert n.s.remove_job(job_id) is False
@@ -139,23 +186,31 @@ def test_unknown_jobs_are_not_found_and_change_nothing(n, unchanged, job_id) -> 
 
 
 @FEW
-@given(ids=st.lists(S.odd_id, max_size=4, unique=True), limit=st.integers(0, 5) | st.just(2**80),
-       skip=st.integers(0, 5) | st.just(2**80))
+@given(
+    ids=st.lists(S.odd_id, max_size=4, unique=True),
+    limit=st.integers(0, 5) | st.just(2**80),
+    skip=st.integers(0, 5) | st.just(2**80),
+)
 def test_odd_pages_are_slices_in_id_order(n, ids, limit, skip) -> None:
     try:
         for job_id in ids:
             n.s.add_job({"id": job_id, "handler": IDLE})
         total, page = n.s.jobs_page(limit, skip)
         assert total == len(ids)
-        assert [j["id"] for j in page] == sorted(ids)[skip: skip + limit]
+        assert [j["id"] for j in page] == sorted(ids)[skip : skip + limit]
     finally:
         n.undo()
 
 
 @FEW
-@given(job_id=st.text(S.ODD_CHARS, min_size=1, max_size=30), options=S.json_data, continuous=st.booleans(),
-       kind=st.sampled_from(["handler", "replicate"]), user=st.none() | S.odd_text,
-       start_time=st.none() | st.integers(0, 2**32) | st.floats(0, 4e9))
+@given(
+    job_id=st.text(S.ODD_CHARS, min_size=1, max_size=30),
+    options=S.json_data,
+    continuous=st.booleans(),
+    kind=st.sampled_from(["handler", "replicate"]),
+    user=st.none() | S.odd_text,
+    start_time=st.none() | st.integers(0, 2**32) | st.floats(0, 4e9),
+)
 def test_odd_valid_specs_round_trip(n, job_id, options, continuous, kind, user, start_time) -> None:
     spec: dict = {"id": job_id, "continuous": continuous, "options": options, "user": user, "start_time": start_time}
     if kind == "handler":
@@ -197,11 +252,19 @@ def test_nan_setting_is_not_an_integer(n, unchanged) -> None:
     refused(n, lambda: n.s.set_setting("max_jobs", math.nan), InvalidSetting)
 
 
-@pytest.mark.parametrize("key, value", [
-    ("max_churn", 0), ("interval", 0), ("interval", 2**32),  # out of the schema's bounds (a timer's limit)
-    ("max_jobs", 2.0), ("max_jobs", True), (["max_jobs"], 1),
-    ("doc_owner_timeout", 5),  # the config file's only: not a scheduler setting
-], ids=repr)
+@pytest.mark.parametrize(
+    "key, value",
+    [
+        ("max_churn", 0),
+        ("interval", 0),
+        ("interval", 2**32),  # out of the schema's bounds (a timer's limit)
+        ("max_jobs", 2.0),
+        ("max_jobs", True),
+        (["max_jobs"], 1),
+        ("doc_owner_timeout", 5),  # the config file's only: not a scheduler setting
+    ],
+    ids=repr,
+)
 def test_values_out_of_bounds_or_of_another_kind_are_refused(n, unchanged, key, value) -> None:
     refused(n, lambda: n.s.set_setting(key, value), InvalidSetting)
 

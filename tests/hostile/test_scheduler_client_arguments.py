@@ -20,6 +20,7 @@ checks a call's arguments before anything changes:
   table, so every listing keeps working;
 * ``LoadJobs`` with one bad row is refused and leaves the table as it was.
 """
+
 from __future__ import annotations
 
 import math
@@ -66,7 +67,9 @@ def test_unhashable_job_ids_are_jobs_not_there(n, job_id) -> None:
     assert answered(n, lambda: n.s.job_address(job_id)) is None
 
 
-@pytest.mark.parametrize("job_ids", ["abc", None, [["x"]], [1], [{"a": 1}], ["ok"] * 10_001], ids=lambda v: repr(v)[:20])
+@pytest.mark.parametrize(
+    "job_ids", ["abc", None, [["x"]], [1], [{"a": 1}], ["ok"] * 10_001], ids=lambda v: repr(v)[:20]
+)
 def test_bad_job_state_lists_are_invalid_arguments(n, job_ids) -> None:
     assert isinstance(answered(n, lambda: n.s.job_states(job_ids)), InvalidRequest)
 
@@ -84,8 +87,9 @@ def test_an_unhashable_setting_key_is_an_invalid_setting(n, key) -> None:
     assert isinstance(answered(n, lambda: n.s.set_setting(key, 1)), InvalidSetting)
 
 
-@pytest.mark.parametrize("limit, skip", [(-1, "x"), (None, None), ("10", 0), (1.5, 0), (0, [1]), (True, 0),
-                                         (1, -1)], ids=repr)
+@pytest.mark.parametrize(
+    "limit, skip", [(-1, "x"), (None, None), ("10", 0), (1.5, 0), (0, [1]), (True, 0), (1, -1)], ids=repr
+)
 def test_a_bad_page_is_an_invalid_argument(n, limit, skip) -> None:
     assert isinstance(answered(n, lambda: n.s.jobs_page(limit, skip)), InvalidRequest)
 
@@ -96,8 +100,7 @@ def test_an_interval_beyond_any_timer_is_an_invalid_setting(n, value) -> None:
     assert n.s.settings() == n.settings
 
 
-@pytest.mark.parametrize("start_time", [math.nan, math.inf, -math.inf, 1e300, -1e300, 2**70, 253402300800],
-                         ids=repr)
+@pytest.mark.parametrize("start_time", [math.nan, math.inf, -math.inf, 1e300, -1e300, 2**70, 253402300800], ids=repr)
 def test_a_start_time_no_clock_can_show_is_an_invalid_job_spec(n, start_time) -> None:
     spec = {"id": "when", "handler": IDLE, "start_time": start_time}
     assert isinstance(answered(n, lambda: n.s.add_job(spec)), InvalidJobSpec)
@@ -106,14 +109,18 @@ def test_a_start_time_no_clock_can_show_is_an_invalid_job_spec(n, start_time) ->
     assert reply.status == 200 and reply.json()["jobs"] == [], reply
 
 
-@pytest.mark.parametrize("bad", [
-    "not a row",
-    {"spec": {"id": "b", "handler": IDLE}},
-    {"spec": {"id": "b", "handler": IDLE}, "history": [("exploded", 0.0, None)]},
-    {"spec": {"id": "b", "handler": IDLE}, "history": [("added", math.nan, None)]},
-    {"spec": {"id": "b", "handler": IDLE}, "history": [("added",)]},
-    {"spec": {"id": ""}, "history": []},
-], ids=repr)
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "not a row",
+        {"spec": {"id": "b", "handler": IDLE}},
+        {"spec": {"id": "b", "handler": IDLE}, "history": [("exploded", 0.0, None)]},
+        {"spec": {"id": "b", "handler": IDLE}, "history": [("added", math.nan, None)]},
+        {"spec": {"id": "b", "handler": IDLE}, "history": [("added",)]},
+        {"spec": {"id": ""}, "history": []},
+    ],
+    ids=repr,
+)
 def test_a_bad_row_loads_nothing(n, bad) -> None:
     n.s.add_job({"id": "kept", "handler": IDLE})
     before = n.s.jobs()

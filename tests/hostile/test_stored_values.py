@@ -6,6 +6,7 @@ The values go in below the public API (which refuses them), as an older
 version, another client or a damaged file could leave them. A real node is
 started from the command line on that store, with a worker pool.
 """
+
 from __future__ import annotations
 
 import math
@@ -35,10 +36,16 @@ HANDLERS = "def echo(ctx):\n    return ctx.data\n"
 
 #: Type timeouts no reader can use as they are.
 BAD_TIMEOUTS = {
-    "t_huge": fdb.tuple.pack((1e12,)), "t_inf": fdb.tuple.pack((math.inf,)),
-    "t_nan": fdb.tuple.pack((math.nan,)), "t_neg": fdb.tuple.pack((-5.0,)), "t_zero": fdb.tuple.pack((0,)),
-    "t_bigint": fdb.tuple.pack((10**30,)), "t_str": fdb.tuple.pack(("soon",)),
-    "t_two": fdb.tuple.pack((1, 2)), "t_garbage": b"\xff\x00junk", "t_empty": b"",
+    "t_huge": fdb.tuple.pack((1e12,)),
+    "t_inf": fdb.tuple.pack((math.inf,)),
+    "t_nan": fdb.tuple.pack((math.nan,)),
+    "t_neg": fdb.tuple.pack((-5.0,)),
+    "t_zero": fdb.tuple.pack((0,)),
+    "t_bigint": fdb.tuple.pack((10**30,)),
+    "t_str": fdb.tuple.pack(("soon",)),
+    "t_two": fdb.tuple.pack((1, 2)),
+    "t_garbage": b"\xff\x00junk",
+    "t_empty": b"",
 }
 GARBAGE = [b"", b"\xff", b"\x00\x01\x02", b"\xc1" * 40, os.urandom(64)]
 
@@ -78,11 +85,17 @@ def node(tmp_path):
     http_port = free_port()
     (tmp_path / "node.ini").write_text(
         f"[node]\nport = {free_port()}\nhttp_port = {http_port}\nstore = {store}\n"
-        "[workers]\necho = handlers_mod:echo\ngood = handlers_mod:echo\n")
+        "[workers]\necho = handlers_mod:echo\ngood = handlers_mod:echo\n"
+    )
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    proc = subprocess.Popen([sys.executable, "-m", "actors", "node", "start", "--config", str(tmp_path / "node.ini")],
-                            cwd=tmp_path, env=env, start_new_session=True,
-                            stdout=open(tmp_path / "node.log", "w"), stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "actors", "node", "start", "--config", str(tmp_path / "node.ini")],
+        cwd=tmp_path,
+        env=env,
+        start_new_session=True,
+        stdout=open(tmp_path / "node.log", "w"),
+        stderr=subprocess.STDOUT,
+    )
     try:
         yield db, proc, http_port, tmp_path / "node.log"
     finally:
@@ -127,11 +140,16 @@ def skipped_as_logged() -> list[str]:
     """The log lines that show the node read each family of poisoned values
     and skipped it (as the readers log them; each once per process)."""
     served = ("echo", "good")
-    return ([f"job_type_started type={job_type!r}" for job_type in BAD_TIMEOUTS]  # a type actor, bad timeout or not
-            + [f"Job bad{n}: pending job of type {job_type!r} is missing or unreadable"
-               for job_type in served for n in range(len(GARBAGE))]  # the pool skipped each bad pending job
-            + [f"document 'bad{n}' in '_replicator' is unreadable" for n in range(len(GARBAGE))]
-            + ["schedule_unreadable type='echo'"])
+    return (
+        [f"job_type_started type={job_type!r}" for job_type in BAD_TIMEOUTS]  # a type actor, bad timeout or not
+        + [
+            f"Job bad{n}: pending job of type {job_type!r} is missing or unreadable"
+            for job_type in served
+            for n in range(len(GARBAGE))
+        ]  # the pool skipped each bad pending job
+        + [f"document 'bad{n}' in '_replicator' is unreadable" for n in range(len(GARBAGE))]
+        + ["schedule_unreadable type='echo'"]
+    )
 
 
 @pytest.mark.slow
@@ -148,8 +166,11 @@ def test_the_worst_stored_values_do_not_stop_a_node(node):
     for path in ("/_up", "/_scheduler/docs", "/_scheduler/jobs"):
         assert _up(http_port, path), path
     # Every bad value the node read was logged and skipped (by other processes: polled).
-    wait_until(lambda: all(line in log.read_text() for line in skipped_as_logged()), 30,
-               "every family of bad values logged as skipped")
+    wait_until(
+        lambda: all(line in log.read_text() for line in skipped_as_logged()),
+        30,
+        "every family of bad values logged as skipped",
+    )
     text = log.read_text()
     assert text.count("stored_value_skipped what=type_timeout") >= len(BAD_TIMEOUTS), text[-3000:]
     assert text.count("stored_value_skipped what=job ") >= 2 * len(GARBAGE), text[-3000:]
@@ -157,8 +178,11 @@ def test_the_worst_stored_values_do_not_stop_a_node(node):
     # (a heartbeat newer than them, BEAT apart), the node still answers, and
     # nothing of it crashed, exited or went down.
     read_at = time.time()
-    wait_until(lambda: any(h["last_beat"] > read_at for h in beats.list_hosts(db, L, time.time())),
-               3 * beats.BEAT + 30, "a heartbeat of the node's pool after the bad values were read")
+    wait_until(
+        lambda: any(h["last_beat"] > read_at for h in beats.list_hosts(db, L, time.time())),
+        3 * beats.BEAT + 30,
+        "a heartbeat of the node's pool after the bad values were read",
+    )
     assert proc.poll() is None, log.read_text()[-3000:]
     assert _up(http_port), "the node still answers"
     text = log.read_text()

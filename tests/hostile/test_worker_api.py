@@ -1,4 +1,5 @@
 """Hostile input to the worker pools' calls of actors.jobs: a clear error, nothing written."""
+
 from __future__ import annotations
 
 import math
@@ -26,14 +27,38 @@ def w(tmp_path_factory):
         store.close()
 
 
-@pytest.mark.parametrize("kwargs", [
-    {"data": {"bad": object()}}, {"data": [1, 2]}, {"data": {"x": math.nan}}, {"data": {"big": "x" * 200_000}},
-    {"id": ""}, {"id": 7}, {"id": "x" * 20_000}, {"delay": -1}, {"delay": math.inf}, {"delay": "soon"},
-    {"delay": 1, "at": 2}, {"at": -5}, {"at": 10.0 ** 30}, {"max_attempts": 0}, {"max_attempts": 10 ** 6},
-    {"max_attempts": True}, {"max_attempts": 2.5}, {"timeout": 0}, {"timeout": -1}, {"timeout": math.nan},
-    {"timeout": "1"}, {"timeout": 10.0 ** 12}, {"priority": -1}, {"priority": 10}, {"priority": True},
-    {"priority": 1.0}, {"priority": "0"},
-])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"data": {"bad": object()}},
+        {"data": [1, 2]},
+        {"data": {"x": math.nan}},
+        {"data": {"big": "x" * 200_000}},
+        {"id": ""},
+        {"id": 7},
+        {"id": "x" * 20_000},
+        {"delay": -1},
+        {"delay": math.inf},
+        {"delay": "soon"},
+        {"delay": 1, "at": 2},
+        {"at": -5},
+        {"at": 10.0**30},
+        {"max_attempts": 0},
+        {"max_attempts": 10**6},
+        {"max_attempts": True},
+        {"max_attempts": 2.5},
+        {"timeout": 0},
+        {"timeout": -1},
+        {"timeout": math.nan},
+        {"timeout": "1"},
+        {"timeout": 10.0**12},
+        {"priority": -1},
+        {"priority": 10},
+        {"priority": True},
+        {"priority": 1.0},
+        {"priority": "0"},
+    ],
+)
 def test_enqueue_refuses_bad_arguments_and_writes_nothing(w, kwargs):
     store, db = w
     data = kwargs.pop("data", {})
@@ -77,51 +102,57 @@ def test_the_couch_jobs_add_keeps_the_seeds_rule(w):
     unchanged(store, lambda: jobs.add_many(db, "never-declared", {"j": {}}), jobs.NoTypeTimeout)
 
 
-@pytest.mark.parametrize("call", [
-    lambda db: jobs.result(db, T, "there", timeout=-1),
-    lambda db: jobs.result(db, T, "there", timeout="long"),
-    lambda db: jobs.result("not a db", T, "there", timeout=0),
-    lambda db: jobs.result(db, T, "", timeout=0),
-    lambda db: jobs.status(db, T, 5),
-    lambda db: jobs.status(object(), T, "there"),
-    lambda db: jobs.schedule(db, T, "not cron"),
-    lambda db: jobs.schedule(db, T, 5),
-    lambda db: jobs.schedule(db, T, "* * * * *", {"bad": object()}),
-    lambda db: jobs.schedule(db, "never-declared", "* * * * *"),
-    lambda db: jobs.unschedule(db, None),
-    lambda db: jobs.unschedule("db", T),
-    lambda db: jobs.schedules("not a db"),
-    lambda db: jobs.pause(db, "never-declared"),
-    lambda db: jobs.pause(db, None),
-    lambda db: jobs.resume(db, ("x", [1])),
-    lambda db: jobs.resume("db", T),
-    lambda db: jobs.handler(max_attempts=0),
-    lambda db: jobs.handler(timeout=math.inf),
-    lambda db: jobs.handler(backoff=(1, 2, 3)),
-    lambda db: jobs.Retry(in_seconds=math.nan),
-    lambda db: jobs.Snooze(-1),
-])
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda db: jobs.result(db, T, "there", timeout=-1),
+        lambda db: jobs.result(db, T, "there", timeout="long"),
+        lambda db: jobs.result("not a db", T, "there", timeout=0),
+        lambda db: jobs.result(db, T, "", timeout=0),
+        lambda db: jobs.status(db, T, 5),
+        lambda db: jobs.status(object(), T, "there"),
+        lambda db: jobs.schedule(db, T, "not cron"),
+        lambda db: jobs.schedule(db, T, 5),
+        lambda db: jobs.schedule(db, T, "* * * * *", {"bad": object()}),
+        lambda db: jobs.schedule(db, "never-declared", "* * * * *"),
+        lambda db: jobs.unschedule(db, None),
+        lambda db: jobs.unschedule("db", T),
+        lambda db: jobs.schedules("not a db"),
+        lambda db: jobs.pause(db, "never-declared"),
+        lambda db: jobs.pause(db, None),
+        lambda db: jobs.resume(db, ("x", [1])),
+        lambda db: jobs.resume("db", T),
+        lambda db: jobs.handler(max_attempts=0),
+        lambda db: jobs.handler(timeout=math.inf),
+        lambda db: jobs.handler(backoff=(1, 2, 3)),
+        lambda db: jobs.Retry(in_seconds=math.nan),
+        lambda db: jobs.Snooze(-1),
+    ],
+)
 def test_worker_calls_refuse_bad_arguments_and_write_nothing(w, call):
     store, db = w
     unchanged(store, lambda: call(db), jobs.JobsError)
 
 
-@pytest.mark.parametrize("call", [
-    lambda db: jobs.prune("not a db"),
-    lambda db: jobs.prune(None, T, 0),
-    lambda db: jobs.prune(db, T, -1),
-    lambda db: jobs.prune(db, T, math.nan),
-    lambda db: jobs.prune(db, T, math.inf),
-    lambda db: jobs.prune(db, T, 10 ** 400),
-    lambda db: jobs.enqueue(db, T, {}, delay=10 ** 400),
-    lambda db: jobs.prune(db, T, "1"),
-    lambda db: jobs.prune(db, T, True),
-    lambda db: jobs.prune(db, None, -0.5),
-    lambda db: jobs.prune(db, 1.5, 0),
-    lambda db: jobs.prune(db, {"a": 1}, 0),
-    lambda db: jobs.prune(db, ("x", [1]), 0),
-    lambda db: jobs.prune(db, "x" * 20_000, 0),
-])
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda db: jobs.prune("not a db"),
+        lambda db: jobs.prune(None, T, 0),
+        lambda db: jobs.prune(db, T, -1),
+        lambda db: jobs.prune(db, T, math.nan),
+        lambda db: jobs.prune(db, T, math.inf),
+        lambda db: jobs.prune(db, T, 10**400),
+        lambda db: jobs.enqueue(db, T, {}, delay=10**400),
+        lambda db: jobs.prune(db, T, "1"),
+        lambda db: jobs.prune(db, T, True),
+        lambda db: jobs.prune(db, None, -0.5),
+        lambda db: jobs.prune(db, 1.5, 0),
+        lambda db: jobs.prune(db, {"a": 1}, 0),
+        lambda db: jobs.prune(db, ("x", [1]), 0),
+        lambda db: jobs.prune(db, "x" * 20_000, 0),
+    ],
+)
 def test_prune_refuses_bad_arguments_and_removes_nothing(w, call):
     store, db = w
     unchanged(store, lambda: call(db), jobs.InvalidArgument)

@@ -8,6 +8,7 @@ group must be back to what it was (no stray actor processes, no orphans);
 after the module the node's processes are all gone and its runtime file
 removed.
 """
+
 from __future__ import annotations
 
 import logging
@@ -63,8 +64,9 @@ def read_log(path: Path) -> list[str]:
 
 def assert_node_gone(node: Any, pids: set[int]) -> None:
     """After stop: no process of the node survives and no runtime file is left."""
-    wait_until(lambda: not any(alive(p) for p in pids) and not group_pids(node.pgid), 10,
-               "the node's processes to exit")
+    wait_until(
+        lambda: not any(alive(p) for p in pids) and not group_pids(node.pgid), 10, "the node's processes to exit"
+    )
     assert not runtime_file(node.port).exists()
 
 
@@ -94,22 +96,40 @@ class Tree:
         self.log = log
         self._ids: list[str] = []
 
-    def w(self, ident: str, cls: type = Worker, restart: str = "permanent", shutdown: Any = None,
-          name: str | None = None, **args: Any) -> ChildSpec:
+    def w(
+        self,
+        ident: str,
+        cls: type = Worker,
+        restart: str = "permanent",
+        shutdown: Any = None,
+        name: str | None = None,
+        **args: Any,
+    ) -> ChildSpec:
         """A Worker (or Probe) spec that logs to this test's event log."""
-        return ChildSpec(ident, cls, {"id": ident, "log": str(self.log), **args}, restart=restart,
-                         shutdown=shutdown, name=name)
+        return ChildSpec(
+            ident, cls, {"id": ident, "log": str(self.log), **args}, restart=restart, shutdown=shutdown, name=name
+        )
 
     def sup_spec(self, ident: str, flags: Any, specs: list, restart: str = "permanent") -> ChildSpec:
         """A nested Sup spec."""
-        return ChildSpec(ident, Sup, {"id": ident, "log": str(self.log), "flags": flags, "specs": specs},
-                         restart=restart, type="supervisor")
+        return ChildSpec(
+            ident,
+            Sup,
+            {"id": ident, "log": str(self.log), "flags": flags, "specs": specs},
+            restart=restart,
+            type="supervisor",
+        )
 
     def sup(self, flags: Any, specs: list, ident: str = "top") -> Any:
         """Start a temporary supervisor under the root; its address."""
         unique = f"{ident}-{uuid.uuid4().hex[:8]}"
-        spec = ChildSpec(unique, Sup, {"id": ident, "log": str(self.log), "flags": flags, "specs": specs},
-                         restart="temporary", type="supervisor")
+        spec = ChildSpec(
+            unique,
+            Sup,
+            {"id": ident, "log": str(self.log), "flags": flags, "specs": specs},
+            restart="temporary",
+            type="supervisor",
+        )
         addr = self.c.start_child(self.root, spec)
         self._ids.append(unique)
         return addr

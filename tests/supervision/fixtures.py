@@ -4,6 +4,7 @@
 observe start and stop order across processes: each line is
 ``<event> <child id>``.
 """
+
 from __future__ import annotations
 
 import os
@@ -132,6 +133,7 @@ class KillingSup(Sup):
             import signal
 
             from supervision.procs import pid_alive
+
             killed = [child["pid"] for other, child in self._children.items() if other != addr and child.get("pid")]
             for pid in killed:
                 os.kill(pid, signal.SIGKILL)

@@ -1,4 +1,5 @@
 """terminate/restart/delete_child, which/count_children, shutdown timeouts, bad input."""
+
 from __future__ import annotations
 
 import os
@@ -12,6 +13,7 @@ from tests.supervision.conftest import alive, wait_until
 from tests.supervision.fixtures import KillingSup, Worker
 
 ONE = {"strategy": "one_for_one", "intensity": 10, "period": 10}
+
 
 def test_which_children_lists_children_in_start_order_with_types(tree):
     inner = tree.sup_spec("n", ONE, [])
@@ -142,15 +144,26 @@ def test_a_supervisor_ends_although_thespian_lost_its_children_exits(tree):
     another child's (KillingSup forces it). The supervisor restarts them and
     later stops in order; its process must then end at once, not wait in
     Thespian for notices of long-dead children (it waited forever)."""
-    spec = ChildSpec(f"racy-{os.getpid()}", KillingSup,
-                     {"id": "racy", "log": str(tree.log), "flags": ONE,
-                      "specs": [tree.w(f"k{i}", shutdown="brutal_kill") for i in range(4)]},
-                     restart="temporary", type="supervisor")
+    spec = ChildSpec(
+        f"racy-{os.getpid()}",
+        KillingSup,
+        {
+            "id": "racy",
+            "log": str(tree.log),
+            "flags": ONE,
+            "specs": [tree.w(f"k{i}", shutdown="brutal_kill") for i in range(4)],
+        },
+        restart="temporary",
+        type="supervisor",
+    )
     sup = tree.c.start_child(tree.root, spec)
     pid, kids = tree.c.get_pid(sup), tree.kids(sup)
     os.kill(kids["k0"].pid, signal.SIGKILL)
-    wait_until(lambda: all(alive(r.pid) and r.pid != kids[i].pid for i, r in tree.kids(sup).items()), 5,
-               "every child restarted")
+    wait_until(
+        lambda: all(alive(r.pid) and r.pid != kids[i].pid for i, r in tree.kids(sup).items()),
+        5,
+        "every child restarted",
+    )
     tree.c.terminate_child(tree.root, spec.id)
     wait_until(lambda: not alive(pid), 3, "the supervisor's process to end")
 

@@ -11,6 +11,7 @@ Two Thespian behaviours made a clean exit look like a SIGKILL:
 * the child's goodbye (``ChildActorExited`` from the child itself) travels
   on a connection of its own and can overtake its ``Exit``.
 """
+
 from __future__ import annotations
 
 import os
@@ -32,8 +33,11 @@ SUP = "tests.supervision.fixtures:Sup"
 
 @pytest.mark.slow
 def test_an_exit_sent_while_a_timer_comes_due_reaches_a_parent_slow_to_take_it():
-    inner = {"id": "inner", "flags": {"strategy": "one_for_one", "intensity": 5, "period": 10},
-             "specs": [ChildSpec("w", W, {"id": "w"}, name="w")]}
+    inner = {
+        "id": "inner",
+        "flags": {"strategy": "one_for_one", "intensity": 5, "period": 10},
+        "specs": [ChildSpec("w", W, {"id": "w"}, name="w")],
+    }
     with running_node([ChildSpec("inner", SUP, inner, type="supervisor", name="inner")]) as node:
         w, parent = node.client.whereis("w"), node.pid("inner")
         old = node.pid(w)

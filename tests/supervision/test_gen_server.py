@@ -1,4 +1,5 @@
 """gen_server behaviour: bad messages, calls, links, trap_exit, monitors, SIGKILL, timers, names."""
+
 from __future__ import annotations
 
 import os
@@ -22,13 +23,17 @@ def probe_and(tree, *specs):
 
 
 def restarted(tree, sup, ident, old_pid):
-    return wait_until(lambda: (k := tree.kids(sup)[ident]).addr is not None and k.pid != old_pid and k, 5,
-                      f"restart of {ident}")
+    return wait_until(
+        lambda: (k := tree.kids(sup)[ident]).addr is not None and k.pid != old_pid and k, 5, f"restart of {ident}"
+    )
 
 
 def downs(tree, probe_addr, n=1):
-    return wait_until(lambda: (e := [x for x in tree.c.call(probe_addr, "events") if isinstance(x, Down)])
-                      and len(e) >= n and e, 5, "Down")
+    return wait_until(
+        lambda: (e := [x for x in tree.c.call(probe_addr, "events") if isinstance(x, Down)]) and len(e) >= n and e,
+        5,
+        "Down",
+    )
 
 
 # ------------------------------------------------------------ bad messages
@@ -196,8 +201,11 @@ def nested_tree(tree):
 def test_sigkilled_nested_supervisor_takes_its_children_and_is_restarted_fresh(tree):
     sup, kids, grand = nested_tree(tree)
     os.kill(kids["n"].pid, signal.SIGKILL)
-    wait_until(lambda: not alive(grand["n1"].pid) and not alive(grand["n2"].pid), 5,
-               "the killed supervisor's children to die (no orphans)")
+    wait_until(
+        lambda: not alive(grand["n1"].pid) and not alive(grand["n2"].pid),
+        5,
+        "the killed supervisor's children to die (no orphans)",
+    )
     new = restarted(tree, sup, "n", kids["n"].pid)
     fresh = tree.kids(new.addr)
     assert all(alive(fresh[i].pid) and fresh[i].pid != grand[i].pid for i in ("n1", "n2"))

@@ -1,6 +1,7 @@
 """The restart intensity rule (``supervision.supervisor.add_restart``) as a
 table, as OTP's supervisor applies it: at most ``intensity`` restarts in any
 ``period`` seconds; a restart ``period`` or more seconds old no longer counts."""
+
 from __future__ import annotations
 
 import pytest
@@ -10,10 +11,10 @@ from supervision.supervisor import add_restart
 CASES = [
     # (restarts before, now, intensity, period) -> (allowed, restarts after)
     ((), 0.0, 1, 5, True, (0.0,)),
-    ((0.0,), 1.0, 1, 5, False, (0.0, 1.0)),          # two within 5 s: over 1
-    ((0.0,), 5.0, 1, 5, True, (5.0,)),               # exactly a period old: dropped (OTP: Now - T < Period)
+    ((0.0,), 1.0, 1, 5, False, (0.0, 1.0)),  # two within 5 s: over 1
+    ((0.0,), 5.0, 1, 5, True, (5.0,)),  # exactly a period old: dropped (OTP: Now - T < Period)
     ((0.0,), 4.999, 1, 5, False, (0.0, 4.999)),
-    ((), 0.0, 0, 5, False, (0.0,)),                  # intensity 0: no restart at all
+    ((), 0.0, 0, 5, False, (0.0,)),  # intensity 0: no restart at all
     ((0.0, 1.0, 2.0), 3.0, 3, 10, False, (0.0, 1.0, 2.0, 3.0)),
     ((0.0, 1.0, 2.0), 10.5, 3, 10, True, (1.0, 2.0, 10.5)),
     ((0.0, 1.0, 2.0), 11.5, 3, 10, True, (2.0, 11.5)),

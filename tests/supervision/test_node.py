@@ -1,4 +1,5 @@
 """The node owns its processes: loopback only, no accidental systems, restart after SIGKILL."""
+
 from __future__ import annotations
 
 import json
@@ -93,8 +94,15 @@ def _run_node(port: int, mode: str, tmp_path) -> dict:
     """Start a node from a fresh process (files, not pipes: the node's daemons inherit them)."""
     out, err = tmp_path / f"{mode}.out", tmp_path / f"{mode}.err"
     with open(out, "w") as fo, open(err, "w") as fe:
-        rc = subprocess.run([sys.executable, "-c", _START, str(port), mode], cwd=ROOT, env=os.environ.copy(),
-                            stdout=fo, stderr=fe, timeout=60, stdin=subprocess.DEVNULL).returncode
+        rc = subprocess.run(
+            [sys.executable, "-c", _START, str(port), mode],
+            cwd=ROOT,
+            env=os.environ.copy(),
+            stdout=fo,
+            stderr=fe,
+            timeout=60,
+            stdin=subprocess.DEVNULL,
+        ).returncode
     assert rc == 0, err.read_text()[-2000:]
     return json.loads(out.read_text().strip().splitlines()[-1])
 

@@ -7,6 +7,7 @@ runtime file and must survive every start and stop; a really dead node's
 file is cleared; an unsafe runtime directory stops the command before it
 creates or kills anything; a symlink is never followed.
 """
+
 from __future__ import annotations
 
 import json
@@ -80,8 +81,15 @@ def leave_node(port: int, tmp_path: Path) -> dict:
     """A node left running, on purpose, by a process that exited."""
     out, err = tmp_path / "leave.out", tmp_path / "leave.err"
     with open(out, "w") as fo, open(err, "w") as fe:
-        rc = subprocess.run([sys.executable, "-c", _LEAVE, str(port)], cwd=ROOT, env=os.environ.copy(),
-                            stdout=fo, stderr=fe, stdin=subprocess.DEVNULL, timeout=60).returncode
+        rc = subprocess.run(
+            [sys.executable, "-c", _LEAVE, str(port)],
+            cwd=ROOT,
+            env=os.environ.copy(),
+            stdout=fo,
+            stderr=fe,
+            stdin=subprocess.DEVNULL,
+            timeout=60,
+        ).returncode
     assert rc == 0, err.read_text()[-2000:]
     return json.loads(out.read_text().splitlines()[-1])
 
@@ -95,8 +103,15 @@ def test_a_runtime_file_naming_an_unrelated_process_group_kills_nothing(rundir, 
     if shape != "version_1":
         real = start_time(victim)
         starts = real if shape == "exact_start_times" else real + 1
-        record.update(version=runtime.VERSION, boot_id=runtime.boot_id(), pid_start=starts, admin_start=starts,
-                      owner_start=starts, die_with_owner=True, port=port)
+        record.update(
+            version=runtime.VERSION,
+            boot_id=runtime.boot_id(),
+            pid_start=starts,
+            admin_start=starts,
+            owner_start=starts,
+            die_with_owner=True,
+            port=port,
+        )
     plant(rundir, port, record)
     caplog.set_level(logging.INFO, logger="supervision.system")
     node = start(port)
@@ -110,8 +125,9 @@ def test_a_runtime_file_naming_an_unrelated_process_group_kills_nothing(rundir, 
 
 def test_stop_of_a_port_whose_file_names_an_unrelated_group_kills_nothing(rundir, bystander, caplog):
     port = free_port()
-    plant(rundir, port, {"pid": bystander.pid, "admin_pid": bystander.pid, "pgid": bystander.pid,
-                         "owner": bystander.pid})
+    plant(
+        rundir, port, {"pid": bystander.pid, "admin_pid": bystander.pid, "pgid": bystander.pid, "owner": bystander.pid}
+    )
     caplog.set_level(logging.INFO, logger="supervision.system")
     assert stop_node(port) is False
     assert bystander.poll() is None
@@ -171,11 +187,18 @@ def test_only_holders_of_the_file_and_their_group_are_killed(rundir, bystander):
     os.close(fd)
     path = runtime.runtime_file(port)
     # a process holding the file (as every process of a node does), with a child in its group that does not
-    holder = subprocess.Popen([sys.executable, "-c", f"import subprocess, time; f = open({str(path)!r}); "
-                               "subprocess.Popen(['sleep', '60']); time.sleep(60)"], start_new_session=True)
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            f"import subprocess, time; f = open({str(path)!r}); subprocess.Popen(['sleep', '60']); time.sleep(60)",
+        ],
+        start_new_session=True,
+    )
     try:
-        entry = wait_until(lambda: (e := runtime.examine(port)) and runtime.node_processes(e) and e, 10,
-                           "the holder to open the file")
+        entry = wait_until(
+            lambda: (e := runtime.examine(port)) and runtime.node_processes(e) and e, 10, "the holder to open the file"
+        )
         wait_until(lambda: len(group_pids(holder.pid)) == 2, 10, "the holder's child")
         mates = group_pids(holder.pid) - {holder.pid}
         killed = runtime.kill_node_processes(entry)
@@ -195,8 +218,9 @@ def test_a_holder_of_another_nodes_record_under_the_same_inode_is_not_killed(run
     os.close(runtime.claim(port, runtime.owner_record(False)))
     entry = runtime.examine(port)
     path = runtime.runtime_file(port)
-    holder = subprocess.Popen([sys.executable, "-c", f"import time; f = open({str(path)!r}); time.sleep(60)"],
-                              start_new_session=True)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", f"import time; f = open({str(path)!r}); time.sleep(60)"], start_new_session=True
+    )
     try:
         wait_until(lambda: runtime.node_processes(entry), 10, "the holder to open the file")
         fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW)
@@ -240,8 +264,7 @@ def test_a_process_is_signalled_only_with_its_own_start_time(bystander):
 # ------------------------------------------------------------ the directory
 @pytest.mark.slow
 @pytest.mark.parametrize("problem", ["world_writable", "group_writable", "foreign_owner"])
-def test_an_unsafe_runtime_dir_stops_every_command_before_it_creates_or_kills_anything(tmp_path, bystander,
-                                                                                      problem):
+def test_an_unsafe_runtime_dir_stops_every_command_before_it_creates_or_kills_anything(tmp_path, bystander, problem):
     shared = tmp_path / "shared"
     shared.mkdir()
     if problem == "world_writable":
@@ -259,19 +282,30 @@ def test_an_unsafe_runtime_dir_stops_every_command_before_it_creates_or_kills_an
         says = "is owned by uid 65534"
     port = free_port()
     planted = shared / f"node-{port}.json"
-    planted.write_bytes(json.dumps({"pid": bystander.pid, "admin_pid": bystander.pid, "pgid": bystander.pid,
-                                    "owner": bystander.pid}).encode())
+    planted.write_bytes(
+        json.dumps(
+            {"pid": bystander.pid, "admin_pid": bystander.pid, "pgid": bystander.pid, "owner": bystander.pid}
+        ).encode()
+    )
     before = sorted(os.listdir(shared))
     (tmp_path / "work").mkdir()
     (tmp_path / "work" / "tasks.py").write_text("def run(ctx):\n    return 1\n")
     env = dict(os.environ, OTPJOBS_RUNTIME_DIR=str(shared), PYTHONPATH=str(ROOT))
     store = f"sqlite:///{tmp_path / 'store.db'}"
-    commands = [["node", "start", "--port", str(port), "--store", store, "--http-port", "0"],
-                ["worker", "t=tasks:run", "--port", str(port), "--store", store],
-                ["node", "stop", "--port", str(port)]]
+    commands = [
+        ["node", "start", "--port", str(port), "--store", store, "--http-port", "0"],
+        ["worker", "t=tasks:run", "--port", str(port), "--store", store],
+        ["node", "stop", "--port", str(port)],
+    ]
     for args in commands:
-        result = subprocess.run([sys.executable, "-m", "actors", *args], cwd=tmp_path / "work", env=env,
-                                capture_output=True, text=True, timeout=60)
+        result = subprocess.run(
+            [sys.executable, "-m", "actors", *args],
+            cwd=tmp_path / "work",
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert result.returncode == 2, (args, result.stdout, result.stderr)
         lines = result.stderr.strip().splitlines()
         assert len(lines) == 1 and str(shared) in lines[0] and says in lines[0], (args, result.stderr)
@@ -317,8 +351,9 @@ def test_a_symlink_in_place_of_the_default_runtime_dir_is_refused(tmp_path, monk
 def test_a_symlink_planted_as_the_runtime_file_is_not_followed(rundir, bystander, caplog, tmp_path, target_exists):
     port = free_port()
     target = tmp_path / "precious.json"
-    content = json.dumps({"pid": bystander.pid, "admin_pid": bystander.pid, "pgid": bystander.pid,
-                          "owner": bystander.pid}).encode()
+    content = json.dumps(
+        {"pid": bystander.pid, "admin_pid": bystander.pid, "pgid": bystander.pid, "owner": bystander.pid}
+    ).encode()
     if target_exists:
         target.write_bytes(content)
     rundir.mkdir(mode=0o700)

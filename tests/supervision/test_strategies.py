@@ -1,4 +1,5 @@
 """Supervisor strategies and restart types, start/stop order, intensity, ignore, start errors."""
+
 from __future__ import annotations
 
 import pytest
@@ -43,6 +44,7 @@ def wait_restarted(tree, sup, before, ids: set) -> dict:
         now = tree.kids(sup)
         ok = all(now[i].addr is not None and now[i].pid != before[i].pid for i in ids)
         return now if ok else None
+
     now = wait_until(done, 5, f"restart of {sorted(ids)}")
     for i in {"a", "b", "c"} - ids:
         assert now[i].pid == before[i].pid, f"{i} should not have been restarted"
@@ -109,20 +111,21 @@ def end_middle(tree, rows, how: str) -> None:
         tree.c.call(rows[1].addr, ("stop", "normal"))
 
 
-@pytest.mark.parametrize("how,restart", [("crash", "permanent"), ("normal", "permanent"),
-                                         ("crash", "transient")])
+@pytest.mark.parametrize("how,restart", [("crash", "permanent"), ("normal", "permanent"), ("crash", "transient")])
 def test_simple_one_for_one_restarts_only_the_exited_child(tree, how, restart):
     sup, rows = sofo(tree, restart)
     end_middle(tree, rows, how)
-    now = wait_until(lambda: (r := tree.c.which_children(sup)) and r[1].pid != rows[1].pid
-                     and r[1].addr is not None and r, 5, "restart")
+    now = wait_until(
+        lambda: (r := tree.c.which_children(sup)) and r[1].pid != rows[1].pid and r[1].addr is not None and r,
+        5,
+        "restart",
+    )
     assert len(now) == 3
     assert [now[0].pid, now[2].pid] == [rows[0].pid, rows[2].pid]
     assert tree.lines()[-2:] == ["stop d1", "start d1"]
 
 
-@pytest.mark.parametrize("how,restart", [("normal", "transient"), ("crash", "temporary"),
-                                         ("normal", "temporary")])
+@pytest.mark.parametrize("how,restart", [("normal", "transient"), ("crash", "temporary"), ("normal", "temporary")])
 def test_simple_one_for_one_drops_a_child_that_is_not_restarted(tree, how, restart):
     sup, rows = sofo(tree, restart)
     end_middle(tree, rows, how)
@@ -160,8 +163,9 @@ def nested(tree, restart: str):
 
 def test_nested_supervisor_over_intensity_exits_shutdown_and_parent_restarts_it(tree):
     top, before = nested(tree, "permanent")
-    now = wait_until(lambda: (k := tree.kids(top))["n"].addr is not None and k["n"].pid != before["n"].pid
-                     and k, 5, "restart of n")
+    now = wait_until(
+        lambda: (k := tree.kids(top))["n"].addr is not None and k["n"].pid != before["n"].pid and k, 5, "restart of n"
+    )
     assert now["x"].pid == before["x"].pid and now["p"].pid == before["p"].pid
     fresh = tree.kids(now["n"].addr)["w"]
     assert alive(fresh.pid)

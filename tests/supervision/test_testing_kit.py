@@ -1,6 +1,7 @@
 """``supervision.testing`` on real trees of every strategy: the kit a user's
 tests get (``running_node`` and the ``otp_node`` fixture of the pytest plugin).
 """
+
 from __future__ import annotations
 
 import os
@@ -26,11 +27,14 @@ def pids(node, *names) -> dict:
     return {n: node.pid(n) for n in names}
 
 
-@pytest.mark.parametrize("strategy, victim, restarted", [
-    ("one_for_one", "b", {"b"}),
-    ("one_for_all", "b", {"a", "b", "c"}),
-    ("rest_for_one", "b", {"b", "c"}),
-])
+@pytest.mark.parametrize(
+    "strategy, victim, restarted",
+    [
+        ("one_for_one", "b", {"b"}),
+        ("one_for_all", "b", {"a", "b", "c"}),
+        ("rest_for_one", "b", {"b", "c"}),
+    ],
+)
 def test_sigkill_of_a_worker_restarts_what_the_strategy_says(otp_node, strategy, victim, restarted):
     node = otp_node([worker("a"), worker("b"), worker("c")], {"strategy": strategy, "intensity": 5, "period": 10})
     before = pids(node, "a", "b", "c")
@@ -87,10 +91,15 @@ def test_sigkill_of_a_nested_supervisor_restarts_it_and_its_children(otp_node):
 
 
 def test_restart_intensity_reached_is_reported_as_the_escalation(otp_node):
-    inner = {"id": "inner", "flags": {"strategy": "one_for_one", "intensity": 1, "period": 30},
-             "specs": [worker("leaf")]}
-    node = otp_node([ChildSpec("inner", SUP, inner, type="supervisor", name="inner")],
-                    {"strategy": "one_for_one", "intensity": 5, "period": 30})
+    inner = {
+        "id": "inner",
+        "flags": {"strategy": "one_for_one", "intensity": 1, "period": 30},
+        "specs": [worker("leaf")],
+    }
+    node = otp_node(
+        [ChildSpec("inner", SUP, inner, type="supervisor", name="inner")],
+        {"strategy": "one_for_one", "intensity": 5, "period": 30},
+    )
     first_sup = node.pid("inner")
     old = node.kill("leaf")
     node.wait_restarted("leaf", old)
@@ -104,8 +113,10 @@ def test_restart_intensity_reached_is_reported_as_the_escalation(otp_node):
 def test_the_root_giving_up_ends_the_node(otp_node):
     node = otp_node([worker("a")], {"strategy": "one_for_one", "intensity": 0, "period": 30})
     node.kill("a")
-    node.wait_event(lambda e: e["event"] == "max_intensity" and e["supervisor"] == "supervision.node",
-                    what="the root's max_intensity")
+    node.wait_event(
+        lambda e: e["event"] == "max_intensity" and e["supervisor"] == "supervision.node",
+        what="the root's max_intensity",
+    )
     deadline = time.monotonic() + 5
     while node.alive() and time.monotonic() < deadline:
         time.sleep(0.02)
@@ -156,7 +167,8 @@ def _not_zombie(pid: int) -> bool:
 
 @pytest.mark.slow
 def test_a_users_test_file_passes_in_a_fresh_directory_with_only_the_package_installed(tmp_path):
-    (tmp_path / "myapp.py").write_text(textwrap.dedent("""
+    (tmp_path / "myapp.py").write_text(
+        textwrap.dedent("""
         from supervision import GenServer
 
         class Counter(GenServer):
@@ -167,8 +179,10 @@ def test_a_users_test_file_passes_in_a_fresh_directory_with_only_the_package_ins
                 if msg == "incr":
                     self.n += 1
                 return self.n
-    """))
-    (tmp_path / "test_myapp.py").write_text(textwrap.dedent("""
+    """)
+    )
+    (tmp_path / "test_myapp.py").write_text(
+        textwrap.dedent("""
         from supervision import ChildSpec
 
         def test_the_counter_restarts_from_zero(otp_node):
@@ -177,10 +191,17 @@ def test_a_users_test_file_passes_in_a_fresh_directory_with_only_the_package_ins
             old = node.kill("counter")
             node.wait_restarted("counter", old)
             assert node.call("counter", "get") == 0
-    """))
+    """)
+    )
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTEST_ADDOPTS")}
     env["THESPLOG_FILE"] = str(tmp_path / "thespian.log")
-    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_myapp.py"],
-                            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_myapp.py"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "1 passed" in result.stdout

@@ -1,5 +1,6 @@
 """supervision.waker.Waker: a wake from another thread after the actor closed
 its waker writes nothing, not even to a descriptor that reuses the number."""
+
 from __future__ import annotations
 
 import os

@@ -1,4 +1,5 @@
 """Fixtures of the worker tests: a store file, a handler module, hosts that are always stopped."""
+
 from __future__ import annotations
 
 import os
@@ -38,6 +39,7 @@ def hosts(workdir, store_url):
         host = Host(workdir, kw.pop("store", store_url), assignments, name=name or f"host{len(started)}", **kw)
         started.append(host)
         return host.wait_up() if wait else host
+
     yield start
     for host in started:
         host.close()

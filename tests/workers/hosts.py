@@ -4,6 +4,7 @@ A host runs as a user runs it (``python -m actors worker ...`` with its
 handler module in the working directory), in its own session so that a
 test can SIGTERM it, SIGKILL it, or kill what is left of its group.
 """
+
 from __future__ import annotations
 
 import os
@@ -19,7 +20,7 @@ from tests.procs import free_port, group_pids, kill_groups, wait_until
 ROOT = Path(__file__).resolve().parents[2]
 
 #: Handlers the tests serve, written as ``handlers_mod.py`` in the host's directory.
-HANDLERS = '''
+HANDLERS = """
 import json, os, signal, time
 
 def _log(ctx, event):
@@ -84,7 +85,7 @@ def big_progress(ctx):
 
 def bad_result(ctx):
     return {"not json": object()}
-'''
+"""
 
 
 def write_handlers(directory: Path) -> None:
@@ -94,19 +95,41 @@ def write_handlers(directory: Path) -> None:
 class Host:
     """One ``otpjobs worker`` process on its own admin port."""
 
-    def __init__(self, workdir: Path, store: str, assignments: list[str], *, concurrency: int = 2,
-                 extra: list[str] | None = None, run_log: Path | None = None, name: str = "host") -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        store: str,
+        assignments: list[str],
+        *,
+        concurrency: int = 2,
+        extra: list[str] | None = None,
+        run_log: Path | None = None,
+        name: str = "host",
+    ) -> None:
         self.workdir = workdir
         self.port = free_port()
         self.log_path = workdir / f"{name}.log"
         env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1")
         if run_log is not None:
             env["RUN_LOG"] = str(run_log)
-        cmd = [sys.executable, "-m", "actors", "worker", "--store", store, "--concurrency", str(concurrency),
-               "--port", str(self.port), *(extra or []), *assignments]
+        cmd = [
+            sys.executable,
+            "-m",
+            "actors",
+            "worker",
+            "--store",
+            store,
+            "--concurrency",
+            str(concurrency),
+            "--port",
+            str(self.port),
+            *(extra or []),
+            *assignments,
+        ]
         self.log_file = open(self.log_path, "w")
-        self.proc = subprocess.Popen(cmd, cwd=workdir, env=env, stdout=self.log_file, stderr=subprocess.STDOUT,
-                                     start_new_session=True)
+        self.proc = subprocess.Popen(
+            cmd, cwd=workdir, env=env, stdout=self.log_file, stderr=subprocess.STDOUT, start_new_session=True
+        )
         self.node_pgid: int | None = None
         self.node_entry: runtime.Entry | None = None
 
@@ -152,4 +175,3 @@ class Host:
 
 def wait_for(predicate, timeout: float = 30.0, what: str = "condition"):  # noqa: ANN001
     return wait_until(predicate, timeout, what, step=0.02)
-

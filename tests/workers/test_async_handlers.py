@@ -1,6 +1,7 @@
 """``async def`` handlers (issue 29, item 5): awaited on an event loop in
 their worker, many at once, beside the sync ones. Real hosts, real worker
 processes, a ledger of runs written by the handlers."""
+
 from __future__ import annotations
 
 import asyncio
@@ -17,7 +18,7 @@ from actors import jobs
 from fdblayer.jobs.model import JobState
 from tests.workers.hosts import wait_for
 
-ASYNC = '''
+ASYNC = """
 import asyncio, json, os, time
 
 def _log(ctx, event, **more):
@@ -82,7 +83,7 @@ async def flaky(ctx):
     if ctx.attempt < 2:
         raise ValueError(f"failed attempt {ctx.attempt}")
     return {"attempt": ctx.attempt}
-'''
+"""
 
 
 @pytest.fixture
@@ -96,21 +97,26 @@ def ledger(workdir, monkeypatch):
             return []
         rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
         return [r for r in rows if (event is None or r["event"] == event) and (job_id is None or r["id"] == job_id)]
+
     return read
 
 
 def _enqueue(db, job_type: str, datas: list, **kw) -> list:
     """Every job in one transaction (one claim can take them all)."""
+
     @fdblayer.transactional
     def add(tr):
         return [jobs.enqueue(tr, job_type, data, **kw) for data in datas]
+
     return add(db)
 
 
 def _most_at_once(rows: list) -> int:
     """The most runs between their start and end at one time."""
-    edges = sorted([(r["t"], 1) for r in rows if r["event"] == "start"] +
-                   [(r["t"], -1) for r in rows if r["event"] == "end"], key=lambda e: (e[0], e[1]))
+    edges = sorted(
+        [(r["t"], 1) for r in rows if r["event"] == "start"] + [(r["t"], -1) for r in rows if r["event"] == "end"],
+        key=lambda e: (e[0], e[1]),
+    )
     now = peak = 0
     for _, step in edges:
         now += step
@@ -155,10 +161,13 @@ def test_sync_and_async_handlers_mix_on_one_host_and_one_worker(hosts, db, ledge
     assert took < 6.0, f"3 sync runs of 1 s one after the other, the async ones beside them: {took:.1f} s"
     rows = ledger()
     assert len({r["pid"] for r in rows}) == 1
-    spans = {kind: [(r["t"], e["t"]) for r in ledger("start") if r["type"] == kind for e in ledger("end", r["id"])]
-             for kind in ("s", "a")}
-    assert any(a0 < s1 and s0 < a1 for a0, a1 in spans["a"] for s0, s1 in spans["s"]), \
+    spans = {
+        kind: [(r["t"], e["t"]) for r in ledger("start") if r["type"] == kind for e in ledger("end", r["id"])]
+        for kind in ("s", "a")
+    }
+    assert any(a0 < s1 and s0 < a1 for a0, a1 in spans["a"] for s0, s1 in spans["s"]), (
         "async runs awaited while a sync handler ran in the same worker"
+    )
     assert _most_at_once([r for r in rows if r["type"] == "s"]) == 1, "sync runs still one at a time"
 
 
@@ -186,8 +195,9 @@ def test_an_async_handler_sees_stopping_when_its_job_is_removed(hosts, db, ledge
 
 @pytest.mark.slow
 def test_an_async_handler_that_ignores_its_limit_is_cancelled_and_its_neighbours_go_on(hosts, db, ledger):
-    host = hosts(["x=async_mod:stubborn", "a=async_mod:nap"], concurrency=1,
-                 extra=["--max-attempts", "1", "--grace", "1"])
+    host = hosts(
+        ["x=async_mod:stubborn", "a=async_mod:nap"], concurrency=1, extra=["--max-attempts", "1", "--grace", "1"]
+    )
     started = time.monotonic()
     stuck = jobs.enqueue(db, "x", {}, timeout=1)
     wait_for(lambda: ledger("start", stuck), 20, "the stubborn handler to start")
@@ -249,8 +259,9 @@ def test_sigterm_drains_async_runs_in_flight(hosts, db, ledger):
     asked = time.monotonic()
     assert host.terminate() == 0
     assert time.monotonic() - asked < 15
-    assert [jobs.result(db, "p", i, timeout=1) for i in polite] == ["stopped"] * 8, \
+    assert [jobs.result(db, "p", i, timeout=1) for i in polite] == ["stopped"] * 8, (
         "told to stop, they returned within the grace: their results are kept"
+    )
     for job_id in stubborn:
         st = jobs.status(db, "x", job_id)
         assert st.state is JobState.PENDING and st.attempt == 0, "still running past the grace: back in the queue"
@@ -263,8 +274,9 @@ def test_a_process_forked_in_an_async_handler_exits_when_the_handler_returns_in_
     job_id = jobs.enqueue(db, "k", {})
     assert jobs.result(db, "k", job_id, timeout=30) == "parent"
     assert [jobs.result(db, "a", i, timeout=30) for i in naps] == list(range(5))
-    assert len(ledger("start", job_id)) == 1 and all(len(ledger("end", i)) == 1 for i in naps), \
+    assert len(ledger("start", job_id)) == 1 and all(len(ledger("end", i)) == 1 for i in naps), (
         "the child ran nothing more"
+    )
 
 
 def test_ctx_stopped_wakes_from_another_thread_and_times_out():
@@ -283,6 +295,7 @@ def test_ctx_stopped_wakes_from_another_thread_and_times_out():
         await asyncio.to_thread(ctx._request_stop)
         assert await waiting is True and time.monotonic() - t0 < 1
         assert await ctx.stopped() is True and ctx.stopping
+
     asyncio.run(main())
 
 
@@ -300,6 +313,7 @@ def test_async_handlers_are_told_apart():
     class Call:
         async def __call__(self, ctx):
             return None
+
     assert is_async(a) and is_async(functools.partial(a)) and is_async(Call())
     assert not is_async(s) and not is_async(Call) and not is_async(functools.partial(s))
 
@@ -316,5 +330,6 @@ def test_async_concurrency_is_a_setting_and_a_flag_with_bounds(workdir):
 
     class Args:
         async_concurrency = 0
+
     with pytest.raises(InvalidArgument, match="async concurrency must be from 1 to 10000"):
         check(spec_from_config(cfg, ["a=handlers_mod:noop"], [], Args()))

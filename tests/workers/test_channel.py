@@ -1,5 +1,6 @@
 """The report channel: what a worker wrote outlives it, records arrive whole
 and in order, names do not outlive their use. Real pipes, real processes."""
+
 from __future__ import annotations
 
 import os
@@ -23,12 +24,14 @@ def _child(fn) -> int:  # noqa: ANN001
 def test_records_of_a_killed_writer_are_all_read_in_order(tmp_path):
     ch = Channel(tmp_path, "1")
     try:
+
         def work() -> None:
             w = Writer(str(ch.path))
             w.start(1, 100.0)
             w.end(1, 0.5, b"result", None)
             w.start(2, 101.0)
             os.kill(os.getpid(), signal.SIGKILL)  # dies in its handler: run 2 started, never ended
+
         pid = _child(work)
         os.waitpid(pid, 0)
         records = ch.read()

@@ -1,6 +1,7 @@
 """A handler steers its job (Retry, Snooze, Cancel), declares its defaults
 (the ``handler`` decorator) and is held to a time limit. Real hosts, real
 worker processes, a ledger of runs written by the handlers."""
+
 from __future__ import annotations
 
 import json
@@ -13,7 +14,7 @@ from actors import jobs
 from fdblayer.jobs import counts
 from fdblayer.jobs.keys import DEFAULT_LAYOUT
 
-CONTROL = '''
+CONTROL = """
 import json, os, time
 from actors import jobs
 
@@ -54,7 +55,7 @@ def polite(ctx):
     if ctx.wait_stopping(60):
         raise RuntimeError("stopped")
     return "late"
-'''
+"""
 
 
 @pytest.fixture
@@ -67,6 +68,7 @@ def ledger(workdir, monkeypatch):
         if not path.exists():
             return []
         return [r for r in map(json.loads, path.read_text().splitlines()) if r["id"] == job_id]
+
     return starts
 
 
@@ -143,8 +145,17 @@ def test_a_handler_past_the_hosts_job_timeout_sees_stopping(hosts, db, ledger):
 def test_bad_handler_options_and_time_limits_are_refused(db):
     from fdblayer.jobs.exceptions import InvalidArgument
 
-    for bad in ({"max_attempts": 0}, {"max_attempts": True}, {"timeout": 0}, {"timeout": -1},
-                {"backoff": (1,)}, {"backoff": ("a", 1)}, {"priority": 10}, {"priority": -1}, {"priority": True}):
+    for bad in (
+        {"max_attempts": 0},
+        {"max_attempts": True},
+        {"timeout": 0},
+        {"timeout": -1},
+        {"backoff": (1,)},
+        {"backoff": ("a", 1)},
+        {"priority": 10},
+        {"priority": -1},
+        {"priority": True},
+    ):
         with pytest.raises(InvalidArgument):
             jobs.handler(**bad)
     for bad in (0, -1, float("nan"), "5", 10**9):
@@ -157,13 +168,15 @@ def test_bad_handler_options_and_time_limits_are_refused(db):
 
 @pytest.mark.slow
 def test_a_declared_priority_reaches_producers_through_the_store(hosts, db, workdir):
-    (workdir / "prio_mod.py").write_text(textwrap.dedent('''
+    (workdir / "prio_mod.py").write_text(
+        textwrap.dedent("""
         from actors import jobs
 
         @jobs.handler(priority=4)
         def run(ctx):
             return ctx.id
-    '''))
+    """)
+    )
     hosts(["pri=prio_mod:run"])
     from fdblayer.jobs import overview
 

@@ -10,6 +10,7 @@ runtime file (every forked actor), and those whose environment carries a
 token the command was started with (exec'd helpers; forked actors rewrite
 theirs with their process title).
 """
+
 from __future__ import annotations
 
 import json
@@ -66,13 +67,25 @@ class Command:
         self.sessions: set[int] = set()
         self.log_path = workdir / f"{name}.log"
         self.run_log = workdir / "runs.jsonl"
-        env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1", RUN_LOG=str(self.run_log),
-                   OTPJOBS_RUNTIME_DIR=str(workdir / "run"), THESPLOG_FILE=str(workdir / "thespian.log"))
+        env = dict(
+            os.environ,
+            PYTHONPATH=str(ROOT),
+            PYTHONUNBUFFERED="1",
+            RUN_LOG=str(self.run_log),
+            OTPJOBS_RUNTIME_DIR=str(workdir / "run"),
+            THESPLOG_FILE=str(workdir / "thespian.log"),
+        )
         env[MARKER] = self.token
         self.log_file = open(self.log_path, "w")
-        self.proc = subprocess.Popen([sys.executable, "-m", "actors", *args], cwd=workdir, env=env,
-                                     stdout=self.log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                     start_new_session=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "actors", *args],
+            cwd=workdir,
+            env=env,
+            stdout=self.log_file,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
 
     def log(self) -> str:
         return self.log_path.read_text()
@@ -132,6 +145,7 @@ def commands(workdir):
         command = Command(workdir, args, name, port)
         started.append(command)
         return command
+
     yield run
     for command in started:
         command.close()
@@ -140,8 +154,10 @@ def commands(workdir):
 def start_node(commands, workdir: Path, store_url: str, handler: str, name: str = "node"):  # noqa: ANN001
     """``otpjobs node start`` with a pool of two workers running ``handler`` for type ``long``, grace 3 s."""
     path, port = workdir / "node.ini", free_port()
-    path.write_text(f"[node]\nstore = {store_url}\nport = {port}\nhttp_port = 0\n"
-                    f"[workers]\nlong = lifetime_mod:{handler}\n[worker]\ngrace = 3\nconcurrency = 2\n")
+    path.write_text(
+        f"[node]\nstore = {store_url}\nport = {port}\nhttp_port = 0\n"
+        f"[workers]\nlong = lifetime_mod:{handler}\n[worker]\ngrace = 3\nconcurrency = 2\n"
+    )
     return commands(["node", "start", "--config", str(path)], name, port)
 
 
@@ -160,8 +176,11 @@ def assert_tree_gone_within(command: Command, seconds: float) -> float:
 @pytest.mark.slow
 def test_sigkill_of_otpjobs_worker_takes_its_whole_tree_down(commands, store_url, db):
     port = free_port()
-    host = commands(["worker", "long=lifetime_mod:stubborn", "--store", store_url, "--concurrency", "2",
-                     "--port", str(port)], "worker", port)
+    host = commands(
+        ["worker", "long=lifetime_mod:stubborn", "--store", store_url, "--concurrency", "2", "--port", str(port)],
+        "worker",
+        port,
+    )
     host.wait_for("workers_up")
     jobs.enqueue(db, "long", {})
     wait_until(host.runs, 20, "the job to start")

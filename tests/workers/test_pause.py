@@ -1,6 +1,7 @@
 """A paused type starts no job on any host: running ones finish, claimed
 ones go back to the queue, enqueues and ticks go on; resumed, it runs all.
 Real hosts, a ledger of handler starts."""
+
 from __future__ import annotations
 
 import json
@@ -16,7 +17,7 @@ from fdblayer.jobs import overview
 from fdblayer.jobs.keys import DEFAULT_LAYOUT
 from tests.workers.hosts import ROOT, wait_for
 
-WORK = '''
+WORK = """
 import json, os, time
 
 def work(ctx):
@@ -24,7 +25,7 @@ def work(ctx):
         f.write(json.dumps({"id": ctx.id, "t": time.time()}) + "\\n")
     time.sleep(ctx.data.get("s", 0))
     return ctx.id
-'''
+"""
 
 
 @pytest.fixture
@@ -77,8 +78,14 @@ def test_pause_and_resume_from_the_command_line(db, store_url):
     jobs.set_type_timeout(db, "cli-pz", 30)
 
     def cli(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "actors", "jobs", *args, "--store", store_url], cwd=ROOT,
-                              capture_output=True, text=True, timeout=60)
+        return subprocess.run(
+            [sys.executable, "-m", "actors", "jobs", *args, "--store", store_url],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
     out = cli("pause", "cli-pz")
     assert out.returncode == 0 and "is now paused" in out.stdout and _paused(db, "cli-pz")
     assert "already paused" in cli("pause", "cli-pz").stdout

@@ -2,6 +2,7 @@
 ``keep_finished`` / ``keep_failed``, never a pending or running one, every
 counter exact; ``jobs.prune`` and ``otpjobs jobs prune`` do it at once.
 Real hosts, real worker processes, small retention values."""
+
 from __future__ import annotations
 
 import json
@@ -32,8 +33,9 @@ def _exact(db, job_type) -> dict:
     finally:
         tr.cancel()
     got = counts.read(db, DEFAULT_LAYOUT, job_type, time.time())
-    assert {k: got[k] for k in ("jobs", "pending", "failed")} == \
-        {k: expected[k] for k in ("jobs", "pending", "failed")}, job_type
+    assert {k: got[k] for k in ("jobs", "pending", "failed")} == {
+        k: expected[k] for k in ("jobs", "pending", "failed")
+    }, job_type
     assert got["running"] + got["claimed"] == expected["running"]
     return got
 
@@ -70,8 +72,11 @@ class Guard:
 
 
 def test_a_host_prunes_finished_and_failed_jobs_past_their_retention_and_nothing_else(hosts, db):
-    hosts(["sum=handlers_mod:add", "fail=handlers_mod:fail_until", "sleepy=handlers_mod:sleepy"],
-          concurrency=3, extra=["--keep-finished", "1", "--keep-failed", "3", "--max-attempts", "1"])
+    hosts(
+        ["sum=handlers_mod:add", "fail=handlers_mod:fail_until", "sleepy=handlers_mod:sleepy"],
+        concurrency=3,
+        extra=["--keep-finished", "1", "--keep-failed", "3", "--max-attempts", "1"],
+    )
     later = jobs.enqueue(db, "sum", {"a": 1, "b": 1}, delay=600)  # pending all along
     running = jobs.enqueue(db, "sleepy", {"s": 60})  # running all along
     wait_for(lambda: jobs.status(db, "sleepy", running).state is JobState.RUNNING, 20, "the sleepy job to run")
@@ -94,6 +99,7 @@ def test_a_host_prunes_finished_and_failed_jobs_past_their_retention_and_nothing
             gone = [i for i in failed if not _exists(db, "fail", i)]
             assert all(time.time() - ends[i] >= 2.9 for i in gone), "a failed job went before keep_failed (3 s)"
             return len(gone) == len(failed)
+
         wait_for(failed_pruned_in_time, 20, "the failed jobs to be pruned")
     finally:
         guard.close()
@@ -128,8 +134,10 @@ def test_a_finished_job_run_again_is_not_pruned_while_pending(hosts, db):
 
 
 def test_zero_keeps_for_ever_and_jobs_prune_removes_at_once(hosts, db, workdir, store_url):
-    hosts(["sum=handlers_mod:add", "fail=handlers_mod:fail_until"],
-          extra=["--keep-finished", "0", "--keep-failed", "0", "--max-attempts", "1"])
+    hosts(
+        ["sum=handlers_mod:add", "fail=handlers_mod:fail_until"],
+        extra=["--keep-finished", "0", "--keep-failed", "0", "--max-attempts", "1"],
+    )
     done = [jobs.enqueue(db, "sum", {"a": n, "b": 0}) for n in range(5)]
     bad = jobs.enqueue(db, "fail", {})
     later = jobs.enqueue(db, "sum", {"a": 0, "b": 0}, delay=600)
@@ -140,9 +148,15 @@ def test_zero_keeps_for_ever_and_jobs_prune_removes_at_once(hosts, db, workdir, 
     assert all(_exists(db, "sum", i) for i in done) and _exists(db, "fail", bad), "0: kept for ever"
 
     def cli(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "actors", "jobs", "prune", *args, "--store", store_url],
-                              cwd=workdir, env=dict(os.environ, PYTHONPATH=str(ROOT)), capture_output=True,
-                              text=True, timeout=60)
+        return subprocess.run(
+            [sys.executable, "-m", "actors", "jobs", "prune", *args, "--store", store_url],
+            cwd=workdir,
+            env=dict(os.environ, PYTHONPATH=str(ROOT)),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
     refused = cli("sum", "--older-than", "-1")
     assert refused.returncode == 2 and "older-than" in refused.stderr
     out = cli()  # the config's retention (defaults: a day, a week): nothing is that old
@@ -162,13 +176,20 @@ def test_a_nodes_pool_prunes_with_its_worker_settings(workdir, store_url, db):
     from tests.procs import free_port
 
     port = free_port()
-    (workdir / "node.ini").write_text(f"[node]\nstore = {store_url}\nport = {port}\nhttp_port = 0\n"
-                                      "[workers]\nsum = handlers_mod:add\n"
-                                      "[worker]\nconcurrency = 1\nkeep_finished = 1\n")
+    (workdir / "node.ini").write_text(
+        f"[node]\nstore = {store_url}\nport = {port}\nhttp_port = 0\n"
+        "[workers]\nsum = handlers_mod:add\n"
+        "[worker]\nconcurrency = 1\nkeep_finished = 1\n"
+    )
     log = open(workdir / "node.log", "w")
-    proc = subprocess.Popen([sys.executable, "-m", "actors", "node", "start", "--config", str(workdir / "node.ini")],
-                            cwd=workdir, env=dict(os.environ, PYTHONPATH=str(ROOT)), stdout=log,
-                            stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "actors", "node", "start", "--config", str(workdir / "node.ini")],
+        cwd=workdir,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     try:
         wait_for(lambda: jobs.get_type_timeout(db, "sum"), 30, "the node to declare the type")
         job_id = jobs.enqueue(db, "sum", {"a": 3, "b": 4})

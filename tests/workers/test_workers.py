@@ -1,4 +1,5 @@
 """Worker hosts run as users run them: real processes, real handler modules, real SIGKILLs."""
+
 from __future__ import annotations
 
 import datetime
@@ -58,7 +59,9 @@ def test_a_failing_job_is_retried_then_fails_for_good(hosts, db):
     st = jobs.status(db, "flaky", job_id)
     assert st.outcome == "failed"
     assert [(e["attempt"], e["type"], e["message"]) for e in st.errors] == [
-        (1, "ValueError", "failed attempt 1"), (2, "ValueError", "failed attempt 2")], "every attempt's error, in order"
+        (1, "ValueError", "failed attempt 1"),
+        (2, "ValueError", "failed attempt 2"),
+    ], "every attempt's error, in order"
     assert "fail_until" in st.errors[0]["traceback"] and st.errors[0]["at"] <= st.errors[1]["at"]
 
 
@@ -71,6 +74,7 @@ def test_a_retry_can_succeed_and_max_attempts_is_per_job(hosts, db):
 
 def test_prefetch_follows_the_run_time():
     from actors.workers.runs import MAX_PREFETCH, prefetch_for
+
     assert prefetch_for(0.00001) == MAX_PREFETCH, "quick jobs go in batches"
     assert prefetch_for(0.01) == 10, "about 0.1 s of work"
     assert prefetch_for(0.2) == 2, "one runs, the next waits in the worker"
@@ -120,14 +124,17 @@ def test_an_unencodable_result_fails_the_attempt(hosts, db):
     assert "result['not json']" in info.value.error_message and "job data" not in info.value.error_message
 
 
-@pytest.mark.parametrize("value, says", [
-    ({1, 2}, "set at result is not a JSON-compatible value"),
-    ({"when": datetime.datetime(2024, 1, 1)}, "datetime at result['when'] is not a JSON-compatible value"),
-    ({"rows": [1, object()]}, "object at result['rows'][1] is not"),
-    ({1: "x"}, "key 1 at result is a int"),
-    ("x" * 70_000, "it encodes to 70,013 bytes; results are limited to 64,000 bytes"),
-    ("x" * 200_000, "it encodes to 200,013 bytes; results are limited to 64,000 bytes"),
-])
+@pytest.mark.parametrize(
+    "value, says",
+    [
+        ({1, 2}, "set at result is not a JSON-compatible value"),
+        ({"when": datetime.datetime(2024, 1, 1)}, "datetime at result['when'] is not a JSON-compatible value"),
+        ({"rows": [1, object()]}, "object at result['rows'][1] is not"),
+        ({1: "x"}, "key 1 at result is a int"),
+        ("x" * 70_000, "it encodes to 70,013 bytes; results are limited to 64,000 bytes"),
+        ("x" * 200_000, "it encodes to 200,013 bytes; results are limited to 64,000 bytes"),
+    ],
+)
 def test_an_unstorable_result_is_named_as_the_result_with_the_limit_and_is_final(value, says):
     from actors.workers.context import RESULT_LIMIT, UnstorableResult, describe_error, encode_result
     from fdblayer.jobs.exceptions import EncodingError
@@ -145,7 +152,7 @@ def test_an_unstorable_result_is_named_as_the_result_with_the_limit_and_is_final
 
 
 #: A handler that records each run (its side effect) and returns what cannot be stored.
-UNSTORABLE = '''
+UNSTORABLE = """
 import datetime, json, os
 
 def unstorable(ctx):
@@ -157,7 +164,7 @@ def unstorable(ctx):
     if kind == "datetime":
         return datetime.datetime.now()
     return "x" * 70_000
-'''
+"""
 
 
 # Both sides of issue 27, item 7: the worker marks the error "final"
@@ -259,8 +266,9 @@ def test_every_job_finishes_exactly_once_across_worker_kills(hosts, db, workdir)
         ends = [r for r in by_job[job_id] if r["event"] == "end"]
         *cut_short, last = starts
         assert all(r["pid"] in killed for r in cut_short), f"{job_id} ran again though no kill cut it short: {starts}"
-        assert any(e["pid"] == last["pid"] and e["attempt"] == last["attempt"] for e in ends), \
+        assert any(e["pid"] == last["pid"] and e["attempt"] == last["attempt"] for e in ends), (
             f"{job_id}: its last run did not reach its end: {by_job[job_id]}"
+        )
         st = jobs.status(db, "sum", job_id)
         assert st.outcome == "succeeded" and st.attempt == last["attempt"], (job_id, st.attempt, starts)
 
@@ -340,8 +348,9 @@ def watch_ticks_past_a_schedule_reread(run_log, since: float) -> None:
     """Wait until a tick later than ``since`` plus a re-read of the schedules
     (SCHEDULE_CHECK) ran: a tick replayed by that re-read has run by then."""
     until = since + SCHEDULE_CHECK + 2
-    wait_for(lambda: any(tick_of(r["id"]) >= until for r in runs(run_log)), SCHEDULE_CHECK + 60,
-             f"a tick past {until:.0f}")
+    wait_for(
+        lambda: any(tick_of(r["id"]) >= until for r in runs(run_log)), SCHEDULE_CHECK + 60, f"a tick past {until:.0f}"
+    )
 
 
 def check_tick_jobs(db, run_log) -> list[int]:
@@ -404,17 +413,21 @@ def test_a_missing_handler_is_a_one_line_error(hosts, workdir):
     host = hosts(["x=no_such_module:fn"], wait=False)
     assert host.proc.wait(30) == 2
     lines = host.log().strip().splitlines()
-    assert lines == ["otpjobs: error: handler 'no_such_module:fn': no module named 'no_such_module' "
-                     f"(on sys.path or in {workdir})"]
+    assert lines == [
+        f"otpjobs: error: handler 'no_such_module:fn': no module named 'no_such_module' (on sys.path or in {workdir})"
+    ]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("item, says", [
-    ("x=handlers_mod:nope", "has no attribute 'nope'"),
-    ("x=handlers_mod", "package.module:callable"),
-    ("x=handlers_mod:HANDLERS_NOT_CALLABLE", "has no attribute"),
-    ("noequals", "TYPE=package.module:callable"),
-])
+@pytest.mark.parametrize(
+    "item, says",
+    [
+        ("x=handlers_mod:nope", "has no attribute 'nope'"),
+        ("x=handlers_mod", "package.module:callable"),
+        ("x=handlers_mod:HANDLERS_NOT_CALLABLE", "has no attribute"),
+        ("noequals", "TYPE=package.module:callable"),
+    ],
+)
 def test_a_broken_handler_is_a_clear_error(hosts, item, says):
     host = hosts([item], wait=False)
     assert host.proc.wait(30) == 2
@@ -430,12 +443,19 @@ def test_a_node_runs_a_pool_from_its_config(workdir, store_url, db):
     from tests.workers.hosts import ROOT
 
     port = free_port()
-    (workdir / "node.ini").write_text(f"[node]\nstore = {store_url}\nport = {port}\nhttp_port = 0\n"
-                                      "[workers]\nsum = handlers_mod:add\n[worker]\nconcurrency = 1\n")
+    (workdir / "node.ini").write_text(
+        f"[node]\nstore = {store_url}\nport = {port}\nhttp_port = 0\n"
+        "[workers]\nsum = handlers_mod:add\n[worker]\nconcurrency = 1\n"
+    )
     log = open(workdir / "node.log", "w")
-    proc = subprocess.Popen([sys.executable, "-m", "actors", "node", "start", "--config", str(workdir / "node.ini")],
-                            cwd=workdir, env=dict(os.environ, PYTHONPATH=str(ROOT)), stdout=log,
-                            stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "actors", "node", "start", "--config", str(workdir / "node.ini")],
+        cwd=workdir,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     try:
         job_id = jobs.enqueue(db, "sum", {"a": 3, "b": 4}) if jobs.get_type_timeout(db, "sum") else None
         if job_id is None:
@@ -446,6 +466,7 @@ def test_a_node_runs_a_pool_from_its_config(workdir, store_url, db):
         assert proc.wait(60) == 0
     finally:
         from supervision.system import stop_node
+
         if proc.poll() is None:
             proc.kill()
         stop_node(port)
@@ -471,6 +492,7 @@ def test_a_running_host_is_visible_with_the_job_it_runs_and_gone_after_a_clean_s
 
     def running() -> list:
         return [r for h in beats.list_hosts(db, DEFAULT_LAYOUT, time.time()) for r in h.get("running", [])]
+
     wait_for(lambda: any(r["id"] == job_id for r in running()), 20, "the heartbeat to show the job")
     [entry] = beats.list_hosts(db, DEFAULT_LAYOUT, time.time())
     assert entry["alive"] and entry["concurrency"] == 2 and entry["types"] == ["sleepy"] and entry["busy"] == 1

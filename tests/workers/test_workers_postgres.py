@@ -1,6 +1,7 @@
 """Several machines on one PostgreSQL queue: worker hosts in separate working
 directories (sharing nothing but the server's address), real processes, real
 SIGKILLs, and the command line against the same store."""
+
 from __future__ import annotations
 
 import json
@@ -35,8 +36,7 @@ def machines(tmp_path, pg_url):
     started: list[Host] = []
 
     def start(directory, assignments, **kw):
-        host = Host(directory, pg_url, assignments, run_log=directory / "runs.jsonl",
-                    name=f"host{len(started)}", **kw)
+        host = Host(directory, pg_url, assignments, run_log=directory / "runs.jsonl", name=f"host{len(started)}", **kw)
         started.append(host)
         return host.wait_up()
 
@@ -95,8 +95,9 @@ def test_the_command_line_works_on_the_postgres_store(pg_url, db, tmp_path):
     env = dict(os.environ, PYTHONPATH=ROOT)
 
     def cli(*args):
-        return subprocess.run([sys.executable, "-m", "actors", *args], cwd=tmp_path, env=env,
-                              capture_output=True, text=True, timeout=60)
+        return subprocess.run(
+            [sys.executable, "-m", "actors", *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60
+        )
 
     typed = cli("types", "set-timeout", "--store", pg_url, "cli", "30")
     assert typed.returncode == 0, typed.stderr

@@ -16,6 +16,7 @@ issue's "Deliver" list:
 - ``running`` means a handler runs, never more than the concurrency (item 6);
 - a long randomized run under SIGKILLs keeps every invariant (the issue's Tests).
 """
+
 from __future__ import annotations
 
 import json
@@ -151,8 +152,7 @@ def wait_all_finished(db, job_type: str, ids: list[str], deadline: float) -> dic
 
 
 def unfinished_summary(seen: dict, limit: int = 12) -> str:
-    stuck = {i: (s, r.attempt if r else None, r.worker if r else None) for i, (s, r) in seen.items()
-             if s != "finished"}
+    stuck = {i: (s, r.attempt if r else None, r.worker if r else None) for i, (s, r) in seen.items() if s != "finished"}
     shown = dict(list(stuck.items())[:limit])
     return f"{len(stuck)} job(s) not finished, e.g. (state, attempt, worker): {shown}"
 
@@ -211,16 +211,23 @@ def enqueue_many(tr, job_type: str, items: list) -> None:  # noqa: ANN001
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("victim, n_hosts", [("host", 2), ("dispatcher", 2), ("dispatcher", 1)],
-                         ids=["whole-host-of-two", "dispatcher-of-two", "dispatcher-of-one"])
+@pytest.mark.parametrize(
+    "victim, n_hosts",
+    [("host", 2), ("dispatcher", 2), ("dispatcher", 1)],
+    ids=["whole-host-of-two", "dispatcher-of-two", "dispatcher-of-one"],
+)
 def test_jobs_of_a_killed_host_or_dispatcher_finish_without_a_node(victim, n_hosts, hosts, db, trust_dir):
     """Item 1: no node on the store. A host SIGKILLed whole (or only its
     dispatcher) while it holds jobs: every job still ends succeeded within
     three type timeouts (plus slack for a loaded machine), none stays running."""
     jobs.set_type_timeout(db, "nap", TYPE_TIMEOUT)
     run_log = trust_dir / "runs.jsonl"
-    fleet = [hosts(["nap=trust_mod:run"], concurrency=2, run_log=run_log, name=f"h{i}",
-                   extra=["--timeout", str(TYPE_TIMEOUT)]) for i in range(n_hosts)]
+    fleet = [
+        hosts(
+            ["nap=trust_mod:run"], concurrency=2, run_log=run_log, name=f"h{i}", extra=["--timeout", str(TYPE_TIMEOUT)]
+        )
+        for i in range(n_hosts)
+    ]
     target = fleet[0]
     target_workers = set(target.worker_pids())
     assert len(target_workers) == 2
@@ -251,7 +258,8 @@ def test_jobs_of_a_killed_host_or_dispatcher_finish_without_a_node(victim, n_hos
     seen = wait_all_finished(db, "nap", ids, killed_at + bound)
     assert all(state == "finished" for state, _ in seen.values()), (
         f"{victim} SIGKILLed at +0 with {sorted(in_flight)} running on it; {bound:.0f} s later "
-        + unfinished_summary(seen))
+        + unfinished_summary(seen)
+    )
     failed = {i: r.error for i, (_, r) in seen.items() if r.outcome != work.SUCCEEDED}
     assert not failed, f"jobs that did not succeed: {failed}"
     if victim == "host":
@@ -269,8 +277,12 @@ def test_a_worker_death_is_blamed_on_the_job_that_killed_it(max_attempts, hosts,
     runs; every other job succeeds after exactly one run; none is stranded."""
     jobs.set_type_timeout(db, "mix", TYPE_TIMEOUT)
     run_log = trust_dir / "runs.jsonl"
-    hosts(["mix=trust_mod:run"], concurrency=4, run_log=run_log,
-          extra=["--max-attempts", str(max_attempts), "--timeout", str(TYPE_TIMEOUT)])
+    hosts(
+        ["mix=trust_mod:run"],
+        concurrency=4,
+        run_log=run_log,
+        extra=["--max-attempts", str(max_attempts), "--timeout", str(TYPE_TIMEOUT)],
+    )
     ids = [f"j{n:03d}" for n in range(400)]
     poison = {ids[n] for n in range(0, 400, 25)}
     assert len(poison) == 16
@@ -284,26 +296,40 @@ def test_a_worker_death_is_blamed_on_the_job_that_killed_it(max_attempts, hosts,
     unfinished = [i for i, (s, _) in seen.items() if s != "finished"]
     if unfinished:
         problems.append("stranded: " + unfinished_summary(seen))
-    wrongly_failed = sorted(i for i, (s, r) in seen.items() if s == "finished" and i not in poison
-                            and r.outcome != work.SUCCEEDED)
+    wrongly_failed = sorted(
+        i for i, (s, r) in seen.items() if s == "finished" and i not in poison and r.outcome != work.SUCCEEDED
+    )
     if wrongly_failed:
-        problems.append(f"{len(wrongly_failed)} jobs whose handler returned ended failed, e.g. "
-                        f"{[(i, seen[i][1].error.get('type') if seen[i][1].error else None) for i in wrongly_failed[:5]]}")
+        problems.append(
+            f"{len(wrongly_failed)} jobs whose handler returned ended failed, e.g. "
+            f"{[(i, seen[i][1].error.get('type') if seen[i][1].error else None) for i in wrongly_failed[:5]]}"
+        )
     twice = sorted(i for i in ids if i not in poison and len(runs.get(i, [])) != 1)
     if twice:
-        problems.append(f"{len(twice)} quick jobs did not run exactly once: "
-                        f"{ {i: len(runs.get(i, [])) for i in twice[:8]} }")
+        problems.append(
+            f"{len(twice)} quick jobs did not run exactly once: { {i: len(runs.get(i, [])) for i in twice[:8]} }"
+        )
     no_end = sorted(i for i in ids if i not in poison and i not in ends and seen[i][0] == "finished")
     if no_end:
         problems.append(f"{len(no_end)} quick jobs finished without a handler end, e.g. {no_end[:5]}")
-    bad_poison = {i: (seen[i][0], seen[i][1].outcome if seen[i][1] else None, len(runs.get(i, [])),
-                      seen[i][1].attempt if seen[i][1] else None)
-                  for i in sorted(poison)
-                  if seen[i][0] != "finished" or seen[i][1].outcome != work.FAILED
-                  or len(runs.get(i, [])) != max_attempts or seen[i][1].attempt != max_attempts}
+    bad_poison = {
+        i: (
+            seen[i][0],
+            seen[i][1].outcome if seen[i][1] else None,
+            len(runs.get(i, [])),
+            seen[i][1].attempt if seen[i][1] else None,
+        )
+        for i in sorted(poison)
+        if seen[i][0] != "finished"
+        or seen[i][1].outcome != work.FAILED
+        or len(runs.get(i, [])) != max_attempts
+        or seen[i][1].attempt != max_attempts
+    }
     if bad_poison:
-        problems.append(f"{len(bad_poison)} poison jobs not failed after exactly {max_attempts} run(s) "
-                        f"(state, outcome, runs, attempt): {bad_poison}")
+        problems.append(
+            f"{len(bad_poison)} poison jobs not failed after exactly {max_attempts} run(s) "
+            f"(state, outcome, runs, attempt): {bad_poison}"
+        )
     assert not problems, "\n".join(problems)
 
 
@@ -319,8 +345,9 @@ def test_a_process_forked_in_a_handler_never_runs_queued_jobs(mode, hosts, db, t
     jobs.set_type_timeout(db, "forks", 30)
     jobs.set_type_timeout(db, "quick", 30)
     run_log = trust_dir / "runs.jsonl"
-    hosts(["forks=trust_mod:fork", "quick=trust_mod:run"], concurrency=2, run_log=run_log,
-          extra=["--max-attempts", "1"])
+    hosts(
+        ["forks=trust_mod:fork", "quick=trust_mod:run"], concurrency=2, run_log=run_log, extra=["--max-attempts", "1"]
+    )
     # Interleaved in time: each fork has quick jobs queued behind it in its worker.
     items = []
     for n in range(100):
@@ -331,11 +358,14 @@ def test_a_process_forked_in_a_handler_never_runs_queued_jobs(mode, hosts, db, t
     def add_all(tr):  # noqa: ANN001
         for job_type, job_id, data in items:
             jobs.enqueue(tr, job_type, data, id=job_id)
+
     add_all(db)
     fork_ids = [i for t, i, _ in items if t == "forks"]
     quick_ids = [i for t, i, _ in items if t == "quick"]
-    seen = {**wait_all_finished(db, "forks", fork_ids, started + 40),
-            **wait_all_finished(db, "quick", quick_ids, started + 40)}
+    seen = {
+        **wait_all_finished(db, "forks", fork_ids, started + 40),
+        **wait_all_finished(db, "quick", quick_ids, started + 40),
+    }
 
     # The census: every child (as its parent saw it) has exited, then the ledger is read whole.
     entries = ledger(run_log)
@@ -358,12 +388,20 @@ def test_a_process_forked_in_a_handler_never_runs_queued_jobs(mode, hosts, db, t
     by_child = sorted({e["id"] for e in entries if e["event"] == "start" and e["pid"] in children})
     if by_child:
         problems.append(f"forked children ran queued jobs: {by_child[:10]}")
-    not_ok = {i: (r.outcome, (r.error or {}).get("type")) for i, (s, r) in seen.items()
-              if s == "finished" and r.outcome != work.SUCCEEDED}
+    not_ok = {
+        i: (r.outcome, (r.error or {}).get("type"))
+        for i, (s, r) in seen.items()
+        if s == "finished" and r.outcome != work.SUCCEEDED
+    }
     if not_ok:
         problems.append(f"jobs that did not succeed: {dict(list(not_ok.items())[:8])}")
-    child_results = [i for i in fork_ids if seen[i][0] == "finished" and seen[i][1].outcome == work.SUCCEEDED
-                     and jobs.result(db, "forks", i, timeout=1) != "parent"]
+    child_results = [
+        i
+        for i in fork_ids
+        if seen[i][0] == "finished"
+        and seen[i][1].outcome == work.SUCCEEDED
+        and jobs.result(db, "forks", i, timeout=1) != "parent"
+    ]
     if child_results:
         problems.append(f"a child's outcome was kept for {child_results}")
     if len(children) < len(fork_ids) and not problems:
@@ -386,8 +424,11 @@ def test_a_due_retry_runs_when_a_worker_frees_not_behind_a_long_job(hosts, db, t
     run_log = trust_dir / "runs.jsonl"
     hosts(["sched=trust_mod:run"], concurrency=2, run_log=run_log, extra=["--max-attempts", "2", "--grace", "1"])
     jobs.enqueue(db, "sched", {"ok_at": 99}, id="failing")
-    wait_for(lambda: (lambda st: st.attempt == 1 and state_name(st.state) == "pending")(
-        jobs.status(db, "sched", "failing")), 20, "the first attempt to fail")
+    wait_for(
+        lambda: (lambda st: st.attempt == 1 and state_name(st.state) == "pending")(jobs.status(db, "sched", "failing")),
+        20,
+        "the first attempt to fail",
+    )
     due = jobs.get_job(db, "sched", "failing").scheduled_time
     for job_id, data in (("long1", {"s": 20}), ("long2", {"s": 20}), ("long3", {"s": 20}), ("flaky", {"ok_at": 2})):
         jobs.enqueue(db, "sched", data, id=job_id)
@@ -401,8 +442,11 @@ def test_a_due_retry_runs_when_a_worker_frees_not_behind_a_long_job(hosts, db, t
         ends = [e["t"] for e in ledger(run_log) if e["event"] == "end" and e["t"] >= due]
         return min(ends) if ends else None
 
-    wait_for(lambda: retried() or (first_free() is not None and time.time() > first_free() + 4), 40,
-             "the retry, or 4 s after a worker became free")
+    wait_for(
+        lambda: retried() or (first_free() is not None and time.time() > first_free() + 4),
+        40,
+        "the retry, or 4 s after a worker became free",
+    )
     entries = ledger(run_log)
     starts = starts_by_id(entries)
     longs = sorted((s["t"], i) for i, r in starts.items() if i.startswith("long") for s in r)
@@ -410,11 +454,13 @@ def test_a_due_retry_runs_when_a_worker_frees_not_behind_a_long_job(hosts, db, t
     assert len(starts["failing"]) >= 2, (
         f"the retry (due {due - starts['failing'][0]['t']:+.1f} s after the first attempt) had not started "
         f"{time.time() - free:.1f} s after a worker became free; long jobs started at "
-        f"{[round(t - starts['failing'][0]['t'], 1) for t, _ in longs]}")
+        f"{[round(t - starts['failing'][0]['t'], 1) for t, _ in longs]}"
+    )
     retry_at = starts["failing"][1]["t"]
     assert retry_at >= due, "the retry never starts before it is due"
     assert retry_at <= max(due, free) + 2.0, (
-        f"the retry started {retry_at - max(due, free):.1f} s after a worker became free")
+        f"the retry started {retry_at - max(due, free):.1f} s after a worker became free"
+    )
 
 
 @pytest.mark.slow
@@ -467,10 +513,17 @@ def test_running_means_a_handler_runs_and_never_exceeds_the_concurrency(hosts, d
         total, page = overview.list_jobs(db, DEFAULT_LAYOUT, "sleepy", "running", 100, 0, now)
         shown = [v for v in overview.queue_status(db, DEFAULT_LAYOUT, now)["running"] if v["type"] == "sleepy"]
         page_running = sum(1 for v in page if v["state"] == "running")
-        started_now = len({e["id"] for e in ledger(run_log) if e["event"] == "start"}
-                          - {e["id"] for e in ledger(run_log) if e["event"] == "end"})
-        views = {"status": by_status, "counts": entry["running"], "page_total": total, "page": page_running,
-                 "status_page": len([v for v in shown if v["state"] == "running"])}
+        started_now = len(
+            {e["id"] for e in ledger(run_log) if e["event"] == "start"}
+            - {e["id"] for e in ledger(run_log) if e["event"] == "end"}
+        )
+        views = {
+            "status": by_status,
+            "counts": entry["running"],
+            "page_total": total,
+            "page": page_running,
+            "status_page": len([v for v in shown if v["state"] == "running"]),
+        }
         if max(views.values()) > 2:
             over.append((round(now - end + 2.0, 1), views, f"handlers running: {started_now}"))
         time.sleep(0.1)
@@ -480,8 +533,11 @@ def test_running_means_a_handler_runs_and_never_exceeds_the_concurrency(hosts, d
     for job_id in ids:
         jobs.result(db, "sleepy", job_id, timeout=30)
     first_start = {i: r[0]["t"] for i, r in starts_by_id(ledger(run_log)).items()}
-    off = {i: round(jobs.status(db, "sleepy", i).started - first_start[i], 2) for i in ids
-           if abs(jobs.status(db, "sleepy", i).started - first_start[i]) > 1.0}
+    off = {
+        i: round(jobs.status(db, "sleepy", i).started - first_start[i], 2)
+        for i in ids
+        if abs(jobs.status(db, "sleepy", i).started - first_start[i]) > 1.0
+    }
     assert not off, f"started (status) minus the handler's start, in seconds: {off}"
 
 
@@ -546,16 +602,38 @@ class Node:
     def __init__(self, workdir: Path, store: str) -> None:
         self.port = free_port()
         cfg = workdir / "node.ini"
-        cfg.write_text("[couch_jobs]\ntype_check_period_msec = 500\ntype_check_max_jitter_msec = 100\n"
-                       "activity_monitor_max_jitter_msec = 50\ntype_monitor_holdoff_msec = 50\n")
+        cfg.write_text(
+            "[couch_jobs]\ntype_check_period_msec = 500\ntype_check_max_jitter_msec = 100\n"
+            "activity_monitor_max_jitter_msec = 50\ntype_monitor_holdoff_msec = 50\n"
+        )
         self.runtime_dir = workdir / "node-runtime"
         self.runtime_dir.mkdir(exist_ok=True)
         env = dict(os.environ, PYTHONPATH=str(ROOT), OTPJOBS_RUNTIME_DIR=str(self.runtime_dir))
         self.log_file = open(workdir / "node.log", "w")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "actors", "node", "start", "--store", store, "--port", str(self.port),
-             "--config", str(cfg), "--log-level", "warning", "--http-port", "0"],
-            cwd=workdir, env=env, stdout=self.log_file, stderr=subprocess.STDOUT, start_new_session=True)
+            [
+                sys.executable,
+                "-m",
+                "actors",
+                "node",
+                "start",
+                "--store",
+                store,
+                "--port",
+                str(self.port),
+                "--config",
+                str(cfg),
+                "--log-level",
+                "warning",
+                "--http-port",
+                "0",
+            ],
+            cwd=workdir,
+            env=env,
+            stdout=self.log_file,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         self.pgid = None
 
     def wait_up(self) -> "Node":
@@ -567,6 +645,7 @@ class Node:
                 info = json.loads(runtime.read_text() or "{}")
                 return info if info.get("owner") == self.proc.pid else None
             return None
+
         self.pgid = wait_for(up, 60, "the node to start").get("pgid")
         return self
 
@@ -590,8 +669,9 @@ def chaos_store(request, workdir, store_url):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("with_node", [False, True], ids=["no-node", "node"])
-def test_random_sigkills_of_workers_dispatchers_and_hosts_keep_every_invariant(with_node, chaos_store, hosts,
-                                                                               trust_dir):
+def test_random_sigkills_of_workers_dispatchers_and_hosts_keep_every_invariant(
+    with_node, chaos_store, hosts, trust_dir
+):
     """The issue's long run: three hosts (concurrency 2-4) under random
     SIGKILLs of workers, dispatchers and whole hosts (restarted), with quick,
     0.2-1 s, failing-then-succeeding and a few poison jobs (``os._exit``
@@ -625,9 +705,14 @@ def test_random_sigkills_of_workers_dispatchers_and_hosts_keep_every_invariant(w
         restarts = {slot: 0 for slot in range(3)}
 
         def start(slot: int) -> Host:
-            host = hosts([f"{job_type}=trust_mod:run"], store=chaos_store, concurrency=conc[slot], run_log=run_log,
-                         name=f"h{slot}r{restarts[slot]}",
-                         extra=["--max-attempts", str(max_attempts), "--timeout", str(TYPE_TIMEOUT), "--grace", "1"])
+            host = hosts(
+                [f"{job_type}=trust_mod:run"],
+                store=chaos_store,
+                concurrency=conc[slot],
+                run_log=run_log,
+                name=f"h{slot}r{restarts[slot]}",
+                extra=["--max-attempts", str(max_attempts), "--timeout", str(TYPE_TIMEOUT), "--grace", "1"],
+            )
             restarts[slot] += 1
             slots[slot] = host
             return host
@@ -714,6 +799,7 @@ def test_random_sigkills_of_workers_dispatchers_and_hosts_keep_every_invariant(w
                 def add(tr, batch=batch):  # noqa: ANN001
                     for job_id, data in batch:
                         jobs.enqueue(tr, job_type, data, id=job_id, max_attempts=max_attempts)
+
                 add(db)
                 with ids_lock:
                     ids.extend(job_id for job_id, _ in batch)
@@ -780,8 +866,9 @@ def test_random_sigkills_of_workers_dispatchers_and_hosts_keep_every_invariant(w
         problems = []
         unfinished = [i for i, (s, _) in seen.items() if s != "finished"]
         if unfinished:
-            problems.append(f"not finished {calm + 3 * TYPE_TIMEOUT + 25 - t0:.0f} s after the start: "
-                            + unfinished_summary(seen))
+            problems.append(
+                f"not finished {calm + 3 * TYPE_TIMEOUT + 25 - t0:.0f} s after the start: " + unfinished_summary(seen)
+            )
         # Each run with its last sign of life: its start, its ticks (every 0.05 s of a 0.2-1 s
         # run) and its end, written by the run's own process (in order, one process at a time).
         runs: dict = {}
@@ -815,8 +902,11 @@ def test_random_sigkills_of_workers_dispatchers_and_hosts_keep_every_invariant(w
             # The one documented exception: a run whose start its dispatcher had not yet written
             # (it writes starts with its next step, milliseconds later) when that dispatcher or its
             # whole host was killed gives its attempt back, as a run never started does.
-            unrecorded = [r for r in rs if any(r["t"] <= k <= r["t"] + UNRECORDED_START
-                                               for k in disturbed.get(host_of.get(r["pid"]), ()))]
+            unrecorded = [
+                r
+                for r in rs
+                if any(r["t"] <= k <= r["t"] + UNRECORDED_START for k in disturbed.get(host_of.get(r["pid"]), ()))
+            ]
             if len(rs) - len(unrecorded) > max_attempts:
                 too_many.append((job_id, [(r["pid"], r["attempt"]) for r in rs]))
             for a, r1 in enumerate(rs):
@@ -824,10 +914,17 @@ def test_random_sigkills_of_workers_dispatchers_and_hosts_keep_every_invariant(w
                 # never ended and its process lives on. (A process's death is not used: when it stops
                 # running code, at its SIGKILL, is only known for the kills of this test.)
                 never_ended = not r1["ended"] and r1["pid"] not in kill_times and not gone(r1["pid"])
-                for r2 in rs[a + 1:]:
+                for r2 in rs[a + 1 :]:
                     if r2["t"] < r1["last"] or never_ended:
-                        overlaps.append((job_id, r1["pid"], r2["pid"], round(r2["t"] - r1["t"], 3),
-                                         "never ended" if never_ended else round(r1["last"] - r2["t"], 3)))
+                        overlaps.append(
+                            (
+                                job_id,
+                                r1["pid"],
+                                r2["pid"],
+                                round(r2["t"] - r1["t"], 3),
+                                "never ended" if never_ended else round(r1["last"] - r2["t"], 3),
+                            )
+                        )
             done_at = finished_seen.get(job_id)
             if done_at is not None:
                 late = [r for r in rs if r["t"] > done_at]
@@ -842,10 +939,12 @@ def test_random_sigkills_of_workers_dispatchers_and_hosts_keep_every_invariant(w
                 # dispatcher or whole host) ran exactly as planned: its failures, then one success.
                 planned = max(1, kinds[job_id].get("ok_at", 1))
                 untouched = sorted(r["attempt"] for r in rs) == list(range(1, len(rs) + 1)) and all(
-                    r["pid"] not in kill_times and r["pid"] not in deaths.died
-                                and host_of.get(r["pid"]) is not None
-                                and not any(t >= rs[0]["t"] for t in disturbed.get(host_of[r["pid"]], ()))
-                                for r in rs)
+                    r["pid"] not in kill_times
+                    and r["pid"] not in deaths.died
+                    and host_of.get(r["pid"]) is not None
+                    and not any(t >= rs[0]["t"] for t in disturbed.get(host_of[r["pid"]], ()))
+                    for r in rs
+                )
                 if untouched and (len(rs) != planned or record.outcome != work.SUCCEEDED):
                     extra_runs.append((job_id, kinds[job_id], len(rs), record.outcome))
             if state != "finished" or record.outcome != work.FAILED:
@@ -854,8 +953,12 @@ def test_random_sigkills_of_workers_dispatchers_and_hosts_keep_every_invariant(w
             for r in rs:
                 ok_end = r["ok"]
                 slot = host_of.get(r["pid"])
-                hit = (r["pid"] in kill_times or r["pid"] in deaths.died or slot is None
-                       or any(t >= r["t"] for t in disturbed.get(slot, ())))
+                hit = (
+                    r["pid"] in kill_times
+                    or r["pid"] in deaths.died
+                    or slot is None
+                    or any(t >= r["t"] for t in disturbed.get(slot, ()))
+                )
                 honest.append(not ok_end or hit)
             # An attempt with no start in the ledger: its worker was killed between the start the
             # host recorded and the handler's first line, so one of our kills must fall in its window.
@@ -868,8 +971,17 @@ def test_random_sigkills_of_workers_dispatchers_and_hosts_keep_every_invariant(w
                 if not any(lo <= k <= hi for k in all_kills):
                     unexplained.append(m)
             if unexplained or not all(honest):
-                wrong_fail.append((job_id, kinds.get(job_id), [(r["pid"], r["attempt"]) for r in rs],
-                                   record.attempt, (record.error or {}).get("type"), unexplained))
+                wrong_fail.append(
+                    (
+                        job_id,
+                        kinds.get(job_id),
+                        [(r["pid"], r["attempt"]) for r in rs],
+                        record.attempt,
+                        (record.error or {}).get("type"),
+                        unexplained,
+                    )
+                )
+
         def story(job_id: str) -> str:
             """A job's runs and the kills around them, in seconds since the run began."""
             rs = sorted(runs.get(job_id, []), key=lambda r: r["t"])
@@ -878,36 +990,59 @@ def test_random_sigkills_of_workers_dispatchers_and_hosts_keep_every_invariant(w
             lines = []
             for r in rs:
                 end, how = end_of(r)
-                lines.append(f"start +{r['t'] - t0:.3f} pid={r['pid']} host={host_of.get(r['pid'])} "
-                             f"attempt={r['attempt']} until={'?' if end is None else f'+{end - t0:.3f}'} ({how})")
+                lines.append(
+                    f"start +{r['t'] - t0:.3f} pid={r['pid']} host={host_of.get(r['pid'])} "
+                    f"attempt={r['attempt']} until={'?' if end is None else f'+{end - t0:.3f}'} ({how})"
+                )
             lo, hi = rs[0]["t"] - 4, rs[-1]["t"] + 1
             near = [f"{what} host={slot} pid={pid} at +{t - t0:.3f}" for t, what, slot, pid in actions if lo <= t <= hi]
             done = finished_seen.get(job_id)
-            return (f"{job_id} {kinds.get(job_id)} enqueued +{enqueued_at.get(job_id, t0) - t0:.3f}"
-                    f"{'' if done is None else f' seen finished +{done - t0:.3f}'}: " + "; ".join(lines)
-                    + " | kills: " + ("; ".join(near) or "none"))
+            return (
+                f"{job_id} {kinds.get(job_id)} enqueued +{enqueued_at.get(job_id, t0) - t0:.3f}"
+                f"{'' if done is None else f' seen finished +{done - t0:.3f}'}: "
+                + "; ".join(lines)
+                + " | kills: "
+                + ("; ".join(near) or "none")
+            )
 
-        stories = [story(job_id) for job_id in dict.fromkeys(
-            [o[0] for o in overlaps] + [m[0] for m in too_many] + [a[0] for a in after_finish]
-            + [w[0] for w in wrong_fail] + [x[0] for x in extra_runs])][:6]
+        stories = [
+            story(job_id)
+            for job_id in dict.fromkeys(
+                [o[0] for o in overlaps]
+                + [m[0] for m in too_many]
+                + [a[0] for a in after_finish]
+                + [w[0] for w in wrong_fail]
+                + [x[0] for x in extra_runs]
+            )
+        ][:6]
         if overlaps:
-            problems.append(f"{len(overlaps)} runs overlapped an earlier run of the same job "
-                            f"(id, pid1, pid2, started after the 1st by s, overlap s): {overlaps[:6]}")
+            problems.append(
+                f"{len(overlaps)} runs overlapped an earlier run of the same job "
+                f"(id, pid1, pid2, started after the 1st by s, overlap s): {overlaps[:6]}"
+            )
         if too_many:
             problems.append(f"{len(too_many)} jobs ran more than {max_attempts} times: {too_many[:4]}")
         if after_finish:
-            problems.append(f"{len(after_finish)} jobs ran again after the store had them finished "
-                            f"(id, s after, pid): {after_finish[:6]}")
+            problems.append(
+                f"{len(after_finish)} jobs ran again after the store had them finished "
+                f"(id, s after, pid): {after_finish[:6]}"
+            )
         if wrong_fail:
-            problems.append(f"{len(wrong_fail)} jobs failed without {max_attempts} failed or killed runs "
-                            f"(id, data, (pid, attempt) of each run, attempt, error, attempts with no run "
-                            f"and no kill): {wrong_fail[:6]}")
+            problems.append(
+                f"{len(wrong_fail)} jobs failed without {max_attempts} failed or killed runs "
+                f"(id, data, (pid, attempt) of each run, attempt, error, attempts with no run "
+                f"and no kill): {wrong_fail[:6]}"
+            )
         if extra_runs:
-            problems.append(f"{len(extra_runs)} jobs no kill touched did not run as planned "
-                            f"(id, data, runs, outcome): {extra_runs[:6]}")
-        summary = (f"{tag}: {len(ids)} jobs, {len(kill_times)} pids killed, "
-                   f"{sum(len(v) for v in disturbed.values())} dispatcher/host kills, "
-                   f"{len(deaths.unseen)} pids gone before watched; incidents: {incidents[:4]}")
+            problems.append(
+                f"{len(extra_runs)} jobs no kill touched did not run as planned "
+                f"(id, data, runs, outcome): {extra_runs[:6]}"
+            )
+        summary = (
+            f"{tag}: {len(ids)} jobs, {len(kill_times)} pids killed, "
+            f"{sum(len(v) for v in disturbed.values())} dispatcher/host kills, "
+            f"{len(deaths.unseen)} pids gone before watched; incidents: {incidents[:4]}"
+        )
         assert not problems, summary + "\n" + "\n".join(problems) + "\nwhat happened:\n" + "\n".join(stories)
         assert len(ids) > 100 and (kill_times or disturbed), summary
     finally:
