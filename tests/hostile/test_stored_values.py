@@ -143,7 +143,7 @@ def skipped_as_logged() -> list[str]:
     return (
         [f"job_type_started type={job_type!r}" for job_type in BAD_TIMEOUTS]  # a type actor, bad timeout or not
         + [
-            f"Job bad{n}: pending job of type {job_type!r} is missing or unreadable"
+            f"job_not_pending job='bad{n}' type={job_type!r} state=missing_or_unreadable"
             for job_type in served
             for n in range(len(GARBAGE))
         ]  # the pool skipped each bad pending job
