@@ -1,5 +1,6 @@
 """Job handlers named ``package.module:callable``, found as ``rq worker`` finds them:
-the one resolver of worker pools' handlers and of the scheduler's jobs.
+the one resolver of worker pools' handlers and of the scheduler's jobs, and
+what every handler's context has (:class:`HandlerContext`: the stop signal).
 
 Principle: a handler that cannot be used is found out before anything
 starts, with one line saying why (:class:`HandlerError`), never as a crash
@@ -8,16 +9,26 @@ loop of workers.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import importlib
 import inspect
 import os
 import sys
-from typing import Any, Callable
+import threading
+from typing import Any, Callable, Optional
 
 from fdblayer.jobs.exceptions import InvalidArgument
 
-__all__ = ["HandlerError", "resolve", "is_async", "parse_assignments", "add_cwd_to_path"]
+__all__ = [
+    "HandlerError",
+    "resolve",
+    "is_async",
+    "parse_assignments",
+    "add_cwd_to_path",
+    "StopSignal",
+    "HandlerContext",
+]
 
 
 class HandlerError(InvalidArgument):
@@ -98,3 +109,83 @@ def parse_assignments(items: list[str]) -> dict[str, str]:
             raise HandlerError(f"job type {job_type!r} is given twice")
         out[job_type] = path
     return out
+
+
+class StopSignal:
+    """A handler's stop request, shared by the thread that asks and the
+    handler (threads or an event loop). An ``threading.Event`` that also
+    wakes coroutines awaiting :meth:`wait_async`; set once, never cleared."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self._lock = threading.Lock()
+        self._wakers: list[tuple[asyncio.AbstractEventLoop, Callable[[], None]]] = []
+
+    def set(self) -> None:
+        """Ask to stop (any thread), waking every waiter."""
+        self._event.set()
+        with self._lock:
+            wakers = list(self._wakers)
+        for loop, wake in wakers:
+            try:
+                loop.call_soon_threadsafe(wake)
+            except RuntimeError:  # its loop is closed: nobody waits any more
+                pass
+
+    def is_set(self) -> bool:
+        return self._event.is_set()
+
+    def wait(self, timeout: Optional[float] = None) -> bool:
+        """Block until asked to stop or ``timeout``; True if asked."""
+        return self._event.wait(timeout)
+
+    async def wait_async(self, timeout: Optional[float] = None) -> bool:
+        """:meth:`wait` without blocking the running event loop."""
+        if self._event.is_set():
+            return True
+        loop = asyncio.get_running_loop()
+        woken = loop.create_future()
+
+        def wake() -> None:
+            if not woken.done():
+                woken.set_result(True)
+
+        entry = (loop, wake)
+        with self._lock:
+            self._wakers.append(entry)
+        try:
+            if not self._event.is_set():  # set before we were listed: no wake will come
+                await asyncio.wait((woken,), timeout=timeout)
+        finally:
+            with self._lock:
+                if entry in self._wakers:
+                    self._wakers.remove(entry)
+        return self._event.is_set()
+
+
+class HandlerContext:
+    """What the context of every handler has, a worker pool's job or a
+    scheduler's: :attr:`stopping`, and waits that end when it turns true
+    (:meth:`wait_stopping`, ``await`` :meth:`stopped`). Thread-safe."""
+
+    def __init__(self, stop: Optional[StopSignal] = None) -> None:
+        self._stop = StopSignal() if stop is None else stop
+
+    @property
+    def stopping(self) -> bool:
+        """True once the work is no longer wanted: finish quickly."""
+        return self._stop.is_set()
+
+    def wait_stopping(self, timeout: Optional[float] = None) -> bool:
+        """Sleep until :attr:`stopping` or ``timeout``; True if stopping.
+        (Blocks its thread: from an ``async def`` handler, ``await``
+        :meth:`stopped` instead.)"""
+        return self._stop.wait(timeout)
+
+    async def stopped(self, timeout: Optional[float] = None) -> bool:
+        """The awaitable :meth:`wait_stopping`: True if stopping."""
+        return await self._stop.wait_async(timeout)
+
+    def request_stop(self) -> None:
+        """Make :attr:`stopping` true and wake every waiter (any thread)."""
+        self._stop.set()

@@ -42,7 +42,7 @@ from actors.scheduler.fence import LeaseFence
 from actors.scheduler.model import InvalidJobSpec
 from actors.scheduler.protocol import DEFAULT_HOSTS, HOST_NAME, CountRunning
 from actors.names import REPLICATE_HANDLER
-from actors.handlers import resolve
+from actors.handlers import StopSignal, resolve
 from actors.scheduler.job import PUBLISH_INTERVAL, STOP_GRACE, HandlerExit, JobContext, JobProgress, JobStopping
 
 log = logging.getLogger(__name__)
@@ -113,7 +113,7 @@ class _Run:
     spec: JobSpec
     scheduler: Any
     events: "queue.Queue[tuple]"
-    stop: threading.Event
+    stop: StopSignal
     checkpoint: Any
     started_at: float
     thread: threading.Thread | None = None
@@ -170,7 +170,7 @@ class JobHost(GenServer):
     # --------------------------------------------------------------- runs
     def _start(self, msg: StartHosted) -> None:
         spec = JobSpec.from_dict(msg.spec)
-        run = _Run(msg.ref, spec, msg.scheduler, queue.Queue(), threading.Event(), msg.checkpoint, time.time())
+        run = _Run(msg.ref, spec, msg.scheduler, queue.Queue(), StopSignal(), msg.checkpoint, time.time())
         ctx = JobContext(spec, msg.checkpoint, run.events, run.stop, self.fence)
         run.thread = threading.Thread(target=self._work, args=(run, ctx), name=f"job-{spec.id}", daemon=True)
         self.runs[run.ref] = run

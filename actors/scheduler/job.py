@@ -43,7 +43,7 @@ from supervision import GenServer
 from supervision.messages import Cast
 
 from actors.errors import ActorsError
-from actors.handlers import resolve
+from actors.handlers import HandlerContext, StopSignal, resolve
 from actors.names import REPLICATE_HANDLER
 from actors.scheduler.core import JobSpec
 from actors.scheduler.fence import LEASE_EXPIRED, LeaseFence
@@ -106,17 +106,18 @@ class JobStopping(BaseException):
     """
 
 
-class JobContext:
-    """What a handler sees of its job. Thread-safe."""
+class JobContext(HandlerContext):
+    """What a handler sees of its job (the stop waits: :class:`~actors.handlers.HandlerContext`). Thread-safe."""
 
     def __init__(
         self,
         spec: JobSpec,
         last_checkpoint: Any,
         events: "queue.Queue[tuple]",
-        stop: threading.Event,
+        stop: StopSignal,
         fence: LeaseFence | None = None,
     ) -> None:
+        super().__init__(stop)
         self.spec = spec
         self.job_id = spec.id
         self.options = dict(spec.options)
@@ -125,7 +126,6 @@ class JobContext:
         self.target = spec.target
         self.last_checkpoint = last_checkpoint
         self._events = events
-        self._stop = stop
         self._fence = fence if spec.db_name is not None else None  # only a document's job holds a lease
 
     def checkpoint(self, state: Any) -> None:
@@ -218,7 +218,7 @@ class SchedulerJob(GenServer):
         self.stats_dirty = False
         self.started_at = self.clock.time()
         self.events: "queue.Queue[tuple]" = queue.Queue()
-        self.stop_event = threading.Event()
+        self.stop_event = StopSignal()
         self.thread: threading.Thread | None = None
         self.adopted = False
         self.outcome: Any = _UNSET

@@ -12,7 +12,6 @@ handler has the same context and awaits what would block its event loop:
 from __future__ import annotations
 
 import asyncio
-import threading
 import traceback as tb
 from typing import Any, Callable, Optional
 
@@ -23,6 +22,7 @@ from fdblayer.jobs.codec import decode_data, encode_data
 from fdblayer.jobs.exceptions import CorruptValue, EncodingError, Halt, InvalidArgument
 from fdblayer.jobs.keys import DEFAULT_LAYOUT
 
+from actors.handlers import HandlerContext
 from actors.workers.control import Cancel, Retry, Snooze
 
 __all__ = [
@@ -44,8 +44,8 @@ TRACEBACK_LIMIT = 8_000
 MESSAGE_LIMIT = 2_000
 
 
-class JobContext:
-    """The one argument of a handler.
+class JobContext(HandlerContext):
+    """The one argument of a handler (the stop waits: :class:`~actors.handlers.HandlerContext`).
 
     Attributes:
         id: the job id.
@@ -56,6 +56,7 @@ class JobContext:
     """
 
     def __init__(self, job: Any, data: dict, attempt: int, max_attempts: int, db_factory: Callable[[], Any]) -> None:
+        super().__init__()
         self.id = job.id
         self.type = job.type
         self.data = data
@@ -63,9 +64,6 @@ class JobContext:
         self.max_attempts = max_attempts
         self._job = job
         self._db_factory = db_factory
-        self._stop = threading.Event()
-        self._lock = threading.Lock()
-        self._wakers: list = []  # (loop, callback) of coroutines awaiting stopped()
 
     @property
     def stopping(self) -> bool:
@@ -73,48 +71,6 @@ class JobContext:
         the host is shutting down: finish quickly; what is returned is discarded
         unless the job is still this worker's."""
         return self._stop.is_set()
-
-    def wait_stopping(self, timeout: Optional[float] = None) -> bool:
-        """Sleep until :attr:`stopping` or ``timeout``; True if stopping.
-        (Blocks its thread: from an ``async def`` handler, ``await``
-        :meth:`stopped` instead.)"""
-        return self._stop.wait(timeout)
-
-    async def stopped(self, timeout: Optional[float] = None) -> bool:
-        """The awaitable :meth:`wait_stopping`: wait (without blocking the
-        event loop) until :attr:`stopping` or ``timeout`` seconds; True if
-        stopping. Works from any running event loop."""
-        if self._stop.is_set():
-            return True
-        loop = asyncio.get_running_loop()
-        woken = loop.create_future()
-
-        def wake() -> None:
-            if not woken.done():
-                woken.set_result(True)
-
-        entry = (loop, wake)
-        with self._lock:
-            self._wakers.append(entry)
-        try:
-            if not self._stop.is_set():  # set before we were listed: no wake will come
-                await asyncio.wait((woken,), timeout=timeout)
-        finally:
-            with self._lock:
-                if entry in self._wakers:
-                    self._wakers.remove(entry)
-        return self._stop.is_set()
-
-    def _request_stop(self) -> None:
-        """Make :attr:`stopping` true and wake every :meth:`stopped` (any thread)."""
-        self._stop.set()
-        with self._lock:
-            wakers = list(self._wakers)
-        for loop, wake in wakers:
-            try:
-                loop.call_soon_threadsafe(wake)
-            except RuntimeError:  # its loop is closed: nobody waits any more
-                pass
 
     def progress(self, **fields: Any) -> dict:
         """Merge ``fields`` (JSON values) into the job's progress record and
@@ -132,7 +88,7 @@ class JobContext:
         try:
             return work.set_progress(self._db_factory(), DEFAULT_LAYOUT, self._job, fields, PROGRESS_LIMIT)
         except Halt:
-            self._request_stop()
+            self.request_stop()
             raise
 
     async def progress_async(self, **fields: Any) -> dict:

@@ -117,9 +117,9 @@ class Worker(GenServer):
                     if self.writer is not None:
                         self.writer.released((token,))
         if current is not None and current[0].token == token:
-            current[1]._request_stop()  # noqa: SLF001 - the context belongs to this worker
+            current[1].request_stop()
         if entry is not None:
-            entry.ctx._request_stop()  # noqa: SLF001
+            entry.ctx.request_stop()
             if cancel and self.loop is not None:
                 self.loop.call_soon_threadsafe(self._cancel, entry)
 
@@ -136,7 +136,7 @@ class Worker(GenServer):
                 self.writer.released(dropped)
         if stop_current:
             for ctx in running:
-                ctx._request_stop()  # noqa: SLF001
+                ctx.request_stop()
 
     def _running_contexts(self) -> list:
         """The contexts of every handler running now (under ``cv``)."""
@@ -246,7 +246,7 @@ class Worker(GenServer):
         with self.cv:
             running = self._running_contexts()
         for ctx in running:
-            ctx._request_stop()  # noqa: SLF001
+            ctx.request_stop()
 
 
 class _AsyncRun:

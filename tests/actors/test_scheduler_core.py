@@ -562,3 +562,28 @@ def test_job_spec_validation() -> None:
     ]:
         with pytest.raises(InvalidJobSpec):
             JobSpec.from_dict(bad)
+
+
+def test_a_scheduler_jobs_context_has_the_pools_stop_waits() -> None:
+    """One handler runtime: a scheduler job's context is a HandlerContext too
+    (wait_stopping, await stopped), woken by its host's stop from another thread."""
+    import asyncio
+    import queue
+    import threading
+    import time
+
+    from actors.handlers import HandlerContext, StopSignal
+    from actors.scheduler.job import JobContext
+
+    stop = StopSignal()
+    ctx = JobContext(permanent("ctx"), None, queue.Queue(), stop)
+    assert isinstance(ctx, HandlerContext) and not ctx.stopping
+    assert ctx.wait_stopping(0.01) is False
+
+    async def handler() -> tuple[bool, float]:
+        began = time.monotonic()
+        threading.Timer(0.05, stop.set).start()  # the host asks, from its own thread
+        return await ctx.stopped(10), time.monotonic() - began
+
+    woken, waited = asyncio.run(handler())
+    assert woken and waited < 5 and ctx.stopping and ctx.wait_stopping(0) is True

@@ -292,7 +292,7 @@ def test_ctx_stopped_wakes_from_another_thread_and_times_out():
         waiting = asyncio.ensure_future(ctx.stopped(10))
         await asyncio.sleep(0.05)
         t0 = time.monotonic()
-        await asyncio.to_thread(ctx._request_stop)
+        await asyncio.to_thread(ctx.request_stop)
         assert await waiting is True and time.monotonic() - t0 < 1
         assert await ctx.stopped() is True and ctx.stopping
 
