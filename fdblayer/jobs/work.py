@@ -223,7 +223,7 @@ def claim(
     """
     if tr.get(layout.paused_key(job_type)) is not None:
         return ClaimResult([], [], None, pending.watch_pending(tr, layout, job_type), paused=True)
-    due = _due_keys(tr, layout, job_type, int(now), limit, rng or random)
+    due, queues = _due_keys(tr, layout, job_type, int(now), limit, rng or random)
     keys = [key for key, _ in due]
     claimed: list[Claimed] = []
     exhausted: list[str] = []
@@ -267,23 +267,30 @@ def claim(
     if found >= limit:
         return ClaimResult(claimed, exhausted, None, None)
     return ClaimResult(
-        claimed, exhausted, _next_due(tr, layout, job_type, int(now)), pending.watch_pending(tr, layout, job_type)
+        claimed,
+        exhausted,
+        _next_due(tr, layout, job_type, int(now), queues),
+        pending.watch_pending(tr, layout, job_type),
     )
 
 
-def _due_keys(tr: Transaction, layout: Layout, job_type: JobType, now: int, limit: int, rng: Any) -> list:
+def _due_keys(
+    tr: Transaction, layout: Layout, job_type: JobType, now: int, limit: int, rng: Any
+) -> tuple[list, Optional[list[int]]]:
     """``(key, prefix length)`` of up to ``limit`` due pending jobs, lower
-    priorities first (see :func:`claim`)."""
+    priorities first (see :func:`claim`), and the priorities 1-9 with pending
+    jobs if it had to read them (None if priority 0 was enough)."""
     spread = tr.db.key_conflicts
     out: list = []
     queues = iter([0])
-    more = True
+    read: Optional[list[int]] = None
     while len(out) < limit:
         priority = next(queues, None)
         if priority is None:
-            if not more:
+            if read is not None:
                 break
-            queues, more = iter(pending.priorities(tr, layout, job_type)), False  # read only when needed
+            read = pending.priorities(tr, layout, job_type)  # read only when needed
+            queues = iter(read)
             continue
         want = limit - len(out)
         prefix = layout.pending_prefix(job_type, priority)
@@ -296,13 +303,17 @@ def _due_keys(tr: Transaction, layout: Layout, job_type: JobType, now: int, limi
         if spread and len(keys) > want:
             keys = rng.sample(keys, want)
         out += [(key, len(prefix)) for key in keys]
-    return out
+    return out, read
 
 
-def _next_due(tr: Transaction, layout: Layout, job_type: JobType, now: int) -> Optional[int]:
-    """The scheduled time of the earliest pending job not yet due, any priority."""
+def _next_due(
+    tr: Transaction, layout: Layout, job_type: JobType, now: int, queues: Optional[list[int]] = None
+) -> Optional[int]:
+    """The scheduled time of the earliest pending job not yet due, any
+    priority (``queues``: the priorities 1-9 already read in this
+    transaction, else read here; a queue the claim emptied finds nothing)."""
     times = []
-    for priority in [0] + pending.priorities(tr, layout, job_type):
+    for priority in [0] + (pending.priorities(tr, layout, job_type) if queues is None else queues):
         prefix = layout.pending_prefix(job_type, priority)
         later = tr.snapshot.get_range(layout.pending_end(job_type, now, priority), strinc(prefix), limit=1)
         if later:
