@@ -401,7 +401,8 @@ def prefetch_step(tr: Transaction, layout: Layout, jobs: Iterable[Job], types: I
     ``jobs`` and :func:`claim` of ``types`` read first, in this transaction
     (``Transaction.prefetch``: one round trip where reads are round trips)."""
     keys = [k for j in jobs for k in (layout.data_key(j.type, j.id), layout.work_key(j.type, j.id))]
-    tr.prefetch(keys + [layout.paused_key(t) for t in types])
+    types = list(types)  # the pause keys a claim reads first, the pending watch it arms when the queue runs dry
+    tr.prefetch(keys + [layout.paused_key(t) for t in types] + [layout.watches_pending_key(t) for t in types])
 
 
 def _held(tr: Transaction, layout: Layout, jobs: list) -> list:
