@@ -93,7 +93,7 @@ def seed_docs(url: str, n: int) -> tuple[float, float]:
     """Put ``n`` documents (DOCS_PER_TX per transaction) and let a phantom
     peer take them all from the queue; returns the seconds of each part."""
     import fdblayer
-    from fdblayer import docs
+    from fdblayer import doc_leases, docs
     from fdblayer.interface import transactional
 
     @transactional
@@ -114,7 +114,7 @@ def seed_docs(url: str, n: int) -> tuple[float, float]:
     def take_batch(tr, count: int, now: float) -> int:
         taken = 0
         for _ in range(count):
-            found, watch = docs.accept(tr, PHANTOM_NODE, now)
+            found, watch = doc_leases.accept(tr, PHANTOM_NODE, now)
             if watch is not None:
                 watch.cancel()
                 break

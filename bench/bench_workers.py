@@ -249,7 +249,7 @@ def store_ceiling(durability: str, count: int, batch: int = 32) -> dict[str, flo
     drain. Returns jobs/s and microseconds per job."""
     import tempfile
 
-    from actors.workers.dispatcher import _step  # the transaction a dispatcher's step runs
+    step = work.step  # the transaction a dispatcher's step runs
 
     with tempfile.TemporaryDirectory(prefix="bench-ceiling-") as tmp:
         db = fdblayer.open(f"sqlite:///{tmp}/store.db?synchronous={durability}")
@@ -259,7 +259,7 @@ def store_ceiling(durability: str, count: int, batch: int = 32) -> dict[str, flo
         done = 0
         t = time.perf_counter()
         while True:
-            _, (claimed,) = _step(db, outcomes, [], [(JOB_TYPE, batch, 3)], time.time(), "ceiling")
+            _, (claimed,) = step(db, DEFAULT_LAYOUT, outcomes, [], [(JOB_TYPE, batch, 3)], time.time(), "ceiling")
             done += len(outcomes)
             if not claimed.claimed:
                 break

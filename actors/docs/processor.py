@@ -6,7 +6,7 @@ Principle: ownership is the queue's, slots are the scheduler's. One
 :mod:`fdblayer.docs`), hands each accepted document to the node's scheduler
 (``AddJob``) and keeps its queue jobs alive by updating each of them on a
 lease timer of its own (a third of the type's activity timeout, at most
-2 s; a few transactions for all of them, see :func:`fdblayer.docs.renew`),
+2 s; a few transactions for all of them, see :func:`fdblayer.doc_leases.renew`),
 which never waits for the tick: a tick that adds hundreds of jobs to the
 scheduler runs longer than the timeout, and renewals run between its
 steps. The tick's own renewal records each document's state as the scheduler
@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import fdblayer
-from fdblayer import docs
+from fdblayer import doc_leases, docs
 from fdblayer.jobs import activity
 from fdblayer.jobs.keys import DEFAULT_LAYOUT
 from supervision import DEFER_START, CallFailed, CallTimeout, ChildSpec, GenServer, NoProc, Request
@@ -146,7 +146,7 @@ class DocProcessor(GenServer):
         # unreachable store must be known while the leases still hold.
         self.store_timeout = self.timeout / 3.0
         self.fence = LeaseFence(args.get("fence"))
-        self._accept_one = fdblayer.transactional(docs.accept.__wrapped__, timeout=self.store_timeout)
+        self._accept_one = fdblayer.transactional(doc_leases.accept.__wrapped__, timeout=self.store_timeout)
         self.owned: dict[str, Owned] = {}
         self.sched: Any = None
         self.watch: Any = None
@@ -286,7 +286,7 @@ class DocProcessor(GenServer):
         t0 = time.perf_counter()
         asked_at = time.monotonic()  # a lease renewed by this call holds from no later than now
         try:
-            outcomes = docs.renew(self.db, leases, states, done, time.time(), timeout=self.store_timeout)
+            outcomes = doc_leases.renew(self.db, leases, states, done, time.time(), timeout=self.store_timeout)
         except fdblayer.StoreError as exc:
             log.warning("doc_leases_unrenewed count=%d reason=%r", len(leases), exc)
             self._give_up_old_leases()
@@ -322,17 +322,17 @@ class DocProcessor(GenServer):
             o = self.owned.get(jid)
             if o is None:
                 continue
-            if outcome == docs.KEPT:
+            if outcome == doc_leases.KEPT:
                 o.lease = lease
                 o.renewed_at = now
                 o.written.update(states.get(jid, {}))
                 self.counters["renewed"] += 1
                 continue
             del self.owned[jid]
-            if outcome == docs.LOST:
+            if outcome == doc_leases.LOST:
                 self.counters["lost"] += 1
             log.info("doc_released doc=%s/%s outcome=%s", o.lease.db_name, o.lease.doc_id, outcome)
-            if outcome != docs.DONE and o.added_to is not None:
+            if outcome != doc_leases.DONE and o.added_to is not None:
                 gone.append(o.spec["id"])
         self._remove_jobs(gone)
         self._move_fence()
@@ -484,7 +484,7 @@ class DocProcessor(GenServer):
         self.waker.close()
         if self.owned:
             try:
-                docs.release(self.db, [o.lease for o in self.owned.values()])
+                doc_leases.release(self.db, [o.lease for o in self.owned.values()])
             except Exception:  # noqa: BLE001 - they come back after the timeout anyway
                 log.exception("doc_release_failed count=%d", len(self.owned))
         self.db.close()

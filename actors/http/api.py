@@ -50,8 +50,9 @@ from urllib.parse import parse_qsl, urlencode
 from supervision.exceptions import CallFailed, CallTimeout, NoProc, NodeDown
 from supervision.reports import report
 
-from actors.http import metrics, monitoring, queue_routes, status_page
-from actors.http.request import FormHtml, HttpError, Html, Request, Text, not_allowed
+from actors.http import job_page, metrics, monitoring, queue_routes, status_page
+from actors.http import request as request_mod
+from actors.http.request import FormHtml, HttpError, Html, Request, Text, not_allowed, refuse_cross_site
 from actors.http.auth import COOKIE_NAME, Auth
 from actors.settings.config import RUNTIME_KEYS, ConfigError, ConfigWriteError, format_value, parse_runtime_value
 from actors.settings.policy import Forbidden, JobPolicy
@@ -67,24 +68,6 @@ REPLICATOR_KEYS = RUNTIME_KEYS["replicator"]
 PERSIST_HEADER = "X-Couch-Persist"
 
 NOT_ADMIN = "You are not a server admin."
-
-
-#: The bodies an HTML form can send without a script: a page of another site can
-#: make a browser post them anywhere, so the JSON API takes none of them.
-FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data", "text/plain")
-
-
-def refuse_cross_site(req: Request, form_ok: bool) -> None:
-    """Refuse a request that changes something (not GET or HEAD) when a page
-    of another site may have made it: 403 when the browser says so
-    (``Sec-Fetch-Site`` cross-site or same-site), 415 for a form's body
-    outside ``_session`` and the status page's forms (``form_ok``), whose
-    own checks apply. Clients that are not browsers send neither."""
-    site = req.header("Sec-Fetch-Site").strip().lower()
-    if site not in ("", "same-origin", "none"):
-        raise HttpError(403, "forbidden", f"a request from another site ({site[:40]}) may not change anything")
-    if not form_ok and req.content_type in FORM_TYPES:
-        raise HttpError(415, "bad_content_type", "Content-Type must be application/json")
 
 
 class App:
@@ -324,25 +307,13 @@ class App:
             states = monitoring.docs_states(req.query)
         except monitoring.QueryParseError as exc:
             raise HttpError(400, "query_parse_error", str(exc)) from None
-        db_name, rest = self._split_db(seg[1:])
+        db_name, rest = request_mod.split_db(seg[1:])
         if db_name is not None and not rest or db_name is None and not seg[1:]:
             total, page = self._docs_list(db_name, limit, skip, states)
             return 200, {"total_rows": total, "offset": skip, "docs": [monitoring.doc_view(d) for d in page]}
         if db_name is not None and len(rest) == 1:
             return 200, monitoring.doc_view(self._doc(db_name, rest[0]))
         raise HttpError(400, "bad_request", "")
-
-    @staticmethod
-    def _split_db(seg: list[str]) -> tuple[str | None, list[str]]:
-        """``(db name, rest)`` of the segments after ``docs``: the db is up to
-        the first segment ending in ``_replicator`` (``other/_replicator`` may
-        come unescaped), else the first segment."""
-        if not seg:
-            return None, []
-        for i, part in enumerate(seg):
-            if part == "_replicator" or part.endswith("/_replicator"):
-                return "/".join(seg[: i + 1]), seg[i + 1 :]
-        return seg[0], seg[1:]
 
     def _queue_stats(self) -> list | None:
         """Every queue type's counts and events (None: this node has no store)."""
@@ -432,7 +403,7 @@ class App:
         body = req.json()
         if not isinstance(body, dict):
             raise HttpError(400, "bad_request", "Request body must be a JSON object")
-        job_id = body.get("replication_id") or body.get("id") or self.replication_id(body)
+        job_id = body.get("replication_id") or body.get("id") or monitoring.replication_id(body)
         if not isinstance(job_id, str):
             raise HttpError(400, "bad_request", "replication_id must be a string")
         if body.get("cancel") is True:
@@ -441,8 +412,8 @@ class App:
             return 200, {"ok": True, "_local_id": job_id}
         spec = {
             "id": job_id,
-            "source": self._endpoint(body.get("source")),
-            "target": self._endpoint(body.get("target")),
+            "source": monitoring.endpoint(body.get("source")),
+            "target": monitoring.endpoint(body.get("target")),
             "continuous": body.get("continuous", False),
             "handler": body.get("handler"),
             "options": body.get("options"),
@@ -474,17 +445,6 @@ class App:
                 why=exc.why,
             )
             raise HttpError(403, "forbidden", str(exc)) from None
-
-    @staticmethod
-    def _endpoint(value: Any) -> Any:
-        return value.get("url") if isinstance(value, dict) else value
-
-    @staticmethod
-    def replication_id(body: dict) -> str:
-        """CouchDB-like: a hash of what the job copies, ``+continuous`` if it is."""
-        key = {k: body.get(k) for k in ("source", "target", "handler", "options")}
-        digest = hashlib.md5(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()
-        return digest + ("+continuous" if body.get("continuous") is True else "")
 
     # ------------------------------------------------------------- _node
     def node_route(self, req: Request, seg: list[str]) -> tuple[int, Any]:
@@ -636,11 +596,11 @@ class App:
             if view is None:
                 if "text/html" in req.header("Accept"):  # a browser (after a cancel, say): a page to read
                     return 404, Html(
-                        status_page.missing_job_page(node=self.node, job_type=job_type, job_id=job_id, done=done)
+                        job_page.missing_job_page(node=self.node, job_type=job_type, job_id=job_id, done=done)
                     )
                 raise HttpError(404, "not_found", f"no job {job_id!r} of type {job_type!r}")
             return 200, FormHtml(
-                status_page.job_page(
+                job_page.job_page(
                     node=self.node,
                     job_type=job_type,
                     view=view,
@@ -664,11 +624,10 @@ class App:
     def check_form(self, req: Request) -> dict[str, str]:
         """The fields of a status page form, or 403 ``forbidden`` when the
         post may not come from the page: a browser that says it comes from
-        another site (``Sec-Fetch-Site``), or a CSRF token missing, wrong,
-        expired or made for other credentials. Checked before anything is read."""
-        site = req.header("Sec-Fetch-Site").strip().lower()
-        if site not in ("", "same-origin", "none"):
-            raise HttpError(403, "forbidden", f"a form posted from another site ({site[:40]}) is refused")
+        another site (``Sec-Fetch-Site``: refused for every write by
+        :func:`~actors.http.request.refuse_cross_site` before this), or a CSRF
+        token missing, wrong, expired or made for other credentials. Checked
+        before anything is read."""
         form: dict[str, str] = {}
         if req.content_type == "application/x-www-form-urlencoded":
             try:

@@ -9,6 +9,8 @@ order, paging and the error wording follow CouchDB
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 from typing import Any, Mapping
 
@@ -205,3 +207,15 @@ def _queue_entry(entry: Mapping[str, Any]) -> dict:
     run = entry["events"]["run"]
     out["run_seconds"] = {"value": {"count": run["count"], "sum": run["sum"]}, "type": "histogram"}
     return out
+
+
+def endpoint(value: Any) -> Any:
+    """A replication endpoint as the scheduler takes it: a URL, or the ``url`` of an object."""
+    return value.get("url") if isinstance(value, dict) else value
+
+
+def replication_id(body: dict) -> str:
+    """CouchDB-like: a hash of what the job copies, ``+continuous`` if it is."""
+    key = {k: body.get(k) for k in ("source", "target", "handler", "options")}
+    digest = hashlib.md5(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()
+    return digest + ("+continuous" if body.get("continuous") is True else "")

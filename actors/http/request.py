@@ -17,6 +17,9 @@ from urllib.parse import parse_qs, unquote
 from actors.errors import ActorsError
 
 __all__ = [
+    "split_db",
+    "refuse_cross_site",
+    "FORM_TYPES",
     "HttpError",
     "not_allowed",
     "Text",
@@ -148,3 +151,33 @@ def json_depth(value: Any) -> int:
         deepest = max(deepest, depth)
         stack.extend((child, depth + 1) for child in item)
     return deepest
+
+
+#: The bodies an HTML form can send without a script: a page of another site can
+#: make a browser post them anywhere, so the JSON API takes none of them.
+FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data", "text/plain")
+
+
+def refuse_cross_site(req: Request, form_ok: bool) -> None:
+    """Refuse a request that changes something (not GET or HEAD) when a page
+    of another site may have made it: 403 when the browser says so
+    (``Sec-Fetch-Site`` cross-site or same-site), 415 for a form's body
+    outside ``_session`` and the status page's forms (``form_ok``), whose
+    own checks apply. Clients that are not browsers send neither."""
+    site = req.header("Sec-Fetch-Site").strip().lower()
+    if site not in ("", "same-origin", "none"):
+        raise HttpError(403, "forbidden", f"a request from another site ({site[:40]}) may not change anything")
+    if not form_ok and req.content_type in FORM_TYPES:
+        raise HttpError(415, "bad_content_type", "Content-Type must be application/json")
+
+
+def split_db(seg: list[str]) -> tuple[str | None, list[str]]:
+    """``(db name, rest)`` of the segments after ``docs``: the db is up to
+    the first segment ending in ``_replicator`` (``other/_replicator`` may
+    come unescaped), else the first segment."""
+    if not seg:
+        return None, []
+    for i, part in enumerate(seg):
+        if part == "_replicator" or part.endswith("/_replicator"):
+            return "/".join(seg[: i + 1]), seg[i + 1 :]
+    return seg[0], seg[1:]

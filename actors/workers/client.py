@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from fdblayer.interface import Database, Transaction, transactional
-from fdblayer.jobs import activity, work
+from fdblayer.jobs import activity, type_controls, work
 from fdblayer.jobs import schedules as periodic
 from fdblayer.jobs.codec import decode_data
 from fdblayer.jobs.exceptions import InvalidArgument, JobFailed, NoTypeTimeout, NotFound
@@ -360,7 +360,7 @@ def _set_paused(db: Any, job_type: Any, paused: bool) -> bool:
     _check_tx(db)
     check_type(job_type)
     try:
-        return work.set_paused(db, DEFAULT_LAYOUT, job_type, paused)
+        return type_controls.set_paused(db, DEFAULT_LAYOUT, job_type, paused)
     except NoTypeTimeout:
         raise NotFound(f"no job type {job_type!r} (it has no activity timeout)", job_type=job_type) from None
 

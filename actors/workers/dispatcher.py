@@ -60,7 +60,6 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 import fdblayer
-from fdblayer.interface import Transaction, transactional
 from fdblayer.jobs import activity, hosts, work
 from fdblayer.jobs.keys import DEFAULT_LAYOUT
 from supervision import Down, GenServer, Request
@@ -102,20 +101,6 @@ log = logging.getLogger("otpjobs.workers")
 WATCH_RUNS = 0.02
 STUCK_AFTER = 0.02
 MARK_AFTER = 0.005
-
-
-@transactional
-def _step(tr: Transaction, outcomes: list, starts: list, claims: list, now: float, worker: str) -> tuple[list, list]:
-    """Record ``starts``, end ``outcomes`` and claim for ``claims`` =
-    ``[(type, limit, default_max)]``, one transaction. Returns ``(lost jobs,
-    [ClaimResult per claim])``."""
-    work.prefetch_step(
-        tr, DEFAULT_LAYOUT, [job for job, _ in starts] + [o.job for o in outcomes], [t for t, _, _ in claims]
-    )
-    lost = work.mark_started(tr, DEFAULT_LAYOUT, starts) if starts else []
-    lost += work.complete(tr, DEFAULT_LAYOUT, outcomes, now) if outcomes else []
-    results = [work.claim(tr, DEFAULT_LAYOUT, t, now, limit, worker, default_max) for t, limit, default_max in claims]
-    return lost, results
 
 
 class Dispatcher(PoolKeeping, HostUpkeep, PeriodicTicks, Draining, GenServer):
@@ -515,8 +500,8 @@ class Dispatcher(PoolKeeping, HostUpkeep, PeriodicTicks, Draining, GenServer):
         now = time.time()
         try:
             t0 = time.perf_counter()
-            lost, results = _step(
-                self.db, outcomes, [(r.claimed.job, r.started) for r in starts], claims, now, self.host
+            lost, results = work.step(
+                self.db, DEFAULT_LAYOUT, outcomes, [(r.claimed.job, r.started) for r in starts], claims, now, self.host
             )
             self.stats["steps"] += 1
             self.stats["step_ms"] += (time.perf_counter() - t0) * 1000
@@ -568,17 +553,6 @@ class Dispatcher(PoolKeeping, HostUpkeep, PeriodicTicks, Draining, GenServer):
         if result.next_due is not None:
             self._arm_due(job_type, slot, result.next_due, now)
 
-    def _arm_watch(self, job_type: Any, slot: TypeSlot, watch: Any) -> None:
-        if slot.watch is not None:
-            slot.watch.cancel()
-        slot.watch = watch
-
-        def fired(_w: Any, job_type: Any = job_type) -> None:  # the store's watch thread
-            self.types[job_type].fired = True
-            self.waker.wake()
-
-        watch.on_ready(fired)
-
     def _watch_fired(self) -> None:
         for slot in self.types.values():
             if slot.fired:
@@ -588,20 +562,6 @@ class Dispatcher(PoolKeeping, HostUpkeep, PeriodicTicks, Draining, GenServer):
             self._kick()  # a step is on its way, or outcomes wait for the messages queued behind them
         else:
             self._flush()  # new work on an idle host: claim it now, not one message later
-
-    def _arm_due(self, job_type: Any, slot: TypeSlot, due: int, now: float) -> None:
-        if slot.due_at is not None and slot.due_at <= due:
-            return
-        if slot.due_timer is not None:
-            self.cancel_timer(slot.due_timer)
-        slot.due_at = due
-
-        def on_due(slot: TypeSlot = slot) -> None:
-            slot.due_at = slot.due_timer = None
-            slot.maybe_work = True
-            self._kick()
-
-        slot.due_timer = self.start_timer(max(0.0, due - time.time()) + 0.001, on_due, real=True)
 
     def _refill_below(self) -> int:
         """A worker holding more than this many jobs gets none until it has
@@ -673,39 +633,6 @@ class Dispatcher(PoolKeeping, HostUpkeep, PeriodicTicks, Draining, GenServer):
             if slot.watch is not None:
                 slot.watch.cancel()
         self.waker.close()
-
-    # ---------------------------------------------------------------- status
-    def _status(self) -> dict:
-        now = time.time()
-        running = [
-            r
-            for _, slot in self.slots.items()
-            for r in ([slot.current] if slot.current else []) + list(slot.inflight.values())
-        ]
-        return {
-            "host": self.host,
-            "pid": os.getpid(),
-            "concurrency": self.concurrency,
-            "types": [str(t) for t in self.order],
-            "workers": len(self.slots),
-            "busy": len(running),
-            "buffered": len(self.buffer),
-            "claimed": len(self.buffer) + sum(len(slot.runs) for _, slot in self.slots.items()) - len(running),
-            "draining": self.draining,
-            "counts": dict(self.stats),
-            "running": [
-                {
-                    "type": r.claimed.job.type,
-                    "id": r.claimed.job.id,
-                    "attempt": r.claimed.attempt,
-                    "for": round(now - (r.started or now), 3),
-                }
-                for r in running
-            ],
-        }
-
-    def format_status(self) -> dict:
-        return {"host": self.host, "held": len(self._held()), "buffered": len(self.buffer)}
 
 
 @dataclass(frozen=True)

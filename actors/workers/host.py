@@ -152,7 +152,7 @@ def prepare(spec: HostSpec) -> None:
         StoreError: the store cannot be opened.
     """
     import fdblayer
-    from fdblayer.jobs import api, work
+    from fdblayer.jobs import api, type_controls
     from fdblayer.jobs.keys import DEFAULT_LAYOUT
 
     from actors.workers.client import schedule
@@ -165,7 +165,9 @@ def prepare(spec: HostSpec) -> None:
             if api.get_type_timeout(db, job_type) is None:
                 api.set_type_timeout(db, job_type, spec.type_timeout)
             # the handler's declared priority, where producers read it (none declared: cleared)
-            work.set_type_priority(db, DEFAULT_LAYOUT, job_type, handler_options(resolve(path)).get("priority"))
+            type_controls.set_type_priority(
+                db, DEFAULT_LAYOUT, job_type, handler_options(resolve(path)).get("priority")
+            )
         for job_type, cron in spec.periodic.items():
             schedule(db, job_type, cron)
     finally:

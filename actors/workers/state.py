@@ -56,12 +56,16 @@ class DispatcherState(GenServer):
     drain_timer: Optional[int]
     stats: Any  #: a Counter of events, and step_ms a float sum of milliseconds
     renew_interval: float
+    waker: Any  #: wakes the actor from the store's watch thread
 
     # the steps of the dispatcher itself that its parts call
     def _held(self) -> list:
         raise NotImplementedError
 
     def _kick(self) -> None:
+        raise NotImplementedError
+
+    def _flush(self) -> None:
         raise NotImplementedError
 
     def _hand_out(self, idle_only: bool = False) -> None:

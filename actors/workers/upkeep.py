@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import os
 import random
 import time
 from typing import Any
@@ -150,3 +151,36 @@ class HostUpkeep(DispatcherState):
             except Exception as exc:  # noqa: BLE001 - a store hiccup skips a beat, never stops the host
                 log.warning("beat_failed host=%s error=%r", self.host, exc)
             self.start_timer(hosts.BEAT, self._beat, real=True)
+
+    # ---------------------------------------------------------------- status
+    def _status(self) -> dict:
+        now = time.time()
+        running = [
+            r
+            for _, slot in self.slots.items()
+            for r in ([slot.current] if slot.current else []) + list(slot.inflight.values())
+        ]
+        return {
+            "host": self.host,
+            "pid": os.getpid(),
+            "concurrency": self.concurrency,
+            "types": [str(t) for t in self.order],
+            "workers": len(self.slots),
+            "busy": len(running),
+            "buffered": len(self.buffer),
+            "claimed": len(self.buffer) + sum(len(slot.runs) for _, slot in self.slots.items()) - len(running),
+            "draining": self.draining,
+            "counts": dict(self.stats),
+            "running": [
+                {
+                    "type": r.claimed.job.type,
+                    "id": r.claimed.job.id,
+                    "attempt": r.claimed.attempt,
+                    "for": round(now - (r.started or now), 3),
+                }
+                for r in running
+            ],
+        }
+
+    def format_status(self) -> dict:
+        return {"host": self.host, "held": len(self._held()), "buffered": len(self.buffer)}

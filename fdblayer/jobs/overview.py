@@ -15,7 +15,7 @@ import json
 from typing import Any, Optional
 
 from fdblayer.interface import Transaction, strinc, transactional
-from fdblayer.jobs import activity, counts, model, pending, rows, work
+from fdblayer.jobs import activity, counts, model, pending, rows, type_controls, work
 from fdblayer.jobs import failures as failures_index
 from fdblayer.jobs.codec import decode_data, unpack_activity_value_or_none
 from fdblayer.jobs.exceptions import CorruptValue
@@ -37,7 +37,7 @@ DATA_PREVIEW = 200
 def types_overview(tr: Transaction, layout: Layout, now: float) -> list[dict[str, Any]]:
     """Every type with its activity timeout, whether it is paused, and its counts, in key order."""
     out = []
-    paused = work.paused_types(tr, layout)
+    paused = type_controls.paused_types(tr, layout)
     for job_type in activity.get_types(tr, layout):
         entry = {
             "type": job_type,

@@ -53,15 +53,14 @@ import random
 from enum import Enum
 from typing import Any, Iterable, NamedTuple, Optional
 
-import fdb.tuple
 import msgpack
 
 from fdblayer.interface import Transaction, strinc, transactional
 from fdblayer.jobs import activity, failures, finished, model, pending, rows
-from fdblayer.jobs.codec import JobValue, report_bad_row, running_seq, unpack_activity_value_or_none, unpack_job_value
-from fdblayer.jobs.exceptions import EncodingError, Halt, NoTypeTimeout
+from fdblayer.jobs.codec import JobValue, running_seq, unpack_activity_value_or_none, unpack_job_value
+from fdblayer.jobs.exceptions import EncodingError, Halt
 from fdblayer.jobs.job import Job, JobState, job_state
-from fdblayer.jobs.keys import PAUSED, JobType, Layout
+from fdblayer.jobs.keys import JobType, Layout
 from fdblayer.jobs.tally import Tally, observe_run
 from fdblayer.jobs.work_record import FAILED, SUCCEEDED, WORKER_LOST, WorkRecord, claimed_only, pool_state, with_error
 from fdblayer.watches import Watch
@@ -73,11 +72,8 @@ __all__ = [
     "OutcomeKind",
     "enqueue",
     "prefetch_step",
-    "type_priority",
-    "set_type_priority",
+    "step",
     "claim",
-    "set_paused",
-    "paused_types",
     "mark_started",
     "complete",
     "renew",
@@ -178,23 +174,6 @@ def enqueue(
     if state is not JobState.RUNNING:
         tr.set(layout.work_key(job_type, job_id), WorkRecord(max_attempts=max_attempts, time_limit=time_limit).pack())
     return state
-
-
-def type_priority(tr: Transaction, layout: Layout, job_type: JobType) -> int:
-    """The priority a job of ``job_type`` enqueued without one gets: its
-    handler's declared default (:func:`set_type_priority`), else 0; a stored
-    value that is not one reads as 0."""
-    return model.stored_priority(tr.snapshot.get(layout.type_priority_key(job_type)))
-
-
-@transactional
-def set_type_priority(tr: Transaction, layout: Layout, job_type: JobType, priority: Optional[int]) -> None:
-    """Give the jobs of ``job_type`` enqueued without a priority this one (None: 0)."""
-    key = layout.type_priority_key(job_type)
-    if priority:
-        tr.set(key, fdb.tuple.pack((priority,)))
-    else:
-        tr.clear(key)
 
 
 # ---------------------------------------------------------------- claiming
@@ -405,6 +384,21 @@ def prefetch_step(tr: Transaction, layout: Layout, jobs: Iterable[Job], types: I
     tr.prefetch(keys + [layout.paused_key(t) for t in types] + [layout.watches_pending_key(t) for t in types])
 
 
+@transactional
+def step(
+    tr: Transaction, layout: Layout, outcomes: list, starts: list, claims: list, now: float, worker: str
+) -> tuple[list, list]:
+    """A worker host's step, one transaction: record ``starts`` (:func:`mark_started`),
+    end ``outcomes`` (:func:`complete`) and claim for ``claims`` = ``[(type,
+    limit, default_max)]`` (:func:`claim`), what they read first read at once. Returns ``(lost jobs,
+    [ClaimResult per claim])``."""
+    prefetch_step(tr, layout, [job for job, _ in starts] + [o.job for o in outcomes], [t for t, _, _ in claims])
+    lost = mark_started(tr, layout, starts) if starts else []
+    lost += complete(tr, layout, outcomes, now) if outcomes else []
+    results = [claim(tr, layout, t, now, limit, worker, default_max) for t, limit, default_max in claims]
+    return lost, results
+
+
 def _held(tr: Transaction, layout: Layout, jobs: list) -> list:
     """``(job, key, current value, record)`` of each job still held by its lock, else None."""
     data_keys = [layout.data_key(j.type, j.id) for j in jobs]
@@ -570,42 +564,6 @@ def requeue_held_by(tr: Transaction, layout: Layout, job_type: JobType, worker: 
     ]
     tally.write()
     return done
-
-
-@transactional
-def set_paused(tr: Transaction, layout: Layout, job_type: JobType, paused: bool) -> bool:
-    """Pause (no host claims its jobs; running ones go on) or resume a type,
-    waking the hosts waiting on it; returns whether it was paused before.
-
-    Raises:
-        NoTypeTimeout: ``job_type`` has no type timeout (an unknown type).
-    """
-    if tr.get(layout.activity_timeout_key(job_type)) is None:
-        raise NoTypeTimeout(f"job type {job_type!r} has no type timeout: there is no such type", job_type=job_type)
-    key = layout.paused_key(job_type)
-    was = tr.get(key) is not None
-    if paused:
-        tr.set(key, b"1")
-    else:
-        tr.clear(key)
-    if was != paused:
-        Tally(tr, layout, deferred=False).enqueue(job_type)  # the hosts' pending watch: they look again
-    return was
-
-
-@transactional
-def paused_types(tr: Transaction, layout: Layout) -> set:
-    """The types paused now."""
-    prefix = layout.subspace(PAUSED)
-    out = set()
-    for kv in tr.snapshot.get_range(prefix, strinc(prefix)):
-        try:
-            (job_type,) = fdb.tuple.unpack(kv.key, len(prefix))
-        except Exception as exc:  # noqa: BLE001 - a corrupt key is skipped
-            report_bad_row("paused_key", kv.key, repr(exc)[:80])
-            continue
-        out.add(job_type)
-    return out
 
 
 @transactional

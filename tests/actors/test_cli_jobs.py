@@ -307,7 +307,7 @@ def test_a_refused_command_creates_no_store_files(tmp_path, busy_port, case):
 
 def _verbs() -> list:
     """``group cmd`` of every command of the parser (``worker`` has none)."""
-    from actors.cli import build_parser
+    from actors.cli_parser import build_parser
 
     groups = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
     verbs = []

@@ -8,6 +8,7 @@ import pytest
 
 import fdblayer
 from actors import docs, jobs
+from fdblayer import doc_leases
 from fdblayer import docs as store_docs
 
 IDLE = {"handler": "tests.actors.scheduler_fixtures:idle", "continuous": True}
@@ -52,21 +53,21 @@ def test_list_is_sorted_paged_and_filtered(db):
 
 def test_accept_renew_and_a_replaced_doc_going_back_to_the_queue(db):
     docs.put(db, "_replicator", "a", IDLE)
-    (lease, doc), watch = store_docs.accept(db, "n1", time.time())
+    (lease, doc), watch = doc_leases.accept(db, "n1", time.time())
     assert watch is None and doc.node == "n1" and doc.state == "initializing"
-    found, watch = store_docs.accept(db, "n2", time.time())
+    found, watch = doc_leases.accept(db, "n2", time.time())
     assert found is None and watch is not None
     watch.cancel()
-    out = store_docs.renew(db, [lease], {lease.job.id: {"state": "running", "info": {"n": 1}}}, set(), time.time())
+    out = doc_leases.renew(db, [lease], {lease.job.id: {"state": "running", "info": {"n": 1}}}, set(), time.time())
     outcome, lease = out[lease.job.id]
-    assert outcome == store_docs.KEPT and docs.get(db, "_replicator", "a").state == "running"
+    assert outcome == doc_leases.KEPT and docs.get(db, "_replicator", "a").state == "running"
     docs.put(db, "_replicator", "a", {"handler": "m:f"})  # replaced while running
-    assert store_docs.renew(db, [lease], {}, set(), time.time())[lease.job.id][0] == store_docs.CHANGED
-    (again, doc), _ = store_docs.accept(db, "n2", time.time())
+    assert doc_leases.renew(db, [lease], {}, set(), time.time())[lease.job.id][0] == doc_leases.CHANGED
+    (again, doc), _ = doc_leases.accept(db, "n2", time.time())
     assert doc.body == {"handler": "m:f"} and doc.node == "n2"
-    assert store_docs.renew(db, [lease], {}, set(), time.time())[lease.job.id][0] == store_docs.LOST
-    out = store_docs.renew(db, [again], {again.job.id: {"state": "completed"}}, {again.job.id}, time.time())
-    assert out[again.job.id][0] == store_docs.DONE
+    assert doc_leases.renew(db, [lease], {}, set(), time.time())[lease.job.id][0] == doc_leases.LOST
+    out = doc_leases.renew(db, [again], {again.job.id: {"state": "completed"}}, {again.job.id}, time.time())
+    assert out[again.job.id][0] == doc_leases.DONE
     assert jobs.get_job_state(db, docs.DOCS_TYPE, again.job.id) == "finished"
 
 
@@ -75,15 +76,15 @@ def test_leases_renewed_together_are_each_re_enqueued_when_silent(db):
     from fdblayer.jobs import activity
     from fdblayer.jobs.keys import DEFAULT_LAYOUT
 
-    n = store_docs.RENEW_BATCH + 5  # two transactions, one of them with many jobs
+    n = doc_leases.RENEW_BATCH + 5  # two transactions, one of them with many jobs
     for i in range(n):
         docs.put(db, "_replicator", f"d{i:03d}", IDLE)
     leases = []
-    while (found := store_docs.accept(db, "n1", time.time())[0]) is not None:
+    while (found := doc_leases.accept(db, "n1", time.time())[0]) is not None:
         leases.append(found[0])
     assert len(leases) == n
-    out = store_docs.renew(db, leases, {}, set(), time.time())
-    assert {outcome for outcome, _ in out.values()} == {store_docs.KEPT}
+    out = doc_leases.renew(db, leases, {}, set(), time.time())
+    assert {outcome for outcome, _ in out.values()} == {doc_leases.KEPT}
     assert (
         len(
             activity.get_inactive_since(

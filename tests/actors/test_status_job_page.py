@@ -1,11 +1,11 @@
-"""A job's page (``status_page.job_page``) and the hosts section without a node: what each view
+"""A job's page (``job_page.job_page``) and the hosts section without a node: what each view
 shows, in which order, every value escaped (job ids, data, progress, errors and hosts are user data)."""
 
 from __future__ import annotations
 
 import re
 
-from actors.http import status_page
+from actors.http import job_page, status_page
 
 MARKUP = '<img src=x onerror="document.title=1">'
 ESCAPED = "&lt;img src=x onerror=&quot;document.title=1&quot;&gt;"
@@ -33,7 +33,7 @@ def view(**fields) -> dict:
 
 
 def render(v: dict, **kw) -> str:
-    return status_page.job_page(node="n1", job_type="mail", view=v, csrf="5f.tok", now=NOW, **kw)
+    return job_page.job_page(node="n1", job_type="mail", view=v, csrf="5f.tok", now=NOW, **kw)
 
 
 def test_every_failed_attempt_is_listed_newest_first_with_its_traceback() -> None:
@@ -91,11 +91,11 @@ def test_every_value_is_escaped() -> None:
         priority=MARKUP,
         **{MARKUP: MARKUP},
     )
-    text = status_page.job_page(node=MARKUP, job_type=MARKUP, view=hostile, csrf='"><b>', now=NOW, reserved=None)
+    text = job_page.job_page(node=MARKUP, job_type=MARKUP, view=hostile, csrf='"><b>', now=NOW, reserved=None)
     assert "<img" not in text and "<b>" not in text and ESCAPED in text
     assert 'value="&quot;&gt;&lt;b&gt;"' in text
     assert "/_utils/jobs/%3Cimg%20src%3Dx%20onerror%3D%22document.title%3D1%22%3E/" in text  # the form's path
-    missing = status_page.missing_job_page(node=MARKUP, job_type=MARKUP, job_id=MARKUP, done="cancelled")
+    missing = job_page.missing_job_page(node=MARKUP, job_type=MARKUP, job_id=MARKUP, done="cancelled")
     assert "<img" not in missing and ESCAPED in missing and 'id="notice">Cancelled' in missing
 
 

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 import fdblayer
 from actors import docs, jobs
+from fdblayer import doc_leases
 from fdblayer import docs as store_docs
 
 from . import strategies as S
@@ -326,7 +327,7 @@ def test_check_body_refuses_what_put_refuses(d, body) -> None:
 @SOME
 @given(bad=S.bad_handle)
 def test_renew_takes_a_database_only(d, bad) -> None:
-    d.refused(lambda: store_docs.renew(bad, [], {}, set(), 0.0), docs.InvalidArgument)
+    d.refused(lambda: doc_leases.renew(bad, [], {}, set(), 0.0), docs.InvalidArgument)
 
 
 @SOME

@@ -1,0 +1,197 @@
+"""The nodes' hold on ``_replicator`` documents: a node takes a pending
+document (:func:`accept`), keeps it by renewing its lease (:func:`renew`,
+in batches) and gives it back (:func:`release`). A document's lease is its
+job of :data:`~fdblayer.docs.DOCS_TYPE` in the jobs model; the documents
+themselves are :mod:`fdblayer.docs`.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Optional
+
+from fdblayer.docs import (
+    DOCS_TYPE,
+    Doc,
+    DocState,
+    Lease,
+    _clean_info,
+    _encode,
+    _key,
+    _Named,
+    _read,
+    parse_queue_job_id,
+)
+from fdblayer.interface import Database, Transaction, transactional
+from fdblayer.jobs import model, pending
+from fdblayer.jobs.exceptions import InvalidArgument
+from fdblayer.jobs.keys import DEFAULT_LAYOUT
+from fdblayer.jobs.validate import MAX_SCHED_TIME
+from fdblayer.watches import Watch
+
+__all__ = ["accept", "renew", "release", "RenewOutcome", "KEPT", "DONE", "CHANGED", "LOST", "RENEW_BATCH"]
+
+logger = logging.getLogger("fdblayer.docs")
+
+
+@transactional
+def accept(tr: Transaction, node: str, now: float) -> tuple[Optional[tuple[Lease, Doc]], Optional[Watch]]:
+    """Take one pending document, or arm a watch on the next enqueue.
+
+    The document's row is marked ``initializing`` on ``node``.
+
+    Returns:
+        ``((lease, doc), None)`` when one was taken, ``(None, watch)`` when
+        none is pending (wait on the watch, armed at commit), ``(None, None)``
+        when the taken job had no document (it was finished: try again).
+    """
+    found = model.accept(tr, DEFAULT_LAYOUT, DOCS_TYPE, MAX_SCHED_TIME, False)
+    if found is None:
+        return None, pending.watch_pending(tr, DEFAULT_LAYOUT, DOCS_TYPE)
+    job, _ = found
+    db_name, doc_id = parse_queue_job_id(job.id)
+    doc = _read(tr, db_name, doc_id)
+    if doc is None:
+        logger.warning("doc_job_orphaned doc=%s/%s action=finished", db_name, doc_id)
+        model.finish(tr, DEFAULT_LAYOUT, job, None)
+        return None, None
+    doc = Doc(
+        db_name,
+        doc_id,
+        doc.rev,
+        doc.body,
+        DocState.INITIALIZING.value,
+        doc.error_count,
+        None,
+        now,
+        doc.start_time,
+        node,
+        None,
+    )
+    tr.set(_key(db_name, doc_id), _encode(doc))
+    return (Lease(job, db_name, doc_id, doc.rev), doc), None
+
+
+class RenewOutcome(_Named):
+    """What :func:`renew` did with one lease."""
+
+    KEPT = "kept"
+    DONE = "done"
+    CHANGED = "changed"
+    LOST = "lost"
+
+
+KEPT, DONE, CHANGED, LOST = RenewOutcome.KEPT, RenewOutcome.DONE, RenewOutcome.CHANGED, RenewOutcome.LOST
+
+
+def renew(
+    db: Database,
+    leases: list[Lease],
+    states: dict[str, Any],
+    done: set[str],
+    now: float,
+    timeout: Optional[float] = None,
+) -> dict[str, tuple[RenewOutcome, Optional[Lease]]]:
+    """Keep a node's documents and record their new states, in a few transactions.
+
+    For each lease (by queue job id):
+
+    * its queue job is gone or held by another lock: ``LOST``;
+    * the document was replaced (resubmitted or a new revision): the queue
+      job is finished, which puts it back in the queue (``CHANGED``);
+    * else its state fields in ``states[job_id]`` (a dict of ``state``,
+      ``error_count``, ``info``, ``id``, ``start_time``) are written (with
+      ``last_updated`` = now when the state changed), and the queue job is
+      updated (``KEPT``, with the new lease) or, if its id is in ``done``,
+      finished (``DONE``).
+
+    Leases are renewed in transactions of :data:`RENEW_BATCH` (each job
+    updated in one transaction gets its own activity row: the queue gives
+    each a distinct user version of the commit's versionstamp).
+
+    ``timeout`` bounds each batch's retries (seconds; None: the
+    ``transactional`` default), so an unreachable store is known in time.
+
+    Returns:
+        ``{queue job id: (outcome, lease or None)}``.
+
+    Raises:
+        RetryLimitExceeded: a batch could not commit within ``timeout``.
+    """
+    if not isinstance(db, Database):
+        raise InvalidArgument(f"renew takes a Database, not {type(db).__name__}")
+    batch = _renew_batch if timeout is None else transactional(_renew_batch.__wrapped__, timeout=timeout)
+    outcomes: dict[str, tuple[RenewOutcome, Optional[Lease]]] = {}
+    for start in range(0, len(leases), RENEW_BATCH):
+        outcomes.update(batch(db, leases[start : start + RENEW_BATCH], states, done, now))
+    return outcomes
+
+
+#: Leases renewed per transaction: large enough that a node with thousands
+#: of documents commits a few transactions per tick, small enough that no
+#: commit holds the store's write lock for long.
+RENEW_BATCH = 200
+
+
+@transactional
+def _renew_batch(
+    tr: Transaction, leases: list[Lease], states: dict[str, Any], done: set[str], now: float
+) -> dict[str, tuple[RenewOutcome, Optional[Lease]]]:
+    return {
+        lease.job.id: _renew_one(tr, lease, states.get(lease.job.id), lease.job.id in done, now) for lease in leases
+    }
+
+
+@transactional
+def _renew_one(
+    tr: Transaction, lease: Lease, fields: Optional[dict[str, Any]], finished: bool, now: float
+) -> tuple[RenewOutcome, Optional[Lease]]:
+    job = lease.job
+    info = model.get_job(tr, DEFAULT_LAYOUT, DOCS_TYPE, job.id)
+    if info is None or info.lock != job.lock:
+        return LOST, None
+    doc = _read(tr, lease.db_name, lease.doc_id)
+    if doc is None or doc.rev != lease.rev or info.resubmit:
+        if not info.resubmit:
+            model.resubmit(tr, DEFAULT_LAYOUT, DOCS_TYPE, job.id, None)
+        model.finish(tr, DEFAULT_LAYOUT, job, None)
+        return CHANGED, None
+    if fields:
+        changed = fields.get("state", doc.state) != doc.state
+        doc = Doc(
+            doc.db_name,
+            doc.doc_id,
+            doc.rev,
+            doc.body,
+            fields.get("state", doc.state),
+            fields.get("error_count", doc.error_count),
+            _clean_info(fields.get("info", doc.info)),
+            now if changed else doc.last_updated,
+            fields.get("start_time", doc.start_time),
+            doc.node,
+            fields.get("id", doc.job_id),
+        )
+        tr.set(_key(doc.db_name, doc.doc_id), _encode(doc))
+    if finished:
+        model.finish(tr, DEFAULT_LAYOUT, job, None)
+        return DONE, None
+    return KEPT, Lease(model.update(tr, DEFAULT_LAYOUT, job, None), lease.db_name, lease.doc_id, lease.rev)
+
+
+@transactional
+def release(tr: Transaction, leases: list[Lease]) -> list[str]:
+    """Hand documents back to the queue (a node stopping cleanly): each queue
+    job still held by its lease is put back in the pending queue.
+
+    Returns:
+        The queue job ids released.
+    """
+    released = []
+    for lease in leases:
+        info = model.get_job(tr, DEFAULT_LAYOUT, DOCS_TYPE, lease.job.id)
+        if info is None or info.lock != lease.job.lock:
+            continue
+        model.resubmit(tr, DEFAULT_LAYOUT, DOCS_TYPE, lease.job.id, None)
+        model.finish(tr, DEFAULT_LAYOUT, lease.job, None)
+        released.append(lease.job.id)
+    return released

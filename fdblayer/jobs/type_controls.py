@@ -1,0 +1,71 @@
+"""Per-type controls that producers and hosts set: the pause (no host
+claims a paused type's jobs) and the priority a type's handler declares for
+jobs enqueued without one. Claims and enqueues read them (:mod:`.work`)."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import fdb.tuple
+
+from fdblayer.interface import Transaction, strinc, transactional
+from fdblayer.jobs import model
+from fdblayer.jobs.codec import report_bad_row
+from fdblayer.jobs.exceptions import NoTypeTimeout
+from fdblayer.jobs.keys import PAUSED, JobType, Layout
+from fdblayer.jobs.tally import Tally
+
+__all__ = ["type_priority", "set_type_priority", "set_paused", "paused_types"]
+
+
+def type_priority(tr: Transaction, layout: Layout, job_type: JobType) -> int:
+    """The priority a job of ``job_type`` enqueued without one gets: its
+    handler's declared default (:func:`set_type_priority`), else 0; a stored
+    value that is not one reads as 0."""
+    return model.stored_priority(tr.snapshot.get(layout.type_priority_key(job_type)))
+
+
+@transactional
+def set_type_priority(tr: Transaction, layout: Layout, job_type: JobType, priority: Optional[int]) -> None:
+    """Give the jobs of ``job_type`` enqueued without a priority this one (None: 0)."""
+    key = layout.type_priority_key(job_type)
+    if priority:
+        tr.set(key, fdb.tuple.pack((priority,)))
+    else:
+        tr.clear(key)
+
+
+@transactional
+def set_paused(tr: Transaction, layout: Layout, job_type: JobType, paused: bool) -> bool:
+    """Pause (no host claims its jobs; running ones go on) or resume a type,
+    waking the hosts waiting on it; returns whether it was paused before.
+
+    Raises:
+        NoTypeTimeout: ``job_type`` has no type timeout (an unknown type).
+    """
+    if tr.get(layout.activity_timeout_key(job_type)) is None:
+        raise NoTypeTimeout(f"job type {job_type!r} has no type timeout: there is no such type", job_type=job_type)
+    key = layout.paused_key(job_type)
+    was = tr.get(key) is not None
+    if paused:
+        tr.set(key, b"1")
+    else:
+        tr.clear(key)
+    if was != paused:
+        Tally(tr, layout, deferred=False).enqueue(job_type)  # the hosts' pending watch: they look again
+    return was
+
+
+@transactional
+def paused_types(tr: Transaction, layout: Layout) -> set[JobType]:
+    """The types paused now."""
+    prefix = layout.subspace(PAUSED)
+    out: set[JobType] = set()
+    for kv in tr.snapshot.get_range(prefix, strinc(prefix)):
+        try:
+            (job_type,) = fdb.tuple.unpack(kv.key, len(prefix))
+        except Exception as exc:  # noqa: BLE001 - a corrupt key is skipped
+            report_bad_row("paused_key", kv.key, repr(exc)[:80])
+            continue
+        out.add(job_type)
+    return out
