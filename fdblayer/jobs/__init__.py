@@ -16,7 +16,9 @@ Modules, one role each, each importing only those below it (no cycle):
   complete, renew, release; type priorities and pauses, progress) and
   ``retention`` (pruning finished pool jobs in batches), above ``model``
   (the couch_jobs transitions), above ``activity`` (types, activity stamps, re-enqueue
-  of silent jobs);
+  of silent jobs), above ``transitions`` (a running job's transitions, each
+  written once for a batch: start, refresh, stop, requeue; couch_jobs' calls
+  pass one job, the pools' their batch);
 - ``rows`` (the row writes the transitions share), ``pending`` (the
   pending queue), ``failures`` (the index of recent failures),
   ``finished`` (the index of finished pool jobs by end time), ``hosts``

@@ -20,12 +20,11 @@ from typing import Iterable, Optional
 import fdb.tuple
 
 from fdblayer.interface import Transaction, transactional
-from fdblayer.jobs import rows
+from fdblayer.jobs import transitions
 from fdblayer.jobs.codec import decode_data, report_bad_row, unpack_activity_value_or_none
 from fdblayer.jobs.validate import MAX_TYPE_TIMEOUT
 from fdblayer.jobs.keys import ACTIVITY_TIMEOUT, JobType, Layout
 from fdblayer.jobs.tally import Tally
-from fdblayer.jobs.work_record import WORKER_LOST, WorkRecord, claimed_only, with_error
 from fdblayer.watches import Watch
 
 __all__ = [
@@ -188,9 +187,12 @@ def get_inactive_since(tr: Transaction, layout: Layout, job_type: JobType, vs: f
 
 
 @transactional
-def re_enqueue_inactive(tr: Transaction, layout: Layout, job_type: JobType, job_ids: Iterable[str]) -> list[str]:
+def re_enqueue_inactive(
+    tr: Transaction, layout: Layout, job_type: JobType, job_ids: Iterable[str], now: Optional[float] = None
+) -> list[str]:
     """Put running jobs back in the pending queue; their locks become stale
-    (a worker pool's job as :func:`requeue_silent` says).
+    (a worker pool's job as :func:`requeue_silent` says; ``now``, default
+    the wall clock, dates a lost attempt's error).
 
     Ids of jobs that are gone or no longer running are skipped (the seed
     re-enqueued any job that still existed).
@@ -199,49 +201,22 @@ def re_enqueue_inactive(tr: Transaction, layout: Layout, job_type: JobType, job_
         The ids that were re-enqueued.
     """
     tally = Tally(tr, layout)
-    done = [job_id for job_id in job_ids if requeue_silent(tr, layout, job_type, job_id, tally)]
+    done = requeue_silent(tr, layout, transitions.running(tr, layout, job_type, list(job_ids)), tally, now)
     tally.write()
     return done
 
 
-def requeue_silent(tr: Transaction, layout: Layout, job_type: JobType, job_id: str, tally: Tally) -> bool:
-    """Put a running job whose lease expired back in the queue, due now (the
-    activity monitors' and the hosts' lifeline re-enqueue); its lock becomes
-    stale. A pool's job whose handler never started gets its attempt back;
-    one whose handler started keeps it (its next claim fails it for good if
-    its attempts are used up). Returns False (nothing written) if the job
-    is gone or not running."""
-    key = layout.data_key(job_type, job_id)
-    current = rows.get_job_val(tr, key)
-    if current is None or current.lock is None:
-        return False
-    work_key = layout.work_key(job_type, job_id)
-    raw_work = tr.get(work_key)
-    if raw_work is not None:
-        record = WorkRecord.unpack(raw_work, job_id)
-        if claimed_only(record):
-            tally.bump(job_type, "claimed", -1)
-            tr.set(work_key, record.unclaimed().pack())
-        elif record.worker is not None and record.outcome is None:  # its handler started: the attempt is lost
-            error = {
-                "type": WORKER_LOST,
-                "message": f"attempt {record.attempt} stopped renewing its lease "
-                f"(its host {record.worker} died or stalled)",
-                "traceback": "",
-            }
-            tr.set(
-                work_key,
-                record._replace(
-                    error=error, errors=with_error(record.errors, record.attempt, time.time(), error)
-                ).pack(),
-            )
-    rows.clear_activity(tr, layout, job_type, current.seq, tally)
-    rows.maybe_enqueue(
-        tr, layout, job_type, job_id, current.sched_time, True, current.data, key, tally, current.priority
-    )
-    tally.bump(job_type, "reenqueued")
-    tally.stamp(job_type)
-    return True
+def requeue_silent(
+    tr: Transaction, layout: Layout, helds: list[transitions.Held], tally: Tally, now: Optional[float] = None
+) -> list[str]:
+    """Put running jobs whose lease expired back in the queue, due now (the
+    activity monitors' and the hosts' lifeline re-enqueue); their locks
+    become stale (:func:`fdblayer.jobs.transitions.requeue`: a pool's job
+    whose handler never started gets its attempt back; one whose handler
+    started keeps it, with a ``WorkerLost`` error dated ``now``). Returns
+    their ids."""
+    transitions.requeue(tr, layout, helds, tally, time.time() if now is None else now, forgive=False)
+    return [h.job.id for h in helds]
 
 
 @transactional

@@ -16,7 +16,9 @@ The data model and the meaning of ``seq`` are in :mod:`fdblayer.jobs.keys`;
 types and activity (type timeouts, activity versionstamps, re-enqueue of
 inactive jobs) are in :mod:`fdblayer.jobs.activity`.
 Transitions, each one function writing the DATA row and its index rows
-(PENDING, ACTIVITY, the watch keys) together:
+(PENDING, ACTIVITY, the watch keys) together; those of a running job are
+:mod:`fdblayer.jobs.transitions`' batch functions called with one job (a
+worker pool's dispatcher calls the same functions with its whole batch):
 
 ====================  ==========================================
 transition            function
@@ -35,26 +37,24 @@ any -> (none)         :func:`remove`
 from __future__ import annotations
 
 import logging
-import os
 import random
 from typing import Callable, Iterable, Optional
 
 import fdb.tuple
 
 from fdblayer.interface import Transaction, transactional
-from fdblayer.jobs import activity, finished, pending, rows
+from fdblayer.jobs import activity, finished, pending, rows, transitions
 from fdblayer.jobs.codec import (
     PENDING_SEQ,
     JobValue,
     Seq,
     decode_data,
-    running_seq,
     report_bad_row,
 )
-from fdblayer.jobs.exceptions import CorruptValue, Halt, JobsError, NotFound, NoTypeTimeout
+from fdblayer.jobs.exceptions import CorruptValue, JobsError, NotFound, NoTypeTimeout
 from fdblayer.jobs.job import Job, JobInfo, JobState, job_state
 from fdblayer.jobs.keys import DATA, JobType, Layout
-from fdblayer.jobs.tally import Tally, bump, stamp_watch
+from fdblayer.jobs.tally import Tally, bump
 from fdblayer.jobs.work_record import FAILED, WorkRecord, claimed_only
 
 __all__ = [
@@ -391,14 +391,10 @@ def accept(
         message = f"pending job {job_id!r} of type {job_type!r} is {state}"
         logger.critical("job_not_pending job=%r type=%r state=%s", job_id, job_type, state)
         raise JobsError(message, job_type=job_type, job_id=job_id)
-    lock = os.urandom(16).hex()  # 32 hex digits, as uuid4().hex, without the UUID object
-    uv = rows.next_user_version(tr)
-    rows.set_job_val(
-        tr, key, JobValue(running_seq(uv), lock, current.sched_time, False, current.data, current.priority)
-    )
-    rows.update_activity(tr, layout, job_type, job_id, None, current.data, uv)
-    bump(tr, layout, job_type, "started")
-    job = Job(job_type, job_id, lock, current.sched_time, False)
+    tally = Tally(tr, layout)
+    (job,) = transitions.start(tr, layout, job_type, [transitions.Pick(job_id, key, current)], tally)
+    tally.bump(job_type, "started")
+    tally.write()
     return job, current.data
 
 
@@ -418,22 +414,11 @@ def finish(tr: Transaction, layout: Layout, job: Job, data: Optional[bytes]) -> 
     Raises:
         Halt: The job is gone or another lock holds it.
     """
-    key = layout.data_key(job.type, job.id)
-    current = _get_job_or_halt(tr, key, job)
-    new_data = current.data if data is None else data
-    value = rows.maybe_enqueue(
-        tr,
-        layout,
-        job.type,
-        job.id,
-        current.sched_time,
-        current.resubmit,
-        new_data,
-        key,
-        priority=current.priority,
-    )
-    rows.clear_activity(tr, layout, job.type, current.seq)
-    stamp_watch(tr, layout, job.type)
+    held = transitions.held_or_halt(tr, layout, job)
+    tally = Tally(tr, layout)
+    at = held.value.sched_time if held.value.resubmit else None
+    (value,) = transitions.stop(tr, layout, [transitions.Stop(held, at, data)], tally)
+    tally.write()
     return value
 
 
@@ -490,17 +475,11 @@ def update(tr: Transaction, layout: Layout, job: Job, data: Optional[bytes]) -> 
     Raises:
         Halt: The job is gone or another lock holds it.
     """
-    key = layout.data_key(job.type, job.id)
-    current = _get_job_or_halt(tr, key, job)
-    new_data = current.data if data is None else data
-    uv = rows.next_user_version(tr)
-    rows.set_job_val(
-        tr,
-        key,
-        JobValue(running_seq(uv), current.lock, current.sched_time, current.resubmit, new_data, current.priority),
-    )
-    rows.update_activity(tr, layout, job.type, job.id, current.seq, new_data, uv)
-    return job.replace(resubmit=current.resubmit, scheduled_time=current.sched_time)
+    held = transitions.held_or_halt(tr, layout, job)
+    tally = Tally(tr, layout)
+    (value,) = transitions.refresh(tr, layout, [held], [data], tally)
+    tally.write()
+    return job.replace(resubmit=value.resubmit, scheduled_time=value.sched_time)
 
 
 @transactional
@@ -538,24 +517,6 @@ def _job_info(job_type: JobType, job_id: str, value: JobValue) -> JobInfo:
         seq=value.seq,
         lock=value.lock,
     )
-
-
-def _get_job_or_halt(tr: Transaction, key: bytes, job: Job) -> JobValue:
-    current = rows.get_job_val(tr, key)
-    if current is None:
-        raise Halt(
-            f"job {job.id!r} of type {job.type!r} was removed",
-            job_type=job.type,
-            job_id=job.id,
-        )
-    if current.lock != job.lock:
-        raise Halt(
-            f"job {job.id!r} of type {job.type!r} is no longer held by this lock "
-            f"(it is {job_state(current.lock, current.seq).value})",
-            job_type=job.type,
-            job_id=job.id,
-        )
-    return current
 
 
 def _resubmit(

@@ -31,6 +31,12 @@ writer is not the limit of a pool:
                    if its handler never started, else the attempt counts
 =================  =====================================================
 
+Each of these moves the job's own rows with :mod:`fdblayer.jobs.transitions`
+(the same batch functions couch_jobs' one-job calls use: ``claim`` starts
+as ``model.accept`` does, ``complete`` stops as ``model.finish``, ``renew``
+refreshes as ``model.update``, ``release`` and ``requeue_held_by`` requeue
+as the activity monitors do) and adds the work record's part.
+
 A pool's job held by a host is *claimed* from its claim until its handler
 starts (``worker`` set, ``started`` None), then *started*; the type's
 ``claimed`` counter counts the former, so ``running - claimed`` handlers
@@ -48,7 +54,6 @@ talks to anything but the transaction; it knows nothing of actors.
 from __future__ import annotations
 
 import logging
-import os
 import random
 from enum import Enum
 from typing import Any, Iterable, NamedTuple, Optional
@@ -56,9 +61,9 @@ from typing import Any, Iterable, NamedTuple, Optional
 import msgpack
 
 from fdblayer.interface import Transaction, strinc, transactional
-from fdblayer.jobs import activity, failures, finished, model, pending, rows
-from fdblayer.jobs.codec import JobValue, running_seq, unpack_activity_value_or_none, unpack_job_value
-from fdblayer.jobs.exceptions import EncodingError, Halt
+from fdblayer.jobs import activity, failures, finished, model, pending, rows, transitions
+from fdblayer.jobs.codec import JobValue, unpack_activity_value_or_none, unpack_job_value
+from fdblayer.jobs.exceptions import EncodingError
 from fdblayer.jobs.job import Job, JobState, job_state
 from fdblayer.jobs.keys import JobType, Layout
 from fdblayer.jobs.tally import Tally, observe_run
@@ -203,47 +208,22 @@ def claim(
     if tr.get(layout.paused_key(job_type)) is not None:
         return ClaimResult([], [], None, pending.watch_pending(tr, layout, job_type), paused=True)
     due, queues = _due_keys(tr, layout, job_type, int(now), limit, rng or random)
-    keys = [key for key, _ in due]
     claimed: list[Claimed] = []
     exhausted: list[str] = []
-    found = len(keys)
-    if keys:
-        ids = [pending.unpack_pending_key(key, prefix_len)[1] for key, prefix_len in due]
-        for key in [k for k, i in zip(keys, ids, strict=True) if i is None]:
-            tr.clear(key)  # a corrupt index key names no job: dropped, never claimed
-        keys, ids = [k for k, i in zip(keys, ids, strict=True) if i is not None], [i for i in ids if i is not None]
-        data_keys = [layout.data_key(job_type, i) for i in ids]
-        work_keys = [layout.work_key(job_type, i) for i in ids]
-        raws = tr.get_many(data_keys + work_keys)
+    if due:
         tally = Tally(tr, layout)
-        locks = os.urandom(16 * len(ids)).hex()  # one system call for the batch's new locks
-        tally.bump(job_type, "pending", -len(ids))
-        for n, (key, job_id) in enumerate(zip(keys, ids, strict=True)):
-            tr.add_read_conflict_key(key)
-            tr.clear(key)
-            got = _claim_one(
-                tr,
-                layout,
-                job_type,
-                job_id,
-                data_keys[n],
-                raws[n],
-                raws[len(ids) + n],
-                now,
-                worker,
-                default_max,
-                tally,
-                locks[32 * n : 32 * n + 32],
+        picks, records, exhausted = _take(tr, layout, job_type, due, now, default_max, tally)
+        for job, pick, record in zip(
+            transitions.start(tr, layout, job_type, picks, tally), picks, records, strict=True
+        ):
+            tr.set(layout.work_key(job_type, job.id), record.begin_attempt(worker, now).pack())
+            max_attempts = record.max_attempts or default_max
+            claimed.append(
+                Claimed(job, pick.value.data, record.attempt + 1, max_attempts, record.time_limit, pick.value.priority)
             )
-            (claimed if isinstance(got, Claimed) else exhausted).append(got)
-        exhausted = [e for e in exhausted if e is not None]
         tally.bump(job_type, "claimed", len(claimed))
-        if exhausted:
-            tally.bump(job_type, "failed", len(exhausted))
-            tally.bump(job_type, "failed_final", len(exhausted))
-            tally.stamp(job_type)
         tally.write()
-    if found >= limit:
+    if len(due) >= limit:
         return ClaimResult(claimed, exhausted, None, None)
     return ClaimResult(
         claimed,
@@ -251,6 +231,51 @@ def claim(
         _next_due(tr, layout, job_type, int(now), queues),
         pending.watch_pending(tr, layout, job_type),
     )
+
+
+def _take(
+    tr: Transaction,
+    layout: Layout,
+    job_type: JobType,
+    due: list,
+    now: float,
+    default_max: int,
+    tally: Tally,
+) -> tuple[list[transitions.Pick], list[WorkRecord], list[str]]:
+    """Take the ``due`` pending keys out of the queue (with a read conflict
+    each) and sort their jobs: ``(picks to start, their work records, ids
+    finished as failed because their attempts are used up)``. A key that
+    names no job, or a job missing or running, is dropped (logged)."""
+    ids = [pending.unpack_pending_key(key, prefix_len)[1] for key, prefix_len in due]
+    for (key, _), job_id in zip(due, ids, strict=True):
+        if job_id is None:
+            tr.clear(key)  # a corrupt index key names no job: dropped, never claimed
+    taken = [(key, job_id) for (key, _), job_id in zip(due, ids, strict=True) if job_id is not None]
+    data_keys = [layout.data_key(job_type, job_id) for _, job_id in taken]
+    raws = tr.get_many(data_keys + [layout.work_key(job_type, job_id) for _, job_id in taken])
+    tally.bump(job_type, "pending", -len(taken))
+    picks, records, exhausted = [], [], []
+    n = len(taken)
+    for (key, job_id), data_key, raw, raw_work in zip(taken, data_keys, raws[:n], raws[n:], strict=True):
+        tr.add_read_conflict_key(key)
+        tr.clear(key)
+        current = None if raw is None else rows.job_val_or_none(data_key, raw)
+        if current is None or current.lock is not None:
+            state = "missing_or_unreadable" if current is None else "running"
+            logger.critical("job_not_pending job=%r type=%r state=%s", job_id, job_type, state)
+            continue
+        record = WorkRecord.unpack(raw_work, job_id)
+        if record.attempt + 1 > (record.max_attempts or default_max):
+            _exhaust(tr, layout, job_type, job_id, data_key, current, record, default_max, now, tally)
+            exhausted.append(job_id)
+        else:
+            picks.append(transitions.Pick(job_id, data_key, current))
+            records.append(record)
+    if exhausted:
+        tally.bump(job_type, "failed", len(exhausted))
+        tally.bump(job_type, "failed_final", len(exhausted))
+        tally.stamp(job_type)
+    return picks, records, exhausted
 
 
 def _due_keys(
@@ -302,74 +327,36 @@ def _next_due(
     return min(times) if times else None
 
 
-def _claim_one(
+def _exhaust(
     tr: Transaction,
     layout: Layout,
     job_type: JobType,
     job_id: str,
     key: bytes,
-    raw: Optional[bytes],
-    raw_work: Optional[bytes],
-    now: float,
-    worker: str,
+    current: JobValue,
+    record: WorkRecord,
     default_max: int,
+    now: float,
     tally: Tally,
-    lock: str,
-) -> Any:
-    """Claim one dequeued job: a Claimed, its id (exhausted), or None (inconsistent row)."""
-    current = None if raw is None else rows.job_val_or_none(key, raw)
-    if current is None or current.lock is not None:
-        logger.critical(
-            "job_not_pending job=%r type=%r state=%s",
-            job_id,
-            job_type,
-            "missing_or_unreadable" if current is None else "running",
-        )
-        return None
-    record = WorkRecord.unpack(raw_work, job_id)
-    attempt = record.attempt + 1
+) -> None:
+    """pending -> finished, failed: a dequeued job whose attempts are used up
+    (its last attempt's worker died without an outcome, or it was lost)."""
     max_attempts = record.max_attempts or default_max
-    work_key = layout.work_key(job_type, job_id)
-    if attempt > max_attempts:
-        lost = record.errors and record.errors[-1].get("attempt") == record.attempt  # its loss is in the history
-        error = (
-            record.error
-            if lost
-            else {
-                "type": WORKER_LOST,
-                "message": (f"attempt {record.attempt} of {max_attempts} ended without an outcome (its worker died)"),
-                "traceback": "",
-            }
-        )
-        rows.maybe_enqueue(
-            tr, layout, job_type, job_id, current.sched_time, False, current.data, key, tally, current.priority
-        )
-        ended = record.end_attempt(FAILED, record.result, None, now)
-        tr.set(
-            work_key,
-            (
-                ended
-                if lost
-                else ended._replace(error=error, errors=with_error(record.errors, record.attempt, now, error))
-            ).pack(),
-        )
-        failures.record(tr, layout, job_type, job_id, now)
-        finished.record(tr, layout, job_type, job_id, FAILED, now)
-        return job_id
-    uv = rows.next_user_version(tr)
-    rows.set_job_val(
-        tr, key, JobValue(running_seq(uv), lock, current.sched_time, False, current.data, current.priority)
+    lost = record.errors and record.errors[-1].get("attempt") == record.attempt  # its loss is in the history
+    rows.maybe_enqueue(
+        tr, layout, job_type, job_id, current.sched_time, False, current.data, key, tally, current.priority
     )
-    rows.update_activity(tr, layout, job_type, job_id, None, current.data, uv, tally)
-    tr.set(work_key, record.begin_attempt(worker, now).pack())
-    return Claimed(
-        Job(job_type, job_id, lock, current.sched_time, False),
-        current.data,
-        attempt,
-        max_attempts,
-        record.time_limit,
-        current.priority,
-    )
+    ended = record.end_attempt(FAILED, record.result, None, now)
+    if not lost:
+        error = {
+            "type": WORKER_LOST,
+            "message": f"attempt {record.attempt} of {max_attempts} ended without an outcome (its worker died)",
+            "traceback": "",
+        }
+        ended = ended._replace(error=error, errors=with_error(record.errors, record.attempt, now, error))
+    tr.set(layout.work_key(job_type, job_id), ended.pack())
+    failures.record(tr, layout, job_type, job_id, now)
+    finished.record(tr, layout, job_type, job_id, FAILED, now)
 
 
 # ---------------------------------------------------------------- ending attempts
@@ -399,20 +386,6 @@ def step(
     return lost, results
 
 
-def _held(tr: Transaction, layout: Layout, jobs: list) -> list:
-    """``(job, key, current value, record)`` of each job still held by its lock, else None."""
-    data_keys = [layout.data_key(j.type, j.id) for j in jobs]
-    raws = tr.get_many(data_keys + [layout.work_key(j.type, j.id) for j in jobs])
-    held = []
-    for n, job in enumerate(jobs):
-        current = None if raws[n] is None else rows.job_val_or_none(data_keys[n], raws[n])
-        if current is None or current.lock != job.lock:
-            held.append(None)
-        else:
-            held.append((job, data_keys[n], current, WorkRecord.unpack(raws[len(jobs) + n], job.id)))
-    return held
-
-
 def _count_start(tally: Tally, job_type: JobType, record: WorkRecord) -> None:
     """A claimed job's handler started (or its attempt ends before the start
     was recorded): one less claimed, one more start."""
@@ -427,11 +400,11 @@ def mark_started(tr: Transaction, layout: Layout, starts: list) -> list:
     started; returns the jobs whose lock was lost (left alone)."""
     lost = []
     tally = Tally(tr, layout)
-    for (job, when), held in zip(starts, _held(tr, layout, [job for job, _ in starts]), strict=True):
+    for (job, when), held in zip(starts, transitions.held(tr, layout, [job for job, _ in starts]), strict=True):
         if held is None:
             lost.append(job)
             continue
-        record = held[3]
+        record = held.record
         if claimed_only(record):
             _count_start(tally, job.type, record)
             tr.set(layout.work_key(job.type, job.id), record._replace(started=when).pack())
@@ -450,47 +423,47 @@ def complete(tr: Transaction, layout: Layout, outcomes: list, now: float) -> lis
     """
     kinds = [OutcomeKind(o.kind) for o in outcomes]  # ValueError for another kind, before any write
     lost = []
+    stops = []
     tally = Tally(tr, layout)
-    for outcome, kind, held in zip(outcomes, kinds, _held(tr, layout, [o.job for o in outcomes]), strict=True):
+    for outcome, kind, held in zip(
+        outcomes, kinds, transitions.held(tr, layout, [o.job for o in outcomes]), strict=True
+    ):
         if held is None:
             lost.append(outcome.job)
             continue
-        job, key, current, record = held
-        work_key = layout.work_key(job.type, job.id)
+        job, record = held.job, held.record
         _count_start(tally, job.type, record)
         observe_run(tally, job.type, outcome.seconds)
         tally.bump(job.type, _EVENT_OF_KIND[kind])
-        rows.clear_activity(tr, layout, job.type, current.seq, tally)
-        tally.stamp(job.type)
-        if current.resubmit:
-            rows.maybe_enqueue(
-                tr, layout, job.type, job.id, current.sched_time, True, current.data, key, tally, current.priority
-            )
-            tr.set(work_key, WorkRecord(max_attempts=record.max_attempts, time_limit=record.time_limit).pack())
-        elif kind is OutcomeKind.RETRY:
-            rows.maybe_enqueue(
-                tr, layout, job.type, job.id, outcome.retry_at, True, current.data, key, tally, current.priority
-            )
-            tr.set(work_key, record.end_attempt(None, record.result, outcome.error, now, outcome.started).pack())
-        elif kind is OutcomeKind.SNOOZE:  # again at retry_at, this attempt not counted, no error kept
-            rows.maybe_enqueue(
-                tr, layout, job.type, job.id, outcome.retry_at, True, current.data, key, tally, current.priority
-            )
-            ended = record.end_attempt(None, record.result, None, now, outcome.started)
-            tr.set(work_key, ended._replace(attempt=max(0, record.attempt - 1), error=record.error).pack())
-        else:
-            rows.maybe_enqueue(
-                tr, layout, job.type, job.id, current.sched_time, False, current.data, key, tally, current.priority
-            )
+        at, ended = _ended(record, outcome, kind, held.value, now)
+        stops.append(transitions.Stop(held, at))
+        tr.set(layout.work_key(job.type, job.id), ended.pack())
+        if at is None:
             finished.record(tr, layout, job.type, job.id, SUCCEEDED if kind is OutcomeKind.OK else FAILED, now)
-            if kind is OutcomeKind.OK:
-                tr.set(work_key, record.end_attempt(SUCCEEDED, outcome.result, None, now, outcome.started).pack())
-            else:
+            if kind is OutcomeKind.FAIL:
                 tally.bump(job.type, "failed")
                 failures.record(tr, layout, job.type, job.id, now)
-                tr.set(work_key, record.end_attempt(FAILED, None, outcome.error, now, outcome.started).pack())
+    transitions.stop(tr, layout, stops, tally)
     tally.write()
     return lost
+
+
+def _ended(
+    record: WorkRecord, outcome: Outcome, kind: OutcomeKind, current: JobValue, now: float
+) -> tuple[Optional[int], WorkRecord]:
+    """Where an attempt's end sends its job (pending at a time, or finished:
+    None) and its new work record. A job resubmitted while it ran goes back
+    to pending at its scheduled time with a fresh record, whatever the outcome."""
+    if current.resubmit:
+        return current.sched_time, WorkRecord(max_attempts=record.max_attempts, time_limit=record.time_limit)
+    if kind is OutcomeKind.RETRY:
+        return outcome.retry_at, record.end_attempt(None, record.result, outcome.error, now, outcome.started)
+    if kind is OutcomeKind.SNOOZE:  # again at retry_at, this attempt not counted, no error kept
+        ended = record.end_attempt(None, record.result, None, now, outcome.started)
+        return outcome.retry_at, ended._replace(attempt=max(0, record.attempt - 1), error=record.error)
+    if kind is OutcomeKind.OK:
+        return None, record.end_attempt(SUCCEEDED, outcome.result, None, now, outcome.started)
+    return None, record.end_attempt(FAILED, None, outcome.error, now, outcome.started)
 
 
 #: The event counter each outcome kind bumps.
@@ -506,18 +479,12 @@ _EVENT_OF_KIND = {
 def renew(tr: Transaction, layout: Layout, jobs: list) -> list:
     """Renew the lease of many running jobs (a fresh activity stamp, data
     untouched); returns the jobs whose lock was lost."""
-    lost = []
+    found = transitions.held(tr, layout, jobs)
+    helds = [h for h in found if h is not None]
     tally = Tally(tr, layout)
-    for job, held in zip(jobs, _held(tr, layout, jobs), strict=True):
-        if held is None:
-            lost.append(job)
-            continue
-        _, key, current, _record = held
-        uv = rows.next_user_version(tr)
-        rows.set_job_val(tr, key, current._replace(seq=running_seq(uv)))
-        rows.update_activity(tr, layout, job.type, job.id, current.seq, current.data, uv, tally)
+    transitions.refresh(tr, layout, helds, [None] * len(helds), tally)
     tally.write()
-    return lost
+    return [job for job, h in zip(jobs, found, strict=True) if h is None]
 
 
 @transactional
@@ -525,24 +492,11 @@ def release(tr: Transaction, layout: Layout, jobs: list) -> int:
     """Put held jobs back in the queue, due now, their attempt not counted
     (claimed and never started, or given back at a drain); returns how many
     were still held."""
-    released = 0
+    helds = [h for h in transitions.held(tr, layout, jobs) if h is not None]
     tally = Tally(tr, layout)
-    for held in _held(tr, layout, jobs):
-        if held is None:
-            continue
-        job, key, current, record = held
-        if claimed_only(record):
-            tally.bump(job.type, "claimed", -1)
-        rows.clear_activity(tr, layout, job.type, current.seq, tally)
-        rows.maybe_enqueue(
-            tr, layout, job.type, job.id, current.sched_time, True, current.data, key, tally, current.priority
-        )
-        tr.set(layout.work_key(job.type, job.id), record.unclaimed().pack())
-        released += 1
-    for job_type in {job.type for job in jobs}:
-        tally.stamp(job_type)
+    transitions.requeue(tr, layout, helds, tally, 0.0, forgive=True)
     tally.write()
-    return released
+    return len(helds)
 
 
 @transactional
@@ -553,15 +507,9 @@ def requeue_held_by(tr: Transaction, layout: Layout, job_type: JobType, worker: 
     prefix = layout.activity_prefix(job_type)
     found = (unpack_activity_value_or_none(kv.key, kv.value) for kv in tr.get_range(prefix, prefix + b"\xff"))
     ids = [row[0] for row in found if row is not None]
-    raws = tr.get_many([layout.work_key(job_type, job_id) for job_id in ids])
+    helds = [h for h in transitions.running(tr, layout, job_type, ids) if h.record.worker == worker]
     tally = Tally(tr, layout)
-    done = [
-        job_id
-        for job_id, raw in zip(ids, raws, strict=True)
-        if raw is not None
-        and WorkRecord.unpack(raw, job_id).worker == worker
-        and activity.requeue_silent(tr, layout, job_type, job_id, tally)
-    ]
+    done = activity.requeue_silent(tr, layout, helds, tally)
     tally.write()
     return done
 
@@ -575,12 +523,7 @@ def set_progress(tr: Transaction, layout: Layout, job: Job, fields: dict, limit:
         EncodingError: the merged progress encodes to more than ``limit``
             bytes (nothing is written).
     """
-    (held,) = _held(tr, layout, [job])
-    if held is None:
-        raise Halt(
-            f"job {job.id!r} of type {job.type!r} is no longer held by this lock", job_type=job.type, job_id=job.id
-        )
-    record = held[3]
+    record = transitions.held_or_halt(tr, layout, job).record
     progress = {**record.progress, **fields}
     size = len(msgpack.packb(progress, use_bin_type=True))
     if size > limit:
