@@ -15,12 +15,14 @@ Data model (beside the couch_jobs rows)::
 Principle: the rows that change a state bump its counter
 (:mod:`fdblayer.jobs.tally`) in the same transaction, so a counter is
 exact whenever the ``counted`` mark is there. A store written before the
-counters existed (or repaired by hand) has no mark: the first
-:func:`read` counts the rows once, in its own transaction, and sets the
-mark. ``finished`` is ``jobs - pending - running``; :func:`read` shows
+counters existed (or repaired by hand) has no mark: the first read
+(``overview.type_counts``) counts the rows once, in its own transaction, and sets the
+mark. ``finished`` is ``jobs - pending - running``; :func:`shown` shows
 ``running - claimed`` as running; ``scheduled`` (pending, not yet due)
 is counted from the pending index, which is ordered by time, up to
-:data:`SCHEDULED_CAP`. This module reads; it sits above the transitions.
+:data:`SCHEDULED_CAP`. This module is the counters' record, below the
+transitions; the recount from the rows is beside the views, in
+:mod:`fdblayer.jobs.overview`.
 """
 
 from __future__ import annotations
@@ -28,13 +30,11 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from fdblayer.interface import Transaction, strinc, transactional
-from fdblayer.jobs import model, pending, work
-from fdblayer.jobs.job import JobState
+from fdblayer.jobs import pending
 from fdblayer.jobs.keys import JobType, Layout
 from fdblayer.jobs.tally import PACK, RUN_BUCKETS
-from fdblayer.jobs.work_record import FAILED, claimed_only
 
-__all__ = ["FIELDS", "EVENTS", "SCHEDULED_CAP", "read", "recount", "tally", "read_events"]
+__all__ = ["FIELDS", "EVENTS", "SCHEDULED_CAP", "stored", "store", "scheduled", "shown", "read_events"]
 
 #: The counters a type keeps.
 FIELDS = ("jobs", "pending", "running", "claimed", "failed")
@@ -49,21 +49,26 @@ SCHEDULED_CAP = 10_000
 _MARK = "counted"
 
 
-@transactional
-def read(tr: Transaction, layout: Layout, job_type: JobType, now: float) -> dict[str, int]:
-    """The type's counts: ``jobs, pending, scheduled, claimed, running,
-    finished, failed`` and ``scheduled_capped`` (True when more than
-    :data:`SCHEDULED_CAP` jobs are not yet due). ``running`` counts the
-    jobs whose handler (or hand-written worker) runs; ``claimed`` the pools'
-    jobs held by a host whose handler has not started.
-
-    Counts the rows once first when the type was never counted.
-    """
+def stored(tr: Transaction, layout: Layout, job_type: JobType) -> Optional[dict[str, int]]:
+    """The type's counters (:data:`FIELDS`) as stored, snapshot reads; None
+    when the type was never counted (``fdblayer.jobs.overview.type_counts``
+    then recounts it)."""
     if tr.snapshot.get(layout.count_key(job_type, _MARK)) is None:
-        values = recount(tr, layout, job_type)
-    else:
-        raws = tr.snapshot.get_many([layout.count_key(job_type, name) for name in FIELDS])
-        values = {name: _unpack(raw) for name, raw in zip(FIELDS, raws, strict=True)}
+        return None
+    raws = tr.snapshot.get_many([layout.count_key(job_type, name) for name in FIELDS])
+    return {name: _unpack(raw) for name, raw in zip(FIELDS, raws, strict=True)}
+
+
+def store(tr: Transaction, layout: Layout, job_type: JobType, values: dict[str, int]) -> None:
+    """Set the type's counters to ``values`` (counted from its rows) and mark them exact."""
+    for name, value in values.items():
+        tr.set(layout.count_key(job_type, name), PACK.pack(value))
+    tr.set(layout.count_key(job_type, _MARK), b"1")
+
+
+def scheduled(tr: Transaction, layout: Layout, job_type: JobType, now: float) -> int:
+    """Pending jobs of the type not yet due at ``now``, counted from the
+    pending index up to :data:`SCHEDULED_CAP` + 1."""
     future = 0
     for priority in [0] + pending.priorities(tr, layout, job_type):
         prefix = layout.pending_prefix(job_type, priority)
@@ -74,6 +79,15 @@ def read(tr: Transaction, layout: Layout, job_type: JobType, now: float) -> dict
         )
         if future > SCHEDULED_CAP:
             break
+    return future
+
+
+def shown(values: dict[str, int], future: int) -> dict[str, int]:
+    """What the views show of the counters ``values`` and ``future`` jobs not
+    yet due: ``jobs, pending, scheduled, claimed, running, finished, failed``
+    and ``scheduled_capped``; ``running`` counts the jobs whose handler (or
+    hand-written worker) runs, ``claimed`` the pools' jobs held by a host
+    whose handler has not started."""
     return {
         "jobs": values["jobs"],
         "pending": values["pending"],
@@ -84,33 +98,6 @@ def read(tr: Transaction, layout: Layout, job_type: JobType, now: float) -> dict
         "finished": max(0, values["jobs"] - values["pending"] - values["running"]),
         "failed": values["failed"],
     }
-
-
-def recount(tr: Transaction, layout: Layout, job_type: JobType) -> dict[str, int]:
-    """Count the type's rows and set its counters (and mark) to the result."""
-    values = tally(tr, layout, job_type)
-    for name, value in values.items():
-        tr.set(layout.count_key(job_type, name), PACK.pack(value))
-    tr.set(layout.count_key(job_type, _MARK), b"1")
-    return values
-
-
-def tally(tr: Transaction, layout: Layout, job_type: JobType) -> dict[str, int]:
-    """What the counters should say, from the rows themselves (reads every job)."""
-    jobs = model.get_jobs(tr, layout, job_type)
-    pending = sum(1 for _, state, _ in jobs.values() if state is JobState.PENDING)
-    running = sum(1 for _, state, _ in jobs.values() if state is JobState.RUNNING)
-    finished = [job_id for job_id, (_, state, _) in jobs.items() if state is JobState.FINISHED]
-    failed = sum(
-        1
-        for entry in work.read_many(tr, layout, job_type, finished)
-        if entry is not None and entry[2].outcome == FAILED
-    )
-    held = [job_id for job_id, (_, state, _) in jobs.items() if state is JobState.RUNNING]
-    claimed = sum(
-        1 for entry in work.read_many(tr, layout, job_type, held) if entry is not None and claimed_only(entry[2])
-    )
-    return {"jobs": len(jobs), "pending": pending, "running": running, "claimed": claimed, "failed": failed}
 
 
 @transactional

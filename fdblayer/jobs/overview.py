@@ -21,9 +21,20 @@ from fdblayer.jobs.codec import decode_data, unpack_activity_value_or_none
 from fdblayer.jobs.exceptions import CorruptValue
 from fdblayer.jobs.job import JobState, job_state
 from fdblayer.jobs.keys import JobType, Layout
-from fdblayer.jobs.work_record import FAILED
+from fdblayer.jobs.work_record import FAILED, claimed_only
 
-__all__ = ["STATES", "MAX_SCAN", "DATA_PREVIEW", "types_overview", "list_jobs", "job_view", "queue_status"]
+__all__ = [
+    "STATES",
+    "MAX_SCAN",
+    "DATA_PREVIEW",
+    "types_overview",
+    "type_counts",
+    "recount",
+    "count_rows",
+    "list_jobs",
+    "job_view",
+    "queue_status",
+]
 
 #: The states a page may be asked for (``failed``: finished with a failed outcome).
 STATES = ("pending", "claimed", "running", "finished", "failed")
@@ -44,9 +55,45 @@ def types_overview(tr: Transaction, layout: Layout, now: float) -> list[dict[str
             "timeout": activity.read_type_timeout(tr, layout, job_type),
             "paused": job_type in paused,
         }
-        entry.update(counts.read(tr, layout, job_type, now))
+        entry.update(type_counts(tr, layout, job_type, now))
         out.append(entry)
     return out
+
+
+@transactional
+def type_counts(tr: Transaction, layout: Layout, job_type: JobType, now: float) -> dict[str, int]:
+    """The type's counts as :func:`fdblayer.jobs.counts.shown` says, from
+    its counters; a type never counted is counted from its rows first
+    (:func:`recount`, in this transaction)."""
+    values = counts.stored(tr, layout, job_type)
+    if values is None:
+        values = recount(tr, layout, job_type)
+    return counts.shown(values, counts.scheduled(tr, layout, job_type, now))
+
+
+def recount(tr: Transaction, layout: Layout, job_type: JobType) -> dict[str, int]:
+    """Count the type's rows and set its counters (and mark) to the result."""
+    values = count_rows(tr, layout, job_type)
+    counts.store(tr, layout, job_type, values)
+    return values
+
+
+def count_rows(tr: Transaction, layout: Layout, job_type: JobType) -> dict[str, int]:
+    """What the type's counters should say, from the rows themselves (reads every job)."""
+    jobs = model.get_jobs(tr, layout, job_type)
+    pending_n = sum(1 for _, state, _ in jobs.values() if state is JobState.PENDING)
+    running_n = sum(1 for _, state, _ in jobs.values() if state is JobState.RUNNING)
+    finished = [job_id for job_id, (_, state, _) in jobs.items() if state is JobState.FINISHED]
+    failed = sum(
+        1
+        for entry in work.read_many(tr, layout, job_type, finished)
+        if entry is not None and entry[2].outcome == FAILED
+    )
+    held = [job_id for job_id, (_, state, _) in jobs.items() if state is JobState.RUNNING]
+    claimed = sum(
+        1 for entry in work.read_many(tr, layout, job_type, held) if entry is not None and claimed_only(entry[2])
+    )
+    return {"jobs": len(jobs), "pending": pending_n, "running": running_n, "claimed": claimed, "failed": failed}
 
 
 @transactional
@@ -58,7 +105,7 @@ def list_jobs(
     Pending jobs come in due order, claimed and running ones least
     recently active first, the others in id order.
     """
-    tally = counts.read(tr, layout, job_type, now)
+    tally = type_counts(tr, layout, job_type, now)
     if state == "pending":
         ids = _pending_ids(tr, layout, job_type, None, skip + limit)[skip:]
         return tally["pending"], _views(tr, layout, job_type, ids)

@@ -11,7 +11,7 @@ import time
 import pytest
 
 import fdblayer
-from fdblayer.jobs import activity, api, counts, finished, model, retention, work
+from fdblayer.jobs import activity, api, counts, finished, model, overview, retention, work
 from fdblayer.jobs.codec import encode_data
 from fdblayer.jobs.exceptions import Halt, NotFound
 from fdblayer.jobs.keys import DEFAULT_LAYOUT as L
@@ -31,9 +31,9 @@ def db(tmp_path):
 
 def _check(db) -> None:
     tr = db.create_transaction()
-    expected = counts.tally(tr, L, T)
+    expected = overview.count_rows(tr, L, T)
     tr.cancel()
-    got = counts.read(db, L, T, time.time())
+    got = overview.type_counts(db, L, T, time.time())
     shown = dict(expected, running=expected["running"] - expected["claimed"])  # held, handler running
     assert {k: got[k] for k in expected} == shown
     assert got["finished"] == expected["jobs"] - expected["pending"] - expected["running"]
@@ -171,10 +171,10 @@ def test_a_store_without_counters_is_counted_once_on_first_read(db):
     tr = db.create_transaction()
     tr.clear_range_startswith(L.counts_prefix(T))  # as a store written before the counters
     tr.commit()
-    got = counts.read(db, L, T, time.time())
+    got = overview.type_counts(db, L, T, time.time())
     assert (got["jobs"], got["pending"], got["running"], got["finished"]) == (5, 4, 1, 0)
     api.add(db, T, "new", {})
-    assert counts.read(db, L, T, time.time())["pending"] == 5
+    assert overview.type_counts(db, L, T, time.time())["pending"] == 5
 
 
 def test_scheduled_counts_the_jobs_not_yet_due(db):
@@ -182,9 +182,9 @@ def test_scheduled_counts_the_jobs_not_yet_due(db):
     api.add(db, T, "due", {})
     for n in range(3):
         api.add(db, T, f"later{n}", {}, scheduled_time=now + 100 + n)
-    got = counts.read(db, L, T, now)
+    got = overview.type_counts(db, L, T, now)
     assert (got["pending"], got["scheduled"], got["scheduled_capped"]) == (4, 3, False)
-    assert counts.read(db, L, T, now + 101)["scheduled"] == 1
+    assert overview.type_counts(db, L, T, now + 101)["scheduled"] == 1
 
 
 def test_events_and_the_run_time_histogram(db):
@@ -246,10 +246,10 @@ def test_prune_removes_finished_pool_jobs_by_outcome_and_age_in_batches(db):
     assert retention.prune_type(db, L, T, {SUCCEEDED: 50, FAILED: None}, now, batch=3, max_batches=1) == (3, True)
     _check(db)
     assert retention.prune_type(db, L, T, {SUCCEEDED: 50, FAILED: None}, now, batch=3) == (1, False)
-    assert counts.read(db, L, T, now)["failed"] == 3
+    assert overview.type_counts(db, L, T, now)["failed"] == 3
     assert retention.prune_type(db, L, T, {SUCCEEDED: 50, FAILED: 50}, now, batch=2) == (3, False)
     _check(db)
-    got = counts.read(db, L, T, now)
+    got = overview.type_counts(db, L, T, now)
     assert (got["jobs"], got["pending"], got["claimed"], got["running"], got["finished"], got["failed"]) == (
         6,
         3,

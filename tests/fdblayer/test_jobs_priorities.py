@@ -10,7 +10,7 @@ import time
 import pytest
 
 import fdblayer
-from fdblayer.jobs import api, counts, overview, work
+from fdblayer.jobs import api, overview, work
 from fdblayer.jobs.codec import JobValue, encode_data, pack_job_value, unpack_job_value
 from fdblayer.jobs.keys import DEFAULT_LAYOUT as L
 
@@ -82,10 +82,13 @@ def test_pending_pages_and_counts_see_every_priority(db):
     total, page = overview.list_jobs(db, L, T, "pending", 10, 0, now)
     assert total == 3 and [v["id"] for v in page] == ["plain", "soon", "late"]
     assert [(v["id"], v["priority"]) for v in page] == [("plain", 0), ("soon", 3), ("late", 8)]
-    assert counts.read(db, L, T, now)["scheduled"] == 1
+    assert overview.type_counts(db, L, T, now)["scheduled"] == 1
     assert [v["id"] for v in overview.queue_status(db, L, now)["delayed"]] == ["late"]
     api.remove(db, T, "late")
-    assert counts.read(db, L, T, now)["pending"] == 2 and overview.list_jobs(db, L, T, "pending", 10, 0, now)[0] == 2
+    assert (
+        overview.type_counts(db, L, T, now)["pending"] == 2
+        and overview.list_jobs(db, L, T, "pending", 10, 0, now)[0] == 2
+    )
 
 
 def test_a_row_of_the_seeds_shape_reads_as_priority_0_and_a_bad_priority_is_corrupt():
@@ -129,9 +132,9 @@ def test_counts_stay_exact_with_priorities_through_random_transitions(db, seed):
         except api.NotFound:
             pass
         tr = db.create_transaction()
-        expected = counts.tally(tr, L, T)
+        expected = overview.count_rows(tr, L, T)
         tr.cancel()
-        got = counts.read(db, L, T, time.time())
+        got = overview.type_counts(db, L, T, time.time())
         assert got["pending"] == expected["pending"] and got["jobs"] == expected["jobs"]
         listed = overview.list_jobs(db, L, T, "pending", 1000, 0, time.time())[1]
         assert len(listed) == expected["pending"], "every pending job is in one of the queues, once"

@@ -16,7 +16,7 @@ import time
 import pytest
 
 from actors import jobs
-from fdblayer.jobs import counts, finished
+from fdblayer.jobs import finished, overview
 from fdblayer.jobs.job import JobState
 from fdblayer.jobs.keys import DEFAULT_LAYOUT
 from tests.workers.hosts import ROOT, wait_for
@@ -29,10 +29,10 @@ def _exact(db, job_type) -> dict:
     """The type's counters, checked against counting its rows."""
     tr = db.create_transaction()
     try:
-        expected = counts.tally(tr, DEFAULT_LAYOUT, job_type)
+        expected = overview.count_rows(tr, DEFAULT_LAYOUT, job_type)
     finally:
         tr.cancel()
-    got = counts.read(db, DEFAULT_LAYOUT, job_type, time.time())
+    got = overview.type_counts(db, DEFAULT_LAYOUT, job_type, time.time())
     assert {k: got[k] for k in ("jobs", "pending", "failed")} == {
         k: expected[k] for k in ("jobs", "pending", "failed")
     }, job_type
