@@ -26,7 +26,7 @@ import logging
 import random
 import time
 from collections.abc import Iterable, Mapping
-from typing import Any, Callable, Optional, Union
+from typing import Any, Callable, Optional, Union, cast
 
 from fdblayer.interface import Database, Transaction, kind_of, transactional
 from fdblayer.jobs import activity, model, pending
@@ -97,7 +97,7 @@ MIN_ACCEPT_WAIT = 0.1
 def _check_tx(tx: Any) -> Tx:
     if kind_of(tx) is None:
         raise InvalidArgument(f"expected a Database or a Transaction, not {type(tx).__name__}")
-    return tx
+    return cast(Tx, tx)
 
 
 def _check_db(db: Any, what: str) -> Database:

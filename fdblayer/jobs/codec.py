@@ -37,7 +37,7 @@ import collections
 import functools
 import logging
 import math
-from typing import Any, NamedTuple, Optional, Union
+from typing import Any, NamedTuple, Optional, Union, cast
 
 import fdb.tuple
 import msgpack
@@ -86,7 +86,7 @@ PENDING_SEQ = 0
 
 Seq = Union[None, int, fdb.tuple.Versionstamp]
 
-_EMPTY_DATA = msgpack.packb({})
+_EMPTY_DATA: bytes = msgpack.packb({})
 
 
 def _path(parent: str, part: Any) -> str:
@@ -150,9 +150,9 @@ def _plain_ok(value: Any, depth: int) -> bool:
     if kind is str:
         return value.isascii() or _utf8_ok(value)
     if kind is int:
-        return INT_MIN <= value <= INT_MAX
+        return bool(INT_MIN <= value <= INT_MAX)
     if kind is float:
-        return value - value == 0.0  # false for NaN and the infinities
+        return bool(value - value == 0.0)  # false for NaN and the infinities
     if value is None or kind is bool:
         return True
     if depth >= MAX_DEPTH:
@@ -201,7 +201,7 @@ def encode_data(data: Any) -> bytes:
     if not _plain_ok(data, 0):
         _check_dict(data, "data", 0)
     try:
-        encoded = msgpack.packb(data, use_bin_type=True)
+        encoded: bytes = msgpack.packb(data, use_bin_type=True)
     except (TypeError, ValueError, OverflowError) as exc:
         raise EncodingError(f"job data cannot be encoded: {exc}") from None
     if len(encoded) + _JOB_VALUE_OVERHEAD > VALUE_SIZE_LIMIT:
@@ -219,7 +219,7 @@ def decode_data(encoded: bytes) -> dict[str, Any]:
         CorruptValue: ``encoded`` is not such data.
     """
     try:
-        return msgpack.unpackb(encoded, raw=False, use_list=True)
+        return cast(dict[str, Any], msgpack.unpackb(encoded, raw=False, use_list=True))
     except Exception as exc:  # noqa: BLE001 - any decoding failure is the same corrupt data
         raise CorruptValue(f"undecodable job data ({_reason(exc)})") from None
 
@@ -300,7 +300,7 @@ def pack_bytes_element(data: bytes) -> bytes:
 
 @functools.lru_cache(maxsize=4096)
 def _unlocked_head(seq: Optional[int], sched_time: int, resubmit: bool) -> bytes:
-    return fdb.tuple.pack((seq, None, sched_time, resubmit))
+    return cast(bytes, fdb.tuple.pack((seq, None, sched_time, resubmit)))
 
 
 def unpack_job_value(raw: bytes) -> JobValue:

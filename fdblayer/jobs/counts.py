@@ -121,4 +121,5 @@ def _unpack(raw: Optional[bytes]) -> int:
     """A stored counter; a missing or malformed one reads as 0."""
     if raw is None or len(raw) != 8:
         return 0
-    return max(0, PACK.unpack(raw)[0])
+    value: int = PACK.unpack(raw)[0]
+    return max(0, value)

@@ -18,7 +18,7 @@ a 12-byte versionstamp.
 from __future__ import annotations
 
 import struct
-from typing import Any
+from typing import Any, cast
 
 import fdb.tuple
 
@@ -78,9 +78,9 @@ def pack(fields: tuple[Any, ...]) -> bytes:
     try:
         packed, stamp_at = _pack(fields)
     except _Unsupported:
-        return fdb.tuple.pack(fields)
+        return cast(bytes, fdb.tuple.pack(fields))
     if stamp_at:
-        return fdb.tuple.pack(fields)  # raises as the bindings do
+        return cast(bytes, fdb.tuple.pack(fields))  # raises as the bindings do
     return packed
 
 
@@ -90,9 +90,9 @@ def pack_with_versionstamp(fields: tuple[Any, ...]) -> bytes:
     try:
         packed, stamp_at = _pack(fields)
     except _Unsupported:
-        return fdb.tuple.pack_with_versionstamp(fields)
+        return cast(bytes, fdb.tuple.pack_with_versionstamp(fields))
     if len(stamp_at) != 1:
-        return fdb.tuple.pack_with_versionstamp(fields)  # raises as the bindings do
+        return cast(bytes, fdb.tuple.pack_with_versionstamp(fields))  # raises as the bindings do
     return packed + struct.pack("<L", stamp_at[0])
 
 
@@ -145,5 +145,5 @@ def unpack(raw: bytes, prefix_len: int = 0) -> tuple[Any, ...]:
             value, pos = _read_element(raw, pos)
             values.append(value)
     except (_Unsupported, UnicodeDecodeError, IndexError):
-        return fdb.tuple.unpack(raw, prefix_len)
+        return cast(tuple[Any, ...], fdb.tuple.unpack(raw, prefix_len))
     return tuple(values)

@@ -39,7 +39,7 @@ prefix when the database is opened), so there is nothing to refresh.
 from __future__ import annotations
 
 import functools
-from typing import Any, Union
+from typing import Any, Union, cast
 
 import fdb.tuple
 
@@ -124,7 +124,7 @@ def _pack_element_cached(element: Any) -> bytes:
     across a job's transactions (add, accept, update, finish), so the cache
     saves most packing on the hot path.
     """
-    return fdb.tuple.pack((element,))
+    return cast(bytes, fdb.tuple.pack((element,)))
 
 
 class Layout:
@@ -156,11 +156,11 @@ class Layout:
         return (Layout, (self.prefix,))
 
     def _pack_type_prefix(self, subspace: int, job_type: JobType) -> bytes:
-        return fdb.tuple.pack((subspace, job_type), prefix=self.prefix)
+        return cast(bytes, fdb.tuple.pack((subspace, job_type), prefix=self.prefix))
 
     def subspace(self, subspace: int) -> bytes:
         """Return the prefix of a whole subspace, e.g. ``(P, DATA)``."""
-        return fdb.tuple.pack((subspace,), prefix=self.prefix)
+        return cast(bytes, fdb.tuple.pack((subspace,), prefix=self.prefix))
 
     # DATA
 
@@ -224,7 +224,7 @@ class Layout:
     def unpack_activity_timeout_key(self, key: bytes) -> JobType:
         """Return the job type of an ACTIVITY_TIMEOUT key."""
         (job_type,) = fdb.tuple.unpack(key, len(self.subspace(ACTIVITY_TIMEOUT)))
-        return job_type
+        return cast(JobType, job_type)
 
     # ACTIVITY
 
@@ -236,7 +236,7 @@ class Layout:
         """Return the activity key of a complete versionstamp."""
         if not vs.is_complete():
             raise ValueError("activity_key needs a complete versionstamp")
-        return self._type_prefix(ACTIVITY, job_type) + b"\x33" + vs.to_bytes()
+        return self._type_prefix(ACTIVITY, job_type) + b"\x33" + cast(bytes, vs.to_bytes())
 
     def activity_key_stamped(self, job_type: JobType, user_version: int = 0) -> bytes:
         """Return an activity key to write with ``set_versionstamped_key``.
@@ -247,12 +247,16 @@ class Layout:
         """
         if user_version == 0:
             return self._stamped_activity(job_type)
-        return fdb.tuple.pack_with_versionstamp(
-            (new_versionstamp(user_version),), prefix=self._type_prefix(ACTIVITY, job_type)
+        return cast(
+            bytes,
+            fdb.tuple.pack_with_versionstamp(
+                (new_versionstamp(user_version),), prefix=self._type_prefix(ACTIVITY, job_type)
+            ),
         )
 
     def _pack_stamped_activity(self, job_type: JobType) -> bytes:
-        return fdb.tuple.pack_with_versionstamp((new_versionstamp(),), prefix=self._type_prefix(ACTIVITY, job_type))
+        stamp = (new_versionstamp(),)
+        return cast(bytes, fdb.tuple.pack_with_versionstamp(stamp, prefix=self._type_prefix(ACTIVITY, job_type)))
 
     # WORK, SCHEDULES (the worker pools' records beside the couch_jobs rows)
 

@@ -91,6 +91,11 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
+#: What :func:`read` gives of a job: its state, encoded data and work record.
+PoolRead = tuple[JobState, bytes, WorkRecord]
+#: What :func:`read_many_tolerant` gives: :data:`PoolRead`, then scheduled time and priority.
+TolerantRead = tuple[JobState, bytes, WorkRecord, int, int]
+
 
 class Claimed(NamedTuple):
     """A job a claim made running: its handle, encoded data and attempt number."""
@@ -114,8 +119,8 @@ class ClaimResult(NamedTuple):
     it is resumed).
     """
 
-    claimed: list
-    exhausted: list
+    claimed: list[Claimed]
+    exhausted: list[str]
     next_due: Optional[int]
     watch: Optional[Watch]
     paused: bool = False
@@ -141,7 +146,7 @@ class Outcome(NamedTuple):
     job: Job
     kind: OutcomeKind
     result: Optional[bytes] = None
-    error: Optional[dict] = None
+    error: Optional[dict[str, Any]] = None
     retry_at: int = 0
     seconds: float = -1.0  #: how long the handler ran (-1: unknown)
     started: Optional[float] = None  #: when the handler started (epoch s), if known
@@ -237,7 +242,7 @@ def _take(
     tr: Transaction,
     layout: Layout,
     job_type: JobType,
-    due: list,
+    due: list[tuple[bytes, int]],
     now: float,
     default_max: int,
     tally: Tally,
@@ -280,12 +285,12 @@ def _take(
 
 def _due_keys(
     tr: Transaction, layout: Layout, job_type: JobType, now: int, limit: int, rng: Any
-) -> tuple[list, Optional[list[int]]]:
+) -> tuple[list[tuple[bytes, int]], Optional[list[int]]]:
     """``(key, prefix length)`` of up to ``limit`` due pending jobs, lower
     priorities first (see :func:`claim`), and the priorities 1-9 with pending
     jobs if it had to read them (None if priority 0 was enough)."""
     spread = tr.db.key_conflicts
-    out: list = []
+    out: list[tuple[bytes, int]] = []
     queues = iter([0])
     read: Optional[list[int]] = None
     while len(out) < limit:
@@ -373,8 +378,14 @@ def prefetch_step(tr: Transaction, layout: Layout, jobs: Iterable[Job], types: I
 
 @transactional
 def step(
-    tr: Transaction, layout: Layout, outcomes: list, starts: list, claims: list, now: float, worker: str
-) -> tuple[list, list]:
+    tr: Transaction,
+    layout: Layout,
+    outcomes: list[Outcome],
+    starts: list[tuple[Job, float]],
+    claims: list[tuple[JobType, int, int]],
+    now: float,
+    worker: str,
+) -> tuple[list[Job], list[ClaimResult]]:
     """A worker host's step, one transaction: record ``starts`` (:func:`mark_started`),
     end ``outcomes`` (:func:`complete`) and claim for ``claims`` = ``[(type,
     limit, default_max)]`` (:func:`claim`), what they read first read at once. Returns ``(lost jobs,
@@ -395,7 +406,7 @@ def _count_start(tally: Tally, job_type: JobType, record: WorkRecord) -> None:
 
 
 @transactional
-def mark_started(tr: Transaction, layout: Layout, starts: list) -> list:
+def mark_started(tr: Transaction, layout: Layout, starts: list[tuple[Job, float]]) -> list[Job]:
     """Record that the handlers of ``starts`` = ``[(job, epoch seconds)]``
     started; returns the jobs whose lock was lost (left alone)."""
     lost = []
@@ -413,7 +424,7 @@ def mark_started(tr: Transaction, layout: Layout, starts: list) -> list:
 
 
 @transactional
-def complete(tr: Transaction, layout: Layout, outcomes: list, now: float) -> list:
+def complete(tr: Transaction, layout: Layout, outcomes: list[Outcome], now: float) -> list[Job]:
     """End many attempts (:class:`Outcome`); returns the jobs whose lock was lost.
 
     A lost job (removed, or re-enqueued and perhaps running elsewhere) is
@@ -476,7 +487,7 @@ _EVENT_OF_KIND = {
 
 
 @transactional
-def renew(tr: Transaction, layout: Layout, jobs: list) -> list:
+def renew(tr: Transaction, layout: Layout, jobs: list[Job]) -> list[Job]:
     """Renew the lease of many running jobs (a fresh activity stamp, data
     untouched); returns the jobs whose lock was lost."""
     found = transitions.held(tr, layout, jobs)
@@ -488,7 +499,7 @@ def renew(tr: Transaction, layout: Layout, jobs: list) -> list:
 
 
 @transactional
-def release(tr: Transaction, layout: Layout, jobs: list) -> int:
+def release(tr: Transaction, layout: Layout, jobs: list[Job]) -> int:
     """Put held jobs back in the queue, due now, their attempt not counted
     (claimed and never started, or given back at a drain); returns how many
     were still held."""
@@ -500,7 +511,7 @@ def release(tr: Transaction, layout: Layout, jobs: list) -> int:
 
 
 @transactional
-def requeue_held_by(tr: Transaction, layout: Layout, job_type: JobType, worker: str) -> list:
+def requeue_held_by(tr: Transaction, layout: Layout, job_type: JobType, worker: str) -> list[str]:
     """:func:`~fdblayer.jobs.activity.requeue_silent` every running job of ``job_type`` that host
     ``worker`` holds (a restarted dispatcher takes back what its
     predecessor claimed); returns their ids."""
@@ -515,7 +526,7 @@ def requeue_held_by(tr: Transaction, layout: Layout, job_type: JobType, worker: 
 
 
 @transactional
-def set_progress(tr: Transaction, layout: Layout, job: Job, fields: dict, limit: int) -> dict:
+def set_progress(tr: Transaction, layout: Layout, job: Job, fields: dict[str, Any], limit: int) -> dict[str, Any]:
     """Merge ``fields`` into a running job's progress; returns the whole progress.
 
     Raises:
@@ -538,7 +549,7 @@ def set_progress(tr: Transaction, layout: Layout, job: Job, fields: dict, limit:
 
 
 @transactional
-def read(tr: Transaction, layout: Layout, job_type: JobType, job_id: str) -> Optional[tuple]:
+def read(tr: Transaction, layout: Layout, job_type: JobType, job_id: str) -> Optional[PoolRead]:
     """``(state, data bytes, record)`` of a job (the state as :func:`pool_state`
     says), or None if it does not exist."""
     raw, raw_work = tr.get_many([layout.data_key(job_type, job_id), layout.work_key(job_type, job_id)])
@@ -550,33 +561,38 @@ def read(tr: Transaction, layout: Layout, job_type: JobType, job_id: str) -> Opt
 
 
 @transactional
-def read_many(tr: Transaction, layout: Layout, job_type: JobType, job_ids: list) -> list:
-    """:func:`read` of many jobs of one type, in order."""
+def read_many(tr: Transaction, layout: Layout, job_type: JobType, job_ids: list[str]) -> list[Optional[PoolRead]]:
+    """:func:`read` of many jobs of one type, in order (the state as the
+    couch_jobs row says)."""
     keys = [layout.data_key(job_type, i) for i in job_ids]
     raws = tr.get_many(keys + [layout.work_key(job_type, i) for i in job_ids])
-    out = []
-    for n, job_id in enumerate(job_ids):
-        if raws[n] is None:
+    n = len(job_ids)
+    out: list[Optional[PoolRead]] = []
+    for job_id, raw, raw_work in zip(job_ids, raws[:n], raws[n:], strict=True):
+        if raw is None:
             out.append(None)
             continue
-        value = unpack_job_value(raws[n])
-        out.append((job_state(value.lock, value.seq), value.data, WorkRecord.unpack(raws[len(job_ids) + n], job_id)))
+        value = unpack_job_value(raw)
+        out.append((job_state(value.lock, value.seq), value.data, WorkRecord.unpack(raw_work, job_id)))
     return out
 
 
-def read_many_tolerant(tr: Transaction, layout: Layout, job_type: JobType, job_ids: list) -> list:
+def read_many_tolerant(
+    tr: Transaction, layout: Layout, job_type: JobType, job_ids: list[str]
+) -> list[Optional[TolerantRead]]:
     """``(state, data bytes, record, scheduled time, priority)`` of each job,
     None for one that is missing or whose row is corrupt (logged once), in
     order."""
     keys = [layout.data_key(job_type, i) for i in job_ids]
     raws = tr.snapshot.get_many(keys + [layout.work_key(job_type, i) for i in job_ids])
-    out = []
-    for n, job_id in enumerate(job_ids):
-        value = None if raws[n] is None else rows.job_val_or_none(keys[n], raws[n])
+    n = len(job_ids)
+    out: list[Optional[TolerantRead]] = []
+    for job_id, key, raw, raw_work in zip(job_ids, keys, raws[:n], raws[n:], strict=True):
+        value = None if raw is None else rows.job_val_or_none(key, raw)
         if value is None:
             out.append(None)
             continue
-        record = WorkRecord.unpack(raws[len(job_ids) + n], job_id)
+        record = WorkRecord.unpack(raw_work, job_id)
         out.append(
             (pool_state(job_state(value.lock, value.seq), record), value.data, record, value.sched_time, value.priority)
         )

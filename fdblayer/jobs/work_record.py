@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from typing import Any, NamedTuple, Optional
+from typing import Any, NamedTuple, Optional, cast
 
 import msgpack
 
@@ -83,21 +83,24 @@ class WorkRecord(NamedTuple):
     time_limit: Optional[float] = None
 
     def pack(self) -> bytes:
-        return _PACKB(
-            {
-                "a": self.attempt,
-                "m": self.max_attempts,
-                "o": self.outcome,
-                "r": self.result,
-                "e": self.error,
-                "p": self.progress,
-                "w": self.worker,
-                "s": self.started,
-                "f": self.ended,
-                "k": self.claimed,
-                "x": list(self.errors),
-                "t": self.time_limit,
-            }
+        return cast(
+            bytes,
+            _PACKB(
+                {
+                    "a": self.attempt,
+                    "m": self.max_attempts,
+                    "o": self.outcome,
+                    "r": self.result,
+                    "e": self.error,
+                    "p": self.progress,
+                    "w": self.worker,
+                    "s": self.started,
+                    "f": self.ended,
+                    "k": self.claimed,
+                    "x": list(self.errors),
+                    "t": self.time_limit,
+                }
+            ),
         )
 
     @classmethod
