@@ -152,22 +152,26 @@ def prepare(spec: HostSpec) -> None:
         StoreError: the store cannot be opened.
     """
     import fdblayer
-    from fdblayer.jobs import api, type_controls
+    from fdblayer.jobs import type_controls
     from fdblayer.jobs.keys import DEFAULT_LAYOUT
+    from fdblayer.jobs.validate import check_key_size, check_type, check_type_timeout
 
     from actors.workers.client import schedule
     from actors.workers.control import handler_options
 
     check(spec)
+    for job_type in spec.types:
+        check_key_size(DEFAULT_LAYOUT, check_type(job_type))
+    check_type_timeout(spec.type_timeout)
+    declared = {
+        job_type: (spec.type_timeout, handler_options(resolve(path)).get("priority"))
+        for job_type, path in spec.types.items()
+    }
     db = fdblayer.open(spec.store)
     try:
-        for job_type, path in spec.types.items():
-            if api.get_type_timeout(db, job_type) is None:
-                api.set_type_timeout(db, job_type, spec.type_timeout)
-            # the handler's declared priority, where producers read it (none declared: cleared)
-            type_controls.set_type_priority(
-                db, DEFAULT_LAYOUT, job_type, handler_options(resolve(path)).get("priority")
-            )
+        # one transaction: the types' timeouts (where missing) and the handlers'
+        # declared priorities (where producers read them; none declared: cleared)
+        type_controls.declare_types(db, DEFAULT_LAYOUT, declared)
         for job_type, cron in spec.periodic.items():
             schedule(db, job_type, cron)
     finally:

@@ -173,27 +173,45 @@ class PostgresDatabase(IdleConnections[Any], Database):
             raise map_pg_error(exc, self.where) from exc
 
     def _initialize(self) -> None:
-        """Create the schema on first open (under an advisory lock); check its version."""
+        """Check the schema's version, creating the schema first on a first
+        open (under an advisory lock). An existing store costs one statement
+        on a connection then kept for the first transaction."""
         import psycopg
 
         conn = self.connect()
         try:
-            with conn.transaction():
-                conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"otpjobs-schema-{self.prefix}",))
-                found = conn.execute("SELECT to_regclass(%s)", (f'"{self.prefix}_meta"',)).fetchone()[0]
-                if found is None:
-                    for statement in schema_sql(self.prefix):
-                        conn.execute(statement)
-                    logger.info("store_created store=%s schema_version=%d", self.where, SCHEMA_VERSION)
-                else:
-                    self._check_version(conn)
+            try:
+                row = conn.execute(self.sql.schema_version).fetchone()
+            except psycopg.errors.UndefinedTable:
+                row = None
+            if row is None:  # a new store, or one whose creation another process is finishing
+                self._create_schema(conn)
+            else:
+                self._check_version_row(row)
         except psycopg.Error as exc:
-            raise map_pg_error(exc, self.where) from exc
-        finally:
             conn.close()
+            raise map_pg_error(exc, self.where) from exc
+        except BaseException:
+            conn.close()
+            raise
+        self.checkin(conn, self._epoch)
+
+    def _create_schema(self, conn: Any) -> None:
+        """Create the schema unless another process did (under the advisory lock), then check its version."""
+        with conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"otpjobs-schema-{self.prefix}",))
+            found = conn.execute("SELECT to_regclass(%s)", (f'"{self.prefix}_meta"',)).fetchone()[0]
+            if found is None:
+                for statement in schema_sql(self.prefix):
+                    conn.execute(statement)
+                logger.info("store_created store=%s schema_version=%d", self.where, SCHEMA_VERSION)
+            else:
+                self._check_version(conn)
 
     def _check_version(self, conn: Any) -> None:
-        row = conn.execute(self.sql.schema_version).fetchone()
+        self._check_version_row(conn.execute(self.sql.schema_version).fetchone())
+
+    def _check_version_row(self, row: Any) -> None:
         version = None if row is None else row[0]
         if version != SCHEMA_VERSION:
             raise StoreUnavailable(

@@ -9,13 +9,13 @@ from typing import Optional
 import fdb.tuple
 
 from fdblayer.interface import Transaction, strinc, transactional
-from fdblayer.jobs import model
+from fdblayer.jobs import activity, model
 from fdblayer.jobs.codec import report_bad_row
 from fdblayer.jobs.exceptions import NoTypeTimeout
 from fdblayer.jobs.keys import PAUSED, JobType, Layout
 from fdblayer.jobs.tally import Tally
 
-__all__ = ["type_priority", "set_type_priority", "set_paused", "paused_types"]
+__all__ = ["type_priority", "set_type_priority", "declare_types", "set_paused", "paused_types"]
 
 
 def type_priority(tr: Transaction, layout: Layout, job_type: JobType) -> int:
@@ -33,6 +33,30 @@ def set_type_priority(tr: Transaction, layout: Layout, job_type: JobType, priori
         tr.set(key, fdb.tuple.pack((priority,)))
     else:
         tr.clear(key)
+
+
+@transactional
+def declare_types(tr: Transaction, layout: Layout, types: dict[JobType, tuple[float, Optional[int]]]) -> int:
+    """Declare each type of ``types`` = ``{type: (timeout, priority)}`` as a
+    host serving it does: the type timeout where the type has none (one it
+    has is kept), and the declared priority (:func:`set_type_priority`).
+    Reads them all at once and writes only what differs, so a host that
+    starts again over the same types commits nothing; returns the rows written."""
+    names = list(types)
+    timeout_keys = [layout.activity_timeout_key(t) for t in names]
+    priority_keys = [layout.type_priority_key(t) for t in names]
+    raws = tr.get_many(timeout_keys + priority_keys)
+    written = 0
+    for n, job_type in enumerate(names):
+        timeout, priority = types[job_type]
+        if raws[n] is None:
+            activity.set_type_timeout(tr, layout, job_type, timeout)
+            written += 1
+        wanted = fdb.tuple.pack((priority,)) if priority else None
+        if raws[len(names) + n] != wanted:
+            set_type_priority(tr, layout, job_type, priority)
+            written += 1
+    return written
 
 
 @transactional

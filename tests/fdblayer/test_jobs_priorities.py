@@ -10,7 +10,7 @@ import time
 import pytest
 
 import fdblayer
-from fdblayer.jobs import api, overview, work
+from fdblayer.jobs import activity, api, overview, type_controls, work
 from fdblayer.jobs.codec import JobValue, encode_data, pack_job_value, unpack_job_value
 from fdblayer.jobs.keys import DEFAULT_LAYOUT as L
 
@@ -138,3 +138,19 @@ def test_counts_stay_exact_with_priorities_through_random_transitions(db, seed):
         assert got["pending"] == expected["pending"] and got["jobs"] == expected["jobs"]
         listed = overview.list_jobs(db, L, T, "pending", 1000, 0, time.time())[1]
         assert len(listed) == expected["pending"], "every pending job is in one of the queues, once"
+
+
+def test_declare_types_keeps_a_timeout_sets_priorities_and_writes_nothing_when_unchanged(db):
+    declared = {T: (99.0, 3), "fresh": (12.0, None)}
+    assert type_controls.declare_types(db, L, declared) == 2  # T's priority, fresh's timeout
+    assert activity.get_type_timeout(db, L, T) == 30  # the timeout it had is kept
+    assert activity.get_type_timeout(db, L, "fresh") == 12.0
+    assert _priority(db, T) == 3 and _priority(db, "fresh") == 0
+    assert type_controls.declare_types(db, L, declared) == 0  # a host started again: nothing to write
+    assert type_controls.declare_types(db, L, {T: (99.0, None)}) == 1  # its handler no longer declares one
+    assert _priority(db, T) == 0
+
+
+@fdblayer.transactional
+def _priority(tr, job_type):
+    return type_controls.type_priority(tr, L, job_type)
