@@ -43,6 +43,39 @@ async types that room, and when a worker dies blames each of its started
 runs, sync or async, as one attempt. An async run past its time limit and
 the grace is cancelled; only if that does not end it its worker is stopped.
 
+Decisions and effects are apart: what to claim for each type, which
+buffered job goes to which worker, which worker is stuck, which starts to
+write, what a run past its limit gets and how an attempt ends are pure
+functions of :mod:`actors.workers.planner` (given each worker's load and
+``now``); this actor gathers their inputs and performs their answers.
+Its other concepts are its mixins: the pool (:mod:`~actors.workers.pool`),
+leases and the lifeline (:mod:`~actors.workers.leases`), the heartbeat
+(:mod:`~actors.workers.heartbeat`), retention
+(:mod:`~actors.workers.pruning`), cron ticks (:mod:`~actors.workers.ticks`),
+a type's wake-ups (:mod:`~actors.workers.wakeups`), the drain
+(:mod:`~actors.workers.drain`).
+
+How it waits. Everything runs in the actor's one loop, never blocked on
+another actor; each kind of wake-up has one style, kept for a reason:
+
+- calls to the pool's supervisor: a sequence of calls (the start-up:
+  find the pool, clear it, start each worker) is a generator task
+  (``run_task`` of ``Request`` yields), read top to bottom; a single call
+  whose answer triggers a small step (a replacement worker, stopping a
+  worker past its limit) is ``call_async`` with a callback, since a task
+  cannot wait on a timer between tries and an error escaping it would
+  crash the actor;
+- pacing (renewals, the lifeline, prunes, beats, cron ticks, a type's due
+  time, the run watch, retries after a store error, the drain's grace):
+  ``start_timer`` callbacks;
+- what workers write and their processes' ends: ``watch_fd`` on each
+  report channel and pidfd;
+- the store's watch thread: it only sets a flag and writes the waker pipe
+  (:class:`supervision.waker.Waker`), the one way another thread reaches
+  the actor;
+- a step: a ``_Flush`` message to itself (``_kick``), so that the outcomes
+  of messages already queued join it in one transaction.
+
 args: ``{"store", "host", "concurrency", "async_concurrency", "types":
 {type: {"handler", "max_attempts"}}, "max_attempts", "backoff": [base,
 cap], "job_timeout", "grace", "keep_finished", "keep_failed", "pool"}``.
@@ -85,8 +118,11 @@ from actors.workers.runs import (
 )
 from actors.workers import planner
 from actors.workers.planner import End, prefetch_for, run_mean
+from actors.workers.heartbeat import Heartbeat
+from actors.workers.leases import HostLeases
+from actors.workers.pruning import Pruning, retention_of
 from actors.workers.ticks import PeriodicTicks
-from actors.workers.upkeep import HostUpkeep, retention_of
+from actors.workers.wakeups import TypeWakeups
 
 __all__ = ["Dispatcher"]
 
@@ -100,7 +136,7 @@ log = logging.getLogger("otpjobs.workers")
 WATCH_RUNS = 0.02
 
 
-class Dispatcher(PoolKeeping, HostUpkeep, PeriodicTicks, Draining, GenServer):
+class Dispatcher(PoolKeeping, HostLeases, Pruning, Heartbeat, PeriodicTicks, TypeWakeups, Draining, GenServer):
     """The dispatcher of one worker host (see the module docstring)."""
 
     def init(self, args: Any) -> Any:
@@ -530,16 +566,6 @@ class Dispatcher(PoolKeeping, HostUpkeep, PeriodicTicks, Draining, GenServer):
         self._arm_watch(job_type, slot, result.watch)
         if result.next_due is not None:
             self._arm_due(job_type, slot, result.next_due, now)
-
-    def _watch_fired(self) -> None:
-        for slot in self.types.values():
-            if slot.fired:
-                slot.fired = False
-                slot.maybe_work = True
-        if self.flush_queued or self.outcomes:
-            self._kick()  # a step is on its way, or outcomes wait for the messages queued behind them
-        else:
-            self._flush()  # new work on an idle host: claim it now, not one message later
 
     def _hand_out(self, idle_only: bool = False) -> None:
         """Give buffered jobs to workers as :func:`planner.hand_out` says, one
