@@ -43,6 +43,39 @@ async types that room, and when a worker dies blames each of its started
 runs, sync or async, as one attempt. An async run past its time limit and
 the grace is cancelled; only if that does not end it its worker is stopped.
 
+Decisions and effects are apart: what to claim for each type, which
+buffered job goes to which worker, which worker is stuck, which starts to
+write, what a run past its limit gets and how an attempt ends are pure
+functions of :mod:`actors.workers.planner` (given each worker's load and
+``now``); this actor gathers their inputs and performs their answers.
+Its other concepts are its mixins: the pool (:mod:`~actors.workers.pool`),
+leases and the lifeline (:mod:`~actors.workers.leases`), the heartbeat
+(:mod:`~actors.workers.heartbeat`), retention
+(:mod:`~actors.workers.pruning`), cron ticks (:mod:`~actors.workers.ticks`),
+a type's wake-ups (:mod:`~actors.workers.wakeups`), the drain
+(:mod:`~actors.workers.drain`).
+
+How it waits. Everything runs in the actor's one loop, never blocked on
+another actor; each kind of wake-up has one style, kept for a reason:
+
+- calls to the pool's supervisor: a sequence of calls (the start-up:
+  find the pool, clear it, start each worker) is a generator task
+  (``run_task`` of ``Request`` yields), read top to bottom; a single call
+  whose answer triggers a small step (a replacement worker, stopping a
+  worker past its limit) is ``call_async`` with a callback, since a task
+  cannot wait on a timer between tries and an error escaping it would
+  crash the actor;
+- pacing (renewals, the lifeline, prunes, beats, cron ticks, a type's due
+  time, the run watch, retries after a store error, the drain's grace):
+  ``start_timer`` callbacks;
+- what workers write and their processes' ends: ``watch_fd`` on each
+  report channel and pidfd;
+- the store's watch thread: it only sets a flag and writes the waker pipe
+  (:class:`supervision.waker.Waker`), the one way another thread reaches
+  the actor;
+- a step: a ``_Flush`` message to itself (``_kick``), so that the outcomes
+  of messages already queued join it in one transaction.
+
 args: ``{"store", "host", "concurrency", "async_concurrency", "types":
 {type: {"handler", "max_attempts"}}, "max_attempts", "backoff": [base,
 cap], "job_timeout", "grace", "keep_finished", "keep_failed", "pool"}``.
@@ -51,9 +84,7 @@ cap], "job_timeout", "grace", "keep_finished", "keep_failed", "pool"}``.
 from __future__ import annotations
 
 import collections
-import heapq
 import logging
-import math
 import os
 import time
 from dataclasses import dataclass
@@ -82,28 +113,30 @@ from actors.workers.runs import (
     Running,
     Slot,
     TypeSlot,
-    prefetch_for,
-    retry_delay,
     short,
     worker_default,
 )
+from actors.workers import planner
+from actors.workers.planner import End, prefetch_for, run_mean
+from actors.workers.heartbeat import Heartbeat
+from actors.workers.leases import HostLeases
+from actors.workers.pruning import Pruning, retention_of
 from actors.workers.ticks import PeriodicTicks
-from actors.workers.upkeep import MAX_RENEW_INTERVAL, MIN_RENEW_INTERVAL, HostUpkeep, retention_of
+from actors.workers.wakeups import TypeWakeups
 
 __all__ = ["Dispatcher"]
 
 log = logging.getLogger("otpjobs.workers")
 
 #: While handlers run, the dispatcher looks at them this often (seconds): a run
-#: longer than STUCK_AFTER (or twice the mean run) holds no queued job (they are
-#: taken back for free workers), and a start older than MARK_AFTER is written to
-#: the store (the job shows as running, and its attempt counts if its host dies).
+#: longer than the planner's STUCK_AFTER (or twice the mean run) holds no queued
+#: job (they are taken back for free workers), and a start older than its
+#: MARK_AFTER is written to the store (the job shows as running, and its attempt
+#: counts if its host dies).
 WATCH_RUNS = 0.02
-STUCK_AFTER = 0.02
-MARK_AFTER = 0.005
 
 
-class Dispatcher(PoolKeeping, HostUpkeep, PeriodicTicks, Draining, GenServer):
+class Dispatcher(PoolKeeping, HostLeases, Pruning, Heartbeat, PeriodicTicks, TypeWakeups, Draining, GenServer):
     """The dispatcher of one worker host (see the module docstring)."""
 
     def init(self, args: Any) -> Any:
@@ -151,9 +184,7 @@ class Dispatcher(PoolKeeping, HostUpkeep, PeriodicTicks, Draining, GenServer):
         self.drain_timer: Optional[int] = None
         self.stats = collections.Counter()
         self.waker = Waker(self, self._watch_fired)
-        self.renew_interval = max(
-            MIN_RENEW_INTERVAL, min([MAX_RENEW_INTERVAL] + [s.timeout / 4 for s in self.types.values()])
-        )
+        self.renew_interval = planner.renew_interval(s.timeout for s in self.types.values())
         self.run_task(self._start_pool(), self._pool_started)
         return None
 
@@ -266,7 +297,7 @@ class Dispatcher(PoolKeeping, HostUpkeep, PeriodicTicks, Draining, GenServer):
         self.to_mark.pop(token, None)
         seconds = max(0.0, seconds)
         if not running.is_async:  # an async run holds no handler thread: it says nothing of prefetch
-            self.run_seconds = seconds if self.run_seconds is None else 0.8 * self.run_seconds + 0.2 * seconds
+            self.run_seconds = run_mean(self.run_seconds, seconds)
         self._end_attempt(running, error, result, seconds=seconds)
         return True
 
@@ -301,30 +332,30 @@ class Dispatcher(PoolKeeping, HostUpkeep, PeriodicTicks, Draining, GenServer):
                 self.send(slot.addr, TakeBack())
 
     def _watch_runs(self) -> None:
-        """Every WATCH_RUNS while handlers run: take queued runs back from
-        workers whose handler runs long; write starts that are not brief."""
-        now = time.monotonic()
-        busy = False
+        """Every WATCH_RUNS while handlers run: hold runs to their time
+        limits, take queued runs back from workers whose handler runs long,
+        write starts that are not brief (the planner's :func:`~planner.watch`)."""
+        plan = planner.watch(
+            [slot.load() for _, slot in self.slots.items()],
+            (r.seen for r in self.to_mark.values()),
+            time.monotonic(),
+            self.run_seconds,
+            self.draining,
+        )
+        take_back = dict(plan.take_back)
         for _, slot in self.slots.items():
-            if slot.current is None and not slot.inflight:
-                continue
-            busy = True
             for running in ([slot.current] if slot.current else []) + list(slot.inflight.values()):
                 self._check_limit(slot, running)
-            queued = len(slot.runs) - slot.async_held - 1  # sync runs behind the current one
-            if self._stuck(slot, now) and queued > 0 and not slot.owes_release and not self.draining:
+            queued = take_back.get(slot.n)
+            if queued:
                 slot.owes_release += 1
                 self.stats["taken_back"] += queued
                 self.send(slot.addr, TakeBack())
-        if any(now - r.seen > MARK_AFTER for r in self.to_mark.values()):
+        if plan.write_starts:
             self._kick()
-        self.watching_runs = busy
-        if busy:
+        self.watching_runs = plan.busy
+        if plan.busy:
             self.start_timer(WATCH_RUNS, self._watch_runs, real=True)
-
-    def _stuck(self, slot: Slot, now: float) -> bool:
-        current = slot.current
-        return current is not None and now - current.seen > max(STUCK_AFTER, 2 * (self.run_seconds or 0.0))
 
     def _worker_down(self, down: Down) -> None:
         slot = self.slots.get(down.addr)
@@ -376,17 +407,14 @@ class Dispatcher(PoolKeeping, HostUpkeep, PeriodicTicks, Draining, GenServer):
         retry_now: bool = False,
         seconds: float = -1.0,
     ) -> None:
+        """Queue the attempt's outcome for the next step, as
+        :func:`planner.attempt_end` decides (a lost run's is discarded)."""
         claimed = running.claimed
         job = claimed.job
         if running.lost:
             log.info("job_outcome_discarded host=%s type=%s job=%s reason=lock_lost", self.host, job.type, job.id)
             return
-        started = running.started
-        if error is None:
-            self.stats["succeeded"] += 1
-            self.outcomes.append(work.Outcome(job, work.OutcomeKind.OK, result, seconds=seconds, started=started))
-            return
-        if running.timed_out:
+        if error is not None and running.timed_out:
             error = dict(
                 error,
                 type="JobTimeout",
@@ -394,30 +422,40 @@ class Dispatcher(PoolKeeping, HostUpkeep, PeriodicTicks, Draining, GenServer):
                 f"({error.get('type')}: {short(error.get('message'), 300)})",
             )
             retry_now = False
-        if isinstance(error.get("snooze"), (int, float)):
+        end = planner.attempt_end(
+            error, claimed.attempt, claimed.max_attempts, self.types[job.type].backoff, time.time(), retry_now
+        )
+        started = running.started
+        if end.kind is End.OK:
+            self.stats["succeeded"] += 1
+            self.outcomes.append(work.Outcome(job, work.OutcomeKind.OK, result, seconds=seconds, started=started))
+            return
+        assert error is not None
+        self._log_end(claimed, end, error)
+        if end.kind is End.SNOOZE:
             self.stats["snoozed"] += 1
-            retry_at = math.ceil(time.time() + error["snooze"])
+            outcome = work.Outcome(job, work.OutcomeKind.SNOOZE, None, None, end.retry_at, seconds, started)
+        elif end.kind is End.RETRY:
+            self.stats["retried"] += 1
+            outcome = work.Outcome(job, work.OutcomeKind.RETRY, None, error, end.retry_at, seconds, started)
+        else:
+            self.stats["failed"] += 1
+            outcome = work.Outcome(job, work.OutcomeKind.FAIL, None, error, seconds=seconds, started=started)
+        self.outcomes.append(outcome)
+
+    def _log_end(self, claimed: work.Claimed, end: planner.AttemptEnd, error: dict) -> None:
+        """The event of an attempt that did not succeed: snoozed, retried or failed."""
+        job = claimed.job
+        if end.kind is End.SNOOZE:
             log.info(
                 "job_snoozed host=%s type=%s job=%s attempt=%d in=%.1fs",
                 self.host,
                 job.type,
                 job.id,
                 claimed.attempt,
-                error["snooze"],
+                end.delay,
             )
-            self.outcomes.append(work.Outcome(job, work.OutcomeKind.SNOOZE, None, None, retry_at, seconds, started))
-            return
-        if claimed.attempt < claimed.max_attempts and not error.get("final"):
-            asked = error.get("retry_in")
-            delay = (
-                0.0
-                if retry_now
-                else float(asked)
-                if isinstance(asked, (int, float))
-                else retry_delay(claimed.attempt, *self.types[job.type].backoff)
-            )
-            retry_at = math.ceil(time.time() + delay) if delay > 0 else 0
-            self.stats["retried"] += 1
+        elif end.kind is End.RETRY:
             log.warning(
                 "job_retry host=%s type=%s job=%s attempt=%d/%d in=%.1fs error=%s: %s",
                 self.host,
@@ -425,23 +463,20 @@ class Dispatcher(PoolKeeping, HostUpkeep, PeriodicTicks, Draining, GenServer):
                 job.id,
                 claimed.attempt,
                 claimed.max_attempts,
-                delay,
+                end.delay,
                 error.get("type"),
                 short(error.get("message")),
             )
-            self.outcomes.append(work.Outcome(job, work.OutcomeKind.RETRY, None, error, retry_at, seconds, started))
-            return
-        self.stats["failed"] += 1
-        log.error(
-            "job_failed host=%s type=%s job=%s attempts=%d error=%s: %s",
-            self.host,
-            job.type,
-            job.id,
-            claimed.attempt,
-            error.get("type"),
-            short(error.get("message")),
-        )
-        self.outcomes.append(work.Outcome(job, work.OutcomeKind.FAIL, None, error, seconds=seconds, started=started))
+        else:
+            log.error(
+                "job_failed host=%s type=%s job=%s attempts=%d error=%s: %s",
+                self.host,
+                job.type,
+                job.id,
+                claimed.attempt,
+                error.get("type"),
+                short(error.get("message")),
+            )
 
     # ---------------------------------------------------------------- the step
     def _kick(self) -> None:
@@ -450,49 +485,29 @@ class Dispatcher(PoolKeeping, HostUpkeep, PeriodicTicks, Draining, GenServer):
             self.flush_queued = True
             self.send(self.myAddress, _Flush())
 
-    def _want(self, for_async: bool = False) -> int:
-        """Runs to claim for the sync types (or, ``for_async``, the async ones)."""
-        if self.draining or self.pool is None:
-            return 0
-        buffered = (
-            len(self.buffer)
-            if not self.any_async
-            else sum(1 for r in self.buffer if self.types[r.claimed.job.type].is_async == for_async)
-        )
-        if for_async:
-            return (
-                sum(self.async_limit - slot.async_held for _, slot in self.slots.items() if not slot.owes_release)
-                - buffered
-            )
-        below = self._refill_below()
-        now = time.monotonic()
-        room = sum(
-            self.prefetch - (len(slot.runs) - slot.async_held)
-            for _, slot in self.slots.items()
-            if len(slot.runs) - slot.async_held <= below and not self._stuck(slot, now)
-        )
-        return room + self.concurrency - buffered
+    def _limits(self) -> planner.Limits:
+        return planner.Limits(self.concurrency, self.prefetch, self.async_limit, self.run_seconds, self.any_async)
 
     def _wants(self) -> dict:
-        """``{False: sync want, True: async want}`` (async 0 when no type is async)."""
-        return {False: self._want(False), True: self._want(True) if self.any_async else 0}
+        """``{False: sync want, True: async want}``: jobs to claim (:func:`planner.wants`)."""
+        buffered_async = sum(1 for r in self.buffer if self.types[r.claimed.job.type].is_async) if self.any_async else 0
+        return planner.wants(
+            [slot.load() for _, slot in self.slots.items()],
+            len(self.buffer) - buffered_async,
+            buffered_async,
+            self._limits(),
+            time.monotonic(),
+            active=not self.draining and self.pool is not None,
+        )
 
     def _starts_due(self) -> list:
-        """Starts to write in this step: those older than MARK_AFTER (a brief
-        run's start is written with its end)."""
-        now = time.monotonic()
-        due = [r for r in self.to_mark.values() if now - r.seen > MARK_AFTER and not r.lost]
-        for r in due:
-            del self.to_mark[r.token]
-        return due
+        """Starts to write in this step, taken off ``to_mark``: those older
+        than MARK_AFTER (a brief run's start is written with its end)."""
+        marks = ((token, r.seen, r.lost) for token, r in self.to_mark.items())
+        return [self.to_mark.pop(token) for token in planner.starts_due(marks, time.monotonic())]
 
     def _flush(self) -> None:
-        wants = self._wants()
-        claims = []
-        for job_type in self.order:
-            slot = self.types[job_type]
-            if slot.maybe_work and wants[slot.is_async] > 0:
-                claims.append((job_type, wants[slot.is_async], slot.max_attempts))
+        claims = planner.claims(self.order, self.types, self._wants())
         starts = self._starts_due()
         if not claims and not self.outcomes and not starts:
             return
@@ -518,8 +533,7 @@ class Dispatcher(PoolKeeping, HostUpkeep, PeriodicTicks, Draining, GenServer):
             self._claimed(job_type, limit, result, now)
         self.order = self.order[1:] + self.order[:1]  # the next step asks another type first
         self._hand_out()
-        wants = self._wants()
-        if self.outcomes or any(s.maybe_work and wants[s.is_async] > 0 for s in self.types.values()):
+        if planner.step_again(bool(self.outcomes), self.types, self._wants()):
             self._kick()
 
     def _claimed(self, job_type: Any, limit: int, result: work.ClaimResult, now: float) -> None:
@@ -553,58 +567,28 @@ class Dispatcher(PoolKeeping, HostUpkeep, PeriodicTicks, Draining, GenServer):
         if result.next_due is not None:
             self._arm_due(job_type, slot, result.next_due, now)
 
-    def _watch_fired(self) -> None:
-        for slot in self.types.values():
-            if slot.fired:
-                slot.fired = False
-                slot.maybe_work = True
-        if self.flush_queued or self.outcomes:
-            self._kick()  # a step is on its way, or outcomes wait for the messages queued behind them
-        else:
-            self._flush()  # new work on an idle host: claim it now, not one message later
-
-    def _refill_below(self) -> int:
-        """A worker holding more than this many jobs gets none until it has
-        run some: refills come half a prefetch at a time, in one message."""
-        return self.prefetch // 2
-
     def _hand_out(self, idle_only: bool = False) -> None:
-        """Give buffered jobs to the least loaded workers that are low (or,
-        with ``idle_only``, empty), one message per worker; never a sync job
-        to a worker whose handler runs long (a job must not wait behind it).
-        Async jobs go to the workers holding fewer than ``async_concurrency``
-        async runs, the least loaded first, whatever their sync runs do."""
+        """Give buffered jobs to workers as :func:`planner.hand_out` says, one
+        message per worker: the least loaded that are low (or, with
+        ``idle_only``, empty) and not stuck for sync jobs, those with async
+        room for async jobs. Lost jobs it passes over leave the buffer."""
         if not self.buffer or self.draining:
             return
-        below = 0 if idle_only else self._refill_below()
-        now = time.monotonic()
-        heaps: dict = {False: [], True: []}
-        caps = {False: self.prefetch, True: self.async_limit}
-        for _, slot in self.slots.items():
-            if slot.owes_release:
-                continue
-            sync_load = len(slot.runs) - slot.async_held
-            if sync_load <= below and not self._stuck(slot, now):
-                heaps[False].append((sync_load, slot.n, slot))
-            if self.any_async and slot.async_held < self.async_limit:
-                heaps[True].append((slot.async_held, slot.n, slot))
-        for heap in heaps.values():
-            heapq.heapify(heap)
+        slots = {slot.n: slot for _, slot in self.slots.items()}
+        plan = planner.hand_out(
+            (None if r.lost else self.types[r.claimed.job.type].is_async for r in self.buffer),
+            [slot.load() for slot in slots.values()],
+            self._limits(),
+            time.monotonic(),
+            idle_only,
+        )
+        taken = [self.buffer.popleft() for _ in range(plan.taken)]
+        self.buffer.extendleft(taken[position] for position in reversed(plan.kept))
         batches: dict = {}
-        kept: collections.deque = collections.deque()  # no worker has room for them now
-        while self.buffer:
-            if all(not heap or heap[0][0] >= caps[kind] for kind, heap in heaps.items()):
-                break
-            running = self.buffer.popleft()
-            if running.lost:
-                continue
+        for position, n in plan.to:
+            running, slot = taken[position], slots[n]
             c = running.claimed
             kind = self.types[c.job.type].is_async
-            heap = heaps[kind]
-            if not heap or heap[0][0] >= caps[kind]:
-                kept.append(running)
-                continue
-            load, n, slot = heapq.heappop(heap)
             running.worker, running.is_async = slot.addr, kind
             slot.runs[running.token] = running
             if kind:
@@ -612,10 +596,6 @@ class Dispatcher(PoolKeeping, HostUpkeep, PeriodicTicks, Draining, GenServer):
             batches.setdefault(n, (slot, []))[1].append(
                 RunJob(running.token, c.job, c.data, c.attempt, c.max_attempts, self.types[c.job.type].handler, kind)
             )
-            heapq.heappush(heap, (load + 1, n, slot))
-        if kept:
-            kept.extend(self.buffer)
-            self.buffer = kept
         for slot, runs in batches.values():
             self.stats["run_msgs"] += 1
             self.send(slot.addr, RunJobs(tuple(runs), self.store, str(slot.channel.path), self.async_limit))

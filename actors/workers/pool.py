@@ -22,7 +22,8 @@ from supervision.supervisor import StartChild, TerminateChild, WhichChildren
 from actors.workers.channel import Channel
 from actors.workers.protocol import StopJob
 from actors.workers.state import DispatcherState
-from actors.workers.runs import CALL_TIMEOUT, CANCEL_WAIT, Running, Slot
+from actors.workers.planner import LimitAction, limit_action
+from actors.workers.runs import CALL_TIMEOUT, Running, Slot
 
 __all__ = ["PoolKeeping"]
 
@@ -97,12 +98,20 @@ class PoolKeeping(DispatcherState):
         return running.claimed.time_limit or self.types[running.claimed.job.type].time_limit
 
     def _check_limit(self, slot: Slot, running: Running) -> None:
-        """Past its limit a run is told to stop; past the grace too, its worker is stopped."""
+        """Past its limit a run is told to stop; past the grace too, its worker
+        is stopped (an async run is first cancelled): :func:`planner.limit_action`."""
         limit = self._limit(running)
-        if limit is None or running.started is None or running.killing:
-            return
-        over = time.time() - running.started - limit
-        if over > 0 and not running.timed_out:
+        action = limit_action(
+            running.started,
+            limit,
+            time.time(),
+            self.grace,
+            running.is_async,
+            running.timed_out,
+            running.cancelled,
+            running.killing,
+        )
+        if action is LimitAction.STOP:
             running.timed_out = True
             log.warning(
                 "job_timed_out host=%s type=%s job=%s attempt=%d limit=%gs grace=%gs",
@@ -114,7 +123,7 @@ class PoolKeeping(DispatcherState):
                 self.grace,
             )
             self.send(slot.addr, StopJob(running.token))
-        elif over > self.grace and running.is_async and not running.cancelled:
+        elif action is LimitAction.CANCEL:
             running.cancelled = True  # the worker's other async runs go on
             log.warning(
                 "async_run_cancelled host=%s type=%s job=%s reason=time_limit",
@@ -123,7 +132,7 @@ class PoolKeeping(DispatcherState):
                 running.claimed.job.id,
             )
             self.send(slot.addr, StopJob(running.token, cancel=True))
-        elif over > self.grace + (CANCEL_WAIT if running.is_async else 0.0):
+        elif action is LimitAction.KILL:
             running.killing = True
             log.warning(
                 "job_killed host=%s type=%s job=%s reason=time_limit",

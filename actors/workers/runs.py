@@ -1,15 +1,16 @@
-"""What a worker host's dispatcher keeps of its jobs, workers and types, and its pure rules.
+"""What a worker host's dispatcher keeps of its jobs, workers and types.
 
-Principle: plain values and functions, no actor: a job this host claimed
+Principle: plain values, no actor: a job this host claimed
 (:class:`Running`), one worker as the dispatcher sees it (:class:`Slot`),
-one served type (:class:`TypeSlot`), how many jobs a worker holds
-(:func:`prefetch_for`) and how long a retry waits (:func:`retry_delay`).
-The dispatcher and its mixins (upkeep, ticks, drain) share them.
+one served type (:class:`TypeSlot`). The dispatcher and its parts share
+them. The rules on them (how many jobs a worker holds, how long a retry
+waits, ...) are in :mod:`actors.workers.planner`; the ones callers used to
+import from here (:func:`prefetch_for`, :func:`retry_delay` and their
+constants) are still re-exported.
 """
 
 from __future__ import annotations
 
-import random
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -17,6 +18,16 @@ from fdblayer.jobs import work
 
 from actors.settings.schema import known
 from actors.workers.channel import Channel
+from actors.workers.planner import (
+    CANCEL_WAIT,
+    LONG_RUN,
+    MAX_PREFETCH,
+    PREFETCH_SECONDS,
+    STEP_RETRY,
+    WorkerLoad,
+    prefetch_for,
+    retry_delay,
+)
 
 __all__ = [
     "Running",
@@ -35,38 +46,6 @@ __all__ = [
 
 #: Seconds a call to the pool's supervisor may take.
 CALL_TIMEOUT = 10.0
-#: Seconds an async run cancelled past its time limit and the grace has to end
-#: before its worker is stopped (its loop is blocked, or it ignores cancellation).
-CANCEL_WAIT = 5.0
-
-#: Jobs a worker holds at most: one running, the rest next in its own queue, so that
-#: a job's end and the next start need no message. How many it holds follows the
-#: handlers' measured run time: enough for about PREFETCH_SECONDS of work, so quick
-#: jobs go in batches and a long job never holds others back (then it is 1).
-MAX_PREFETCH = 128
-PREFETCH_SECONDS = 0.1
-#: Handlers that run this long (seconds, moving mean) get one job per worker at a time.
-LONG_RUN = 0.5
-#: Seconds before a step that failed on a store error runs again.
-STEP_RETRY = 0.5
-
-
-def prefetch_for(run_seconds: float) -> int:
-    """Jobs a worker holds, for handlers that take ``run_seconds`` (a moving
-    mean): about :data:`PREFETCH_SECONDS` of work, at least two (one runs,
-    the next waits in the worker, so the worker never waits for a message)
-    unless jobs are long (:data:`LONG_RUN`), then one (a long job never
-    waits behind another in one worker while others could take it)."""
-    if run_seconds >= LONG_RUN:
-        return 1
-    return max(2, min(MAX_PREFETCH, int(PREFETCH_SECONDS / max(run_seconds, 1e-6))))
-
-
-def retry_delay(attempt: int, base: float, cap: float, rng: random.Random | None = None) -> float:
-    """Seconds before retry number ``attempt`` (1 after the first failure):
-    ``base * 2**(attempt-1)``, at most ``cap``, times a jitter in [0.5, 1)."""
-    exp = min(cap, base * (2 ** min(attempt - 1, 60)))
-    return exp * (0.5 + (rng or random).random() / 2)
 
 
 @dataclass
@@ -106,6 +85,18 @@ class Slot:
     inflight: dict = field(default_factory=dict)  # token -> Running: async runs started, not ended
     async_held: int = 0  # async runs in runs (queued or started)
     pidfd: Optional[int] = None  # the worker's process, once it said hello
+
+    def load(self) -> WorkerLoad:
+        """This worker as the planner (:mod:`actors.workers.planner`) sees it."""
+        current = self.current
+        return WorkerLoad(
+            self.n,
+            len(self.runs) - self.async_held,
+            self.async_held,
+            None if current is None else current.seen,
+            len(self.inflight),
+            bool(self.owes_release),
+        )
 
 
 def worker_default(key: str) -> Any:

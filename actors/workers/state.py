@@ -2,8 +2,11 @@
 
 The dispatcher (:mod:`actors.workers.dispatcher`) is one actor written as
 a class and the mixins of its concepts (:mod:`~actors.workers.pool`,
-:mod:`~actors.workers.upkeep`, :mod:`~actors.workers.ticks`,
-:mod:`~actors.workers.drain`). :class:`DispatcherState` is the base of
+:mod:`~actors.workers.leases`, :mod:`~actors.workers.heartbeat`,
+:mod:`~actors.workers.pruning`, :mod:`~actors.workers.ticks`,
+:mod:`~actors.workers.wakeups`, :mod:`~actors.workers.drain`); its
+decisions are pure functions of :mod:`~actors.workers.planner`.
+:class:`DispatcherState` is the base of
 each: it declares the state they share (set by ``Dispatcher.init``) and the
 steps one part calls in another, so each part reads alone and a type
 checker sees the whole. It holds no value and runs nothing: the

@@ -79,29 +79,3 @@ class PeriodicTicks(DispatcherState):
             return
         if added:
             log.info("tick_enqueued host=%s type=%s job=%s", self.host, job_type, job_id)
-
-    # ---------------------------------------------------------------- a type's wake-ups
-    def _arm_watch(self, job_type: Any, slot: TypeSlot, watch: Any) -> None:
-        if slot.watch is not None:
-            slot.watch.cancel()
-        slot.watch = watch
-
-        def fired(_w: Any, job_type: Any = job_type) -> None:  # the store's watch thread
-            self.types[job_type].fired = True
-            self.waker.wake()
-
-        watch.on_ready(fired)
-
-    def _arm_due(self, job_type: Any, slot: TypeSlot, due: int, now: float) -> None:
-        if slot.due_at is not None and slot.due_at <= due:
-            return
-        if slot.due_timer is not None:
-            self.cancel_timer(slot.due_timer)
-        slot.due_at = due
-
-        def on_due(slot: TypeSlot = slot) -> None:
-            slot.due_at = slot.due_timer = None
-            slot.maybe_work = True
-            self._kick()
-
-        slot.due_timer = self.start_timer(max(0.0, due - time.time()) + 0.001, on_due, real=True)
