@@ -161,6 +161,7 @@ class Worker(GenServer):
                 ctx = pool_context(run.job, {}, run.attempt, run.max_attempts, self._store)
                 self.current = (run, ctx)
                 writer = self.writer
+            assert writer is not None  # set before any run is queued
             writer.start(run.token, time.time())  # before the call: a death from here on is this run's
             started = time.monotonic()
             result, error = self._call(run, ctx)
@@ -204,9 +205,10 @@ class Worker(GenServer):
                 run = self.async_queue.popleft()
                 entry = _AsyncRun(run, pool_context(run.job, {}, run.attempt, run.max_attempts, self._store))
                 self.async_runs[run.token] = entry
-                writer = self.writer
+                writer, loop = self.writer, self.loop
+            assert writer is not None and loop is not None  # set before any async run is queued; this is its thread
             writer.start(run.token, time.time())  # before the call: a death from here on is this run's
-            entry.task = self.loop.create_task(self._run_async(entry, writer))
+            entry.task = loop.create_task(self._run_async(entry, writer))
 
     async def _run_async(self, entry: "_AsyncRun", writer: Writer) -> None:
         """One async run: await its handler, then record its end and make room."""
