@@ -58,7 +58,7 @@ import logging
 import os
 import re
 import threading
-from typing import Any, ClassVar, Dict, List, Optional
+from typing import Any, Callable, ClassVar, Dict, List, Optional, TypeVar, cast
 
 from fdblayer.exceptions import StoreUnavailable
 from fdblayer.forks import ForkEpoch
@@ -77,7 +77,7 @@ from fdblayer.backends.postgres_sql import (
 from fdblayer.backends.pooling import IdleConnections
 from fdblayer.backends.postgres_transaction import PostgresTransaction
 from fdblayer.urls import redact_url
-from fdblayer.watches import WatchHub
+from fdblayer.watches import DirectoryNotifier, WatchHub
 
 __all__ = [
     "PostgresDatabase",
@@ -89,6 +89,8 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
 
 #: Seconds to wait for a connection to open; for a row lock; for one statement.
 CONNECT_TIMEOUT = 5
@@ -242,7 +244,10 @@ class PostgresDatabase(IdleConnections[Any], Database):
         with self._lock:
             self._check_fork()
             if self._hub is None:
-                self._hub = WatchHub(_ValueReader(self).read, lambda: _Listener(self), name=f"postgres {self.prefix}")
+                # _Listener has the notifier interface the hub uses (fd, drain, close);
+                # WatchHub's parameter names the inotify notifier, its first kind.
+                listener = cast(Callable[[], DirectoryNotifier], lambda: _Listener(self))
+                self._hub = WatchHub(_ValueReader(self).read, listener, name=f"postgres {self.prefix}")
             return self._hub
 
     def notify_commit(self) -> None:
@@ -265,7 +270,7 @@ class PostgresDatabase(IdleConnections[Any], Database):
         """Read a range in its own transaction: one round trip for plain keys."""
         return self._alone(super().get_range, begin, end, limit, reverse)
 
-    def _alone(self, read: Any, *args: Any) -> Any:
+    def _alone(self, read: Callable[..., _T], *args: Any) -> _T:
         self._lone.active = True
         try:
             return read(*args)
@@ -346,7 +351,7 @@ class _Listener:
             self._lost = False
         return True
 
-    def drain(self) -> set:
+    def drain(self) -> set[bytes]:
         if self._conn is None:
             return set(self.names) if self._open() else set()
         pgconn = self._conn.pgconn
