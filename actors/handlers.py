@@ -1,6 +1,7 @@
 """Job handlers named ``package.module:callable``, found as ``rq worker`` finds them:
-the one resolver of worker pools' handlers and of the scheduler's jobs, and
-what every handler's context has (:class:`HandlerContext`: the stop signal).
+the one handler runtime of worker pools and of the scheduler's jobs: one
+resolver (:func:`resolve`), one context type (:class:`JobContext`), one
+stop path (:class:`StopSignal`, :class:`JobStopping`).
 
 Principle: a handler that cannot be used is found out before anything
 starts, with one line saying why (:class:`HandlerError`), never as a crash
@@ -14,11 +15,19 @@ import functools
 import importlib
 import inspect
 import os
+import queue
 import sys
 import threading
-from typing import Any, Callable, Optional
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Optional, TypeVar
 
-from fdblayer.jobs.exceptions import InvalidArgument
+from fdblayer.jobs.exceptions import Halt, InvalidArgument
+
+from actors.errors import ActorsError
+
+if TYPE_CHECKING:
+    from actors.scheduler.model import JobSpec
 
 __all__ = [
     "HandlerError",
@@ -27,7 +36,12 @@ __all__ = [
     "parse_assignments",
     "add_cwd_to_path",
     "StopSignal",
-    "HandlerContext",
+    "JobStopping",
+    "ContextPartMissing",
+    "QueuedRun",
+    "ScheduledJob",
+    "JobContext",
+    "FENCE_RECHECK",
 ]
 
 
@@ -163,29 +177,221 @@ class StopSignal:
         return self._event.is_set()
 
 
-class HandlerContext:
-    """What the context of every handler has, a worker pool's job or a
-    scheduler's: :attr:`stopping`, and waits that end when it turns true
-    (:meth:`wait_stopping`, ``await`` :meth:`stopped`). Thread-safe."""
+class JobStopping(BaseException):
+    """Raised by :meth:`JobContext.check` inside a handler whose job is being
+    stopped (and by a job host inside a thread that ignored its stop).
 
-    def __init__(self, stop: Optional[StopSignal] = None) -> None:
+    A BaseException so that a handler's ``except Exception`` cannot swallow a stop.
+    """
+
+
+class ContextPartMissing(ActorsError):
+    """A handler used a part of its context that its runner does not give:
+    ``progress`` in a scheduler job, ``checkpoint``/``report`` in a worker
+    pool's run."""
+
+
+#: Longest a fenced wait sleeps before it reads the fence again (it may move).
+FENCE_RECHECK = 1.0
+
+_Part = TypeVar("_Part")
+
+
+@dataclass(frozen=True)
+class QueuedRun:
+    """What a worker pool's run adds to its context.
+
+    Attributes:
+        attempt: 1 on the first run, 2 on the first retry, ...
+        max_attempts: the attempts the job may take.
+        write_progress: merges fields into the job's progress record in the
+            store and returns the whole record (raises ``Halt`` when the
+            job is no longer this worker's).
+    """
+
+    attempt: int
+    max_attempts: int
+    write_progress: Callable[[dict[str, Any]], dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class ScheduledJob:
+    """What a scheduler job adds to its context.
+
+    Attributes:
+        spec: the job's spec (its options, continuous, source, target).
+        events: the runner's queue: ``("checkpoint", state)`` and
+            ``("report", stats)`` are put on it, in call order.
+        last_checkpoint: what the job's last run checkpointed (None at first).
+    """
+
+    spec: "JobSpec"
+    events: "queue.Queue[tuple[str, Any]]"
+    last_checkpoint: Any = None
+
+
+class JobContext:
+    """The one argument of every handler: a worker pool's run or a scheduler job. Thread-safe.
+
+    Every context has ``id`` (also ``job_id``), ``type``, :attr:`stopping`,
+    and waits that end when it turns true: :meth:`wait_stopping` (also
+    :meth:`wait`), ``await`` :meth:`stopped`; :meth:`check` raises
+    :class:`JobStopping` once it is. A lease fence (a document job's) makes
+    it stopping when the fence runs out, as a stop would.
+
+    A worker pool's run (:class:`QueuedRun`) adds ``data`` (the job's
+    input), ``attempt``, ``max_attempts``, :meth:`progress` and
+    :meth:`progress_async`. A scheduler job (:class:`ScheduledJob`) adds
+    ``options``, ``continuous``, ``source``, ``target``, ``spec``,
+    ``last_checkpoint``, :meth:`checkpoint` and :meth:`report`. The other
+    side's fields keep neutral values (``{}``, None, 1); its methods raise
+    :class:`ContextPartMissing`.
+    """
+
+    def __init__(
+        self,
+        job_id: Any,
+        job_type: Any = None,
+        *,
+        stop: Optional[StopSignal] = None,
+        fence: Optional[Callable[[], float]] = None,
+        queued: Optional[QueuedRun] = None,
+        scheduled: Optional[ScheduledJob] = None,
+    ) -> None:
+        """Args:
+        job_id, job_type: the job's id and type (a scheduler job has no type: None).
+        stop: the signal the runner sets to stop the handler (a fresh one by default).
+        fence: seconds left before the job must stop whatever else happens
+            (``<= 0``: expired); None for no fence.
+        queued, scheduled: the part of the side that runs the job.
+        """
         self._stop = StopSignal() if stop is None else stop
+        self._fence = fence
+        self._queued = queued
+        self._scheduled = scheduled
+        self.id = self.job_id = job_id
+        self.type = job_type
+        self.data: dict[str, Any] = {}
+        self.attempt = queued.attempt if queued is not None else 1
+        self.max_attempts = queued.max_attempts if queued is not None else None
+        spec = scheduled.spec if scheduled is not None else None
+        self.spec = spec
+        self.options: dict[str, Any] = dict(spec.options) if spec is not None else {}
+        self.continuous = spec.continuous if spec is not None else False
+        self.source = spec.source if spec is not None else None
+        self.target = spec.target if spec is not None else None
+        self.last_checkpoint = scheduled.last_checkpoint if scheduled is not None else None
 
+    # ------------------------------------------------------------ stopping
     @property
     def stopping(self) -> bool:
-        """True once the work is no longer wanted: finish quickly."""
-        return self._stop.is_set()
+        """True once the work is no longer wanted (the job was stopped,
+        rotated out, removed or taken over, or its host is shutting down),
+        or its lease fence has run out: checkpoint, and return quickly.
+        What a pool's handler returns then is discarded unless the job is
+        still its worker's."""
+        return self._stop.is_set() or self.fenced
+
+    @property
+    def fenced(self) -> bool:
+        """True once the lease fence has run out: another node may run this job."""
+        return self._fence is not None and self._fence() <= 0
 
     def wait_stopping(self, timeout: Optional[float] = None) -> bool:
-        """Sleep until :attr:`stopping` or ``timeout``; True if stopping.
-        (Blocks its thread: from an ``async def`` handler, ``await``
-        :meth:`stopped` instead.)"""
-        return self._stop.wait(timeout)
+        """Sleep until :attr:`stopping` or ``timeout`` (None: no limit); True
+        if stopping. (Blocks its thread: from an ``async def`` handler,
+        ``await`` :meth:`stopped` instead.)"""
+        end = _deadline(timeout)
+        while not self.stopping:
+            if time.monotonic() >= end:
+                return False
+            self._stop.wait(self._pause(end))
+        return True
+
+    def wait(self, seconds: float) -> bool:
+        """:meth:`wait_stopping` for ``seconds``: True (early) if stopping."""
+        return self.wait_stopping(seconds)
 
     async def stopped(self, timeout: Optional[float] = None) -> bool:
         """The awaitable :meth:`wait_stopping`: True if stopping."""
-        return await self._stop.wait_async(timeout)
+        end = _deadline(timeout)
+        while not self.stopping:
+            if time.monotonic() >= end:
+                return False
+            await self._stop.wait_async(self._pause(end))
+        return True
+
+    def _pause(self, end: float) -> Optional[float]:
+        """How long a wait ending at ``end`` may sleep before it looks again
+        (at the fence's deadline, and every :data:`FENCE_RECHECK` seconds
+        while there is a fence, as it may move); None: until the stop."""
+        left = max(0.0, end - time.monotonic())
+        if self._fence is not None:
+            left = min(left, max(0.0, self._fence()), FENCE_RECHECK)
+        return None if left == float("inf") else left
+
+    def check(self) -> None:
+        """Raise :class:`JobStopping` if :attr:`stopping`."""
+        if self.stopping:
+            raise JobStopping()
 
     def request_stop(self) -> None:
         """Make :attr:`stopping` true and wake every waiter (any thread)."""
         self._stop.set()
+
+    # --------------------------------------------------- a pool's run
+    def progress(self, **fields: Any) -> dict[str, Any]:
+        """Merge ``fields`` (JSON values) into the job's progress record and
+        return the whole record. One store transaction per call: report at
+        the pace a person watches, not per item.
+
+        Raises:
+            EncodingError: a value is not JSON-compatible, or the record
+                would be too large (nothing is written).
+            Halt: the job is no longer this worker's (``stopping`` is then true).
+            ContextPartMissing: a scheduler job (use :meth:`report`).
+        """
+        write = self._part(self._queued, "progress", "a scheduler job reports with ctx.report").write_progress
+        try:
+            return write(fields)
+        except Halt:
+            self.request_stop()
+            raise
+
+    async def progress_async(self, **fields: Any) -> dict[str, Any]:
+        """:meth:`progress` for ``async def`` handlers: its store transaction
+        runs in a thread (``asyncio.to_thread``), so the event loop and the
+        other async jobs of the worker go on meanwhile. Raises as
+        :meth:`progress`."""
+        return await asyncio.to_thread(self.progress, **fields)
+
+    # --------------------------------------------------- a scheduler job
+    def checkpoint(self, state: Any) -> None:
+        """Record the job's progress; a restarted job gets it as ``last_checkpoint``.
+
+        Raises:
+            ContextPartMissing: a worker pool's run (use :meth:`progress`).
+        """
+        events = self._part(self._scheduled, "checkpoint", "a pool's run reports with ctx.progress").events
+        self.last_checkpoint = state
+        events.put(("checkpoint", state))
+
+    def report(self, **stats: Any) -> None:
+        """Publish stats (merged into the job's ``info``, e.g. docs_read=10).
+
+        Raises:
+            ContextPartMissing: a worker pool's run (use :meth:`progress`).
+        """
+        self._part(self._scheduled, "report", "a pool's run reports with ctx.progress").events.put(("report", stats))
+
+    def _part(self, part: Optional[_Part], call: str, instead: str) -> _Part:
+        if part is None:
+            raise ContextPartMissing(f"ctx.{call} is not available to this handler: {instead}")
+        return part
+
+    def __repr__(self) -> str:
+        return f"JobContext(type={self.type!r}, id={self.id!r}, attempt={self.attempt})"
+
+
+def _deadline(timeout: Optional[float]) -> float:
+    return float("inf") if timeout is None else time.monotonic() + timeout

@@ -35,7 +35,7 @@ import logging
 import math
 import time
 from dataclasses import dataclass
-from typing import Any, Iterable, Optional, Union
+from typing import Any, Iterable, Optional, Union, cast
 
 import fdb.tuple
 import msgpack
@@ -89,7 +89,7 @@ class _Named(str, enum.Enum):
     """A str-valued enum that prints as its value (in messages and logs)."""
 
     def __str__(self) -> str:
-        return self.value
+        return str(self.value)
 
 
 class DocState(_Named):
@@ -209,23 +209,23 @@ def check_body(body: Any) -> dict[str, Any]:
     """
     if not isinstance(body, dict):
         raise InvalidArgument(f"a document must be a JSON object, not {type(body).__name__}")
-    body = {k: v for k, v in body.items() if k not in ("_id", "_rev")}
-    handler = body.get("handler")
+    doc: dict[str, Any] = {k: v for k, v in body.items() if k not in ("_id", "_rev")}
+    handler = doc.get("handler")
     if handler is not None:
         if not isinstance(handler, str) or not all(handler.partition(":")[::2]) or ":" not in handler:
             raise InvalidArgument(f"handler must be 'package.module:callable', not {handler!r:.80}")
-    source, target = _endpoint(body.get("source"), "source"), _endpoint(body.get("target"), "target")
+    source, target = _endpoint(doc.get("source"), "source"), _endpoint(doc.get("target"), "target")
     if handler is None and not (source and target):
         raise InvalidArgument("a document needs a handler, or a source and a target")
-    if not isinstance(body.get("continuous", False), bool):
+    if not isinstance(doc.get("continuous", False), bool):
         raise InvalidArgument("continuous must be true or false")
-    options = body.get("options")
+    options = doc.get("options")
     if options is not None and not isinstance(options, dict):
         raise InvalidArgument("options must be a JSON object")
-    encoded = encode_data(body)
+    encoded = encode_data(doc)
     if len(encoded) > MAX_BODY_SIZE:
         raise EncodingError(f"document body encodes to {len(encoded)} bytes; at most {MAX_BODY_SIZE} fit")
-    return body
+    return doc
 
 
 def _check_rev(rev: Any) -> Optional[str]:
@@ -259,7 +259,7 @@ def _clean_info(info: Any) -> Any:
 
 
 def _key(db_name: str, doc_id: str) -> bytes:
-    return fdb.tuple.pack((db_name, doc_id), prefix=PREFIX)
+    return cast(bytes, fdb.tuple.pack((db_name, doc_id), prefix=PREFIX))
 
 
 def _decode(db_name: str, doc_id: str, raw: bytes) -> Doc:
@@ -309,7 +309,7 @@ def _decode_or_none(db_name: str, doc_id: str, key: bytes, raw: bytes) -> Option
 
 
 def _encode(doc: Doc) -> bytes:
-    raw = msgpack.packb(
+    raw: bytes = msgpack.packb(
         {
             "rev": doc.rev,
             "body": doc.body,

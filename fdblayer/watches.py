@@ -25,9 +25,9 @@ import select
 import struct
 import threading
 import time
-from typing import Callable, Dict, Iterable, List, Optional, Set, Tuple
+from typing import Callable, Dict, Iterable, List, Optional, Protocol, Set, Tuple
 
-__all__ = ["Watch", "WatchHub", "DirectoryNotifier", "FALLBACK_POLL_INTERVAL"]
+__all__ = ["Watch", "WatchHub", "Notifier", "DirectoryNotifier", "FALLBACK_POLL_INTERVAL"]
 
 logger = logging.getLogger(__name__)
 
@@ -133,6 +133,19 @@ _IN_CLOEXEC = 0o2000000
 _EVENT_HEADER = struct.Struct("iIII")
 
 
+class Notifier(Protocol):
+    """A watch hub's wake-up source: a descriptor to select on (-1 while it
+    has none: the hub then polls), the names of what changed since the last
+    ``drain``, and ``close``. :class:`DirectoryNotifier` (inotify) and the
+    PostgreSQL backend's ``LISTEN`` are two."""
+
+    fd: int
+
+    def drain(self) -> Set[bytes]: ...
+
+    def close(self) -> None: ...
+
+
 class DirectoryNotifier:
     """inotify on one directory, reporting events on a set of file names.
 
@@ -226,7 +239,7 @@ class WatchHub:
     def __init__(
         self,
         read_values: ValueReader,
-        notifier_factory: Optional[Callable[[], DirectoryNotifier]],
+        notifier_factory: Optional[Callable[[], Notifier]],
         recheck_names: Iterable[str] = (),
         name: str = "store",
     ) -> None:
@@ -298,7 +311,7 @@ class WatchHub:
         self._thread = threading.Thread(target=self._run, name=f"fdblayer-watch-{self._name}", daemon=True)
         self._thread.start()
 
-    def _open_notifier(self) -> Optional[DirectoryNotifier]:
+    def _open_notifier(self) -> Optional[Notifier]:
         if self._notifier_factory is None:
             self.mode = "poll"
             return None
@@ -332,7 +345,7 @@ class WatchHub:
             if notifier is not None:
                 notifier.close()
 
-    def _loop(self, notifier: Optional[DirectoryNotifier]) -> None:
+    def _loop(self, notifier: Optional[Notifier]) -> None:
         """Read the watched keys when told of a commit (``MIN_CHECK_INTERVAL``
         after a read that served no watch, at once otherwise).
 
@@ -377,7 +390,7 @@ class WatchHub:
                 last_check = checked_at
 
     @staticmethod
-    def _wait(notifier: Optional[DirectoryNotifier], recheck_at: Optional[float]) -> Optional[float]:
+    def _wait(notifier: Optional[Notifier], recheck_at: Optional[float]) -> Optional[float]:
         """The select timeout: the poll interval, the time to a due recheck, or none."""
         timeout = None if notifier is not None and notifier.fd >= 0 else FALLBACK_POLL_INTERVAL
         if recheck_at is not None:

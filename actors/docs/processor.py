@@ -436,14 +436,14 @@ class DocProcessor(GenServer):
                 break
             for job_id, answer in answers.items():
                 jid = added[job_id]
-                o = self.owned.get(jid)
-                if o is None:
+                held = self.owned.get(jid)
+                if held is None:
                     continue
                 summary, info = answer if answer is not None else (None, None)
                 new = self._doc_state(summary, info)
                 if new.get("state") in docs.TERMINAL:
                     done.add(jid)
-                if any(o.written.get(k) != v for k, v in new.items()):
+                if any(held.written.get(k) != v for k, v in new.items()):
                     states[jid] = dict(states.get(jid, {}), **new)
         return states, done
 

@@ -36,6 +36,7 @@ import json
 import logging
 import os
 import sys
+from typing import Any
 
 from waitress.parser import HTTPRequestParser
 from waitress.receiver import ChunkedReceiver
@@ -108,7 +109,7 @@ class CouchChannel(SlowClientChannel):
     parser_class = CouchRequestParser
 
 
-def use_couch_channels(server: object) -> None:
+def use_couch_channels(server: Any) -> None:
     """Make every listening socket of a ``waitress.create_server`` result open
     :class:`CouchChannel` connections, several at a turn of the loop (one socket,
     or several under a ``MultiSocketServer`` when the host resolves to more than

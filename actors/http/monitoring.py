@@ -49,7 +49,7 @@ def mask_url(url: Any) -> Any:
 
 def job_view(job: Mapping[str, Any]) -> dict:
     """One scheduler job as a ``_scheduler/jobs`` entry."""
-    out = {name: job.get(name) for name in JOB_FIELDS}
+    out: dict[str, Any] = {name: job.get(name) for name in JOB_FIELDS}
     out["source"] = mask_url(out["source"])
     out["target"] = mask_url(out["target"])
     out["info"] = dict(out["info"] or {})

@@ -30,7 +30,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from supervision import DEFER_START, ChildSpec, GenServer
 
@@ -88,7 +88,7 @@ class HttpServer(GenServer):
 
     def init(self, args: dict) -> Any:
         self.args = args
-        self.proc: subprocess.Popen | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
         self.pidfd: int | None = None
         self._line = b""
         self._ready = False
@@ -113,7 +113,7 @@ class HttpServer(GenServer):
                 [_PACKAGE_ROOT] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
             ),
         )
-        self.proc = subprocess.Popen(
+        proc = self.proc = subprocess.Popen(
             [
                 sys.executable,
                 "-m",
@@ -128,13 +128,21 @@ class HttpServer(GenServer):
             env=env,
             close_fds=True,
         )
-        self.proc.stdin.write(json.dumps(settings).encode())
-        self.proc.stdin.close()
-        self.pidfd = os.pidfd_open(self.proc.pid)
-        os.set_blocking(self.proc.stdout.fileno(), False)
-        self.watch_fd(self.proc.stdout.fileno(), self._on_output)
+        assert proc.stdin is not None and proc.stdout is not None  # both are pipes
+        proc.stdin.write(json.dumps(settings).encode())
+        proc.stdin.close()
+        self.pidfd = os.pidfd_open(proc.pid)
+        os.set_blocking(proc.stdout.fileno(), False)
+        self.watch_fd(proc.stdout.fileno(), self._on_output)
         self.watch_fd(self.pidfd, self._on_exit)
         return DEFER_START
+
+    def _running(self) -> tuple[subprocess.Popen[bytes], IO[bytes], int]:
+        """The HTTP process, its stdout and its pidfd: set from init until
+        terminate, which unwatches the descriptors whose callbacks read them."""
+        proc, pidfd = self.proc, self.pidfd
+        assert proc is not None and proc.stdout is not None and pidfd is not None
+        return proc, proc.stdout, pidfd
 
     def format_status(self) -> dict:
         return {
@@ -145,11 +153,12 @@ class HttpServer(GenServer):
 
     def handle_call(self, msg: Any, from_: Any) -> Any:
         if isinstance(msg, GetHttpInfo):
-            return {"port": self.port, "bind_address": self.args["bind_address"], "pid": self.proc.pid}
+            return {"port": self.port, "bind_address": self.args["bind_address"], "pid": self._running()[0].pid}
         return super().handle_call(msg, from_)
 
     def _on_output(self) -> None:
-        fd = self.proc.stdout.fileno()
+        proc, stdout, _ = self._running()
+        fd = stdout.fileno()
         try:
             data = os.read(fd, 4096)
         except BlockingIOError:
@@ -164,17 +173,18 @@ class HttpServer(GenServer):
         if line.startswith("ready"):
             self._ready = True
             self.port = int(line.split()[1])
-            log.info("http_listening address=%s:%s pid=%s", self.args["bind_address"], self.port, self.proc.pid)
+            log.info("http_listening address=%s:%s pid=%s", self.args["bind_address"], self.port, proc.pid)
             self.start_complete()
         else:
             self._fail(HttpStartError(line.partition(" ")[2] or line))
 
     def _on_exit(self) -> None:
-        self.unwatch_fd(self.pidfd)
-        status = self.proc.poll()
+        proc, _, pidfd = self._running()
+        self.unwatch_fd(pidfd)
+        status: int | str | None = proc.poll()
         if status is None:
             try:
-                status = self.proc.wait(1.0)
+                status = proc.wait(1.0)
             except subprocess.TimeoutExpired:
                 status = "unknown"
         what = (
@@ -183,30 +193,30 @@ class HttpServer(GenServer):
             else f"exited with status {status}"
         )
         if not self._ready:
-            self._fail(HttpStartError(f"HTTP process {self.proc.pid} {what} before listening"))
+            self._fail(HttpStartError(f"HTTP process {proc.pid} {what} before listening"))
             return
-        raise HttpProcessExited(f"HTTP process {self.proc.pid} {what}")
+        raise HttpProcessExited(f"HTTP process {proc.pid} {what}")
 
     def _fail(self, reason: Exception) -> None:
         self.terminate(reason)
         self.start_failed(reason)
 
     def terminate(self, reason: Any) -> None:
-        proc = self.proc
-        if proc is None:
+        if self.proc is None:
             return
-        for fd in (proc.stdout.fileno(), self.pidfd):
+        proc, stdout, pidfd = self._running()
+        for fd in (stdout.fileno(), pidfd):
             self.unwatch_fd(fd)
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
-            if not select.select([self.pidfd], [], [], STOP_TIMEOUT)[0]:
+            if not select.select([pidfd], [], [], STOP_TIMEOUT)[0]:
                 proc.kill()
             try:
                 proc.wait(STOP_TIMEOUT)
             except subprocess.TimeoutExpired:
                 pass
-        proc.stdout.close()
-        os.close(self.pidfd)
+        stdout.close()
+        os.close(pidfd)
         self.proc = None
 
 

@@ -188,6 +188,11 @@ TYPE_COLUMNS = (
 )
 
 
+def _list(value: Any) -> list[Any]:
+    """``value`` if it is a list, else an empty one (a host's beat is data read from the store)."""
+    return value if isinstance(value, list) else []
+
+
 def _when(seconds: Any, now: float) -> str:
     """An epoch time as ISO 8601 UTC with how far it is from ``now`` (HTML)."""
     if not isinstance(seconds, (int, float)) or isinstance(seconds, bool) or not 0 < seconds < 1e11:
@@ -413,10 +418,8 @@ def hosts_section(hosts: Sequence[Mapping[str, Any]] | None, now: float, error: 
         alive = host.get("alive") is True
         status = ("draining" if host.get("draining") else "alive") if alive else "silent"
         css = {"alive": "running", "draining": "pending", "silent": "failed"}[status]
-        types = host.get("types") if isinstance(host.get("types"), list) else []
-        running = [
-            r for r in (host.get("running") if isinstance(host.get("running"), list) else []) if isinstance(r, Mapping)
-        ]
+        types = _list(host.get("types"))
+        running = [r for r in _list(host.get("running")) if isinstance(r, Mapping)]
         links = ", ".join(job_link(r.get("type"), r.get("id")) for r in running[:HOST_RUNNING_SHOWN])
         if len(running) > HOST_RUNNING_SHOWN or host.get("running_cut"):
             links += " &#8230;"

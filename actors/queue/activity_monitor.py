@@ -86,7 +86,9 @@ class ActivityMonitor(GenServer):
             self.vs, self.timeout = None, MISSING_TIMEOUT_CHECK
         elif timeout != self.timeout:
             self.vs, self.timeout = None, float(timeout)
-        max_jitter = min(self.timeout / 2, seconds("couch_jobs", JITTER_KEY, self.max_jitter_msec))
+        jitter = seconds("couch_jobs", JITTER_KEY, self.max_jitter_msec)
+        assert jitter is not None  # its schema allows no infinity
+        max_jitter = min(self.timeout / 2, jitter)
         self.send_after(self.timeout + random.uniform(0, max(max_jitter, 0.001)), CHECK)
 
     def format_status(self) -> dict:

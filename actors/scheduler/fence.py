@@ -6,7 +6,7 @@ SIGSTOP, its doc processor stuck, the store unreachable). The doc processor
 writes a deadline, on the monotonic clock (system-wide on Linux, and it
 keeps counting while a process is stopped), after each renewal: the oldest
 renewal of its leases plus most of the owner timeout. A document job's
-context (:class:`~actors.scheduler.job.JobContext`) reads it at each
+context (:class:`~actors.handlers.JobContext`) reads it at each
 ``stopping``/``wait``/``check``: past the deadline the job is stopping, as
 it would be on a stop, and it ends with reason ``lease_expired``.
 

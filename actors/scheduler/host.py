@@ -2,7 +2,7 @@
 
 Principle: a running job costs a thread, not a process. A host is one actor
 (one process) running any number of jobs, each in a thread of its own with
-the same :class:`~actors.scheduler.job.JobContext` a process job gets, and
+the same :class:`~actors.handlers.JobContext` a process job gets, and
 each still its own supervised entity: the host tells the scheduler how each
 job ended (``JobExited`` with the job's own reason: ``normal``, the
 handler's exception, ``shutdown``), and the scheduler monitors the host, so
@@ -42,8 +42,8 @@ from actors.scheduler.fence import LeaseFence
 from actors.scheduler.model import InvalidJobSpec
 from actors.scheduler.protocol import DEFAULT_HOSTS, HOST_NAME, CountRunning
 from actors.names import REPLICATE_HANDLER
-from actors.handlers import StopSignal, resolve
-from actors.scheduler.job import PUBLISH_INTERVAL, STOP_GRACE, HandlerExit, JobContext, JobProgress, JobStopping
+from actors.handlers import JobContext, JobStopping, StopSignal, resolve
+from actors.scheduler.job import PUBLISH_INTERVAL, STOP_GRACE, HandlerExit, JobProgress, exit_reason, scheduler_context
 
 log = logging.getLogger(__name__)
 
@@ -171,7 +171,7 @@ class JobHost(GenServer):
     def _start(self, msg: StartHosted) -> None:
         spec = JobSpec.from_dict(msg.spec)
         run = _Run(msg.ref, spec, msg.scheduler, queue.Queue(), StopSignal(), msg.checkpoint, time.time())
-        ctx = JobContext(spec, msg.checkpoint, run.events, run.stop, self.fence)
+        ctx = scheduler_context(spec, msg.checkpoint, run.events, run.stop, self.fence)
         run.thread = threading.Thread(target=self._work, args=(run, ctx), name=f"job-{spec.id}", daemon=True)
         self.runs[run.ref] = run
         run.thread.start()
@@ -194,7 +194,7 @@ class JobHost(GenServer):
         except JobStopping:  # raised by the host just as the handler returned
             run.outcome = "shutdown"
         finally:
-            run.outcome = ctx.exit_reason(run.outcome)
+            run.outcome = exit_reason(run.outcome, ctx, run.stop)
             run.done = True
             self.waker.wake()
 

@@ -21,10 +21,13 @@ Lifecycle:
   waited for (it checkpoints), and its last checkpoint and stats go to the
   scheduler before the actor exits.
 
-What a handler gets (:class:`JobContext`): ``job_id``, ``options``,
-``continuous``, ``source``/``target``, ``last_checkpoint``,
-``checkpoint(state)``, ``report(**stats)``, ``stopping`` and
-``wait(seconds)`` (sleeps, returns True early when the job is stopping).
+What a handler gets: the one handler context
+(:class:`actors.handlers.JobContext`, re-exported here, built by
+:func:`scheduler_context`): ``job_id``, ``options``, ``continuous``,
+``source``/``target``, ``last_checkpoint``, ``checkpoint(state)``,
+``report(**stats)``, ``stopping``, ``wait(seconds)`` (sleeps, returns True
+early when the job is stopping), ``wait_stopping``, ``await stopped()``
+and ``check()`` (raises :class:`JobStopping`).
 """
 
 from __future__ import annotations
@@ -35,7 +38,6 @@ import logging
 import os
 import queue
 import threading
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,7 +45,7 @@ from supervision import GenServer
 from supervision.messages import Cast
 
 from actors.errors import ActorsError
-from actors.handlers import HandlerContext, StopSignal, resolve
+from actors.handlers import JobContext, JobStopping, ScheduledJob, StopSignal, resolve
 from actors.names import REPLICATE_HANDLER
 from actors.scheduler.core import JobSpec
 from actors.scheduler.fence import LEASE_EXPIRED, LeaseFence
@@ -60,9 +62,6 @@ POLL_MIN, POLL_MAX = 0.01, 0.25
 PUBLISH_INTERVAL = 1.0
 #: Seconds a started job waits for RunJob before it leaves (its start was given up).
 RUN_DEADLINE = 90.0
-
-#: Longest a fenced wait sleeps before it reads the fence again (it may move).
-FENCE_RECHECK = 1.0
 
 _UNSET = object()
 
@@ -99,81 +98,29 @@ class JobProgress:
 # ---------------------------------------------------------------- context
 
 
-class JobStopping(BaseException):
-    """Raised by :meth:`JobContext.check` inside a handler when the job is being stopped.
+def scheduler_context(
+    spec: JobSpec,
+    last_checkpoint: Any,
+    events: "queue.Queue[tuple[str, Any]]",
+    stop: StopSignal,
+    fence: LeaseFence | None = None,
+) -> JobContext:
+    """The context of a run of ``spec`` (its :class:`~actors.handlers.ScheduledJob`
+    part): checkpoints and stats go on ``events``; ``stop`` stops it, and
+    so does ``fence`` running out when the job is a document's (only a
+    document's job holds a lease)."""
+    fenced_by = fence.left if fence is not None and spec.db_name is not None else None
+    return JobContext(spec.id, stop=stop, fence=fenced_by, scheduled=ScheduledJob(spec, events, last_checkpoint))
 
-    A BaseException so that a handler's ``except Exception`` cannot swallow a stop.
-    """
 
-
-class JobContext(HandlerContext):
-    """What a handler sees of its job (the stop waits: :class:`~actors.handlers.HandlerContext`). Thread-safe."""
-
-    def __init__(
-        self,
-        spec: JobSpec,
-        last_checkpoint: Any,
-        events: "queue.Queue[tuple]",
-        stop: StopSignal,
-        fence: LeaseFence | None = None,
-    ) -> None:
-        super().__init__(stop)
-        self.spec = spec
-        self.job_id = spec.id
-        self.options = dict(spec.options)
-        self.continuous = spec.continuous
-        self.source = spec.source
-        self.target = spec.target
-        self.last_checkpoint = last_checkpoint
-        self._events = events
-        self._fence = fence if spec.db_name is not None else None  # only a document's job holds a lease
-
-    def checkpoint(self, state: Any) -> None:
-        """Record the job's progress; a restarted job gets it as ``last_checkpoint``."""
-        self.last_checkpoint = state
-        self._events.put(("checkpoint", state))
-
-    def report(self, **stats: Any) -> None:
-        """Publish stats (merged into the job's ``info``, e.g. docs_read=10)."""
-        self._events.put(("report", stats))
-
-    @property
-    def stopping(self) -> bool:
-        """True once the job is being stopped, or its node's lease fence has
-        expired (:mod:`actors.scheduler.fence`): checkpoint and return."""
-        return self._stop.is_set() or self.fenced
-
-    def exit_reason(self, reason: Any) -> Any:
-        """The reason a job whose handler ended with ``reason`` exits with:
-        ``lease_expired`` instead of ``normal`` or ``shutdown`` when it
-        returned because the fence ran out, not because it was asked to
-        stop (its document may be another node's: not done)."""
-        if reason in ("normal", "shutdown") and self.fenced and not self._stop.is_set():
-            return LEASE_EXPIRED
-        return reason
-
-    @property
-    def fenced(self) -> bool:
-        """True once the node's leases may have run out: another node may run this document."""
-        return self._fence is not None and self._fence.left() <= 0
-
-    def wait(self, seconds: float) -> bool:
-        """Sleep up to ``seconds``; True (early) if the job is being stopped
-        (or its lease fence expires meanwhile)."""
-        if self._fence is None:
-            return self._stop.wait(seconds)
-        end = time.monotonic() + seconds
-        while not self.stopping:
-            left = end - time.monotonic()
-            if left <= 0:
-                return False
-            self._stop.wait(min(left, max(0.0, self._fence.left()), FENCE_RECHECK))
-        return True
-
-    def check(self) -> None:
-        """Raise :class:`JobStopping` if the job is being stopped."""
-        if self.stopping:
-            raise JobStopping()
+def exit_reason(reason: Any, ctx: JobContext, stop: StopSignal) -> Any:
+    """The reason a job whose handler ended with ``reason`` exits with:
+    ``lease_expired`` instead of ``normal`` or ``shutdown`` when it returned
+    because its fence ran out, not because ``stop`` asked it to (its
+    document may be another node's: not done)."""
+    if reason in ("normal", "shutdown") and ctx.fenced and not stop.is_set():
+        return LEASE_EXPIRED
+    return reason
 
 
 def check_runnable(spec: JobSpec) -> None:
@@ -272,7 +219,7 @@ class SchedulerJob(GenServer):
     def _run(self) -> None:
         if self.thread is not None:
             return
-        ctx = JobContext(self.spec, self.last_checkpoint, self.events, self.stop_event, self.fence)
+        ctx = scheduler_context(self.spec, self.last_checkpoint, self.events, self.stop_event, self.fence)
         path = self.spec.handler or REPLICATE_HANDLER
         self.thread = threading.Thread(target=self._work, args=(path, ctx), name=f"job-{self.spec.id}", daemon=True)
         self.thread.start()
@@ -282,9 +229,9 @@ class SchedulerJob(GenServer):
         try:
             handler = resolve(path)
             handler(ctx)
-            self.outcome = ctx.exit_reason("normal")
+            self.outcome = exit_reason("normal", ctx, self.stop_event)
         except JobStopping:
-            self.outcome = ctx.exit_reason("shutdown")
+            self.outcome = exit_reason("shutdown", ctx, self.stop_event)
         except Exception as exc:  # noqa: BLE001 - the handler's crash is the job's exit reason
             log.error("job_handler_crashed job=%r handler=%s reason=%r", self.spec.id, path, exc)
             self.outcome = exc

@@ -128,7 +128,8 @@ class Scheduler(GenServer):
         args = args or {}
         settings = apply_settings(Settings(), args.get("settings") or {})
         host_names = args.get("host_names") or [HOST_NAME.format(i) for i in range(DEFAULT_HOSTS)]
-        self.core = Scheduling(Runners(self, host_names), self.clock, settings)
+        self.runners = Runners(self, host_names)  # the core's runner, with what only this runner has
+        self.core = Scheduling(self.runners, self.clock, settings)
         self.sup_name = args.get("sup_name", names.SCHEDULER_SUP)
         self.fence_path = args.get("fence")  # the node's lease fence, handed to process jobs
         self.node_name = args.get("node_name")
@@ -138,7 +139,7 @@ class Scheduler(GenServer):
         self.adopted: set = set()
         self._adopting: set = set()
         self._tick_generation = 0
-        self._timer = None
+        self._timer: int | None = None
         self.last_reschedule_ms = 0.0
         self.call_async(self.node, WhereIs(CONFIG_SERVER), self._keeper_found, ADOPT_TIMEOUT)
         return DEFER_START
@@ -245,10 +246,8 @@ class Scheduler(GenServer):
             self.start_failed(f"cannot list {self.sup_name}'s children: {error!r}")
             return
         addrs = [c.addr for c in children if c.addr is not None]
-        self._adopting = set(range(len(addrs))) | {("host", i) for i in range(len(self.core.runner.hosts.names))}
-        self.core.runner.hosts.find_hosts(
-            lambda index, addr: self.core.runner.hosts.adopt(index, addr, self._adopt_hosted)
-        )
+        self._adopting = set(range(len(addrs))) | {("host", i) for i in range(len(self.runners.hosts.names))}
+        self.runners.hosts.find_hosts(lambda index, addr: self.runners.hosts.adopt(index, addr, self._adopt_hosted))
         if not self._adopting:
             self.start_complete()
             return
@@ -282,7 +281,7 @@ class Scheduler(GenServer):
             self.core.table.put(
                 JobRow(spec.id, spec, history, handle, entry["ref"], dict(entry["stats"]), entry["checkpoint"])
             )
-            self.core.runner.hosts.adopted(index)
+            self.runners.hosts.adopted(index)
             self.adopted.add(spec.id)
         if error is not None:
             log.warning("job_host_list_failed host=%s reason=%r", addr, error)
@@ -307,7 +306,7 @@ class Scheduler(GenServer):
         except SchedulerError as exc:
             return Failure(exc)
         finally:
-            self.core.runner.pump()
+            self.runners.pump()
 
     def _answer(self, msg: Any) -> Any:
         core = self.core
@@ -328,9 +327,9 @@ class Scheduler(GenServer):
         if isinstance(msg, LoadJobs):
             return self._load_jobs(msg.rows)
         if isinstance(msg, Jobs):
-            return core.jobs(self._node_name(), extra=core.runner.ending_jobs())
+            return core.jobs(self._node_name(), extra=self.runners.ending_jobs())
         if isinstance(msg, JobsPage):
-            return core.jobs_page(msg.limit, msg.skip, self._node_name(), extra=core.runner.ending_jobs())
+            return core.jobs_page(msg.limit, msg.skip, self._node_name(), extra=self.runners.ending_jobs())
         if isinstance(msg, GetJob):
             job = self._job(msg.job_id)
             if job is None:
@@ -348,7 +347,7 @@ class Scheduler(GenServer):
         if isinstance(msg, HealthThreshold):
             return core.settings.health_threshold
         if isinstance(msg, GetStats):
-            return dict(core.stats(), last_reschedule_ms=self.last_reschedule_ms, ending=len(core.runner.ending))
+            return dict(core.stats(), last_reschedule_ms=self.last_reschedule_ms, ending=len(self.runners.ending))
         if isinstance(msg, GetSettings):
             return vars(core.settings).copy()
         if isinstance(msg, ReplicatorChanged):
@@ -401,7 +400,9 @@ class Scheduler(GenServer):
             job = core.table.put(JobRow(spec.id, spec, history))
             if running:
                 core.start_job(job)
-                core.table.update(core.table.get(spec.id), history=history)
+                started = core.table.get(spec.id)
+                assert started is not None  # a failed start keeps the row (crashed)
+                core.table.update(started, history=history)
         return len(core.table)
 
     @staticmethod
@@ -436,7 +437,7 @@ class Scheduler(GenServer):
     # ----------------------------------------------------- casts / info
     def handle_cast(self, msg: Any) -> None:
         self._handle_cast(msg)
-        self.core.runner.pump()  # a job's end may have queued a process job's start
+        self.runners.pump()  # a job's end may have queued a process job's start
 
     def _handle_cast(self, msg: Any) -> None:
         if isinstance(msg, JobProgress):
@@ -482,18 +483,17 @@ class Scheduler(GenServer):
 
     def _hosted_exited(self, msg: JobExited) -> None:
         """A hosted job's own end (the seed's DOWN for its process)."""
-        runners = self.core.runner
-        runners.ended(msg.ref)  # if it was a stopped run, its code has now ended
+        self.runners.ended(msg.ref)  # if it was a stopped run, its code has now ended
         job = self.core.table.by_monitor(msg.ref)
         if job is None or not isinstance(job.pid, HostedJob) or job.pid.ref != msg.ref:
             return  # stopped meanwhile, or not this run
-        self.core.runner.hosts.released(job.pid)
+        self.runners.hosts.released(job.pid)
         self.adopted.discard(job.id)
         self.core.job_exited(job, msg.reason)
 
     def handle_info(self, msg: Any) -> None:
         self._handle_info(msg)
-        self.core.runner.pump()
+        self.runners.pump()
 
     def _handle_info(self, msg: Any) -> None:
         if isinstance(msg, _Tick):
@@ -502,7 +502,7 @@ class Scheduler(GenServer):
                 self._arm_timer()
             return
         if isinstance(msg, Down):
-            if self.core.runner.hosts.host_down(msg.ref, msg.reason):
+            if self.runners.hosts.host_down(msg.ref, msg.reason):
                 return
             job = self.core.table.by_monitor(msg.ref)
             if job is not None:
@@ -520,23 +520,24 @@ class Scheduler(GenServer):
     def _arm_timer(self) -> None:
         self.cancel_timer(self._timer)
         self._tick_generation += 1
-        self._timer = self.send_after(
-            seconds("replicator", "interval", self.core.settings.interval), _Tick(self._tick_generation)
-        )
+        interval = seconds("replicator", "interval", self.core.settings.interval)
+        assert interval is not None  # its schema allows no infinity
+        self._timer = self.send_after(interval, _Tick(self._tick_generation))
 
     def job_start_answered(self, token: Starting, addr: Any, error: Exception | None) -> None:
         """scheduler_sup answered a StartChild for ``token``'s job."""
-        self.core.runner.actors.answered()
+        self.runners.actors.answered()
         job = self.core.table.get(token.job_id)
-        wanted = job is not None and job.pid == token
+        if job is not None and job.pid != token:
+            job = None  # not the run this start was for
         if error is not None:
-            if wanted:
+            if job is not None:
                 log.warning("job_start_failed job=%r reason=%s", token.job_id, reason_text(error))
                 self.core.update_state_crashed(job, reason_text(error))
-            self.core.runner.ended(token)
+            self.runners.ended(token)
             return
-        if not wanted:
-            self.core.runner.actors.terminate(addr, token)
+        if job is None:
+            self.runners.actors.terminate(addr, token)
             return
         ref = self.monitor(addr)
         self.core.table.update(job, pid=addr, monitor=ref)

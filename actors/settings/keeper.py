@@ -179,10 +179,10 @@ class ConfigServer(GenServer):
             value = parse_runtime_value(section, key, msg.value)
         except ConfigError as exc:
             return Failure(exc)
-        persisted = bool(msg.persist and self.path)
-        if persisted:
+        persist_to = self.path if msg.persist and self.path else None
+        if persist_to is not None:
             try:
-                write_value(self.path, section, key, format_value(value))
+                write_value(persist_to, section, key, format_value(value))
             except ConfigWriteError as exc:
                 report(
                     "config_write_failed",
@@ -190,7 +190,7 @@ class ConfigServer(GenServer):
                     section=section,
                     key=key,
                     value=value,
-                    file=self.path,
+                    file=persist_to,
                     reason=exc.why,
                 )
                 return Failure(exc)
@@ -203,7 +203,7 @@ class ConfigServer(GenServer):
             key=key,
             value=value,
             old=old,
-            persisted=self.path if persisted else False,
+            persisted=persist_to or False,
             generation=self.generation,
         )
         change = CHANGED[section](dict(self.values[section]), self.generation)

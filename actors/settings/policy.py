@@ -28,7 +28,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 from urllib.parse import unquote
 
 from actors.errors import ActorsError
@@ -36,7 +36,7 @@ from actors.settings.config import Config
 from actors.settings.schema import split_list
 from actors.names import REPLICATE_HANDLER
 from fdblayer.exceptions import InvalidStoreURL
-from fdblayer.urls import parse_store_url
+from fdblayer.urls import StoreURL, parse_store_url
 
 #: The spec fields naming stores.
 STORE_FIELDS = ("source", "target")
@@ -82,7 +82,7 @@ class JobPolicy:
 
     @classmethod
     def from_entries(
-        cls, handlers: str | list[str] = "", stores: str | list[str] = "", node_store: str | None = None
+        cls, handlers: str | Sequence[str] = "", stores: str | Sequence[str] = "", node_store: str | None = None
     ) -> "JobPolicy":
         """The policy of the two config values (comma-separated, or lists of entries).
 
@@ -163,6 +163,7 @@ class JobPolicy:
                 path = parse_store_url(url).path
             except InvalidStoreURL as exc:
                 raise Forbidden(name, url, f"not a valid store URL ({exc})") from None
+            assert path is not None  # a sqlite: URL always names its file
             real = os.path.realpath(path)
             if not any(_inside(real, directory) for directory in self.directories):
                 raise Forbidden(name, url, f"the file {real} is outside the node's [replicator] stores")
@@ -179,7 +180,8 @@ def data_directory(store: str) -> str | None:
         parsed = parse_store_url(store)
     except InvalidStoreURL:  # the node cannot open it either
         return None
-    return os.path.dirname(parsed.path) if parsed.scheme == "sqlite" else store.partition("?")[0] + "?"
+    path = _sqlite_file(parsed)
+    return os.path.dirname(path) if path is not None else store.partition("?")[0] + "?"
 
 
 def _store_identity(url: str) -> str | None:
@@ -191,7 +193,13 @@ def _store_identity(url: str) -> str | None:
         parsed = parse_store_url(url)
     except InvalidStoreURL:
         return None
-    return os.path.realpath(parsed.path) if parsed.scheme == "sqlite" else url.rstrip("?")
+    path = _sqlite_file(parsed)
+    return os.path.realpath(path) if path is not None else url.rstrip("?")
+
+
+def _sqlite_file(parsed: StoreURL) -> str | None:
+    """The file a ``sqlite:`` URL names (the parser always sets it); None for another scheme."""
+    return parsed.path if parsed.scheme == "sqlite" else None
 
 
 def _inside(path: str, directory: str) -> bool:

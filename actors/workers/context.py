@@ -1,4 +1,7 @@
-"""What a handler gets: the job context, and how its outcome is encoded.
+"""What a pool's handler gets: its job context, and how its outcome is encoded.
+
+The context is the one handler context (:class:`actors.handlers.JobContext`,
+re-exported here) with a pool's part, built by :func:`pool_context`.
 
 Principle: a handler sees its job (``ctx.id``, ``ctx.type``, ``ctx.data``,
 ``ctx.attempt``), reports progress without touching the job's input data
@@ -11,7 +14,7 @@ handler has the same context and awaits what would block its event loop:
 
 from __future__ import annotations
 
-import asyncio
+import functools
 import traceback as tb
 from typing import Any, Callable, Optional
 
@@ -19,14 +22,15 @@ import msgpack
 
 from fdblayer.jobs import work
 from fdblayer.jobs.codec import decode_data, encode_data
-from fdblayer.jobs.exceptions import CorruptValue, EncodingError, Halt, InvalidArgument
+from fdblayer.jobs.exceptions import CorruptValue, EncodingError, InvalidArgument
 from fdblayer.jobs.keys import DEFAULT_LAYOUT
 
-from actors.handlers import HandlerContext
+from actors.handlers import JobContext, QueuedRun
 from actors.workers.control import Cancel, Retry, Snooze
 
 __all__ = [
     "JobContext",
+    "pool_context",
     "UnstorableResult",
     "encode_result",
     "decode_result",
@@ -44,62 +48,29 @@ TRACEBACK_LIMIT = 8_000
 MESSAGE_LIMIT = 2_000
 
 
-class JobContext(HandlerContext):
-    """The one argument of a handler (the stop waits: :class:`~actors.handlers.HandlerContext`).
+def pool_context(
+    job: Any, data: dict[str, Any], attempt: int, max_attempts: int, db_factory: Callable[[], Any]
+) -> JobContext:
+    """The context of a pool's run of ``job`` (its :class:`~actors.handlers.QueuedRun`
+    part): ``ctx.progress`` writes to the store ``db_factory`` opens, in
+    this process, bounded by :data:`PROGRESS_LIMIT`."""
+    write = functools.partial(_write_progress, db_factory, job)
+    ctx = JobContext(job.id, job.type, queued=QueuedRun(attempt, max_attempts, write))
+    ctx.data = data
+    return ctx
 
-    Attributes:
-        id: the job id.
-        type: the job type.
-        data: the job's input data (a dict; never replaced by the worker).
-        attempt: 1 on the first run, 2 on the first retry, ...
-        max_attempts: the attempts this job may take.
+
+def _write_progress(db_factory: Callable[[], Any], job: Any, fields: dict[str, Any]) -> dict[str, Any]:
+    """Merge ``fields`` into ``job``'s progress record; the whole record.
+
+    Raises:
+        EncodingError: not JSON-compatible, or past :data:`PROGRESS_LIMIT` (nothing is written).
+        Halt: the job is no longer this worker's.
     """
-
-    def __init__(self, job: Any, data: dict, attempt: int, max_attempts: int, db_factory: Callable[[], Any]) -> None:
-        super().__init__()
-        self.id = job.id
-        self.type = job.type
-        self.data = data
-        self.attempt = attempt
-        self.max_attempts = max_attempts
-        self._job = job
-        self._db_factory = db_factory
-
-    @property
-    def stopping(self) -> bool:
-        """True once the job was removed or taken over by another worker, or
-        the host is shutting down: finish quickly; what is returned is discarded
-        unless the job is still this worker's."""
-        return self._stop.is_set()
-
-    def progress(self, **fields: Any) -> dict:
-        """Merge ``fields`` (JSON values) into the job's progress record and
-        return the whole record. One store transaction per call: report at
-        the pace a person watches, not per item.
-
-        Raises:
-            EncodingError: a value is not JSON-compatible, or the record
-                would pass :data:`PROGRESS_LIMIT` bytes (nothing is written).
-            Halt: the job is no longer this worker's (``stopping`` is then true).
-        """
-        encoded = encode_data(fields)
-        if len(encoded) > PROGRESS_LIMIT:
-            raise EncodingError(f"progress encodes to {len(encoded)} bytes; at most {PROGRESS_LIMIT}")
-        try:
-            return work.set_progress(self._db_factory(), DEFAULT_LAYOUT, self._job, fields, PROGRESS_LIMIT)
-        except Halt:
-            self.request_stop()
-            raise
-
-    async def progress_async(self, **fields: Any) -> dict:
-        """:meth:`progress` for ``async def`` handlers: its store transaction
-        runs in a thread (``asyncio.to_thread``), so the event loop and the
-        other async jobs of the worker go on meanwhile. Raises as
-        :meth:`progress`."""
-        return await asyncio.to_thread(self.progress, **fields)
-
-    def __repr__(self) -> str:
-        return f"JobContext(type={self.type!r}, id={self.id!r}, attempt={self.attempt})"
+    encoded = encode_data(fields)
+    if len(encoded) > PROGRESS_LIMIT:
+        raise EncodingError(f"progress encodes to {len(encoded)} bytes; at most {PROGRESS_LIMIT}")
+    return work.set_progress(db_factory(), DEFAULT_LAYOUT, job, fields, PROGRESS_LIMIT)
 
 
 class UnstorableResult(EncodingError):

@@ -127,7 +127,7 @@ def check(spec: HostSpec) -> None:
         ("max_attempts", spec.max_attempts),
     ):
         setting = known("worker", key)  # the bounds of the [worker] setting it overrides
-        if value < setting.low or value > setting.high:
+        if value < setting.low or (setting.high is not None and value > setting.high):
             raise InvalidArgument(f"{key.replace('_', ' ')} must be from {setting.low} to {setting.high}, not {value}")
     unknown = set(spec.periodic) - set(spec.types)
     if unknown:

@@ -44,8 +44,8 @@ from fdblayer.jobs.codec import decode_data
 from supervision import GenServer
 
 from actors.workers.channel import Writer
-from actors.workers.context import JobContext, describe_error, encode_result
-from actors.handlers import resolve
+from actors.handlers import JobContext, resolve
+from actors.workers.context import describe_error, encode_result, pool_context
 from actors.workers.protocol import Release, RunJobs, StopJob, TakeBack
 
 __all__ = ["Worker"]
@@ -158,9 +158,10 @@ class Worker(GenServer):
                 while not self.queue:
                     self.cv.wait()
                 run = self.queue.popleft()
-                ctx = JobContext(run.job, {}, run.attempt, run.max_attempts, self._store)
+                ctx = pool_context(run.job, {}, run.attempt, run.max_attempts, self._store)
                 self.current = (run, ctx)
                 writer = self.writer
+            assert writer is not None  # set before any run is queued
             writer.start(run.token, time.time())  # before the call: a death from here on is this run's
             started = time.monotonic()
             result, error = self._call(run, ctx)
@@ -202,11 +203,12 @@ class Worker(GenServer):
                 if not self.async_queue or len(self.async_runs) >= self.async_limit:
                     return
                 run = self.async_queue.popleft()
-                entry = _AsyncRun(run, JobContext(run.job, {}, run.attempt, run.max_attempts, self._store))
+                entry = _AsyncRun(run, pool_context(run.job, {}, run.attempt, run.max_attempts, self._store))
                 self.async_runs[run.token] = entry
-                writer = self.writer
+                writer, loop = self.writer, self.loop
+            assert writer is not None and loop is not None  # set before any async run is queued; this is its thread
             writer.start(run.token, time.time())  # before the call: a death from here on is this run's
-            entry.task = self.loop.create_task(self._run_async(entry, writer))
+            entry.task = loop.create_task(self._run_async(entry, writer))
 
     async def _run_async(self, entry: "_AsyncRun", writer: Writer) -> None:
         """One async run: await its handler, then record its end and make room."""

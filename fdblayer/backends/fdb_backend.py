@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from typing import Any, List, Optional, Sequence
+from typing import Any, List, Optional, Sequence, cast
 
 import fdb.tuple
 
@@ -111,7 +111,7 @@ class FdbDatabase(Database):
 
     def __init__(self, raw: Any, prefix: str) -> None:
         self._raw = raw
-        self.prefix = fdb.tuple.pack((prefix,))
+        self.prefix = cast(bytes, fdb.tuple.pack((prefix,)))
         self.prefix_end = strinc(self.prefix)
         self.max_key_size = MAX_KEY_SIZE - len(self.prefix)
         self._pid = os.getpid()

@@ -58,7 +58,7 @@ import logging
 import os
 import re
 import threading
-from typing import Any, ClassVar, Dict, List, Optional
+from typing import Any, Callable, ClassVar, Dict, List, Optional, TypeVar
 
 from fdblayer.exceptions import StoreUnavailable
 from fdblayer.forks import ForkEpoch
@@ -89,6 +89,8 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
 
 #: Seconds to wait for a connection to open; for a row lock; for one statement.
 CONNECT_TIMEOUT = 5
@@ -283,7 +285,7 @@ class PostgresDatabase(IdleConnections[Any], Database):
         """Read a range in its own transaction: one round trip for plain keys."""
         return self._alone(super().get_range, begin, end, limit, reverse)
 
-    def _alone(self, read: Any, *args: Any) -> Any:
+    def _alone(self, read: Callable[..., _T], *args: Any) -> _T:
         self._lone.active = True
         try:
             return read(*args)
@@ -364,7 +366,7 @@ class _Listener:
             self._lost = False
         return True
 
-    def drain(self) -> set:
+    def drain(self) -> set[bytes]:
         if self._conn is None:
             return set(self.names) if self._open() else set()
         pgconn = self._conn.pgconn

@@ -206,9 +206,10 @@ def map_pg_error(exc: BaseException, where: str, committing: bool = False) -> St
     """
     import psycopg
 
-    state = getattr(getattr(exc, "diag", None), "sqlstate", None) or ""
+    diag = getattr(exc, "diag", None)
+    state = getattr(diag, "sqlstate", None) or ""
     message = first_line(exc)
-    if state == "40001" and getattr(exc.diag, "message_hint", None) == "too_old":
+    if state == "40001" and getattr(diag, "message_hint", None) == "too_old":
         return TransactionTooOld(f"store {where}: the transaction's reads are too old to check")
     if state in ("40001", "40P01"):
         return ConflictError(f"store {where}: concurrent commit ({message})")

@@ -121,7 +121,7 @@ class PostgresTransaction(OwnWrites, StampAndWatches, Transaction):
         self._cleared: List[Tuple[bytes, bytes]] = []
         self._stamped_keys: List[Tuple[bytes, int, bytes]] = []
         self._stamped_values: List[Tuple[bytes, bytes, int]] = []
-        self._read_keys: set = set()
+        self._read_keys: set[bytes] = set()
         self._read_ranges: List[Tuple[bytes, bytes]] = []
 
     @property
@@ -178,7 +178,7 @@ class PostgresTransaction(OwnWrites, StampAndWatches, Transaction):
                 return
         self._db.checkin(conn, self._epoch)
 
-    def _query(self, sql: str, params: tuple) -> List[tuple]:
+    def _query(self, sql: str, params: Tuple[Any, ...]) -> List[Tuple[Any, ...]]:
         """Run a read statement (each returns ``commit_version`` too; see the
         module docstring), opening the snapshot with the first one.
 
@@ -189,6 +189,7 @@ class PostgresTransaction(OwnWrites, StampAndWatches, Transaction):
             ConflictError: a lone transaction's first read changed before its second.
         """
         self._ensure_usable()
+        rows: List[Tuple[Any, ...]]
         try:
             if self._conn is None:
                 self._conn = self._db.checkout()
@@ -260,7 +261,7 @@ class PostgresTransaction(OwnWrites, StampAndWatches, Transaction):
             for watch, value in watched:
                 hub.register(watch.key, value, watch)
 
-    def _commit_args(self) -> tuple:
+    def _commit_args(self) -> Tuple[Any, ...]:
         checked = bool(self._read_keys or self._read_ranges)
         rb = [k for k in self._read_keys] + [b for b, _ in self._read_ranges]
         re_ = [k + b"\x00" for k in self._read_keys] + [e for _, e in self._read_ranges]
@@ -300,7 +301,7 @@ class PostgresTransaction(OwnWrites, StampAndWatches, Transaction):
             else:
                 cur = conn.execute(sql, args, binary=True)
             self._mode = None
-            version = cur.fetchone()[0]
+            version: int = cur.fetchone()[0]
         except StoreError as exc:  # checkout failed: nothing was sent
             self._error = exc
             raise

@@ -1,6 +1,6 @@
 """Handlers used by the scheduler tests (importable by the node's processes).
 
-Each takes a :class:`~actors.scheduler.job.JobContext`. ``options`` carry
+Each takes a :class:`~actors.handlers.JobContext`. ``options`` carry
 the knobs: ``log`` (a file where lifecycle lines are appended), ``path``
 (a file whose existence ends a one-shot job).
 """

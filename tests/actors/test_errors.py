@@ -30,7 +30,7 @@ from actors.scheduler.model import InvalidRequest, InvalidSetting, JobNotFound
 #: as job data is, that cannot be stored); Retry, Snooze and Cancel are
 #: control flow a handler raises to steer its own job, not errors of ours.
 OUTSIDE = {
-    "actors.scheduler.job.JobStopping",
+    "actors.handlers.JobStopping",
     "actors.handlers.HandlerError",
     "actors.workers.context.UnstorableResult",
     "actors.workers.control.Retry",

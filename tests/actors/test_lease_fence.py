@@ -10,12 +10,13 @@ import time
 
 from actors.scheduler.core import JobSpec
 from actors.scheduler.fence import LeaseFence
-from actors.scheduler.job import JobContext
+from actors.handlers import JobContext, StopSignal
+from actors.scheduler.job import scheduler_context
 
 
 def context(fence: LeaseFence, db_name: str | None = "db") -> JobContext:
     spec = JobSpec("j", handler="m:f", db_name=db_name)
-    return JobContext(spec, None, queue.Queue(), threading.Event(), fence)
+    return scheduler_context(spec, None, queue.Queue(), StopSignal(), fence)
 
 
 def test_no_file_means_no_deadline(tmp_path):

@@ -565,19 +565,19 @@ def test_job_spec_validation() -> None:
 
 
 def test_a_scheduler_jobs_context_has_the_pools_stop_waits() -> None:
-    """One handler runtime: a scheduler job's context is a HandlerContext too
+    """One handler runtime: a scheduler job's context is the pools' JobContext
     (wait_stopping, await stopped), woken by its host's stop from another thread."""
     import asyncio
     import queue
     import threading
     import time
 
-    from actors.handlers import HandlerContext, StopSignal
-    from actors.scheduler.job import JobContext
+    from actors.handlers import JobContext, StopSignal
+    from actors.scheduler.job import scheduler_context
 
     stop = StopSignal()
-    ctx = JobContext(permanent("ctx"), None, queue.Queue(), stop)
-    assert isinstance(ctx, HandlerContext) and not ctx.stopping
+    ctx = scheduler_context(permanent("ctx"), None, queue.Queue(), stop)
+    assert isinstance(ctx, JobContext) and not ctx.stopping
     assert ctx.wait_stopping(0.01) is False
 
     async def handler() -> tuple[bool, float]:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import queue
 import signal
-import threading
 
 import fdb.tuple
 import pytest
@@ -19,7 +18,8 @@ import pytest
 import fdblayer
 from actors.scheduler.replicate import checkpoint_key, read_checkpoint, replicate
 from actors.scheduler.core import JobSpec
-from actors.scheduler.job import JobContext
+from actors.handlers import StopSignal
+from actors.scheduler.job import scheduler_context
 
 from .test_scheduler_actor import h, wait_until  # noqa: F401 - the node fixture
 
@@ -60,7 +60,7 @@ def contents(path) -> dict:
 
 def run_inline(spec: dict) -> tuple[list, dict]:
     events: queue.Queue = queue.Queue()
-    ctx = JobContext(JobSpec.from_dict(spec), None, events, threading.Event())
+    ctx = scheduler_context(JobSpec.from_dict(spec), None, events, StopSignal())
     replicate(ctx)
     reports: dict = {}
     while not events.empty():

@@ -280,12 +280,12 @@ def test_a_process_forked_in_an_async_handler_exits_when_the_handler_returns_in_
 
 
 def test_ctx_stopped_wakes_from_another_thread_and_times_out():
-    from actors.workers.context import JobContext
+    from actors.workers.context import pool_context
 
     class Job:
         id, type = "j", "t"
 
-    ctx = JobContext(Job(), {}, 1, 3, lambda: None)
+    ctx = pool_context(Job(), {}, 1, 3, lambda: None)
 
     async def main():
         assert await ctx.stopped(0.05) is False
