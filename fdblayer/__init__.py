@@ -26,7 +26,7 @@ refers to ``fdb.impl``, which needs libfdb_c); see ``_fdb_tuple_compat``.
 
 from __future__ import annotations
 
-import importlib
+import sys
 import types
 from typing import Optional
 
@@ -68,24 +68,25 @@ __all__ = [
 ]
 
 
+class _NoValue:
+    """Stand-in for ``fdb.impl.Value``: nothing is an instance of it."""
+
+
 def _fdb_tuple_compat() -> None:
-    """Let ``fdb.tuple`` pack Versionstamps when libfdb_c is absent.
+    """Let ``fdb.tuple`` pack Versionstamps without loading libfdb_c.
 
-    ``Versionstamp.to_bytes`` checks ``isinstance(v, fdb.impl.Value)``; without
-    the C library ``fdb.impl`` cannot be imported, so we give ``fdb`` a stand-in
-    whose ``Value`` nothing is an instance of. Left alone when the real
-    ``fdb.impl`` is importable.
+    ``Versionstamp.to_bytes`` checks ``isinstance(v, fdb.impl.Value)``, and
+    importing ``fdb.impl`` loads the C library, searching for it first
+    (``ldconfig`` and a trial ``gcc`` link where it is missing: some 30 ms and
+    three processes, in every process that imports this package). So ``fdb``
+    gets a stand-in whose ``Value`` nothing is an instance of; the
+    FoundationDB backend's ``fdb.api_version`` imports the real ``fdb.impl``
+    when a store is opened, which replaces it (no ``Value`` exists before).
+    Left alone when ``fdb.impl`` is already imported.
     """
-    if hasattr(fdb, "impl"):
+    if hasattr(fdb, "impl") or "fdb.impl" in sys.modules:
         return
-    try:
-        importlib.import_module("fdb.impl")  # needs libfdb_c
-    except Exception:  # noqa: BLE001 - the bindings raise a bare Exception when the library is missing
-
-        class _NoValue:
-            """Stand-in for ``fdb.impl.Value``: nothing is an instance of it."""
-
-        fdb.impl = types.SimpleNamespace(Value=_NoValue)
+    fdb.impl = types.SimpleNamespace(Value=_NoValue)
 
 
 _fdb_tuple_compat()
