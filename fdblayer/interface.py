@@ -278,6 +278,24 @@ class Transaction(ReadView):
         happens. Adds no conflict and changes no result: a later read of a
         key adds its conflict as it always does."""
 
+    def expect_many(self, keys: Sequence[bytes], values: Sequence[Optional[bytes]]) -> List[Optional[bytes]]:
+        """Read ``keys`` as ``get_many`` does, where the caller believes each
+        holds the ``values`` (None: absent); returns the values the
+        transaction takes them to hold.
+
+        A backend whose reads are round trips (PostgreSQL) may return
+        ``values`` without reading and check them when it commits: if a key
+        then holds anything else the commit fails with ``ConflictError``, as
+        a read conflict does, and the transaction's retries (``on_error``
+        then the call again) read for real. Elsewhere this is ``get_many``.
+        Either way what the transaction saw is what the keys held at its
+        commit, so the guess changes no result, only the round trips; a
+        transaction that writes nothing checks its guesses at commit too.
+        """
+        if len(keys) != len(values):
+            raise ValueError("expect_many needs one value per key")
+        return self.get_many(keys)
+
     def add_read_conflict_key(self, key: bytes) -> None:
         """Make the commit fail if another transaction wrote ``key``."""
         key = check_key(key)

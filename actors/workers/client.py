@@ -174,7 +174,7 @@ def enqueue(
     time_limit = check_time_limit(timeout)
     priority = check_priority(priority)
     encoded = _encode({} if data is None else data, type, job_id)
-    _declare_and_enqueue(db, type, job_id, encoded, sched_time, max_attempts, time_limit, priority)
+    _declare_and_enqueue(db, type, job_id, encoded, sched_time, max_attempts, time_limit, priority, id is None)
     return job_id
 
 
@@ -188,12 +188,14 @@ def _declare_and_enqueue(
     max_attempts: Optional[int],
     time_limit: Optional[float] = None,
     priority: Optional[int] = None,
+    new_id: bool = False,
 ) -> None:
+    args = (tr, DEFAULT_LAYOUT, job_type, job_id, encoded, sched_time, max_attempts, time_limit, priority, new_id)
     try:  # the add reads the type's timeout anyway: declare only when it says there is none
-        work.enqueue(tr, DEFAULT_LAYOUT, job_type, job_id, encoded, sched_time, max_attempts, time_limit, priority)
+        work.enqueue(*args)
     except NoTypeTimeout:  # raised before anything is written
         declare_type(tr, job_type)
-        work.enqueue(tr, DEFAULT_LAYOUT, job_type, job_id, encoded, sched_time, max_attempts, time_limit, priority)
+        work.enqueue(*args)
 
 
 def declare_type(tr: Transaction, job_type: Any, timeout: float = DEFAULT_TYPE_TIMEOUT) -> bool:

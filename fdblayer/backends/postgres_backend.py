@@ -66,6 +66,7 @@ from fdblayer.interface import Database
 from fdblayer.backends.postgres_sql import (
     KEY_PREFIX_BYTES,
     SCHEMA_VERSION,
+    UPGRADABLE_FROM,
     Statements,
     check_prefix,
     connection_is_broken,
@@ -73,6 +74,7 @@ from fdblayer.backends.postgres_sql import (
     key_prefixes,
     map_pg_error,
     schema_sql,
+    upgrade_sql,
 )
 from fdblayer.backends.pooling import IdleConnections
 from fdblayer.backends.postgres_transaction import PostgresTransaction
@@ -176,8 +178,9 @@ class PostgresDatabase(IdleConnections[Any], Database):
 
     def _initialize(self) -> None:
         """Check the schema's version, creating the schema first on a first
-        open (under an advisory lock). An existing store costs one statement
-        on a connection then kept for the first transaction."""
+        open and upgrading an older one (each under an advisory lock). A
+        current store costs one statement on a connection then kept for the
+        first transaction."""
         import psycopg
 
         conn = self.connect()
@@ -186,8 +189,8 @@ class PostgresDatabase(IdleConnections[Any], Database):
                 row = conn.execute(self.sql.schema_version).fetchone()
             except psycopg.errors.UndefinedTable:
                 row = None
-            if row is None:  # a new store, or one whose creation another process is finishing
-                self._create_schema(conn)
+            if row is None or row[0] == UPGRADABLE_FROM:  # new, being created, or older
+                self._create_or_upgrade(conn)
             else:
                 self._check_version_row(row)
         except psycopg.Error as exc:
@@ -198,8 +201,9 @@ class PostgresDatabase(IdleConnections[Any], Database):
             raise
         self.checkin(conn, self._epoch)
 
-    def _create_schema(self, conn: Any) -> None:
-        """Create the schema unless another process did (under the advisory lock), then check its version."""
+    def _create_or_upgrade(self, conn: Any) -> None:
+        """Under the advisory lock: create the schema unless another process
+        did, upgrade it from :data:`UPGRADABLE_FROM`, then check its version."""
         with conn.transaction():
             conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"otpjobs-schema-{self.prefix}",))
             found = conn.execute("SELECT to_regclass(%s)", (f'"{self.prefix}_meta"',)).fetchone()[0]
@@ -207,8 +211,14 @@ class PostgresDatabase(IdleConnections[Any], Database):
                 for statement in schema_sql(self.prefix):
                     conn.execute(statement)
                 logger.info("store_created store=%s schema_version=%d", self.where, SCHEMA_VERSION)
-            else:
-                self._check_version(conn)
+                return
+            row = conn.execute(self.sql.schema_version).fetchone()
+            if row is not None and row[0] == UPGRADABLE_FROM:
+                for statement in upgrade_sql(self.prefix):
+                    conn.execute(statement)
+                logger.info("store_upgraded store=%s from=%d schema_version=%d", self.where, row[0], SCHEMA_VERSION)
+                return
+            self._check_version_row(row)
 
     def _check_version(self, conn: Any) -> None:
         self._check_version_row(conn.execute(self.sql.schema_version).fetchone())

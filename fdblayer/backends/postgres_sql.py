@@ -27,9 +27,11 @@ from fdblayer.exceptions import (
 
 __all__ = [
     "SCHEMA_VERSION",
+    "UPGRADABLE_FROM",
     "KEY_PREFIX_BYTES",
     "check_prefix",
     "schema_sql",
+    "upgrade_sql",
     "map_pg_error",
     "connection_is_broken",
     "first_line",
@@ -39,7 +41,11 @@ __all__ = [
     "PRUNE_EVERY",
 ]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+#: Version 1's store gains version 2's commit function (the checked guesses
+#: of ``expect_many``) when a version 2 program opens it; version 1's function
+#: stays for programs of version 1 still running.
+UPGRADABLE_FROM = 1
 #: Bytes of a key in the index's ordering column (btree entries must stay
 #: under a third of a page); longer keys add their sha256 for uniqueness.
 KEY_PREFIX_BYTES = 1024
@@ -80,18 +86,26 @@ def schema_sql(p: str) -> List[str]:
         f'CREATE INDEX IF NOT EXISTS "{p}_writes_version" ON {writes} (version)',
         f"CREATE TABLE IF NOT EXISTS {marks} (version bigint PRIMARY KEY, at timestamptz NOT NULL)",
         _ADD_FUNCTION.format(p=p),
-        _COMMIT_FUNCTION.format(
-            p=p,
-            kv=kv,
-            meta=meta,
-            writes=writes,
-            marks=marks,
-            KP=KP,
-            KH=KH,
-            age=MAX_TRANSACTION_AGE,
-            every=PRUNE_EVERY,
-        ),
+        _commit_function(p),
     ]
+
+
+def upgrade_sql(p: str) -> List[str]:
+    """The statements that make a version :data:`UPGRADABLE_FROM` store under
+    prefix ``p`` a version :data:`SCHEMA_VERSION` one: the new commit function
+    (an overload: the old one stays for old programs still running)."""
+    meta = f'"{p}_meta"'
+    return [
+        _commit_function(p),
+        f"UPDATE {meta} SET value = {SCHEMA_VERSION} WHERE name = 'schema_version'",
+    ]
+
+
+def _commit_function(p: str) -> str:
+    kv, meta, writes, marks = (f'"{p}_{name}"' for name in ("kv", "meta", "writes", "marks"))
+    return _COMMIT_FUNCTION.format(
+        p=p, kv=kv, meta=meta, writes=writes, marks=marks, KP=KP, KH=KH, age=MAX_TRANSACTION_AGE, every=PRUNE_EVERY
+    )
 
 
 #: FoundationDB's atomic add: little-endian, wrapping, sized by the parameter.
@@ -120,7 +134,8 @@ _COMMIT_FUNCTION = """
 CREATE OR REPLACE FUNCTION "{p}_commit"(
   rv bigint, rb bytea[], re bytea[],
   cb bytea[], ce bytea[], sk bytea[], sv bytea[], dk bytea[], ak bytea[], ap bytea[],
-  vk bytea[], vkpos int[], vkval bytea[], vvk bytea[], vv bytea[], vvpos int[]
+  vk bytea[], vkpos int[], vkval bytea[], vvk bytea[], vv bytea[], vvpos int[],
+  xk bytea[], xv bytea[]
 ) RETURNS bigint LANGUAGE plpgsql
 -- Every statement here wants an index: the conflict log, unanalysed while it
 -- grows, was otherwise scanned whole (1.2 ms a commit at 3,000 rows).
@@ -140,6 +155,13 @@ BEGIN
                WHERE w.version > rv AND w.b < r.e AND w.e > r.b) THEN
       RAISE EXCEPTION 'conflict' USING ERRCODE = '40001', HINT = 'conflict';
     END IF;
+  END IF;
+  -- The guesses (expect_many): each key holds its value now, under the lock.
+  IF cardinality(xk) > 0 AND EXISTS (
+      SELECT 1 FROM unnest(xk, xv) AS x(k, v)
+      WHERE (SELECT c.v FROM {kv} c WHERE substring(c.k from 1 for 1024) = substring(x.k from 1 for 1024)
+               AND c.k = x.k) IS DISTINCT FROM x.v) THEN
+    RAISE EXCEPTION 'guess' USING ERRCODE = '40001', HINT = 'guess';
   END IF;
   IF cardinality(cb) > 0 THEN
     DELETE FROM {kv} USING unnest(cb, ce) AS r(b, e)
@@ -272,7 +294,8 @@ class Statements:
         self.commit = (
             f'SELECT "{p}_commit"(%s, %b::bytea[], %b::bytea[], %b::bytea[], %b::bytea[], '
             "%b::bytea[], %b::bytea[], %b::bytea[], %b::bytea[], %b::bytea[], "
-            "%b::bytea[], %b::int[], %b::bytea[], %b::bytea[], %b::bytea[], %b::int[])"
+            "%b::bytea[], %b::int[], %b::bytea[], %b::bytea[], %b::bytea[], %b::int[], "
+            "%b::bytea[], %b::bytea[])"
         )
         self.watched = (
             f"SELECT NULL::bytea, NULL::bytea, value FROM {meta} WHERE name = 'commit_version' "

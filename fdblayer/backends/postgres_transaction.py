@@ -102,6 +102,8 @@ class PostgresTransaction(OwnWrites, StampAndWatches, Transaction):
         #: The first read runs without a snapshot (for one-read transactions).
         self.lone = lone
         self._snapshot_view: Optional[_SnapshotView] = None
+        #: After a commit with guesses failed, ``expect_many`` reads (kept by ``reset``).
+        self._expect_reads = False
         self._init_state()
 
     def _init_state(self) -> None:
@@ -115,7 +117,8 @@ class PostgresTransaction(OwnWrites, StampAndWatches, Transaction):
         self._stamp: Optional[VersionstampFuture] = None
         self._closed: Optional[str] = None  # None, "committed" or "cancelled"
         self._error: Optional[StoreError] = None
-        self._known: Dict[bytes, Optional[bytes]] = {}  # snapshot values read
+        self._known: Dict[bytes, Optional[bytes]] = {}  # snapshot values read (and guesses taken)
+        self._expected: Dict[bytes, Optional[bytes]] = {}  # guessed values, checked at commit
         self._sets: Dict[bytes, Optional[bytes]] = {}  # own writes (None: cleared)
         self._adds: Dict[bytes, List[List[int]]] = {}
         self._cleared: List[Tuple[bytes, bytes]] = []
@@ -153,6 +156,8 @@ class PostgresTransaction(OwnWrites, StampAndWatches, Transaction):
         """
         error = map_pg_error(exc, self._db.where, committing)
         self._error = error
+        if committing and self._expected:
+            self._expect_reads = True  # a guess may be what failed: the retries read
         conn = self._conn
         broken = conn is None or conn.closed or conn.broken or connection_is_broken(exc)
         if committing and not broken:
@@ -245,6 +250,8 @@ class PostgresTransaction(OwnWrites, StampAndWatches, Transaction):
         self._ensure_usable()
         watched = [(w, self._view_value(w.key)) for w in self._watches] if self._watches else None
         wrote = bool(self._sets or self._adds or self._cleared or self._stamped_keys or self._stamped_values)
+        if self._expected and not wrote:
+            self._check_expected()
         version = self._send_commit() if wrote else None
         if not wrote:
             self._drop_connection(broken=False)
@@ -284,6 +291,8 @@ class PostgresTransaction(OwnWrites, StampAndWatches, Transaction):
             [k for k, _, _ in self._stamped_values],
             [t for _, t, _ in self._stamped_values],
             [pos for _, _, pos in self._stamped_values],
+            list(self._expected),
+            list(self._expected.values()),
         )
 
     def _send_commit(self) -> int:
@@ -378,6 +387,38 @@ class PostgresTransaction(OwnWrites, StampAndWatches, Transaction):
         ]
         if missing:
             self._fetch(missing)
+
+    def expect_many(self, keys: Sequence[bytes], values: Sequence[Optional[bytes]]) -> List[Optional[bytes]]:
+        """Take ``keys`` to hold ``values`` without reading, checked by the
+        commit (see ``Transaction``); keys this transaction already read or
+        wrote, and every key after a commit with guesses failed, are read."""
+        if len(keys) != len(values):
+            raise ValueError("expect_many needs one value per key")
+        keys = [check_key(k) if type(k) is not bytes or len(k) > MAX_KEY_SIZE else k for k in keys]
+        self._ensure_usable()
+        if self._expect_reads:
+            return self._read_many(keys, snapshot=False)
+        for key, value in zip(keys, values, strict=True):
+            if key in self._known or key in self._sets or key in self._adds or self._in_cleared(key):
+                continue  # seen already: read below, never guessed
+            if value is not None:
+                check_value(value)
+            self._expected[key] = value
+            self._known[key] = value
+        return self._read_many(keys, snapshot=False)
+
+    def _check_expected(self) -> None:
+        """A transaction that writes nothing: read its guessed keys (in its
+        snapshot, or alone) and fail as a conflict if one holds another value."""
+        guessed, self._expected = self._expected, {}
+        for key in guessed:
+            del self._known[key]
+        found = self._fetch(list(guessed))
+        if any(found[k] != v for k, v in guessed.items()):
+            self._expect_reads = True
+            self._error = ConflictError(f"store {self._db.where}: a key did not hold the value the transaction took")
+            self._drop_connection(broken=False)
+            raise self._error
 
     def _fetch(self, keys: List[bytes]) -> Dict[bytes, Optional[bytes]]:
         """Read keys from the snapshot into ``_known``."""

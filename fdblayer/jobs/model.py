@@ -38,7 +38,8 @@ from __future__ import annotations
 
 import logging
 import random
-from typing import Callable, Iterable, Optional
+import weakref
+from typing import Any, Callable, Iterable, Optional
 
 import fdb.tuple
 
@@ -93,6 +94,7 @@ def add(
     sched_time: int,
     priority: Optional[int] = None,
     type_default: bool = False,
+    new_id: bool = False,
 ) -> JobValue:
     """Add a job, or resubmit it if it exists (the seed's ``add/5``).
 
@@ -115,6 +117,12 @@ def add(
             the type's declared one, :func:`stored_priority`, for both).
         type_default: read the type's declared priority with the job and
             its type timeout (one round trip) when ``priority`` is None.
+        new_id: ``job_id`` was made just now for this add (no job can have
+            it): with ``type_default``, the job row is taken to be absent and
+            the type's rows to be what this process last saw, checked when
+            the transaction commits (``Transaction.expect_many``: no read
+            round trip on PostgreSQL; a wrong guess fails the commit and the
+            retry reads).
 
     Returns:
         The job's DATA row as it will be committed.
@@ -123,9 +131,9 @@ def add(
         NoTypeTimeout: ``job_type`` has no type timeout.
     """
     key = layout.data_key(job_type, job_id)
-    if priority is None and type_default:  # one round trip for the three
-        timeout, raw, declared = tr.get_many(
-            [layout.activity_timeout_key(job_type), key, layout.type_priority_key(job_type)]
+    if priority is None and type_default:  # one round trip for the three, or none
+        timeout, raw, declared = _type_and_job_rows(
+            tr, layout.activity_timeout_key(job_type), key, layout.type_priority_key(job_type), new_id
         )
         priority = stored_priority(declared)
     else:
@@ -142,6 +150,31 @@ def add(
     bump(tr, layout, job_type, "jobs")
     bump(tr, layout, job_type, "added")
     return rows.maybe_enqueue(tr, layout, job_type, job_id, sched_time, True, data, key, priority=priority or 0)
+
+
+#: A type's timeout and declared priority rows as this process last saw them,
+#: per store handle (what :func:`add` guesses for a new id's job).
+_SEEN: weakref.WeakKeyDictionary[Any, dict[bytes, Optional[bytes]]] = weakref.WeakKeyDictionary()
+_SEEN_MAX = 4096
+
+
+def _type_and_job_rows(
+    tr: Transaction, timeout_key: bytes, key: bytes, priority_key: bytes, new_id: bool
+) -> list[Optional[bytes]]:
+    """The type's timeout row, the job's row and the type's priority row:
+    guessed (the job absent, the type's rows as last seen here, when the type
+    was seen declared) for a new id, else read; remembered for the next add."""
+    seen = _SEEN.get(tr.db)
+    if seen is None or len(seen) > _SEEN_MAX:
+        seen = _SEEN[tr.db] = {}
+    guess = seen.get(timeout_key)
+    keys = [timeout_key, key, priority_key]
+    if new_id and guess is not None and priority_key in seen:
+        values = tr.expect_many(keys, [guess, None, seen[priority_key]])
+    else:
+        values = tr.get_many(keys)
+    seen[timeout_key], seen[priority_key] = values[0], values[2]
+    return values
 
 
 def stored_priority(raw: Optional[bytes]) -> int:

@@ -166,12 +166,14 @@ def enqueue(
     max_attempts: Optional[int],
     time_limit: Optional[float] = None,
     priority: Optional[int] = None,
+    new_id: bool = False,
 ) -> JobState:
     """Add a job as ``model.add`` does (at ``priority``) and give it a fresh
     work record (with the job's own ``max_attempts`` and ``time_limit``).
 
     A job that is running keeps its record (it is flagged resubmitted and
-    starts afresh when its attempt ends, see :func:`complete`).
+    starts afresh when its attempt ends, see :func:`complete`). ``new_id``:
+    ``job_id`` was made for this add (see ``model.add``).
 
     Returns:
         The job's state after the add.
@@ -179,7 +181,7 @@ def enqueue(
     Raises:
         NoTypeTimeout: ``job_type`` has no type timeout.
     """
-    value = model.add(tr, layout, job_type, job_id, data, sched_time, priority, type_default=True)
+    value = model.add(tr, layout, job_type, job_id, data, sched_time, priority, type_default=True, new_id=new_id)
     state = job_state(value.lock, value.seq)
     if state is not JobState.RUNNING:
         tr.set(layout.work_key(job_type, job_id), WorkRecord(max_attempts=max_attempts, time_limit=time_limit).pack())

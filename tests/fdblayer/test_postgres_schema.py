@@ -9,7 +9,7 @@ import psycopg
 import pytest
 
 import fdblayer
-from fdblayer.exceptions import InvalidStoreURL, KeyTooLarge, ServerGone, StoreUnavailable
+from fdblayer.exceptions import ConflictError, InvalidStoreURL, KeyTooLarge, ServerGone, StoreUnavailable
 from fdblayer.backends.postgres_backend import KEY_PREFIX_BYTES, SCHEMA_VERSION
 
 
@@ -37,6 +37,37 @@ def test_a_store_of_another_schema_version_is_refused_naming_both(pg_server, pg_
     with pytest.raises(StoreUnavailable) as caught:
         fdblayer.open(pg_url)
     assert "version 99" in str(caught.value) and f"version {SCHEMA_VERSION}" in str(caught.value)
+
+
+def test_a_version_1_store_is_upgraded_when_opened_and_keeps_its_data(pg_server, pg_url):
+    """A store made by version 1 (its commit function without the checked
+    guesses) gets version 2's commit function when this version opens it;
+    its data stay and guesses are checked from then on."""
+    db = fdblayer.open(pg_url)
+    db.set(b"kept", b"v")
+    db.close()
+    prefix = fdblayer.parse_store_url(pg_url).params["prefix"]
+    with psycopg.connect(pg_server.conninfo(), autocommit=True) as conn:  # as version 1 left it
+        conn.execute(f"UPDATE \"{prefix}_meta\" SET value = 1 WHERE name = 'schema_version'")
+        conn.execute(
+            f'DROP FUNCTION "{prefix}_commit"(bigint, {", ".join(["bytea[]"] * 10)}, int[], '
+            "bytea[], bytea[], bytea[], int[], bytea[], bytea[])"
+        )
+    db = fdblayer.open(pg_url)
+    try:
+        with psycopg.connect(pg_server.conninfo(), autocommit=True) as conn:
+            row = conn.execute(f"SELECT value FROM \"{prefix}_meta\" WHERE name = 'schema_version'").fetchone()
+        assert row[0] == SCHEMA_VERSION == 2
+        assert db.get(b"kept") == b"v"
+        tr = db.create_transaction()
+        assert tr.expect_many([b"kept"], [b"wrong"]) == [b"wrong"]
+        tr.set(b"out", b"x")
+        with pytest.raises(ConflictError):
+            tr.commit()
+        db.set(b"out", b"y")
+        assert db.get(b"out") == b"y"
+    finally:
+        db.close()
 
 
 @pytest.mark.parametrize("prefix", ["", "1abc", "a;b", "a b", "x" * 41, 'a"b'])

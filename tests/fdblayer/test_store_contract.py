@@ -649,6 +649,70 @@ class TestConflicts:
         tr.commit()
         assert db.get(b"pre-a") == b"mine" and db.get(b"pre-c") is None
 
+    def test_a_right_guess_commits_and_reads_as_the_key(self, db):
+        """``expect_many``: what a transaction takes the keys to hold is what
+        they hold, guessed or read; its writes commit."""
+        db.set(b"exp-a", b"1")
+        tr = db.create_transaction()
+        assert tr.expect_many([b"exp-a", b"exp-none"], [b"1", None]) == [b"1", None]
+        assert tr.get(b"exp-a") == b"1"
+        tr.set(b"exp-out", b"x")
+        tr.commit()
+        assert db.get(b"exp-out") == b"x"
+
+    def test_a_wrong_guess_never_commits_and_the_retry_reads(self, db):
+        """A transaction that takes a key to hold what it does not either read
+        it (and sees the truth) or fails its commit as a conflict; through
+        ``transactional`` the retry reads, so the body sees the real value and
+        its write lands once."""
+        db.set(b"exp-a", b"real")
+        tr = db.create_transaction()
+        (seen,) = tr.expect_many([b"exp-a"], [b"guess"])
+        tr.set(b"exp-out", seen)
+        if seen == b"guess":
+            with pytest.raises(ConflictError):
+                tr.commit()
+            assert db.get(b"exp-out") is None
+        else:
+            assert seen == b"real"
+            tr.commit()
+        seen_by_body = []
+
+        @fdblayer.transactional
+        def body(tr):
+            (value,) = tr.expect_many([b"exp-a"], [b"guess"])
+            seen_by_body.append(value)
+            tr.set(b"exp-out", value)
+
+        body(db)
+        assert seen_by_body[-1] == b"real" and db.get(b"exp-out") == b"real"
+
+    def test_a_guess_changed_by_another_commit_fails_the_commit(self, db, store_url):
+        """A right guess that another transaction makes wrong before this one
+        commits: the commit fails (nothing of it lands), on every backend."""
+        db.set(b"exp-a", b"1")
+        other = fdblayer.open(store_url)
+        try:
+            tr = db.create_transaction()
+            assert tr.expect_many([b"exp-a"], [b"1"]) == [b"1"]
+            other.set(b"exp-a", b"2")
+            tr.set(b"exp-out", b"x")
+            with pytest.raises(ConflictError):
+                tr.commit()
+        finally:
+            other.close()
+        assert db.get(b"exp-out") is None
+
+    def test_a_read_only_transaction_checks_its_guesses(self, db):
+        db.set(b"exp-a", b"real")
+        tr = db.create_transaction()
+        (seen,) = tr.expect_many([b"exp-a"], [b"guess"])
+        if seen == b"guess":
+            with pytest.raises(ConflictError):
+                tr.commit()
+        else:
+            tr.commit()
+
     def test_a_read_elsewhere_makes_blind_writes_conflict_only_without_key_conflicts(self, db, store_url):
         """With key conflicts (FoundationDB) a read of another key adds no
         conflict to blind writes; the SQLite backend's conflicts are
