@@ -271,12 +271,13 @@ class Transaction(ReadView):
         end = strinc(prefix) if prefix.rstrip(b"\xff") else END_OF_KEYSPACE
         self.clear_range(prefix, end)
 
-    def prefetch(self, keys: Sequence[bytes]) -> None:
-        """A hint: ``keys`` will be read in this transaction. A backend whose
-        reads are round trips (PostgreSQL) reads them now, all in one, and
-        later reads of them are answered from what it read; elsewhere nothing
-        happens. Adds no conflict and changes no result: a later read of a
-        key adds its conflict as it always does."""
+    def prefetch(self, keys: Sequence[bytes], ranges: Sequence[tuple[bytes, bytes, int]] = ()) -> None:
+        """A hint: ``keys``, and the ranges ``(begin, end, limit)`` (read
+        forward from ``begin``), will be read in this transaction. A backend
+        whose reads are round trips (PostgreSQL) reads them now, all in one
+        statement, and later reads of them are answered from what it read;
+        elsewhere nothing happens. Adds no conflict and changes no result: a
+        later read of a key or range adds its conflict as it always does."""
 
     def expect_many(self, keys: Sequence[bytes], values: Sequence[Optional[bytes]]) -> List[Optional[bytes]]:
         """Read ``keys`` as ``get_many`` does, where the caller believes each

@@ -283,6 +283,12 @@ class Statements:
             f"AND {KP} <= substring(%s from 1 for {KEY_PREFIX_BYTES}) AND k >= %s AND k < %s"
         )
         self.range_asc = f"({version}) UNION ALL (SELECT k, v FROM {kv} WHERE {bounds} ORDER BY {KP}, k LIMIT %s)"
+        self._prefetch_parts = (
+            f"SELECT NULL::bytea, int8send(value), 0 FROM {meta} WHERE name = 'commit_version' UNION ALL "
+            f"SELECT k, v, 0 FROM {kv} WHERE {KP} = ANY(%b::bytea[]) AND k = ANY(%b::bytea[])",
+            f" UNION ALL (SELECT k, v, {{n}} FROM {kv} WHERE {bounds} ORDER BY {KP}, k LIMIT %s)",
+        )
+        self._prefetch: dict[int, str] = {}
         self.range_desc = (
             f"({version}) UNION ALL (SELECT k, v FROM {kv} WHERE {bounds} ORDER BY {KP} DESC, k DESC LIMIT %s)"
         )
@@ -302,6 +308,15 @@ class Statements:
             f"UNION ALL SELECT k, v, NULL FROM {kv} WHERE {KP} = ANY(%b::bytea[]) AND k = ANY(%b::bytea[])"
         )
         self.channel = f"{p}_commits"
+
+    def prefetch(self, ranges: int) -> str:
+        """The statement reading keys (rows tagged 0) and ``ranges`` forward
+        ranges (rows tagged 1, 2...) at once, after the commit version."""
+        sql = self._prefetch.get(ranges)
+        if sql is None:
+            head, part = self._prefetch_parts
+            sql = self._prefetch[ranges] = head + "".join(part.format(n=n + 1) for n in range(ranges))
+        return sql
 
 
 def key_prefixes(keys: List[bytes]) -> List[bytes]:

@@ -119,6 +119,8 @@ class PostgresTransaction(OwnWrites, StampAndWatches, Transaction):
         self._error: Optional[StoreError] = None
         self._known: Dict[bytes, Optional[bytes]] = {}  # snapshot values read (and guesses taken)
         self._expected: Dict[bytes, Optional[bytes]] = {}  # guessed values, checked at commit
+        #: Forward ranges prefetched: (begin, end) -> (the limit read with, the snapshot's rows).
+        self._ranges: Dict[Tuple[bytes, bytes], Tuple[int, List[Tuple[bytes, bytes]]]] = {}
         self._sets: Dict[bytes, Optional[bytes]] = {}  # own writes (None: cleared)
         self._adds: Dict[bytes, List[List[int]]] = {}
         self._cleared: List[Tuple[bytes, bytes]] = []
@@ -378,15 +380,45 @@ class PostgresTransaction(OwnWrites, StampAndWatches, Transaction):
             self._fetch(missing)
         return [self._read(k, snapshot) for k in keys]
 
-    def prefetch(self, keys: Sequence[bytes]) -> None:
-        """Read ``keys`` from the snapshot in one statement (see ``Transaction``)."""
+    def prefetch(self, keys: Sequence[bytes], ranges: Sequence[Tuple[bytes, bytes, int]] = ()) -> None:
+        """Read ``keys`` and the forward ``ranges`` from the snapshot in one
+        statement (see ``Transaction``); a later read of one of those ranges
+        with at most its limit (or of a range that had fewer rows) is
+        answered from it."""
         keys = [check_key(k) if type(k) is not bytes or len(k) > MAX_KEY_SIZE else k for k in keys]
         self._ensure_usable()
         missing = [
             k for k in dict.fromkeys(keys) if k not in self._known and k not in self._sets and not self._in_cleared(k)
         ]
-        if missing:
-            self._fetch(missing)
+        todo = [
+            (check_key(b), check_key(e), max(limit + 16, _CHUNK))  # what the range read will ask of the store
+            for b, e, limit in ranges
+            if b < e and (b, e) not in self._ranges
+        ]
+        if not todo or len(missing) > _MANY:
+            if missing:
+                self._fetch(missing)
+            missing = []
+        if todo:
+            self._fetch_with_ranges(missing, todo)
+
+    def _fetch_with_ranges(self, keys: List[bytes], ranges: List[Tuple[bytes, bytes, int]]) -> None:
+        params: List[Any] = [key_prefixes(keys), keys]
+        for low, high, limit in ranges:
+            params += [low, high, low, high, limit]
+        found: Dict[bytes, Optional[bytes]] = dict.fromkeys(keys)
+        by_range: List[List[Tuple[bytes, bytes]]] = [[] for _ in ranges]
+        for k, v, tag in self._query(self._db.sql.prefetch(len(ranges)), tuple(params)):
+            if tag:
+                by_range[tag - 1].append((k, v))
+            else:
+                found[k] = v
+        for key in keys:
+            self._note_read(key, key + b"\x00")
+        self._known.update(found)
+        for (low, high, limit), rows in zip(ranges, by_range, strict=True):
+            self._note_read(low, high)
+            self._ranges[(low, high)] = (limit, rows)
 
     def expect_many(self, keys: Sequence[bytes], values: Sequence[Optional[bytes]]) -> List[Optional[bytes]]:
         """Take ``keys`` to hold ``values`` without reading, checked by the
@@ -526,8 +558,12 @@ class PostgresTransaction(OwnWrites, StampAndWatches, Transaction):
         return rows
 
     def _db_range(self, low: bytes, high: bytes, limit: int, reverse: bool) -> List[Tuple[bytes, bytes]]:
-        sql = self._db.sql
-        rows = self._query(sql.range_desc if reverse else sql.range_asc, (low, high, low, high, limit or None))
+        cached = None if reverse else self._ranges.get((low, high))
+        if cached is not None and (len(cached[1]) < cached[0] or 0 < limit <= cached[0]):
+            rows = cached[1][:limit] if limit else cached[1]  # prefetched: the snapshot's rows
+        else:
+            sql = self._db.sql
+            rows = self._query(sql.range_desc if reverse else sql.range_asc, (low, high, low, high, limit or None))
         if limit and len(rows) == limit:  # the part the rows depend on
             last = rows[-1][0]
             self._note_read(last, high) if reverse else self._note_read(low, last + b"\x00")

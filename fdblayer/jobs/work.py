@@ -369,13 +369,26 @@ def _exhaust(
 # ---------------------------------------------------------------- ending attempts
 
 
-def prefetch_step(tr: Transaction, layout: Layout, jobs: Iterable[Job], types: Iterable[JobType]) -> None:
+def prefetch_step(
+    tr: Transaction, layout: Layout, jobs: Iterable[Job], claims: Iterable[tuple[JobType, int]], now: float
+) -> None:
     """Read at once what :func:`mark_started` and :func:`complete` of
-    ``jobs`` and :func:`claim` of ``types`` read first, in this transaction
-    (``Transaction.prefetch``: one round trip where reads are round trips)."""
+    ``jobs`` and :func:`claim` of ``claims`` = ``[(type, limit)]`` at ``now``
+    read first, in this transaction (``Transaction.prefetch``: one round trip
+    where reads are round trips): the jobs' rows; each type's pause key, the
+    pending watch a claim arms when the queue runs dry, its due jobs of
+    priority 0, whether it has jobs of other priorities, and its next due
+    job of priority 0."""
     keys = [k for j in jobs for k in (layout.data_key(j.type, j.id), layout.work_key(j.type, j.id))]
-    types = list(types)  # the pause keys a claim reads first, the pending watch it arms when the queue runs dry
-    tr.prefetch(keys + [layout.paused_key(t) for t in types] + [layout.watches_pending_key(t) for t in types])
+    ranges = []
+    spread = tr.db.key_conflicts
+    for job_type, limit in claims:
+        keys += [layout.paused_key(job_type), layout.watches_pending_key(job_type)]
+        prefix, due_end = layout.pending_prefix(job_type, 0), layout.pending_end(job_type, int(now), 0)
+        ranges.append((prefix, due_end, max(limit, pending.RANGE_LIMIT) if spread else limit))
+        ranges.append((layout.prio_pending_prefix(job_type), strinc(layout.prio_pending_prefix(job_type)), 1))
+        ranges.append((due_end, strinc(prefix), 1))
+    tr.prefetch(keys, ranges)
 
 
 @transactional
@@ -392,7 +405,8 @@ def step(
     end ``outcomes`` (:func:`complete`) and claim for ``claims`` = ``[(type,
     limit, default_max)]`` (:func:`claim`), what they read first read at once. Returns ``(lost jobs,
     [ClaimResult per claim])``."""
-    prefetch_step(tr, layout, [job for job, _ in starts] + [o.job for o in outcomes], [t for t, _, _ in claims])
+    jobs = [job for job, _ in starts] + [o.job for o in outcomes]
+    prefetch_step(tr, layout, jobs, [(t, limit) for t, limit, _ in claims], now)
     lost = mark_started(tr, layout, starts) if starts else []
     lost += complete(tr, layout, outcomes, now) if outcomes else []
     results = [claim(tr, layout, t, now, limit, worker, default_max) for t, limit, default_max in claims]

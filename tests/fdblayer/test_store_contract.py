@@ -649,6 +649,44 @@ class TestConflicts:
         tr.commit()
         assert db.get(b"pre-a") == b"mine" and db.get(b"pre-c") is None
 
+    def test_a_prefetched_range_reads_the_snapshot_for_any_limit_and_conflicts_when_read(self, db, store_url):
+        """A range given to ``prefetch`` reads what the snapshot holds (not a
+        write committed since), for a smaller or a larger limit than it was
+        prefetched with; read with conflicts, it conflicts."""
+        for n in range(6):
+            db.set(b"pr-%d" % n, b"v%d" % n)
+        other = fdblayer.open(store_url)
+        try:
+            tr = db.create_transaction()
+            assert tr.get(b"pr-start") is None  # the snapshot is taken
+            tr.prefetch([b"pr-key"], [(b"pr-", b"pr.", 3), (b"pr-9", b"pr.", 1)])
+            other.set(b"pr-2", b"theirs")
+            other.set(b"pr-7", b"theirs")
+            want = [(b"pr-%d" % n, b"v%d" % n) for n in range(6)]
+            assert [(kv.key, kv.value) for kv in tr.snapshot.get_range(b"pr-", b"pr.", limit=2)] == want[:2]
+            assert [(kv.key, kv.value) for kv in tr.snapshot.get_range(b"pr-", b"pr.")] == want
+            assert tr.snapshot.get_range(b"pr-9", b"pr.", limit=1) == []
+            assert [kv.key for kv in tr.get_range(b"pr-", b"pr.", limit=5)] == [k for k, _ in want[:5]]
+            tr.set(b"pr-out", b"x")
+            with pytest.raises(ConflictError):
+                tr.commit()
+        finally:
+            other.close()
+        assert db.get(b"pr-out") is None
+
+    def test_a_prefetched_range_reads_this_transactions_own_writes(self, db):
+        for n in range(6):
+            db.set(b"pr-%d" % n, b"v%d" % n)
+        tr = db.create_transaction()
+        tr.set(b"pr-1", b"mine")
+        tr.prefetch([], [(b"pr-", b"pr.", 3)])
+        tr.clear(b"pr-4")
+        tr.set(b"pr-45", b"new")
+        got = [(kv.key, kv.value) for kv in tr.snapshot.get_range(b"pr-", b"pr.", limit=5)]
+        assert got == [(b"pr-0", b"v0"), (b"pr-1", b"mine"), (b"pr-2", b"v2"), (b"pr-3", b"v3"), (b"pr-45", b"new")]
+        tr.commit()
+        assert db.get(b"pr-4") is None and db.get(b"pr-45") == b"new"
+
     def test_a_right_guess_commits_and_reads_as_the_key(self, db):
         """``expect_many``: what a transaction takes the keys to hold is what
         they hold, guessed or read; its writes commit."""
