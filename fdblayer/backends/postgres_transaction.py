@@ -58,6 +58,7 @@ from fdblayer.backends.buffered import StampAndWatches
 from fdblayer.limits import add_params, apply_adds, check_versionstamp_template
 from fdblayer.backends.postgres_sql import connection_is_broken, key_prefixes, map_pg_error
 from fdblayer.backends.postgres_own_writes import OwnWrites
+from fdblayer.backends.postgres_read_ahead import CHUNK, MANY, ReadAhead
 from fdblayer.selectors import END_OF_KEYSPACE, KeyOrSelector, KeySelector, KeyValue, to_selector
 from fdblayer.forks import ForkEpoch
 from fdblayer.watches import Watch
@@ -68,9 +69,6 @@ if TYPE_CHECKING:
 __all__ = ["PostgresTransaction"]
 
 logger = logging.getLogger(__name__)
-
-_CHUNK = 256  # rows per query when a limited range read must skip buffered keys
-_MANY = 1000  # keys per multi-key query
 
 
 class _SnapshotView(ReadView):
@@ -94,7 +92,7 @@ class _SnapshotView(ReadView):
         return self._tr._get_range(begin, end, limit, reverse, snapshot=True)
 
 
-class PostgresTransaction(OwnWrites, StampAndWatches, Transaction):
+class PostgresTransaction(ReadAhead, OwnWrites, StampAndWatches, Transaction):
     """A transaction on a ``PostgresDatabase`` (see the module docstring)."""
 
     def __init__(self, db: "PostgresDatabase", lone: bool = False) -> None:
@@ -380,84 +378,12 @@ class PostgresTransaction(OwnWrites, StampAndWatches, Transaction):
             self._fetch(missing)
         return [self._read(k, snapshot) for k in keys]
 
-    def prefetch(self, keys: Sequence[bytes], ranges: Sequence[Tuple[bytes, bytes, int]] = ()) -> None:
-        """Read ``keys`` and the forward ``ranges`` from the snapshot in one
-        statement (see ``Transaction``); a later read of one of those ranges
-        with at most its limit (or of a range that had fewer rows) is
-        answered from it."""
-        keys = [check_key(k) if type(k) is not bytes or len(k) > MAX_KEY_SIZE else k for k in keys]
-        self._ensure_usable()
-        missing = [
-            k for k in dict.fromkeys(keys) if k not in self._known and k not in self._sets and not self._in_cleared(k)
-        ]
-        todo = [
-            (check_key(b), check_key(e), max(limit + 16, _CHUNK))  # what the range read will ask of the store
-            for b, e, limit in ranges
-            if b < e and (b, e) not in self._ranges
-        ]
-        if not todo or len(missing) > _MANY:
-            if missing:
-                self._fetch(missing)
-            missing = []
-        if todo:
-            self._fetch_with_ranges(missing, todo)
-
-    def _fetch_with_ranges(self, keys: List[bytes], ranges: List[Tuple[bytes, bytes, int]]) -> None:
-        params: List[Any] = [key_prefixes(keys), keys]
-        for low, high, limit in ranges:
-            params += [low, high, low, high, limit]
-        found: Dict[bytes, Optional[bytes]] = dict.fromkeys(keys)
-        by_range: List[List[Tuple[bytes, bytes]]] = [[] for _ in ranges]
-        for k, v, tag in self._query(self._db.sql.prefetch(len(ranges)), tuple(params)):
-            if tag:
-                by_range[tag - 1].append((k, v))
-            else:
-                found[k] = v
-        for key in keys:
-            self._note_read(key, key + b"\x00")
-        self._known.update(found)
-        for (low, high, limit), rows in zip(ranges, by_range, strict=True):
-            self._note_read(low, high)
-            self._ranges[(low, high)] = (limit, rows)
-
-    def expect_many(self, keys: Sequence[bytes], values: Sequence[Optional[bytes]]) -> List[Optional[bytes]]:
-        """Take ``keys`` to hold ``values`` without reading, checked by the
-        commit (see ``Transaction``); keys this transaction already read or
-        wrote, and every key after a commit with guesses failed, are read."""
-        if len(keys) != len(values):
-            raise ValueError("expect_many needs one value per key")
-        keys = [check_key(k) if type(k) is not bytes or len(k) > MAX_KEY_SIZE else k for k in keys]
-        self._ensure_usable()
-        if self._expect_reads:
-            return self._read_many(keys, snapshot=False)
-        for key, value in zip(keys, values, strict=True):
-            if key in self._known or key in self._sets or key in self._adds or self._in_cleared(key):
-                continue  # seen already: read below, never guessed
-            if value is not None:
-                check_value(value)
-            self._expected[key] = value
-            self._known[key] = value
-        return self._read_many(keys, snapshot=False)
-
-    def _check_expected(self) -> None:
-        """A transaction that writes nothing: read its guessed keys (in its
-        snapshot, or alone) and fail as a conflict if one holds another value."""
-        guessed, self._expected = self._expected, {}
-        for key in guessed:
-            del self._known[key]
-        found = self._fetch(list(guessed))
-        if any(found[k] != v for k, v in guessed.items()):
-            self._expect_reads = True
-            self._error = ConflictError(f"store {self._db.where}: a key did not hold the value the transaction took")
-            self._drop_connection(broken=False)
-            raise self._error
-
     def _fetch(self, keys: List[bytes]) -> Dict[bytes, Optional[bytes]]:
         """Read keys from the snapshot into ``_known``."""
         sql = self._db.sql
         found: Dict[bytes, Optional[bytes]] = {}
-        for start in range(0, len(keys), _MANY):
-            chunk = keys[start : start + _MANY]
+        for start in range(0, len(keys), MANY):
+            chunk = keys[start : start + MANY]
             if len(chunk) == 1:
                 rows = self._query(sql.get, (chunk[0], chunk[0]))
             else:
@@ -529,7 +455,7 @@ class PostgresTransaction(OwnWrites, StampAndWatches, Transaction):
         cursor_low, cursor_high = low, high
         while True:
             want = 0 if not limit else limit - len(rows) + len(overlay) + 16
-            db_rows = self._db_range(cursor_low, cursor_high, max(want, _CHUNK) if limit else 0, reverse)
+            db_rows = self._db_range(cursor_low, cursor_high, max(want, CHUNK) if limit else 0, reverse)
             rows = self._merge(
                 rows,
                 db_rows,
@@ -537,9 +463,9 @@ class PostgresTransaction(OwnWrites, StampAndWatches, Transaction):
                 cursor_low,
                 cursor_high,
                 reverse,
-                final=not limit or len(db_rows) < max(want, _CHUNK),
+                final=not limit or len(db_rows) < max(want, CHUNK),
             )
-            if not limit or len(rows) >= limit or len(db_rows) < max(want, _CHUNK):
+            if not limit or len(rows) >= limit or len(db_rows) < max(want, CHUNK):
                 break
             last = db_rows[-1][0]
             if reverse:
@@ -558,9 +484,9 @@ class PostgresTransaction(OwnWrites, StampAndWatches, Transaction):
         return rows
 
     def _db_range(self, low: bytes, high: bytes, limit: int, reverse: bool) -> List[Tuple[bytes, bytes]]:
-        cached = None if reverse else self._ranges.get((low, high))
-        if cached is not None and (len(cached[1]) < cached[0] or 0 < limit <= cached[0]):
-            rows = cached[1][:limit] if limit else cached[1]  # prefetched: the snapshot's rows
+        prefetched = None if reverse else self._prefetched_range(low, high, limit)
+        if prefetched is not None:
+            rows = prefetched
         else:
             sql = self._db.sql
             rows = self._query(sql.range_desc if reverse else sql.range_asc, (low, high, low, high, limit or None))
