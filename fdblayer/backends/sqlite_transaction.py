@@ -29,7 +29,6 @@ import sqlite3
 from typing import TYPE_CHECKING, Collection, Dict, List, Optional, Sequence, Tuple
 
 from fdblayer.exceptions import (
-    ConflictError,
     InvalidTransactionState,
     NoCommitVersion,
     StoreError,
@@ -142,7 +141,6 @@ class SqliteTransaction(SqliteLocking, StampAndWatches, Transaction):
         self._error: Optional[StoreError] = None
         self._ok = True  # neither closed nor failed (the hot paths' one-attribute check)
         self._known: Dict[bytes, Optional[bytes]] = {}  # this transaction's view
-        self._expected: Dict[bytes, Optional[bytes]] = {}  # guessed values, checked at commit
         self._pending: Dict[bytes, Optional[bytes]] = {}  # unflushed sets (None: clear)
         self._cleared = False  # a clear was buffered since the last flush
         self._adds: Dict[bytes, List[List[int]]] = {}  # unflushed adds to unread keys
@@ -269,8 +267,6 @@ class SqliteTransaction(SqliteLocking, StampAndWatches, Transaction):
         if not self._ok or self._epoch != ForkEpoch.value:
             self._ensure_usable()
         watched = self._watched_values() if self._watches else None
-        if self._expected:
-            self._check_expected()
         if self._pending or self._adds:
             self._flush()
         wrote = self._mode == "write"
@@ -389,40 +385,6 @@ class SqliteTransaction(SqliteLocking, StampAndWatches, Transaction):
         value = apply_adds(self._fetch(key), self._adds.pop(key))
         self._known[key] = self._pending[key] = value
         return value
-
-    def expect_many(self, keys: Sequence[bytes], values: Sequence[Optional[bytes]]) -> List[Optional[bytes]]:
-        """Take ``keys`` to hold ``values`` without reading, checked by the
-        commit (see ``Transaction``). Only before the transaction has a
-        snapshot or the write lock: a transaction that writes next then
-        queues for the lock without a read first, so a writer committing
-        meanwhile cannot make it conflict; otherwise, and on a retry (which
-        starts pessimistic), the keys are read."""
-        if len(keys) != len(values):
-            raise ValueError("expect_many needs one value per key")
-        keys = [key if type(key) is bytes and len(key) <= MAX_KEY_SIZE else check_key(key) for key in keys]
-        self._ensure_usable()
-        if self._mode is not None or self.pessimistic:
-            return self.get_many(keys)
-        known, adds = self._known, self._adds
-        for key, value in zip(keys, values, strict=True):
-            if key not in known and key not in adds:
-                self._expected[key] = known[key] = value
-        return self.get_many(keys)
-
-    def _check_expected(self) -> None:
-        """Read the guessed keys where the commit will write (under the write
-        lock, or in the snapshot it upgrades) and fail as a conflict if one
-        holds another value."""
-        guessed, self._expected = self._expected, {}
-        conn = self._read_conn()
-        try:
-            found = dict(conn.execute(_many_sql(len(guessed)), list(guessed)).fetchall())
-        except sqlite3.Error as exc:
-            raise self._sqlite_failure(exc) from exc
-        if any(found.get(k) != v for k, v in guessed.items()):
-            self._fail(ConflictError(f"store {self._db.path}: a key did not hold the value the transaction took"))
-            assert self._error is not None
-            raise self._error
 
     def get(self, key: bytes) -> Optional[bytes]:
         """Read one key (``None`` when absent)."""

@@ -741,24 +741,6 @@ class TestConflicts:
             other.close()
         assert db.get(b"exp-out") is None
 
-    def test_a_right_guess_is_not_failed_by_a_commit_of_other_keys(self, db, store_url):
-        """A transaction that guesses before it reads anything is not made to
-        conflict by another commit of other keys: on SQLite too, whose reads
-        conflict with any commit since their snapshot (the guess takes none;
-        the write lock is taken at the first write and the guess checked
-        under it)."""
-        db.set(b"exp-a", b"1")
-        other = fdblayer.open(store_url)
-        try:
-            tr = db.create_transaction()
-            assert tr.expect_many([b"exp-a", b"exp-new"], [b"1", None]) == [b"1", None]
-            other.set(b"exp-elsewhere", b"theirs")
-            tr.set(b"exp-new", b"mine")
-            tr.commit()
-        finally:
-            other.close()
-        assert db.get(b"exp-new") == b"mine"
-
     def test_a_read_only_transaction_checks_its_guesses(self, db):
         db.set(b"exp-a", b"real")
         tr = db.create_transaction()
