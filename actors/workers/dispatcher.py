@@ -55,16 +55,13 @@ leases and the lifeline (:mod:`~actors.workers.leases`), the heartbeat
 a type's wake-ups (:mod:`~actors.workers.wakeups`), the drain
 (:mod:`~actors.workers.drain`).
 
-How it waits. Everything runs in the actor's one loop, never blocked on
-another actor; each kind of wake-up has one style, kept for a reason:
+How it waits. One style: callbacks, run in the actor's one loop, never
+blocked on another actor; each source of wake-ups calls them its way:
 
-- calls to the pool's supervisor: a sequence of calls (the start-up:
-  find the pool, clear it, start each worker) is a generator task
-  (``run_task`` of ``Request`` yields), read top to bottom; a single call
-  whose answer triggers a small step (a replacement worker, stopping a
-  worker past its limit) is ``call_async`` with a callback, since a task
-  cannot wait on a timer between tries and an error escaping it would
-  crash the actor;
+- calls to the pool's supervisor: ``call_async`` with a callback; a
+  sequence of calls (the start-up: find the pool, clear it, start each
+  worker) is a chain of small named steps, each answer's callback making
+  the next call;
 - pacing (renewals, the lifeline, prunes, beats, cron ticks, a type's due
   time, the run watch, retries after a store error, the drain's grace):
   ``start_timer`` callbacks;
@@ -93,7 +90,7 @@ from typing import Any, Optional
 import fdblayer
 from fdblayer.jobs import activity, hosts, work
 from fdblayer.jobs.keys import DEFAULT_LAYOUT
-from supervision import Down, GenServer, Request
+from supervision import Down, GenServer
 from supervision.addrmap import AddrMap
 from supervision.messages import WhereIs
 from supervision.supervisor import StartChild, TerminateChild, WhichChildren
@@ -185,7 +182,7 @@ class Dispatcher(PoolKeeping, HostLeases, Pruning, Heartbeat, PeriodicTicks, Typ
         self.stats = collections.Counter()
         self.waker = Waker(self, self._watch_fired)
         self.renew_interval = planner.renew_interval(s.timeout for s in self.types.values())
-        self.run_task(self._start_pool(), self._pool_started)
+        self._start_pool()
         return None
 
     def _recover(self) -> None:
@@ -205,15 +202,39 @@ class Dispatcher(PoolKeeping, HostLeases, Pruning, Heartbeat, PeriodicTicks, Typ
                 )
 
     # ---------------------------------------------------------------- the pool
-    def _start_pool(self):
-        """Find the pool, clear what a previous dispatcher left there, start the workers."""
-        pool = yield Request(self.node, WhereIs(self.pool_name))
+    def _start_pool(self) -> None:
+        """Find the pool, clear what a previous dispatcher left there, start
+        the workers: one call after another, each answer's callback making
+        the next (a failed call crashes this actor: its supervisor restarts it)."""
+        self.call_async(self.node, WhereIs(self.pool_name), self._pool_found, CALL_TIMEOUT)
+
+    def _pool_found(self, pool: Any, error: Exception | None) -> None:
+        if error is not None:
+            raise error
         if pool is None:
             raise RuntimeError(f"worker pool {self.pool_name!r} is not running")
         self.pool = pool
-        for child in (yield Request(pool, WhichChildren(), CALL_TIMEOUT)):
-            if child.addr is not None:
-                yield Request(pool, TerminateChild(child.addr), CALL_TIMEOUT)
+        self.call_async(pool, WhichChildren(), self._pool_listed, CALL_TIMEOUT)
+
+    def _pool_listed(self, children: Any, error: Exception | None) -> None:
+        if error is not None:
+            raise error
+        self._clear_pool([child.addr for child in children if child.addr is not None])
+
+    def _clear_pool(self, left: list) -> None:
+        """Stop a predecessor's workers one by one, then start this host's."""
+        if not left:
+            self._pool_cleared()
+            return
+
+        def stopped(_result: Any, error: Exception | None) -> None:
+            if error is not None:
+                raise error
+            self._clear_pool(left[1:])
+
+        self.call_async(self.pool, TerminateChild(left[0]), stopped, CALL_TIMEOUT)
+
+    def _pool_cleared(self) -> None:
         self._recover()  # only now: no worker of a predecessor still runs a handler
         self.start_timer(self.renew_interval, self._renew, real=True)
         for job_type in self.types:
@@ -221,10 +242,22 @@ class Dispatcher(PoolKeeping, HostLeases, Pruning, Heartbeat, PeriodicTicks, Typ
         self._check_schedules()
         self._prune()
         self._beat()
-        for _ in range(self.concurrency):  # each worker gets jobs as soon as it is up, not once all are
-            self._adopt((yield Request(pool, StartChild(None), CALL_TIMEOUT)))
+        self._start_workers(self.concurrency)
+
+    def _start_workers(self, left: int) -> None:
+        """Start the workers one by one; each gets jobs as soon as it is up, not once all are."""
+        if not left:
+            self._pool_started(len(self.slots))
+            return
+
+        def started(addr: Any, error: Exception | None) -> None:
+            if error is not None:
+                raise error
+            self._adopt(addr)
             self._kick()
-        return len(self.slots)
+            self._start_workers(left - 1)
+
+        self.call_async(self.pool, StartChild(None), started, CALL_TIMEOUT)
 
     def _pool_started(self, started: int) -> None:
         log.info("workers_up host=%s concurrency=%d types=%s", self.host, started, ",".join(map(str, self.order)))
