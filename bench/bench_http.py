@@ -93,7 +93,8 @@ def seed_docs(url: str, n: int) -> tuple[float, float]:
     """Put ``n`` documents (DOCS_PER_TX per transaction) and let a phantom
     peer take them all from the queue; returns the seconds of each part."""
     import fdblayer
-    from fdblayer import doc_leases, docs
+    from fdblayer import docs
+    from fdblayer.docs import leases as doc_leases
     from fdblayer.interface import transactional
 
     @transactional

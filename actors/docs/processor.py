@@ -6,7 +6,7 @@ Principle: ownership is the queue's, slots are the scheduler's. One
 :mod:`fdblayer.docs`), hands each accepted document to the node's scheduler
 (``AddJob``) and keeps its queue jobs alive by updating each of them on a
 lease timer of its own (a third of the type's activity timeout, at most
-2 s; a few transactions for all of them, see :func:`fdblayer.doc_leases.renew`),
+2 s; a few transactions for all of them, see :func:`fdblayer.docs.leases.renew`),
 which never waits for the tick: a tick that adds hundreds of jobs to the
 scheduler runs longer than the timeout, and renewals run between its
 steps. The tick's own renewal records each document's state as the scheduler
@@ -44,7 +44,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import fdblayer
-from fdblayer import doc_leases, docs
+from fdblayer import docs
+from fdblayer.docs import leases as doc_leases
 from fdblayer.jobs import activity
 from fdblayer.jobs.keys import DEFAULT_LAYOUT
 from supervision import DEFER_START, CallFailed, CallTimeout, ChildSpec, GenServer, NoProc, Request

@@ -8,7 +8,7 @@ import pytest
 
 import fdblayer
 from actors import docs, jobs
-from fdblayer import doc_leases
+from fdblayer.docs import leases as doc_leases
 from fdblayer import docs as store_docs
 
 IDLE = {"handler": "tests.actors.scheduler_fixtures:idle", "continuous": True}

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 import fdblayer
 from actors import docs, jobs
-from fdblayer import doc_leases
+from fdblayer.docs import leases as doc_leases
 from fdblayer import docs as store_docs
 
 from . import strategies as S

@@ -71,7 +71,7 @@ def poison(db) -> None:
         tr.set(L.schedule_key("echo"), raw)
         tr.set(L.watches_pending_key("echo"), raw)
         tr.set(L.watches_activity_key("echo"), raw)
-        tr.set(docs._key(docs.REPLICATOR_DB, job_id), raw)  # noqa: SLF001 - below the API on purpose
+        tr.set(docs.model._key(docs.REPLICATOR_DB, job_id), raw)  # noqa: SLF001 - below the API on purpose
     tr.commit()
     schedules.set_schedule(db, L, "good", "not a cron expression", b"", int(time.time()))
 

@@ -7,8 +7,8 @@ node owns a document exactly while it holds that queue job as running, and
 keeps it by updating the job well within the type's activity timeout. When a
 node dies its queue jobs go silent, an activity monitor re-enqueues them and
 another node accepts them. This module knows nothing of actors: the node's
-doc processor (``actors.docs.processor``) builds on :func:`accept` and
-:func:`renew`.
+doc processor (``actors.docs.processor``) builds on it and on
+:mod:`fdblayer.docs.leases` (accept, renew, release).
 
 Data model (``D`` is the packed tuple ``("docs",)``)::
 

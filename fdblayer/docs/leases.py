@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Optional
 
-from fdblayer.docs import (
+from fdblayer.docs.model import (
     DOCS_TYPE,
     Doc,
     DocState,
