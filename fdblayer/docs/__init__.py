@@ -15,6 +15,7 @@ actors (the node's doc processor, ``actors.docs.processor``, builds on it).
 from fdblayer.docs.model import (
     DEFAULT_OWNER_TIMEOUT,
     DOCS_TYPE,
+    PREFIX,
     REPLICATOR_DB,
     STATES,
     TERMINAL,
@@ -40,6 +41,7 @@ __all__ = [
     "DOCS_TYPE",
     "DEFAULT_OWNER_TIMEOUT",
     "REPLICATOR_DB",
+    "PREFIX",
     "STATES",
     "TERMINAL",
     "DocState",
