@@ -9,7 +9,7 @@
 - the dispatcher: ``dispatcher`` (the actor: claims, ends and hands out
   jobs in batches) over ``planner`` (its decisions, pure, on an injected
   clock), ``runs`` and ``state`` (what it holds), and one module a concept:
-  ``pool`` (adopting workers, time limits), ``leases`` (renewals and the
+  ``pool`` (starting and adopting workers, time limits), ``leases`` (renewals and the
   lifeline), ``heartbeat``, ``pruning`` (retention), ``ticks`` (cron),
   ``wakeups`` (store watches and due timers), ``drain``;
 - ``schedule`` (cron expressions).

@@ -92,8 +92,6 @@ from fdblayer.jobs import activity, hosts, work
 from fdblayer.jobs.keys import DEFAULT_LAYOUT
 from supervision import Down, GenServer
 from supervision.addrmap import AddrMap
-from supervision.messages import WhereIs
-from supervision.supervisor import StartChild, TerminateChild, WhichChildren
 from supervision.runtime import runtime_dir
 from supervision.waker import Waker
 
@@ -104,7 +102,6 @@ from actors.workers.protocol import Drain, GetStatus, RunJob, RunJobs, TakeBack
 from actors.workers.drain import Draining
 from actors.workers.pool import PoolKeeping
 from actors.workers.runs import (
-    CALL_TIMEOUT,
     DEFAULT_BACKOFF,
     STEP_RETRY,
     Running,
@@ -202,38 +199,6 @@ class Dispatcher(PoolKeeping, HostLeases, Pruning, Heartbeat, PeriodicTicks, Typ
                 )
 
     # ---------------------------------------------------------------- the pool
-    def _start_pool(self) -> None:
-        """Find the pool, clear what a previous dispatcher left there, start
-        the workers: one call after another, each answer's callback making
-        the next (a failed call crashes this actor: its supervisor restarts it)."""
-        self.call_async(self.node, WhereIs(self.pool_name), self._pool_found, CALL_TIMEOUT)
-
-    def _pool_found(self, pool: Any, error: Exception | None) -> None:
-        if error is not None:
-            raise error
-        if pool is None:
-            raise RuntimeError(f"worker pool {self.pool_name!r} is not running")
-        self.pool = pool
-        self.call_async(pool, WhichChildren(), self._pool_listed, CALL_TIMEOUT)
-
-    def _pool_listed(self, children: Any, error: Exception | None) -> None:
-        if error is not None:
-            raise error
-        self._clear_pool([child.addr for child in children if child.addr is not None])
-
-    def _clear_pool(self, left: list) -> None:
-        """Stop a predecessor's workers one by one, then start this host's."""
-        if not left:
-            self._pool_cleared()
-            return
-
-        def stopped(_result: Any, error: Exception | None) -> None:
-            if error is not None:
-                raise error
-            self._clear_pool(left[1:])
-
-        self.call_async(self.pool, TerminateChild(left[0]), stopped, CALL_TIMEOUT)
-
     def _pool_cleared(self) -> None:
         self._recover()  # only now: no worker of a predecessor still runs a handler
         self.start_timer(self.renew_interval, self._renew, real=True)
@@ -243,21 +208,6 @@ class Dispatcher(PoolKeeping, HostLeases, Pruning, Heartbeat, PeriodicTicks, Typ
         self._prune()
         self._beat()
         self._start_workers(self.concurrency)
-
-    def _start_workers(self, left: int) -> None:
-        """Start the workers one by one; each gets jobs as soon as it is up, not once all are."""
-        if not left:
-            self._pool_started(len(self.slots))
-            return
-
-        def started(addr: Any, error: Exception | None) -> None:
-            if error is not None:
-                raise error
-            self._adopt(addr)
-            self._kick()
-            self._start_workers(left - 1)
-
-        self.call_async(self.pool, StartChild(None), started, CALL_TIMEOUT)
 
     def _pool_started(self, started: int) -> None:
         log.info("workers_up host=%s concurrency=%d types=%s", self.host, started, ",".join(map(str, self.order)))

@@ -17,6 +17,7 @@ import time
 from typing import Any, Optional
 
 from supervision import Down
+from supervision.messages import WhereIs
 from supervision.supervisor import StartChild, TerminateChild, WhichChildren
 
 from actors.workers.channel import Channel
@@ -32,6 +33,53 @@ log = logging.getLogger("otpjobs.workers")
 
 class PoolKeeping(DispatcherState):
     """Workers adopted, watched and replaced; runs held to their time limits."""
+
+    def _start_pool(self) -> None:
+        """Find the pool, clear what a previous dispatcher left there, start
+        the workers: one call after another, each answer's callback making
+        the next (a failed call crashes this actor: its supervisor restarts it)."""
+        self.call_async(self.node, WhereIs(self.pool_name), self._pool_found, CALL_TIMEOUT)
+
+    def _pool_found(self, pool: Any, error: Exception | None) -> None:
+        if error is not None:
+            raise error
+        if pool is None:
+            raise RuntimeError(f"worker pool {self.pool_name!r} is not running")
+        self.pool = pool
+        self.call_async(pool, WhichChildren(), self._pool_listed, CALL_TIMEOUT)
+
+    def _pool_listed(self, children: Any, error: Exception | None) -> None:
+        if error is not None:
+            raise error
+        self._clear_pool([child.addr for child in children if child.addr is not None])
+
+    def _clear_pool(self, left: list) -> None:
+        """Stop a predecessor's workers one by one, then start this host's."""
+        if not left:
+            self._pool_cleared()
+            return
+
+        def stopped(_result: Any, error: Exception | None) -> None:
+            if error is not None:
+                raise error
+            self._clear_pool(left[1:])
+
+        self.call_async(self.pool, TerminateChild(left[0]), stopped, CALL_TIMEOUT)
+
+    def _start_workers(self, left: int) -> None:
+        """Start the workers one by one; each gets jobs as soon as it is up, not once all are."""
+        if not left:
+            self._pool_started(len(self.slots))
+            return
+
+        def started(addr: Any, error: Exception | None) -> None:
+            if error is not None:
+                raise error
+            self._adopt(addr)
+            self._kick()
+            self._start_workers(left - 1)
+
+        self.call_async(self.pool, StartChild(None), started, CALL_TIMEOUT)
 
     def _adopt(self, addr: Any) -> None:
         if addr is None or addr in self.slots:

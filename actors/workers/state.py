@@ -82,3 +82,9 @@ class DispatcherState(GenServer):
 
     def _read_channel(self, slot: Slot) -> None:
         raise NotImplementedError
+
+    def _pool_cleared(self) -> None:
+        raise NotImplementedError
+
+    def _pool_started(self, started: int) -> None:
+        raise NotImplementedError
