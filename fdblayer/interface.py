@@ -295,6 +295,9 @@ class Transaction(ReadView):
         """
         if len(keys) != len(values):
             raise ValueError("expect_many needs one value per key")
+        for value in values:
+            if value is not None:
+                check_value(value)  # a bad guess is refused as on a backend that keeps it
         return self.get_many(keys)
 
     def add_read_conflict_key(self, key: bytes) -> None:

@@ -102,14 +102,15 @@ class ReadAhead:
         if len(keys) != len(values):
             raise ValueError("expect_many needs one value per key")
         keys = [check_key(k) if type(k) is not bytes or len(k) > MAX_KEY_SIZE else k for k in keys]
+        for value in values:
+            if value is not None:
+                check_value(value)
         self._ensure_usable()
         if self._expect_reads:
             return self._read_many(keys, snapshot=False)
         for key, value in zip(keys, values, strict=True):
             if key in self._known or key in self._sets or key in self._adds or self._in_cleared(key):
                 continue  # seen already: read below, never guessed
-            if value is not None:
-                check_value(value)
             self._expected[key] = value
             self._known[key] = value
         return self._read_many(keys, snapshot=False)

@@ -12,52 +12,5 @@ This package re-exports ``model``'s public names; it knows nothing of
 actors (the node's doc processor, ``actors.docs.processor``, builds on it).
 """
 
-from fdblayer.docs.model import (
-    DEFAULT_OWNER_TIMEOUT,
-    DOCS_TYPE,
-    PREFIX,
-    REPLICATOR_DB,
-    STATES,
-    TERMINAL,
-    Conflict,
-    Doc,
-    DocState,
-    EncodingError,
-    InvalidArgument,
-    Lease,
-    NotFound,
-    check_body,
-    check_names,
-    delete,
-    ensure_type,
-    get,
-    list_docs,
-    parse_queue_job_id,
-    put,
-    queue_job_id,
-)
-
-__all__ = [
-    "DOCS_TYPE",
-    "DEFAULT_OWNER_TIMEOUT",
-    "REPLICATOR_DB",
-    "PREFIX",
-    "STATES",
-    "TERMINAL",
-    "DocState",
-    "Conflict",
-    "Doc",
-    "Lease",
-    "queue_job_id",
-    "parse_queue_job_id",
-    "check_body",
-    "check_names",
-    "put",
-    "get",
-    "delete",
-    "list_docs",
-    "ensure_type",
-    "InvalidArgument",
-    "EncodingError",
-    "NotFound",
-]
+from fdblayer.docs.model import *  # noqa: F403 - the package is the model's public names
+from fdblayer.docs.model import __all__ as __all__

@@ -49,6 +49,7 @@ __all__ = [
     "dequeue",
     "remove",
     "priorities",
+    "priorities_probe",
     "pending_count",
     "watch_pending",
 ]
@@ -153,9 +154,9 @@ def priorities(tr: Transaction, layout: Layout, job_type: JobType) -> list[int]:
     first (snapshot reads: one empty range read when there are none)."""
     prefix = layout.prio_pending_prefix(job_type)
     found: list[int] = []
-    begin = prefix
+    begin, end, limit = priorities_probe(layout, job_type)
     while True:
-        rows = tr.snapshot.get_range(begin, strinc(prefix), limit=1)
+        rows = tr.snapshot.get_range(begin, end, limit=limit)
         if not rows:
             return found
         try:
@@ -168,6 +169,13 @@ def priorities(tr: Transaction, layout: Layout, job_type: JobType) -> list[int]:
             return found
         found.append(priority)
         begin = strinc(layout.pending_prefix(job_type, priority))
+
+
+def priorities_probe(layout: Layout, job_type: JobType) -> tuple[bytes, bytes, int]:
+    """``(begin, end, limit)`` of :func:`priorities`' first read (the lowest
+    priority 1-9 with pending jobs), for a caller that prefetches it."""
+    prefix = layout.prio_pending_prefix(job_type)
+    return prefix, strinc(prefix), 1
 
 
 def _unpack_job_id(layout: Layout, job_type: JobType, key: bytes) -> Optional[str]:

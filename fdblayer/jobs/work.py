@@ -304,17 +304,27 @@ def _due_keys(
             queues = iter(read)
             continue
         want = limit - len(out)
-        prefix = layout.pending_prefix(job_type, priority)
-        found = tr.snapshot.get_range(
-            prefix,
-            layout.pending_end(job_type, now, priority),
-            limit=max(want, pending.RANGE_LIMIT) if spread else want,
-        )
-        keys = [kv.key for kv in found]
+        prefix, end, read_limit = _due_range(tr, layout, job_type, now, priority, want)
+        keys = [kv.key for kv in tr.snapshot.get_range(prefix, end, limit=read_limit)]
         if spread and len(keys) > want:
             keys = rng.sample(keys, want)
         out += [(key, len(prefix)) for key in keys]
     return out, read
+
+
+def _due_range(
+    tr: Transaction, layout: Layout, job_type: JobType, now: int, priority: int, want: int
+) -> tuple[bytes, bytes, int]:
+    """``(begin, end, limit)`` a claim reads for ``want`` due jobs of
+    ``priority``: where the store has per-key conflicts, up to
+    :data:`pending.RANGE_LIMIT` of them, to pick among at random."""
+    limit = max(want, pending.RANGE_LIMIT) if tr.db.key_conflicts else want
+    return layout.pending_prefix(job_type, priority), layout.pending_end(job_type, now, priority), limit
+
+
+def _later_range(layout: Layout, job_type: JobType, now: int, priority: int) -> tuple[bytes, bytes, int]:
+    """``(begin, end, limit)`` that reads the earliest job of ``priority`` not yet due."""
+    return layout.pending_end(job_type, now, priority), strinc(layout.pending_prefix(job_type, priority)), 1
 
 
 def _next_due(
@@ -325,10 +335,10 @@ def _next_due(
     transaction, else read here; a queue the claim emptied finds nothing)."""
     times = []
     for priority in [0] + (pending.priorities(tr, layout, job_type) if queues is None else queues):
-        prefix = layout.pending_prefix(job_type, priority)
-        later = tr.snapshot.get_range(layout.pending_end(job_type, now, priority), strinc(prefix), limit=1)
+        begin, end, limit = _later_range(layout, job_type, now, priority)
+        later = tr.snapshot.get_range(begin, end, limit=limit)
         if later:
-            sched_time = pending.unpack_pending_key(later[0].key, len(prefix))[0]
+            sched_time = pending.unpack_pending_key(later[0].key, len(layout.pending_prefix(job_type, priority)))[0]
             if sched_time is not None:
                 times.append(sched_time)
     return min(times) if times else None
@@ -381,13 +391,11 @@ def prefetch_step(
     job of priority 0."""
     keys = [k for j in jobs for k in (layout.data_key(j.type, j.id), layout.work_key(j.type, j.id))]
     ranges = []
-    spread = tr.db.key_conflicts
-    for job_type, limit in claims:
+    for job_type, limit in claims:  # the same ranges as the claim's reads, so that they hit
         keys += [layout.paused_key(job_type), layout.watches_pending_key(job_type)]
-        prefix, due_end = layout.pending_prefix(job_type, 0), layout.pending_end(job_type, int(now), 0)
-        ranges.append((prefix, due_end, max(limit, pending.RANGE_LIMIT) if spread else limit))
-        ranges.append((layout.prio_pending_prefix(job_type), strinc(layout.prio_pending_prefix(job_type)), 1))
-        ranges.append((due_end, strinc(prefix), 1))
+        ranges.append(_due_range(tr, layout, job_type, int(now), 0, limit))
+        ranges.append(pending.priorities_probe(layout, job_type))
+        ranges.append(_later_range(layout, job_type, int(now), 0))
     tr.prefetch(keys, ranges)
 
 

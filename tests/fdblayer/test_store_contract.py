@@ -749,7 +749,16 @@ class TestConflicts:
             with pytest.raises(ConflictError):
                 tr.commit()
         else:
+            assert seen == b"real"
             tr.commit()
+
+    def test_a_guess_that_is_not_bytes_is_refused(self, db):
+        tr = db.create_transaction()
+        with pytest.raises(StoreTypeError):
+            tr.expect_many([b"exp-a"], ["not bytes"])
+        with pytest.raises(ValueError):
+            tr.expect_many([b"exp-a", b"exp-b"], [None])
+        tr.cancel()
 
     def test_a_read_elsewhere_makes_blind_writes_conflict_only_without_key_conflicts(self, db, store_url):
         """With key conflicts (FoundationDB) a read of another key adds no
