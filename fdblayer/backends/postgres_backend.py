@@ -189,7 +189,7 @@ class PostgresDatabase(IdleConnections[Any], Database):
                 row = conn.execute(self.sql.schema_version).fetchone()
             except psycopg.errors.UndefinedTable:
                 row = None
-            if row is None or row[0] == UPGRADABLE_FROM:  # new, being created, or older
+            if row is None or row[0] in UPGRADABLE_FROM:  # new, being created, or older
                 self._create_or_upgrade(conn)
             else:
                 self._check_version_row(row)
@@ -203,7 +203,7 @@ class PostgresDatabase(IdleConnections[Any], Database):
 
     def _create_or_upgrade(self, conn: Any) -> None:
         """Under the advisory lock: create the schema unless another process
-        did, upgrade it from :data:`UPGRADABLE_FROM`, then check its version."""
+        did, upgrade it from a version in :data:`UPGRADABLE_FROM`, then check its version."""
         with conn.transaction():
             conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"otpjobs-schema-{self.prefix}",))
             found = conn.execute("SELECT to_regclass(%s)", (f'"{self.prefix}_meta"',)).fetchone()[0]
@@ -213,7 +213,7 @@ class PostgresDatabase(IdleConnections[Any], Database):
                 logger.info("store_created store=%s schema_version=%d", self.where, SCHEMA_VERSION)
                 return
             row = conn.execute(self.sql.schema_version).fetchone()
-            if row is not None and row[0] == UPGRADABLE_FROM:
+            if row is not None and row[0] in UPGRADABLE_FROM:
                 for statement in upgrade_sql(self.prefix):
                     conn.execute(statement)
                 logger.info("store_upgraded store=%s from=%d schema_version=%d", self.where, row[0], SCHEMA_VERSION)
@@ -319,8 +319,12 @@ class PostgresDatabase(IdleConnections[Any], Database):
             p = self.prefix
             for table in ("kv", "meta", "writes", "marks"):
                 conn.execute(f'DROP TABLE IF EXISTS "{p}_{table}"')
-            conn.execute(f'DROP FUNCTION IF EXISTS "{p}_commit"')
-            conn.execute(f'DROP FUNCTION IF EXISTS "{p}_add"')
+            names = [f"{p}_commit", f"{p}_add", f"{p}_add_bytes"]
+            # Every overload (an upgraded store keeps its older commit function).
+            for (signature,) in conn.execute(
+                "SELECT oid::regprocedure::text FROM pg_proc WHERE proname = ANY(%s)", (names,)
+            ).fetchall():
+                conn.execute(f"DROP FUNCTION IF EXISTS {signature}")
         finally:
             conn.close()
 

@@ -39,25 +39,36 @@ def test_a_store_of_another_schema_version_is_refused_naming_both(pg_server, pg_
     assert "version 99" in str(caught.value) and f"version {SCHEMA_VERSION}" in str(caught.value)
 
 
-def test_a_version_1_store_is_upgraded_when_opened_and_keeps_its_data(pg_server, pg_url):
+def _set_back(pg_server, prefix: str, version: int) -> None:
+    """Make a current store look as a program of ``version`` left it."""
+    with psycopg.connect(pg_server.conninfo(), autocommit=True) as conn:
+        conn.execute(f"UPDATE \"{prefix}_meta\" SET value = {version} WHERE name = 'schema_version'")
+        # Before version 3 the add was one general function, which version 3 renamed.
+        conn.execute(f'DROP FUNCTION "{prefix}_add_bytes"(bytea, bytea)')
+        if version == 1:  # nor had it the commit function with the checked guesses
+            conn.execute(
+                f'DROP FUNCTION "{prefix}_commit"(bigint, {", ".join(["bytea[]"] * 10)}, int[], '
+                "bytea[], bytea[], bytea[], int[], bytea[], bytea[])"
+            )
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_an_older_store_is_upgraded_when_opened_and_keeps_its_data(pg_server, pg_url, version):
     """A store made by version 1 (its commit function without the checked
-    guesses) gets version 2's commit function when this version opens it;
-    its data stay and guesses are checked from then on."""
+    guesses) or 2 (without the fast add) gets this version's functions when
+    this version opens it; its data stay, guesses are checked and adds take
+    the fast path from then on."""
     db = fdblayer.open(pg_url)
     db.set(b"kept", b"v")
+    db.set(b"n", (2**32 - 1).to_bytes(8, "little"))
     db.close()
     prefix = fdblayer.parse_store_url(pg_url).params["prefix"]
-    with psycopg.connect(pg_server.conninfo(), autocommit=True) as conn:  # as version 1 left it
-        conn.execute(f"UPDATE \"{prefix}_meta\" SET value = 1 WHERE name = 'schema_version'")
-        conn.execute(
-            f'DROP FUNCTION "{prefix}_commit"(bigint, {", ".join(["bytea[]"] * 10)}, int[], '
-            "bytea[], bytea[], bytea[], int[], bytea[], bytea[])"
-        )
+    _set_back(pg_server, prefix, version)
     db = fdblayer.open(pg_url)
     try:
         with psycopg.connect(pg_server.conninfo(), autocommit=True) as conn:
             row = conn.execute(f"SELECT value FROM \"{prefix}_meta\" WHERE name = 'schema_version'").fetchone()
-        assert row[0] == SCHEMA_VERSION == 2
+        assert row[0] == SCHEMA_VERSION == 3
         assert db.get(b"kept") == b"v"
         tr = db.create_transaction()
         assert tr.expect_many([b"kept"], [b"wrong"]) == [b"wrong"]
@@ -66,6 +77,19 @@ def test_a_version_1_store_is_upgraded_when_opened_and_keeps_its_data(pg_server,
             tr.commit()
         db.set(b"out", b"y")
         assert db.get(b"out") == b"y"
+        tr = db.create_transaction()
+        tr.add(b"n", (1).to_bytes(8, "little"))
+        tr.add(b"w", b"\x01\x02\x03")
+        tr.commit()
+        tr = db.create_transaction()
+        tr.add(b"w", b"\xff\x00\x00")  # another width than 8: the general function
+        tr.commit()
+        assert db.get(b"n") == (2**32).to_bytes(8, "little")
+        assert db.get(b"w") == b"\x00\x03\x03"
+        db.drop()  # every function goes, the older commit function too
+        with psycopg.connect(pg_server.conninfo(), autocommit=True) as conn:
+            left = conn.execute("SELECT proname FROM pg_proc WHERE starts_with(proname, %s)", (prefix,)).fetchall()
+        assert left == []
     finally:
         db.close()
 
