@@ -376,6 +376,7 @@ def main() -> int:
     server = TemporaryServer(durable=True).start()
     try:
         print(f"server: a throwaway PostgreSQL at 127.0.0.1:{server.port}; {versions(server)}")
+        print(wp.compile_ours())
         print(
             f"{args.jobs:,} no-op jobs a cell, a fresh database for each cell and system; "
             f"{os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}\n",

@@ -317,6 +317,7 @@ def main() -> int:
     parser.add_argument("--latency", type=int, default=100, help="add -> started samples (0: skip)")
     args = parser.parse_args()
     print("versions: " + ", ".join(f"{k} {v}" for k, v in wp.versions().items()))
+    print(wp.compile_ours())
     print(f"{args.jobs:,} jobs per run; {os.cpu_count()} CPUs; load {os.getloadavg()[0]:.1f}\n")
     rows: list[dict] = []
     unavailable: dict[str, str] = {}

@@ -195,6 +195,26 @@ def require(modules: tuple[str, ...], commands: tuple[str, ...], redis_server: b
         raise PeerUnavailable("redis-server not installed (apt-get install --no-install-recommends redis-server)")
 
 
+def compile_ours() -> str:
+    """Write the bytecode of our packages, as ``pip install`` does for every
+    peer (and for us, installed from a wheel). From an editable checkout, on
+    a machine that sets ``PYTHONDONTWRITEBYTECODE`` (this one does), each of
+    our commands would otherwise compile its ~80 modules from source at
+    every start: 0.05-0.07 s of a worker host's start, paid by no peer.
+
+    Returns:
+        A line saying what was done, for the bench's header.
+    """
+    import compileall
+
+    root = os.path.dirname(HERE)
+    ok = all(
+        compileall.compile_dir(os.path.join(root, package), quiet=1)
+        for package in ("supervision", "fdblayer", "actors")
+    )
+    return "our packages byte-compiled (as an install would)" if ok else "our packages: byte-compiling failed"
+
+
 def child_env(**extra: str) -> dict[str, str]:
     """This process's environment, with bench/ on PYTHONPATH and ``extra`` set."""
     env = dict(os.environ)

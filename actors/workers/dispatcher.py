@@ -200,6 +200,10 @@ class Dispatcher(PoolKeeping, HostLeases, Pruning, Heartbeat, PeriodicTicks, Typ
 
     # ---------------------------------------------------------------- the pool
     def _pool_cleared(self) -> None:
+        # The first worker's start is asked for first: its process forks while
+        # the store work below runs. Its answer, and with it the first claim,
+        # is read only after this method returns.
+        self._start_workers(self.concurrency)
         self._recover()  # only now: no worker of a predecessor still runs a handler
         self.start_timer(self.renew_interval, self._renew, real=True)
         for job_type in self.types:
@@ -207,7 +211,6 @@ class Dispatcher(PoolKeeping, HostLeases, Pruning, Heartbeat, PeriodicTicks, Typ
         self._check_schedules()
         self._prune()
         self._beat()
-        self._start_workers(self.concurrency)
 
     def _pool_started(self, started: int) -> None:
         log.info("workers_up host=%s concurrency=%d types=%s", self.host, started, ",".join(map(str, self.order)))
