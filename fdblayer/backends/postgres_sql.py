@@ -224,17 +224,33 @@ BEGIN
         ON CONFLICT (({KP}), ({KH})) DO UPDATE SET v = "{p}_add"({kv}.v, EXCLUDED.v);
     END LOOP;
   END IF;
+  -- Versionstamped keys and values: one statement each, unless a key comes
+  -- twice (then one at a time, the last write winning).
   IF cardinality(vk) > 0 OR cardinality(vvk) > 0 THEN
     stamp := int8send(ver) || '\\x0000'::bytea;
-    FOR i IN 1 .. coalesce(cardinality(vk), 0) LOOP
-      stamped := stamped || overlay(vk[i] placing stamp from vkpos[i] + 1 for 10);
-      INSERT INTO {kv} (k, v) VALUES (stamped[i], vkval[i])
+    stamped := ARRAY(SELECT overlay(t.k placing stamp from t.pos + 1 for 10)
+                     FROM unnest(vk, vkpos) WITH ORDINALITY AS t(k, pos, o) ORDER BY t.o);
+    IF cardinality(stamped) > 0 AND NOT EXISTS (
+        SELECT 1 FROM unnest(stamped) AS a(k) GROUP BY a.k HAVING count(*) > 1) THEN
+      INSERT INTO {kv} (k, v) SELECT * FROM unnest(stamped, vkval)
         ON CONFLICT (({KP}), ({KH})) DO UPDATE SET v = EXCLUDED.v;
-    END LOOP;
-    FOR i IN 1 .. coalesce(cardinality(vvk), 0) LOOP
-      INSERT INTO {kv} (k, v) VALUES (vvk[i], overlay(vv[i] placing stamp from vvpos[i] + 1 for 10))
+    ELSE
+      FOR i IN 1 .. coalesce(cardinality(stamped), 0) LOOP
+        INSERT INTO {kv} (k, v) VALUES (stamped[i], vkval[i])
+          ON CONFLICT (({KP}), ({KH})) DO UPDATE SET v = EXCLUDED.v;
+      END LOOP;
+    END IF;
+    IF cardinality(vvk) > 0 AND NOT EXISTS (
+        SELECT 1 FROM unnest(vvk) AS a(k) GROUP BY a.k HAVING count(*) > 1) THEN
+      INSERT INTO {kv} (k, v)
+        SELECT t.k, overlay(t.v placing stamp from t.pos + 1 for 10) FROM unnest(vvk, vv, vvpos) AS t(k, v, pos)
         ON CONFLICT (({KP}), ({KH})) DO UPDATE SET v = EXCLUDED.v;
-    END LOOP;
+    ELSE
+      FOR i IN 1 .. coalesce(cardinality(vvk), 0) LOOP
+        INSERT INTO {kv} (k, v) VALUES (vvk[i], overlay(vv[i] placing stamp from vvpos[i] + 1 for 10))
+          ON CONFLICT (({KP}), ({KH})) DO UPDATE SET v = EXCLUDED.v;
+      END LOOP;
+    END IF;
   END IF;
   INSERT INTO {writes} (version, b, e)
     SELECT ver, x, x || '\\x00'::bytea FROM unnest(dk || sk || ak || vvk || stamped) AS x

@@ -122,8 +122,10 @@ class PostgresTransaction(ReadAhead, OwnWrites, StampAndWatches, Transaction):
         self._sets: Dict[bytes, Optional[bytes]] = {}  # own writes (None: cleared)
         self._adds: Dict[bytes, List[List[int]]] = {}
         self._cleared: List[Tuple[bytes, bytes]] = []
-        self._stamped_keys: List[Tuple[bytes, int, bytes]] = []
-        self._stamped_values: List[Tuple[bytes, bytes, int]] = []
+        #: Versionstamped writes, the last one of a key kept (as a set's):
+        #: (template, position) -> value, and key -> (template, position).
+        self._stamped_keys: Dict[Tuple[bytes, int], bytes] = {}
+        self._stamped_values: Dict[bytes, Tuple[bytes, int]] = {}
         self._read_keys: set[bytes] = set()
         self._read_ranges: List[Tuple[bytes, bytes]] = []
 
@@ -285,12 +287,12 @@ class PostgresTransaction(ReadAhead, OwnWrites, StampAndWatches, Transaction):
             [k for k, v in self._sets.items() if v is None],
             [k for k, _ in adds],
             [p for _, p in adds],
-            [t for t, _, _ in self._stamped_keys],
-            [pos for _, pos, _ in self._stamped_keys],
-            [v for _, _, v in self._stamped_keys],
-            [k for k, _, _ in self._stamped_values],
-            [t for _, t, _ in self._stamped_values],
-            [pos for _, _, pos in self._stamped_values],
+            [t for t, _ in self._stamped_keys],
+            [pos for _, pos in self._stamped_keys],
+            list(self._stamped_keys.values()),
+            list(self._stamped_values),
+            [t for t, _ in self._stamped_values.values()],
+            [pos for _, pos in self._stamped_values.values()],
             list(self._expected),
             list(self._expected.values()),
         )
@@ -522,6 +524,8 @@ class PostgresTransaction(ReadAhead, OwnWrites, StampAndWatches, Transaction):
         self._prepare_write(len(key) + len(value))
         self._sets[key] = value
         self._adds.pop(key, None)
+        if self._stamped_values:  # the last write wins, a stamped value's too
+            self._stamped_values.pop(key, None)
 
     def clear(self, key: bytes) -> None:
         """Remove one key."""
@@ -530,6 +534,8 @@ class PostgresTransaction(ReadAhead, OwnWrites, StampAndWatches, Transaction):
         self._prepare_write(len(key))
         self._sets[key] = None
         self._adds.pop(key, None)
+        if self._stamped_values:
+            self._stamped_values.pop(key, None)
 
     def clear_range(self, begin: bytes, end: bytes) -> None:
         """Remove ``[begin, end)``."""
@@ -538,7 +544,7 @@ class PostgresTransaction(ReadAhead, OwnWrites, StampAndWatches, Transaction):
         if begin >= end:
             return
         self._prepare_write(len(begin) + len(end))
-        for buffer in (self._sets, self._adds):
+        for buffer in (self._sets, self._adds, self._stamped_values):
             for key in [k for k in buffer if begin <= k < end]:
                 del buffer[key]
         self._cleared.append((begin, end))
@@ -574,7 +580,7 @@ class PostgresTransaction(ReadAhead, OwnWrites, StampAndWatches, Transaction):
         value = check_value(value)
         self._prepare_write(len(template) + len(value))
         pos = int.from_bytes(template[-4:], "little")
-        self._stamped_keys.append((template[:-4], pos, value))
+        self._stamped_keys[template[:-4], pos] = value
 
     def set_versionstamped_value(self, key: bytes, value: bytes) -> None:
         """Write at ``key`` a value whose placeholder is the commit's versionstamp."""
@@ -584,7 +590,7 @@ class PostgresTransaction(ReadAhead, OwnWrites, StampAndWatches, Transaction):
         self._prepare_write(len(key) + len(template))
         self._sets.pop(key, None)
         self._adds.pop(key, None)
-        self._stamped_values.append((key, template[:-4], int.from_bytes(template[-4:], "little")))
+        self._stamped_values[key] = (template[:-4], int.from_bytes(template[-4:], "little"))
 
     def add_read_conflict_range(self, begin: bytes, end: bytes) -> None:
         """Make the commit fail if another commit after this one's reads wrote in ``[begin, end)``."""

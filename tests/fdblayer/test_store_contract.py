@@ -314,6 +314,50 @@ class TestVersionstamps:
         tr.commit()
         assert db.get(b"v") == b"pre" + future.wait(WAIT) + b"post"
 
+    def test_many_stamped_writes_in_one_transaction_and_a_key_written_twice(self, db):
+        """Many versionstamped keys and values in one commit all land (on
+        PostgreSQL in one statement each); a stamped key or value written
+        twice keeps its last value."""
+        tr = db.create_transaction()
+        for i in range(50):
+            tr.set_versionstamped_key(
+                fdb.tuple.pack_with_versionstamp(("vs", fdb.tuple.Versionstamp(user_version=i))), b"k%d" % i
+            )
+            tr.set_versionstamped_value(b"val/%02d" % i, fdb.tuple.pack_with_versionstamp((fdb.tuple.Versionstamp(),)))
+        twice = fdb.tuple.pack_with_versionstamp(("twice", fdb.tuple.Versionstamp(user_version=0)))
+        tr.set_versionstamped_key(twice, b"first")
+        tr.set_versionstamped_key(twice, b"last")
+        tr.set_versionstamped_value(b"val/twice", fdb.tuple.pack_with_versionstamp(("a", fdb.tuple.Versionstamp())))
+        tr.set_versionstamped_value(b"val/twice", fdb.tuple.pack_with_versionstamp(("b", fdb.tuple.Versionstamp())))
+        future = tr.get_versionstamp()
+        tr.commit()
+        stamp = future.wait(WAIT)
+        keys = db.get_range(pack(("vs",)), pack(("vs",)) + b"\xff")
+        assert [fdb.tuple.unpack(kv.key)[1].user_version for kv in keys] == list(range(50))
+        assert [kv.value for kv in keys] == [b"k%d" % i for i in range(50)]
+        assert all(fdb.tuple.unpack(kv.key)[1].tr_version == stamp for kv in keys)
+        values = db.get_range(b"val/", b"val/\xff")
+        assert len(values) == 51
+        assert all(fdb.tuple.unpack(kv.value)[-1].tr_version == stamp for kv in values)
+        assert fdb.tuple.unpack(db.get(b"val/twice"))[0] == "b"
+        [(key, value)] = db.get_range(pack(("twice",)), pack(("twice",)) + b"\xff")
+        assert value == b"last"
+
+    def test_a_later_set_or_clear_of_a_stamped_value_wins(self, db):
+        """The last write of a key wins, a versionstamped value's too."""
+        db.set(b"cleared", b"before")
+        tr = db.create_transaction()
+        template = fdb.tuple.pack_with_versionstamp((fdb.tuple.Versionstamp(),))
+        for key in (b"set", b"cleared", b"in-range"):
+            tr.set_versionstamped_value(key, template)
+        tr.set(b"set", b"plain")
+        tr.clear(b"cleared")
+        tr.clear_range(b"in-", b"in.")
+        tr.commit()
+        assert db.get(b"set") == b"plain"
+        assert db.get(b"cleared") is None
+        assert db.get(b"in-range") is None
+
     def test_stamps_increase_across_transactions(self, db):
         stamps = []
         for i in range(5):
