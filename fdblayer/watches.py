@@ -19,6 +19,7 @@ from __future__ import annotations
 import ctypes
 import enum
 import errno
+import hashlib
 import logging
 import os
 import select
@@ -27,7 +28,16 @@ import threading
 import time
 from typing import Callable, Dict, Iterable, List, Optional, Protocol, Set, Tuple
 
-__all__ = ["Watch", "WatchHub", "Notifier", "DirectoryNotifier", "FALLBACK_POLL_INTERVAL"]
+__all__ = [
+    "Watch",
+    "WatchHub",
+    "Notifier",
+    "DirectoryNotifier",
+    "FALLBACK_POLL_INTERVAL",
+    "UNKNOWN_CHANGES",
+    "change_note",
+    "note_names",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -120,6 +130,43 @@ class Watch:
             logger.exception("watch_callback_failed key=%r", self.key)
 
 
+# --------------------------------------------------------------------------- change notes
+
+#: A commit's note when it cannot name the keys it changed: every hub reads.
+UNKNOWN_CHANGES = "*"
+#: Keys a note names at most (a bigger commit's note is UNKNOWN_CHANGES).
+NOTE_MAX_KEYS = 32
+#: The name a keyed notifier reports for a change it cannot place: read.
+UNPLACED = b"commit"
+
+
+def _digest(key: bytes) -> bytes:
+    return hashlib.blake2b(key, digest_size=8).hexdigest().encode()
+
+
+def change_note(changed: Optional[Tuple[List[bytes], List[bytes]]]) -> str:
+    """The note a committer sends with its notification: the digests of the
+    keys it certainly changed and of those it maybe changed (``"c1,c2 m1"``,
+    ``-`` for none), or :data:`UNKNOWN_CHANGES` when ``changed`` is None or
+    names more than :data:`NOTE_MAX_KEYS` keys."""
+    if changed is None or len(changed[0]) + len(changed[1]) > NOTE_MAX_KEYS:
+        return UNKNOWN_CHANGES
+    return " ".join(b",".join(_digest(k) for k in keys).decode() or "-" for keys in changed)
+
+
+def note_names(version: int, note: str) -> Set[bytes]:
+    """What a keyed notifier reports for a commit's ``note`` (see
+    :func:`change_note`) at ``version``: ``c:<digest>:<version>`` for a key
+    certainly changed, ``m:<digest>`` for a key maybe changed, or
+    :data:`UNPLACED` when the note names no keys (or is unreadable)."""
+    parts = note.split(" ")
+    if len(parts) != 2:
+        return {UNPLACED}
+    certain, maybe = (set() if part == "-" else set(part.encode().split(b",")) for part in parts)
+    stamp = b":%d" % version
+    return {b"c:" + d + stamp for d in certain} | {b"m:" + d for d in maybe}
+
+
 # --------------------------------------------------------------------------- inotify
 
 _IN_MODIFY = 0x002
@@ -137,7 +184,10 @@ class Notifier(Protocol):
     """A watch hub's wake-up source: a descriptor to select on (-1 while it
     has none: the hub then polls), the names of what changed since the last
     ``drain``, and ``close``. :class:`DirectoryNotifier` (inotify) and the
-    PostgreSQL backend's ``LISTEN`` are two."""
+    PostgreSQL backend's ``LISTEN`` are two. A notifier whose ``keyed``
+    attribute is True reports keys (:func:`note_names`): the hub then reads
+    only for a watched key maybe changed, and fires a watched key certainly
+    changed after its watch's version without reading."""
 
     fd: int
 
@@ -248,20 +298,27 @@ class WatchHub:
         self._recheck_names = {os.fsencode(n) for n in recheck_names}
         self._name = name
         self._lock = threading.Lock()
-        self._watches: Dict[bytes, List[Tuple[Optional[bytes], Watch]]] = {}
+        #: key -> [(value, watch, version of the value or None)]
+        self._watches: Dict[bytes, List[Tuple[Optional[bytes], Watch, Optional[int]]]] = {}
+        self._digests: Dict[bytes, bytes] = {}  # a watched key's digest -> the key
         self._dirty = False
         self._closed = False
         self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self._thread: Optional[threading.Thread] = None
         self.mode = "not started"
 
-    def register(self, key: bytes, value: Optional[bytes], watch: Watch) -> None:
-        """Arm ``watch``: fire it once ``key``'s committed value differs from ``value``."""
+    def register(self, key: bytes, value: Optional[bytes], watch: Watch, version: Optional[int] = None) -> None:
+        """Arm ``watch``: fire it once ``key``'s committed value differs from
+        ``value``, the value at commit version ``version`` (where the store
+        numbers its commits: a keyed notifier's certain change after it
+        fires the watch without a read)."""
         with self._lock:
             if self._closed:
                 watch.cancel()
                 return
-            self._watches.setdefault(key, []).append((value, watch))
+            if key not in self._watches:
+                self._digests[_digest(key)] = key
+            self._watches.setdefault(key, []).append((value, watch, version))
             self._dirty = True
             if self._thread is None:
                 self._start()
@@ -279,8 +336,9 @@ class WatchHub:
         """Stop the thread and cancel every pending watch."""
         with self._lock:
             self._closed = True
-            pending = [w for entries in self._watches.values() for _, w in entries]
+            pending = [e[1] for entries in self._watches.values() for e in entries]
             self._watches.clear()
+            self._digests.clear()
             thread = self._thread
         self.wake()
         if thread is not None and thread is not threading.current_thread():
@@ -305,7 +363,47 @@ class WatchHub:
                 return
             entries[:] = [e for e in entries if e[1] is not watch]
             if not entries:
-                del self._watches[watch.key]
+                self._unwatch(watch.key)
+
+    def _unwatch(self, key: bytes) -> None:
+        """Forget a key no watch waits on (the lock held)."""
+        del self._watches[key]
+        self._digests.pop(_digest(key), None)
+
+    def _sift(self, names: Set[bytes]) -> Set[bytes]:
+        """A keyed notifier's names: fire the watches of keys certainly changed
+        by a commit after their version; return :data:`UNPLACED` when a read
+        is due (a change it cannot place, a watched key maybe changed), else
+        nothing."""
+        fired: List[Watch] = []
+        due = False
+        with self._lock:
+            for name in names:
+                kind, _, rest = name.partition(b":")
+                if kind == b"m":
+                    due = due or rest in self._digests
+                    continue
+                if kind != b"c":
+                    due = True
+                    continue
+                digest, _, version = rest.partition(b":")
+                key = self._digests.get(digest)
+                if key is None:
+                    continue
+                entries = self._watches[key]
+                due = due or any(e[2] is None for e in entries)  # of no known version: read to compare
+                later = [e for e in entries if e[2] is not None and e[2] < int(version)]
+                if not later:
+                    continue
+                fired.extend(e[1] for e in later)
+                keep = [e for e in entries if e not in later]
+                if keep:
+                    self._watches[key] = keep
+                else:
+                    self._unwatch(key)
+        for watch in fired:
+            watch._fire()
+        return {UNPLACED} if due else set()
 
     def _start(self) -> None:
         self._thread = threading.Thread(target=self._run, name=f"fdblayer-watch-{self._name}", daemon=True)
@@ -336,8 +434,9 @@ class WatchHub:
         except Exception:  # the thread's outer boundary: log, then cancel the watches
             logger.exception("store_watch_thread_failed store=%s action=cancel_watches", self._name)
             with self._lock:
-                pending = [w for entries in self._watches.values() for _, w in entries]
+                pending = [e[1] for entries in self._watches.values() for e in entries]
                 self._watches.clear()
+                self._digests.clear()
                 self._thread = None
             for watch in pending:
                 watch.cancel()
@@ -374,6 +473,8 @@ class WatchHub:
                 due = True
             if notifier is not None and (notifier.fd in ready or not live):
                 names = notifier.drain()
+                if names and getattr(notifier, "keyed", False):
+                    names = self._sift(names)
                 if names - self._recheck_names:
                     due = True
                 elif names and recheck_at is None:
@@ -429,11 +530,11 @@ class WatchHub:
                     continue
                 current = values.get(key)
                 keep = [e for e in entries if e[0] == current and not e[1].is_ready()]
-                fired.extend(w for v, w in entries if v != current)
+                fired.extend(e[1] for e in entries if e[0] != current)
                 if keep:
                     self._watches[key] = keep
                 else:
-                    del self._watches[key]
+                    self._unwatch(key)
         for watch in fired:
             watch._fire()
         return force or bool(fired)

@@ -79,7 +79,7 @@ from fdblayer.backends.postgres_sql import (
 from fdblayer.backends.pooling import IdleConnections
 from fdblayer.backends.postgres_transaction import PostgresTransaction
 from fdblayer.urls import redact_url
-from fdblayer.watches import WatchHub
+from fdblayer.watches import UNPLACED, WatchHub, note_names
 
 __all__ = [
     "PostgresDatabase",
@@ -367,7 +367,9 @@ class _Listener:
     have been missed meanwhile).
     """
 
-    names: ClassVar[set[bytes]] = {b"commit"}
+    names: ClassVar[set[bytes]] = {UNPLACED}
+    #: Each commit's notification names the keys it changed (``note_names``).
+    keyed = True
 
     def __init__(self, db: PostgresDatabase) -> None:
         self._db = db
@@ -394,23 +396,33 @@ class _Listener:
         if self._conn is None:
             return set(self.names) if self._open() else set()
         pgconn = self._conn.pgconn
+        seen: set[bytes] = set()
         try:
             pgconn.consume_input()
-            seen = False
-            while pgconn.notifies() is not None:
-                seen = True
+            while (notice := pgconn.notifies()) is not None:
+                seen |= _placed(notice.extra)
         except Exception as exc:  # noqa: BLE001 - the server went away: reconnect, then re-check
             logger.warning("store_listener_lost store=%s reason=%r", self._db.where, first_line(exc))
             self._db.discard(self._conn, ForkEpoch.value)
             self._conn, self.fd = None, -1
             self._lost = True
             return set(self.names) if self._open() else set()
-        return set(self.names) if seen else set()
+        return seen
 
     def close(self) -> None:
         if self._conn is not None:
             self._db.discard(self._conn, ForkEpoch.value)
             self._conn, self.fd = None, -1
+
+
+def _placed(payload: bytes) -> set[bytes]:
+    """What a commit's notification says it changed: its version, then its
+    note (``watches.note_names``); an empty payload (a program of schema
+    version 2) or an unreadable one says nothing, so the hub reads."""
+    version, _, note = payload.decode(errors="replace").partition(" ")
+    if not version.isdigit():
+        return {UNPLACED}
+    return note_names(int(version), note)
 
 
 class _ValueReader:

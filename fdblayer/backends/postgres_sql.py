@@ -42,11 +42,13 @@ __all__ = [
 ]
 
 SCHEMA_VERSION = 3
-#: Older stores a program of this version upgrades when it opens them:
-#: version 1's gains the commit function with the checked guesses of
-#: ``expect_many`` (an overload: version 1's stays for programs of version 1
-#: still running); versions 1 and 2 gain version 3's faster atomic adds (the
-#: same results, so version 2 programs still running are served by them).
+#: Older stores a program of this version upgrades when it opens them. They
+#: gain this version's commit function: it checks the guesses of
+#: ``expect_many`` (since version 2) and its notification names the keys a
+#: commit changed (version 3). It is an overload: the older one stays for
+#: older programs still running, whose empty notifications make every hub
+#: read. The atomic add is replaced in place (faster in version 3, the same
+#: results).
 UPGRADABLE_FROM = (1, 2)
 #: Bytes of a key in the index's ordering column (btree entries must stay
 #: under a third of a page); longer keys add their sha256 for uniqueness.
@@ -171,7 +173,7 @@ CREATE OR REPLACE FUNCTION "{p}_commit"(
   rv bigint, rb bytea[], re bytea[],
   cb bytea[], ce bytea[], sk bytea[], sv bytea[], dk bytea[], ak bytea[], ap bytea[],
   vk bytea[], vkpos int[], vkval bytea[], vvk bytea[], vv bytea[], vvpos int[],
-  xk bytea[], xv bytea[]
+  xk bytea[], xv bytea[], note text
 ) RETURNS bigint LANGUAGE plpgsql
 -- Every statement here wants an index: the conflict log, unanalysed while it
 -- grows, was otherwise scanned whole (1.2 ms a commit at 3,000 rows).
@@ -265,7 +267,8 @@ BEGIN
       UPDATE {meta} SET value = old WHERE name = 'pruned_version';
     END IF;
   END IF;
-  PERFORM pg_notify('{p}_commits', '');
+  -- The keys it changed, for the watch hubs (watches.change_note), after its version.
+  PERFORM pg_notify('{p}_commits', ver::text || ' ' || note);
   RETURN ver;
 END $f$
 """
@@ -361,7 +364,7 @@ class Statements:
             f'SELECT "{p}_commit"(%s, %b::bytea[], %b::bytea[], %b::bytea[], %b::bytea[], '
             "%b::bytea[], %b::bytea[], %b::bytea[], %b::bytea[], %b::bytea[], "
             "%b::bytea[], %b::int[], %b::bytea[], %b::bytea[], %b::bytea[], %b::int[], "
-            "%b::bytea[], %b::bytea[])"
+            "%b::bytea[], %b::bytea[], %s)"
         )
         self.watched = (
             f"SELECT NULL::bytea, NULL::bytea, value FROM {meta} WHERE name = 'commit_version' "

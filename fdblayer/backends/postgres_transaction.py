@@ -61,7 +61,7 @@ from fdblayer.backends.postgres_own_writes import OwnWrites
 from fdblayer.backends.postgres_read_ahead import CHUNK, MANY, ReadAhead
 from fdblayer.selectors import END_OF_KEYSPACE, KeyOrSelector, KeySelector, KeyValue, to_selector
 from fdblayer.forks import ForkEpoch
-from fdblayer.watches import Watch
+from fdblayer.watches import UNKNOWN_CHANGES, Watch, change_note
 
 if TYPE_CHECKING:
     from fdblayer.backends.postgres_backend import PostgresDatabase
@@ -254,11 +254,12 @@ class PostgresTransaction(ReadAhead, OwnWrites, StampAndWatches, Transaction):
         wrote = bool(self._sets or self._adds or self._cleared or self._stamped_keys or self._stamped_values)
         if self._expected and not wrote:
             self._check_expected()
-        version = self._send_commit() if wrote else None
+        note = change_note(self._changed_keys()) if wrote else ""
+        version = self._send_commit(note) if wrote else None
         if not wrote:
             self._drop_connection(broken=False)
         self._closed = "committed"
-        if wrote:
+        if wrote and note == UNKNOWN_CHANGES:  # a note that names the keys reaches the hub by its NOTIFY
             self._db.notify_commit()
         if self._stamp is not None:
             if version is not None:
@@ -268,7 +269,23 @@ class PostgresTransaction(ReadAhead, OwnWrites, StampAndWatches, Transaction):
         if watched:
             hub = self._db.hub()
             for watch, value in watched:
-                hub.register(watch.key, value, watch)
+                hub.register(watch.key, value, watch, version if self._wrote(watch.key) else self._read_version)
+
+    def _wrote(self, key: bytes) -> bool:
+        """True when this transaction wrote ``key`` (its watch's value is then the commit's)."""
+        return key in self._sets or key in self._adds or key in self._stamped_values or self._in_cleared(key)
+
+    def _changed_keys(self) -> Optional[Tuple[List[bytes], List[bytes]]]:
+        """``(keys certainly changed, keys maybe changed)`` by this commit, or
+        None when it cannot say (cleared ranges, versionstamped keys): a
+        nonzero add and a stamped value always change a key; a set or a
+        clear may write what was there."""
+        if self._cleared or self._stamped_keys:
+            return None
+        certain, maybe = list(self._stamped_values), list(self._sets)
+        for key, queued in self._adds.items():
+            (certain if len(queued) == 1 and queued[0][1] % (1 << (8 * queued[0][0])) else maybe).append(key)
+        return certain, maybe
 
     def _commit_args(self) -> Tuple[Any, ...]:
         checked = bool(self._read_keys or self._read_ranges)
@@ -297,9 +314,9 @@ class PostgresTransaction(ReadAhead, OwnWrites, StampAndWatches, Transaction):
             list(self._expected.values()),
         )
 
-    def _send_commit(self) -> int:
+    def _send_commit(self, note: str) -> int:
         """Run the commit function: one round trip (with the end of the snapshot)."""
-        args = self._commit_args()
+        args = self._commit_args() + (note,)
         sql = self._db.sql.commit
         try:
             if self._conn is None:

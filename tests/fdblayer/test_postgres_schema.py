@@ -41,16 +41,16 @@ def test_a_store_of_another_schema_version_is_refused_naming_both(pg_server, pg_
 
 
 def _set_back(pg_server, prefix: str, version: int) -> None:
-    """Make a current store look as a program of ``version`` left it."""
+    """Make a current store look as a program of ``version`` left it: its
+    number, and without version 3's commit function (the one whose
+    notification names the keys) and general add."""
     with psycopg.connect(pg_server.conninfo(), autocommit=True) as conn:
         conn.execute(f"UPDATE \"{prefix}_meta\" SET value = {version} WHERE name = 'schema_version'")
-        # Before version 3 the add was one general function, which version 3 renamed.
         conn.execute(f'DROP FUNCTION "{prefix}_add_bytes"(bytea, bytea)')
-        if version == 1:  # nor had it the commit function with the checked guesses
-            conn.execute(
-                f'DROP FUNCTION "{prefix}_commit"(bigint, {", ".join(["bytea[]"] * 10)}, int[], '
-                "bytea[], bytea[], bytea[], int[], bytea[], bytea[])"
-            )
+        conn.execute(
+            f'DROP FUNCTION "{prefix}_commit"(bigint, {", ".join(["bytea[]"] * 10)}, int[], '
+            "bytea[], bytea[], bytea[], int[], bytea[], bytea[], text)"
+        )
 
 
 @pytest.mark.parametrize("version", [1, 2])
