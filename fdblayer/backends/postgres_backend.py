@@ -77,6 +77,8 @@ from fdblayer.backends.postgres_sql import (
     upgrade_sql,
 )
 from fdblayer.backends.pooling import IdleConnections
+from fdblayer.backends.postgres_arrays import ByteaArray
+from fdblayer.backends.postgres_arrays import register as register_arrays
 from fdblayer.backends.postgres_transaction import PostgresTransaction
 from fdblayer.urls import redact_url
 from fdblayer.watches import UNPLACED, WatchHub, note_names
@@ -172,7 +174,7 @@ class PostgresDatabase(IdleConnections[Any], Database):
             f"-c idle_in_transaction_session_timeout={IDLE_IN_TRANSACTION_MS} {SCAN_OPTIONS}"
         )
         try:
-            return psycopg.connect(
+            conn = psycopg.connect(
                 self.conninfo,
                 autocommit=True,
                 connect_timeout=max(1, int(self.connect_timeout)),
@@ -185,6 +187,8 @@ class PostgresDatabase(IdleConnections[Any], Database):
             )
         except psycopg.Error as exc:
             raise map_pg_error(exc, self.where) from exc
+        register_arrays(conn.adapters)
+        return conn
 
     def _initialize(self) -> None:
         """Check the schema's version, creating the schema first on a first
@@ -437,7 +441,9 @@ class _ValueReader:
         try:
             if self._conn is None:
                 self._conn = self._db.connect()
-            rows = self._conn.execute(self._db.sql.watched, (key_prefixes(keys), keys), binary=True).fetchall()
+            rows = self._conn.execute(
+                self._db.sql.watched, (key_prefixes(keys), ByteaArray(keys)), binary=True
+            ).fetchall()
         except Exception as exc:  # noqa: BLE001 - any failed read: the next wake-up reads again
             if self._conn is not None:
                 self._db.discard(self._conn, ForkEpoch.value)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 
+from fdblayer.backends.postgres_arrays import ByteaArray
 from fdblayer.backends.postgres_sql import key_prefixes
 from fdblayer.exceptions import ConflictError, StoreError
 from fdblayer.interface import MAX_KEY_SIZE, check_key, check_value
@@ -78,7 +79,7 @@ class ReadAhead:
             self._fetch_with_ranges(missing, todo)
 
     def _fetch_with_ranges(self, keys: List[bytes], ranges: List[Tuple[bytes, bytes, int]]) -> None:
-        params: List[Any] = [key_prefixes(keys), keys]
+        params: List[Any] = [key_prefixes(keys), ByteaArray(keys)]
         for low, high, limit in ranges:
             params += [low, high, low, high, limit]
         found: Dict[bytes, Optional[bytes]] = dict.fromkeys(keys)

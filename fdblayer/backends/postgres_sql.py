@@ -12,6 +12,8 @@ from __future__ import annotations
 import re
 from typing import List
 
+from fdblayer.backends.postgres_arrays import ByteaArray
+
 from fdblayer.exceptions import (
     CommitUnknownResult,
     ConflictError,
@@ -382,6 +384,6 @@ class Statements:
         return sql
 
 
-def key_prefixes(keys: List[bytes]) -> List[bytes]:
+def key_prefixes(keys: List[bytes]) -> ByteaArray:
     """The index column of each key (its first ``KEY_PREFIX_BYTES`` bytes)."""
-    return [k[:KEY_PREFIX_BYTES] for k in keys]
+    return ByteaArray(k[:KEY_PREFIX_BYTES] for k in keys)

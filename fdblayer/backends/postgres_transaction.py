@@ -56,6 +56,7 @@ from fdblayer.interface import (
 )
 from fdblayer.backends.buffered import StampAndWatches
 from fdblayer.limits import add_params, apply_adds, check_versionstamp_template
+from fdblayer.backends.postgres_arrays import ByteaArray, Int4Array
 from fdblayer.backends.postgres_sql import connection_is_broken, key_prefixes, map_pg_error
 from fdblayer.backends.postgres_own_writes import OwnWrites
 from fdblayer.backends.postgres_read_ahead import CHUNK, MANY, ReadAhead
@@ -69,6 +70,9 @@ if TYPE_CHECKING:
 __all__ = ["PostgresTransaction"]
 
 logger = logging.getLogger(__name__)
+
+#: The commit function's int[] arguments, among the arrays after the read version.
+_INT_ARRAYS = (10, 14)
 
 
 class _SnapshotView(ReadView):
@@ -293,8 +297,7 @@ class PostgresTransaction(ReadAhead, OwnWrites, StampAndWatches, Transaction):
         re_ = [k + b"\x00" for k in self._read_keys] + [e for _, e in self._read_ranges]
         sets = [(k, v) for k, v in self._sets.items() if v is not None]
         adds = [(k, p) for k, queued in self._adds.items() for p in add_params(queued)]
-        return (
-            self._read_version if checked else None,
+        arrays: Tuple[List[Any], ...] = (
             rb,
             re_,
             [b for b, _ in self._cleared],
@@ -312,6 +315,15 @@ class PostgresTransaction(ReadAhead, OwnWrites, StampAndWatches, Transaction):
             [pos for _, pos in self._stamped_values.values()],
             list(self._expected),
             list(self._expected.values()),
+        )
+        # Each array encoded at once (postgres_arrays); an empty one is sent as
+        # NULL, which the function reads alike (12 of the 17 in an enqueue).
+        return (
+            self._read_version if checked else None,
+            *(
+                (Int4Array if i in _INT_ARRAYS else ByteaArray)(array) if array else None
+                for i, array in enumerate(arrays)
+            ),
         )
 
     def _send_commit(self, note: str) -> int:
@@ -406,7 +418,7 @@ class PostgresTransaction(ReadAhead, OwnWrites, StampAndWatches, Transaction):
             if len(chunk) == 1:
                 rows = self._query(sql.get, (chunk[0], chunk[0]))
             else:
-                rows = self._query(sql.get_many, (key_prefixes(chunk), chunk))
+                rows = self._query(sql.get_many, (key_prefixes(chunk), ByteaArray(chunk)))
             values = dict(rows)
             for key in chunk:
                 found[key] = values.get(key)
