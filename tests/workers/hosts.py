@@ -137,12 +137,23 @@ class Host:
         return self.log_path.read_text()
 
     def wait_up(self, timeout: float = 30.0) -> "Host":
-        wait_until(lambda: "workers_up" in self.log() or self.proc.poll() is not None, timeout, "workers_up")
+        """Wait until the pool's workers are up and the host has recorded its
+        node (``worker_host_up`` follows the runtime file's record): the
+        workers can be up first, and a node not found is not killed."""
+        wait_until(
+            lambda: ("workers_up" in (log := self.log()) and "worker_host_up" in log) or self.proc.poll() is not None,
+            timeout,
+            "workers_up and worker_host_up",
+        )
         assert self.proc.poll() is None, f"host exited {self.proc.returncode}:\n{self.log()}"
+        self._find_node()
+        return self
+
+    def _find_node(self) -> None:
+        """The host's node, from its runtime file: the entry and its process group."""
         self.node_entry = runtime.examine(self.port)
         info = self.node_entry and self.node_entry.info
         self.node_pgid = info and info.get("pgid")
-        return self
 
     def worker_pids(self) -> list[int]:
         """PIDs of the pool's worker processes (titled ``Worker ActorAddr-...``)."""
@@ -166,6 +177,8 @@ class Host:
 
     def close(self) -> None:
         """Kill whatever is left: the host's session and its actor system's group."""
+        if self.node_pgid is None and self.proc.poll() is None:
+            self._find_node()  # not waited for (or not yet recorded then)
         pids = [self.proc.pid] + ([self.node_pgid] if self.node_pgid else [])
         if self.node_entry is not None:
             runtime.kill_node_processes(self.node_entry)  # only processes proven to be the host's node
