@@ -22,6 +22,7 @@ import errno
 import hashlib
 import logging
 import os
+import re
 import select
 import struct
 import threading
@@ -140,6 +141,10 @@ NOTE_MAX_KEYS = 32
 UNPLACED = b"commit"
 
 
+#: A note's list of digests (16 hex digits each, comma-separated).
+_DIGESTS = re.compile(r"[0-9a-f]{16}(?:,[0-9a-f]{16})*")
+
+
 def _digest(key: bytes) -> bytes:
     return hashlib.blake2b(key, digest_size=8).hexdigest().encode()
 
@@ -160,7 +165,7 @@ def note_names(version: int, note: str) -> Set[bytes]:
     certainly changed, ``m:<digest>`` for a key maybe changed, or
     :data:`UNPLACED` when the note names no keys (or is unreadable)."""
     parts = note.split(" ")
-    if len(parts) != 2:
+    if len(parts) != 2 or not all(part == "-" or _DIGESTS.fullmatch(part) for part in parts):
         return {UNPLACED}
     certain, maybe = (set() if part == "-" else set(part.encode().split(b",")) for part in parts)
     stamp = b":%d" % version
@@ -361,14 +366,16 @@ class WatchHub:
             entries = self._watches.get(watch.key)
             if entries is None:
                 return
-            entries[:] = [e for e in entries if e[1] is not watch]
-            if not entries:
-                self._unwatch(watch.key)
+            self._keep(watch.key, [e for e in entries if e[1] is not watch])
 
-    def _unwatch(self, key: bytes) -> None:
-        """Forget a key no watch waits on (the lock held)."""
-        del self._watches[key]
-        self._digests.pop(_digest(key), None)
+    def _keep(self, key: bytes, entries: List[Tuple[Optional[bytes], Watch, Optional[int]]]) -> None:
+        """Leave ``entries`` as the key's watches, or forget the key when none
+        is left (its digest too); the lock held."""
+        if entries:
+            self._watches[key] = entries
+        else:
+            del self._watches[key]
+            self._digests.pop(_digest(key), None)
 
     def _sift(self, names: Set[bytes]) -> Set[bytes]:
         """A keyed notifier's names: fire the watches of keys certainly changed
@@ -390,17 +397,16 @@ class WatchHub:
                 key = self._digests.get(digest)
                 if key is None:
                     continue
-                entries = self._watches[key]
-                due = due or any(e[2] is None for e in entries)  # of no known version: read to compare
-                later = [e for e in entries if e[2] is not None and e[2] < int(version)]
-                if not later:
-                    continue
-                fired.extend(e[1] for e in later)
-                keep = [e for e in entries if e not in later]
-                if keep:
-                    self._watches[key] = keep
-                else:
-                    self._unwatch(key)
+                keep = []
+                for entry in self._watches[key]:
+                    if entry[2] is None:
+                        due = True  # a value of no known version: a read compares it
+                        keep.append(entry)
+                    elif entry[2] < int(version):
+                        fired.append(entry[1])
+                    else:
+                        keep.append(entry)
+                self._keep(key, keep)
         for watch in fired:
             watch._fire()
         return {UNPLACED} if due else set()
@@ -529,12 +535,8 @@ class WatchHub:
                 if not entries:
                     continue
                 current = values.get(key)
-                keep = [e for e in entries if e[0] == current and not e[1].is_ready()]
                 fired.extend(e[1] for e in entries if e[0] != current)
-                if keep:
-                    self._watches[key] = keep
-                else:
-                    self._unwatch(key)
+                self._keep(key, [e for e in entries if e[0] == current and not e[1].is_ready()])
         for watch in fired:
             watch._fire()
         return force or bool(fired)

@@ -11,7 +11,7 @@ instead, by the dumpers :func:`register` installs on a connection.
 from __future__ import annotations
 
 import struct
-from typing import Any, Iterable, Optional
+from typing import Any, Optional, Sequence
 
 __all__ = ["ByteaArray", "Int4Array", "register"]
 
@@ -33,9 +33,8 @@ class Int4Array(list):  # type: ignore[type-arg]
     """An ``int4[]`` parameter: int elements that fit 32 bits."""
 
 
-def encode_bytea(items: Iterable[Optional[bytes]]) -> bytes:
+def encode_bytea(items: Sequence[Optional[bytes]]) -> bytes:
     """The binary wire format of a one-dimensional ``bytea[]``."""
-    items = list(items)
     if not items:
         return _EMPTY.pack(0, 0, BYTEA)
     pack = _LENGTH.pack
@@ -43,9 +42,8 @@ def encode_bytea(items: Iterable[Optional[bytes]]) -> bytes:
     return _HEADER.pack(1, None in items, BYTEA, len(items), 1) + body
 
 
-def encode_int4(items: Iterable[int]) -> bytes:
+def encode_int4(items: Sequence[int]) -> bytes:
     """The binary wire format of a one-dimensional ``int4[]``."""
-    items = list(items)
     if not items:
         return _EMPTY.pack(0, 0, INT4)
     pack = _INT4.pack

@@ -71,8 +71,15 @@ __all__ = ["PostgresTransaction"]
 
 logger = logging.getLogger(__name__)
 
-#: The commit function's int[] arguments, among the arrays after the read version.
-_INT_ARRAYS = (10, 14)
+
+def _bytea(items: Sequence[Optional[bytes]]) -> Optional[ByteaArray]:
+    """A ``bytea[]`` argument: None (SQL NULL) for no items."""
+    return ByteaArray(items) if items else None
+
+
+def _int4(items: Sequence[int]) -> Optional[Int4Array]:
+    """An ``int[]`` argument: None (SQL NULL) for no items."""
+    return Int4Array(items) if items else None
 
 
 class _SnapshotView(ReadView):
@@ -292,38 +299,33 @@ class PostgresTransaction(ReadAhead, OwnWrites, StampAndWatches, Transaction):
         return certain, maybe
 
     def _commit_args(self) -> Tuple[Any, ...]:
+        """The commit function's arguments: each array encoded at once
+        (``postgres_arrays``), an empty one sent as NULL, which the function
+        reads alike (12 of the 17 are empty in an enqueue)."""
         checked = bool(self._read_keys or self._read_ranges)
         rb = [k for k in self._read_keys] + [b for b, _ in self._read_ranges]
         re_ = [k + b"\x00" for k in self._read_keys] + [e for _, e in self._read_ranges]
         sets = [(k, v) for k, v in self._sets.items() if v is not None]
         adds = [(k, p) for k, queued in self._adds.items() for p in add_params(queued)]
-        arrays: Tuple[List[Any], ...] = (
-            rb,
-            re_,
-            [b for b, _ in self._cleared],
-            [e for _, e in self._cleared],
-            [k for k, _ in sets],
-            [v for _, v in sets],
-            [k for k, v in self._sets.items() if v is None],
-            [k for k, _ in adds],
-            [p for _, p in adds],
-            [t for t, _ in self._stamped_keys],
-            [pos for _, pos in self._stamped_keys],
-            list(self._stamped_keys.values()),
-            list(self._stamped_values),
-            [t for t, _ in self._stamped_values.values()],
-            [pos for _, pos in self._stamped_values.values()],
-            list(self._expected),
-            list(self._expected.values()),
-        )
-        # Each array encoded at once (postgres_arrays); an empty one is sent as
-        # NULL, which the function reads alike (12 of the 17 in an enqueue).
         return (
             self._read_version if checked else None,
-            *(
-                (Int4Array if i in _INT_ARRAYS else ByteaArray)(array) if array else None
-                for i, array in enumerate(arrays)
-            ),
+            _bytea(rb),
+            _bytea(re_),
+            _bytea([b for b, _ in self._cleared]),
+            _bytea([e for _, e in self._cleared]),
+            _bytea([k for k, _ in sets]),
+            _bytea([v for _, v in sets]),
+            _bytea([k for k, v in self._sets.items() if v is None]),
+            _bytea([k for k, _ in adds]),
+            _bytea([p for _, p in adds]),
+            _bytea([t for t, _ in self._stamped_keys]),
+            _int4([pos for _, pos in self._stamped_keys]),
+            _bytea(list(self._stamped_keys.values())),
+            _bytea(list(self._stamped_values)),
+            _bytea([t for t, _ in self._stamped_values.values()]),
+            _int4([pos for _, pos in self._stamped_values.values()]),
+            _bytea(list(self._expected)),
+            _bytea(list(self._expected.values())),
         )
 
     def _send_commit(self, note: str) -> int:
