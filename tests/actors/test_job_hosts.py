@@ -136,4 +136,8 @@ def test_a_process_job_holds_none_of_its_siblings_descriptors(h):
     wait_until(lambda: len(h.running()) == 20, 60, what="20 process jobs running")
     counts = [open_fds([h.job_pid(f"p{i}")]) for i in range(20)]
     # Inheriting them, the 20th held 38 more than the 1st (2 per elder sibling).
-    assert max(counts) - min(counts) < 10, f"descriptors per job process grow with its siblings: {counts}"
+    # The parent's own short-lived sockets move one child's count by a few
+    # either way (a CI run saw the 1st at 50, the rest at 36-42): what must
+    # not happen is the later children holding more than the earlier ones.
+    growth = max(counts[10:]) - min(counts[:10])
+    assert growth < 10, f"descriptors per job process grow with its siblings: {counts}"
