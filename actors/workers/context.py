@@ -25,7 +25,7 @@ from fdblayer.jobs.codec import decode_data, encode_data
 from fdblayer.jobs.exceptions import CorruptValue, EncodingError, InvalidArgument
 from fdblayer.jobs.keys import DEFAULT_LAYOUT
 
-from actors.handlers import JobContext, QueuedRun
+from actors.handlers import JobContext, JobStopping, QueuedRun
 from actors.workers.control import Cancel, Retry, Snooze
 
 __all__ = [
@@ -145,8 +145,9 @@ def describe_error(exc: BaseException) -> dict:
     """``{"type", "message", "traceback"}`` of an exception, each bounded; an
     :class:`UnstorableResult` or a :class:`~actors.workers.control.Cancel`
     adds ``"final": True`` (the dispatcher then fails the job at once
-    instead of retrying it), a ``Retry`` ``"retry_in"`` (seconds) and a
-    ``Snooze`` ``"snooze"`` (seconds)."""
+    instead of retrying it), a ``Retry`` ``"retry_in"`` (seconds), a
+    ``Snooze`` ``"snooze"`` (seconds) and a :class:`JobStopping` (what
+    ``ctx.check()`` raises once the run is told to stop) ``"stopped": True``."""
     text = "".join(tb.format_exception(type(exc), exc, exc.__traceback__))
     if len(text) > TRACEBACK_LIMIT:
         text = "...\n" + text[-TRACEBACK_LIMIT:]
@@ -161,4 +162,6 @@ def describe_error(exc: BaseException) -> dict:
         error["retry_in"] = exc.in_seconds
     elif isinstance(exc, Snooze):
         error["snooze"] = exc.seconds
+    elif isinstance(exc, JobStopping):
+        error["stopped"] = True
     return error

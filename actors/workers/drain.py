@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
+from typing import Any, Optional
 
 from fdblayer.jobs.keys import DEFAULT_LAYOUT
 
@@ -40,6 +40,19 @@ class Draining(DispatcherState):
             self.stats["released"] += work.release(self.db, DEFAULT_LAYOUT, jobs)
         except Exception as exc:  # noqa: BLE001 - nothing is lost: the lease runs out and they come back
             log.warning("release_failed host=%s count=%d error=%r", self.host, len(jobs), exc)
+
+    def _stopped_by_drain(self, running: Any, error: Optional[dict]) -> bool:
+        """Whether a run ended by the stop the drain asked for (its handler
+        let ``JobStopping`` out of ``ctx.check()``): the host's stop, not the
+        job's failure. A run past its time limit was stopped for that."""
+        return self.draining and error is not None and bool(error.get("stopped")) and not running.timed_out
+
+    def _give_back(self, running: Any) -> None:
+        """Put a run the drain stopped back in the queue, uncounted, as one
+        still running at the end of the grace is."""
+        job = running.claimed.job
+        log.info("job_released host=%s type=%s job=%s reason=stopped_by_drain", self.host, job.type, job.id)
+        self._release([job])
 
     def _drain(self, msg: Drain, from_: Any) -> Any:
         self.draining = True

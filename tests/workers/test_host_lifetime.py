@@ -49,6 +49,17 @@ def stubborn(ctx):
     time.sleep(60)
     return "late"
 
+def checking(ctx):
+    """A job that calls ctx.check() until it raises JobStopping."""
+    _log(ctx, "start")
+    try:
+        while True:
+            ctx.check()
+            time.sleep(0.01)
+    except BaseException:
+        _log(ctx, "stopping")
+        raise
+
 def polite(ctx):
     """A 60 s job that returns as soon as it is told to stop."""
     _log(ctx, "start")
@@ -236,6 +247,23 @@ def test_a_nodes_pool_drains_on_sigterm_and_ctrl_c_with_no_shutdown_error(comman
     errors = [line for line in text.splitlines() if " ERROR " in line and "actor=TypeMonitor" not in line]
     assert not errors, text[-3000:]
     assert_tree_gone_within(node, 5.0)
+
+
+@pytest.mark.slow
+def test_a_handler_stopped_by_the_drain_is_put_back_unblamed(commands, workdir, store_url, db):
+    """ctx.check() raises JobStopping when the host drains: that is the host's
+    stop, not the job's failure, so the job goes back to the queue with its
+    attempt not counted and no error, as if it had run past the grace."""
+    node = start_node(commands, workdir, store_url, "checking")
+    node.wait_for("workers_up")
+    job_id = jobs.enqueue(db, "long", {}, max_attempts=1)
+    wait_until(node.runs, 20, "the job to start")
+    node.proc.send_signal(signal.SIGTERM)
+    assert node.proc.wait(60) == 0, node.log()[-3000:]
+    assert [r["event"] for r in node.runs()] == ["start", "stopping"], "it raised JobStopping"
+    st = jobs.status(db, "long", job_id)
+    assert (st.state, st.attempt, st.error, st.errors) == (JobState.PENDING, 0, None, ()), st
+    assert "job_released" in node.log() and "reason=stopped_by_drain" in node.log(), node.log()[-3000:]
 
 
 @pytest.mark.slow
