@@ -46,6 +46,7 @@ from waitress.utilities import RequestEntityTooLarge
 
 from actors.http.slow_clients import SlowClientChannel, accept_in_batches, server_adjustments
 from supervision.gen_server import die_with_parent
+from supervision.stop_signals import ignore_stop_signals
 
 #: waitress's own cap (the app answers CouchDB's 413 below it).
 SERVER_MAX_BODY = 4 << 20
@@ -123,6 +124,7 @@ def use_couch_channels(server: Any) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     die_with_parent()
+    ignore_stop_signals()  # one of the node's processes: its actor ends it (SIGKILL), the owner the node
     p = argparse.ArgumentParser(prog="python -m actors.http.main", description=__doc__.splitlines()[0])
     p.add_argument("--admin-port", type=int, required=True, help="the node's admin port")
     p.add_argument("--port", type=int, required=True, help="the HTTP port")

@@ -250,6 +250,32 @@ def test_a_nodes_pool_drains_on_sigterm_and_ctrl_c_with_no_shutdown_error(comman
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_stop_signal_to_every_process_of_the_node_drains_it_once(commands, workdir, store_url, db, sig):
+    """systemd's default KillMode signals every process of the service at
+    once: the node's processes leave the stop to the command, which drains as
+    for a signal to it alone (before, each actor ended on its own, the drain
+    timed out looking for the dispatcher and the job stayed running until
+    its lease ran out)."""
+    node = start_node(commands, workdir, store_url, "polite")
+    node.wait_for("workers_up")
+    job_id = jobs.enqueue(db, "long", {})
+    wait_until(node.runs, 20, "the job to start")
+    for pid in node.tree() | {node.proc.pid}:
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+    assert node.proc.wait(60) == 0, node.log()[-3000:]
+    assert jobs.result(db, "long", job_id, timeout=1) == "stopped", "the handler was told to stop, and returned"
+    text = node.log()
+    assert "node_drained" in text and "node_drain_failed" not in text, text[-3000:]
+    errors = [line for line in text.splitlines() if " ERROR " in line and "actor=TypeMonitor" not in line]
+    assert not errors, "no process of the node ended on its own: " + "\n".join(errors)
+    assert_tree_gone_within(node, 5.0)
+
+
+@pytest.mark.slow
 def test_a_handler_stopped_by_the_drain_is_put_back_unblamed(commands, workdir, store_url, db):
     """ctx.check() raises JobStopping when the host drains: that is the host's
     stop, not the job's failure, so the job goes back to the queue with its
