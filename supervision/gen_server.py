@@ -53,7 +53,7 @@ from .reasons import KILLED, NOPROC, NORMAL, SHUTDOWN, is_normal, portable
 from .procs import die_with_parent as die_with_parent  # noqa: F401 - re-exported
 from .procs import install_fork_hygiene, pid_alive, signal_process, start_time
 from .reports import report
-from .stop_signals import ignore_stop_signals
+from .owner import ignore_stop_signals
 from .calls import Calls, From as From, Request as Request  # noqa: F401 - From and Request re-exported
 from .timers import MAX_TIMER_STEP as MAX_TIMER_STEP, Timers  # noqa: F401 - MAX_TIMER_STEP re-exported
 

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
 from typing import Any, cast
 
 from thespian.actors import DeadEnvelope
@@ -33,6 +32,7 @@ from . import messages as m
 from .procs import open_process, pid_alive as pid_alive  # noqa: F401 - pid_alive re-exported
 from .reasons import NOPROC
 from .reports import report
+from .owner import kill_node_group
 from .supervisor import Supervisor
 
 log = logging.getLogger(__name__)
@@ -77,13 +77,8 @@ class NodeSupervisor(Supervisor):
         self.start_timer(OWNER_DOWN_DELAY, self._kill_node, real=True)
 
     def _kill_node(self) -> None:
-        """SIGKILL every process of the node: its process group, the session
-        the admin created (a group can only be joined from its own session,
-        so no process but the node's is in it while this one is)."""
-        pgid = os.getpgid(0)
-        if pgid == os.getsid(0) and pgid > 1:
-            os.killpg(pgid, signal.SIGKILL)
-        os.kill(os.getpid(), signal.SIGKILL)  # not in a session of the node's own: this process only
+        """SIGKILL every process of the node (see :func:`owner.kill_node_group`)."""
+        kill_node_group()
 
     def _route(self, msg: Any, sender: Any) -> None:
         if isinstance(msg, m.Relay):

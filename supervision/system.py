@@ -45,7 +45,7 @@ from .exceptions import NodeDown, StartError, SupervisionError  # noqa: E402
 from .procs import pid_alive, proc_stat, start_time  # noqa: E402
 from .registry import NodeSupervisor  # noqa: E402
 from .runtime import read_runtime, runtime_dir, runtime_file  # noqa: E402,F401 - also imported from here
-from .stop_signals import forking_node  # noqa: E402
+from .owner import forking_node  # noqa: E402
 
 log = logging.getLogger(__name__)
 
@@ -249,11 +249,11 @@ def start_node(
 def _start(
     port: int, flags: SupFlags, specs: list[Any], record: dict[str, Any], log_config: dict[str, Any], timeout: float
 ) -> Node:
-    with forking_node():  # the admin and the logger leave stop signals to this process
+    owner = (record["owner"], record["owner_start"]) if record["die_with_owner"] else None
+    with forking_node(owner):  # the admin and the logger leave stop signals to this process, and die with it
         system = ActorSystem(BASE, {"Admin Port": port}, logDefs=log_config, transientUnique=True)
     try:
         address = system.createActor(NodeSupervisor, globalName=NODE_NAME)
-        owner = (record["owner"], record["owner_start"]) if record["die_with_owner"] else None
         init = m.Init((flags, specs, owner), None, None, None, NODE_NAME)
         answer = system.ask(address, init, timeout)
         if not isinstance(answer, m.Started):

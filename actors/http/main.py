@@ -46,7 +46,7 @@ from waitress.utilities import RequestEntityTooLarge
 
 from actors.http.slow_clients import SlowClientChannel, accept_in_batches, server_adjustments
 from supervision.gen_server import die_with_parent
-from supervision.stop_signals import ignore_stop_signals
+from supervision.owner import ignore_stop_signals
 
 #: waitress's own cap (the app answers CouchDB's 413 below it).
 SERVER_MAX_BODY = 4 << 20

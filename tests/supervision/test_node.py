@@ -127,3 +127,70 @@ def test_node_starts_on_the_port_of_a_sigkilled_predecessor(tmp_path):
         for pid, start in old.items():
             signal_process(pid, start, signal.SIGKILL)
         runtime_file(port).unlink(missing_ok=True)
+
+
+_STARTER_KILLED = """
+import os, signal, sys
+from thespian.actors import ActorSystem
+from supervision.owner import forking_node
+from supervision.procs import start_time
+from supervision.system import BASE
+port = int(sys.argv[1])
+owner = (os.getpid(), start_time(os.getpid())) if sys.argv[2] == "owned" else None
+with forking_node(owner):
+    ActorSystem(BASE, {"Admin Port": port}, transientUnique=True)
+os.kill(os.getpid(), signal.SIGKILL)  # after the admin's fork, before any node supervisor watches this process
+"""
+
+
+def _admin_group(port: int) -> int:
+    """The process group of the actor system listening on ``port`` (its admin's session)."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as f:
+            for line in f.readlines()[1:]:
+                fields = line.split()
+                if int(fields[1].rsplit(":", 1)[1], 16) == port and fields[3] == "0A":
+                    inodes.add(fields[9])
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            links = {os.readlink(f"/proc/{name}/fd/{fd}") for fd in os.listdir(f"/proc/{name}/fd")}
+        except OSError:
+            continue
+        if any(f"socket:[{inode}]" in links for inode in inodes):
+            return os.getpgid(int(name))
+    return 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["owned", "left"])
+def test_a_starter_killed_before_its_node_supervisor_watches_it_takes_the_admin_down(tmp_path, mode):
+    """The admin and the logger exist from the fork on; the node supervisor
+    watches the owner only once it runs. A starter SIGKILLed in between left
+    them running, holding the port; the admin now watches its owner from its
+    fork (a node that does not die with its owner is left, as asked)."""
+    port = free_port()
+    proc = subprocess.run(
+        [sys.executable, "-c", _STARTER_KILLED, str(port), mode],
+        cwd=ROOT,
+        env=os.environ.copy(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
+    assert proc.returncode == -signal.SIGKILL
+    pgid = _admin_group(port)
+    assert pgid > 1, "the admin was up and listening when its starter died"
+    try:
+        if mode == "owned":
+            wait_until(lambda: not group_pids(pgid), 5, "the admin and the logger to die with their starter")
+            assert not port_open(port)
+        else:
+            time.sleep(1.5)  # past the watch's grace: still up
+            assert group_pids(pgid) and port_open(port)
+    finally:
+        for pid in group_pids(pgid):
+            signal_process(pid, start_time(pid), signal.SIGKILL)

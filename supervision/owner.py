@@ -1,0 +1,128 @@
+"""Stop signals belong to a node's owner.
+
+Principle: a node is stopped by the process that started it, its owner (a
+foreground command), which stops the tree in order (and may first let the
+node finish its work). A stop signal sent to every process of the node at
+once, as systemd's default ``KillMode=control-group`` does on ``systemctl
+stop`` or ``kill -TERM 0`` in a script, must not stop each process on its
+own: Thespian ends an actor on SIGTERM, so each actor would exit as the
+signal reached it and its supervisor would restart it, or lose it, in the
+middle of the owner's orderly stop. So every process of a node (the admin,
+the logger and each actor) takes SIGTERM and SIGINT and does nothing with
+them; the owner got the same signal and stops them all. SIGKILL still ends
+any of them at once, and the owner's death still ends the node.
+
+The handler is a Python function, not ``SIG_IGN``: ``exec`` resets a
+handled signal to its default and keeps an ignored one ignored, so a
+program a job starts from a node's process gets SIGTERM as usual.
+
+The node also dies with its owner (``die_with_owner``). The node
+supervisor watches the owner once it has started; before that, from the
+fork of the admin until then, the admin watches it (:func:`forking_node`
+with an owner): a starter killed in between (SIGKILL, a crash) would
+otherwise leave the admin and the logger running, holding the node's port,
+until the next start on that port cleared them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import signal
+import threading
+import time
+from typing import Any, Iterator, Optional
+
+from .procs import open_process
+
+__all__ = ["STOP_SIGNALS", "OWNER_DOWN_GRACE", "ignore_stop_signals", "forking_node", "kill_node_group"]
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+#: Seconds the admin's watch waits after the owner's death before it kills
+#: the node: the node supervisor, if up, kills it sooner and logs why.
+OWNER_DOWN_GRACE = 1.0
+
+#: The owner ``(pid, start time)`` a forking admin is to watch: set by
+#: :func:`forking_node`, taken by the first process forked meanwhile that is
+#: not the owner's own child (Thespian forks an intermediate process, which
+#: forks the admin).
+_armed: Optional[tuple[int, Optional[int]]] = None
+
+
+def _left_to_owner(signum: int, frame: Any) -> None:
+    """A stop signal in a node's process: the owner stops the node."""
+
+
+def ignore_stop_signals() -> None:
+    """Make this process (one of a node's, in its main thread) leave SIGTERM
+    and SIGINT to the node's owner; replaces Thespian's handlers, which end
+    an actor on SIGTERM."""
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, _left_to_owner)
+
+
+@contextlib.contextmanager
+def forking_node(owner: Optional[tuple[int, Optional[int]]] = None) -> Iterator[None]:
+    """Around the owner's start of a node's first process (Thespian's admin,
+    which forks the logger): the processes forked meanwhile are born leaving
+    stop signals to the owner, and with ``owner`` (this process's ``(pid,
+    start time)``, for a node that dies with it) the admin kills the node
+    :data:`OWNER_DOWN_GRACE` after the owner's death. A stop signal the
+    owner itself gets meanwhile is raised again in it on the way out, where
+    its own handling applies. Outside the main thread (where handlers cannot
+    be set) no handler changes."""
+    global _armed
+    me = os.getpid()
+    received: list[int] = []
+
+    def handler(signum: int, frame: Any) -> None:
+        if os.getpid() == me:  # in a forked process: left to the owner
+            received.append(signum)
+
+    main = threading.current_thread() is threading.main_thread()
+    previous = {sig: signal.signal(sig, handler) for sig in STOP_SIGNALS} if main else {}
+    _armed = owner
+    try:
+        yield
+    finally:
+        _armed = None
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+        for signum in received:
+            os.kill(me, signum)
+
+
+def _after_fork() -> None:
+    """In every forked child: the admin of a node being started (see
+    :data:`_armed`) starts watching the owner."""
+    global _armed
+    owner = _armed
+    if owner is None or os.getppid() == owner[0]:
+        return  # nothing armed, or Thespian's intermediate process (the admin is its child)
+    _armed = None  # the admin's own children are watched by their parents
+    threading.Thread(target=_die_with, args=owner, name="owner-watch", daemon=True).start()
+
+
+def _die_with(pid: int, start: Optional[int]) -> None:
+    """Wait for the owner's death (a pidfd turns readable), then kill the node."""
+    fd = open_process(pid, start)
+    if fd is not None:
+        select.select([fd], [], [])
+    time.sleep(OWNER_DOWN_GRACE)
+    kill_node_group()
+
+
+def kill_node_group() -> None:
+    """SIGKILL every process of the node this process belongs to: its process
+    group, the session the admin created (a group can only be joined from its
+    own session, so no process but the node's is in it while this one is);
+    in a process not in such a session, this process only."""
+    pgid = os.getpgid(0)
+    if pgid == os.getsid(0) and pgid > 1:
+        os.killpg(pgid, signal.SIGKILL)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+os.register_at_fork(after_in_child=_after_fork)
