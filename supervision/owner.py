@@ -27,6 +27,7 @@ until the next start on that port cleared them.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import select
 import signal
@@ -36,7 +37,16 @@ from typing import Any, Iterator, Optional
 
 from .procs import open_process
 
-__all__ = ["STOP_SIGNALS", "OWNER_DOWN_GRACE", "ignore_stop_signals", "forking_node", "kill_node_group"]
+__all__ = [
+    "STOP_SIGNALS",
+    "OWNER_DOWN_GRACE",
+    "ignore_stop_signals",
+    "forking_node",
+    "finishing_stop",
+    "kill_node_group",
+]
+
+log = logging.getLogger(__name__)
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
@@ -92,6 +102,28 @@ def forking_node(owner: Optional[tuple[int, Optional[int]]] = None) -> Iterator[
             signal.signal(sig, old)
         for signum in received:
             os.kill(me, signum)
+
+
+@contextlib.contextmanager
+def finishing_stop() -> Iterator[None]:
+    """In the owner, around its stop of the node (a drain, then the stop):
+    a further SIGTERM or SIGINT is logged (``stop_signal_ignored``) and
+    ignored, so the stop in progress finishes; a second Ctrl-C would
+    otherwise end the owner, and the node with it, in the middle of the
+    drain, its running jobs left to their leases. SIGKILL still ends it."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: Any) -> None:
+        log.warning("stop_signal_ignored signal=%s reason=stop_in_progress", signal.Signals(signum).name)
+
+    previous = {sig: signal.signal(sig, handler) for sig in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
 
 
 def _after_fork() -> None:

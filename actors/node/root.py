@@ -19,6 +19,7 @@ import socket
 
 from supervision import Node
 from supervision.runtime import runtime_dir
+from supervision.owner import finishing_stop
 from supervision.system import start_node, stop_node, wait_for_stop
 from fdblayer.urls import redact_url
 
@@ -160,9 +161,10 @@ def run(config: Config) -> int:
         stop_node(port)
         return 1
     log.info("node_stopping reason=%s port=%s", reason, port)
-    if config.workers:
-        _drain(node, config.worker.grace)
-    node.stop()
+    with finishing_stop():
+        if config.workers:
+            _drain(node, config.worker.grace)
+        node.stop()
     log.info("node_stopped port=%s", port)
     return 0
 

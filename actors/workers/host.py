@@ -18,6 +18,7 @@ import socket
 from typing import Any, Optional
 
 from supervision import Client
+from supervision.owner import finishing_stop
 from supervision.runtime import runtime_dir
 from supervision.system import start_node, stop_node, wait_for_stop
 
@@ -229,11 +230,12 @@ def run(spec: HostSpec, port: Optional[int] = None, level: int = logging.INFO) -
         stop_node(port)
         return 1
     log.info("worker_host_stopping reason=%s port=%s grace=%.1fs", reason, port, spec.grace)
-    try:
-        answer = drain(node.client(), spec.grace)
-        log.info("worker_host_drained port=%s %s", port, " ".join(f"{k}={v}" for k, v in answer.items()))
-    except Exception as exc:  # noqa: BLE001 - stop anyway: the store keeps every job
-        log.warning("worker_host_drain_failed port=%s error=%r", port, exc)
-    node.stop()
+    with finishing_stop():
+        try:
+            answer = drain(node.client(), spec.grace)
+            log.info("worker_host_drained port=%s %s", port, " ".join(f"{k}={v}" for k, v in answer.items()))
+        except Exception as exc:  # noqa: BLE001 - stop anyway: the store keeps every job
+            log.warning("worker_host_drain_failed port=%s error=%r", port, exc)
+        node.stop()
     log.info("worker_host_stopped port=%s", port)
     return 0
