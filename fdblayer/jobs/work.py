@@ -371,6 +371,9 @@ def _exhaust(
             "traceback": "",
         }
         ended = ended._replace(error=error, errors=with_error(record.errors, record.attempt, now, error))
+    else:  # the job's error is that loss, as the history says
+        last = record.errors[-1]
+        ended = ended._replace(error={k: last.get(k, "") for k in ("type", "message", "traceback")})
     tr.set(layout.work_key(job_type, job_id), ended.pack())
     failures.record(tr, layout, job_type, job_id, now)
     finished.record(tr, layout, job_type, job_id, FAILED, now)
