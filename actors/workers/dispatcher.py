@@ -176,6 +176,7 @@ class Dispatcher(PoolKeeping, HostLeases, Pruning, Heartbeat, PeriodicTicks, Typ
         self.draining = False
         self.drain_from: Any = None
         self.drain_timer: Optional[int] = None
+        self.workers_stopping = 0  # at the end of the grace: workers asked to stop, not yet gone
         self.stats = collections.Counter()
         self.waker = Waker(self, self._watch_fired)
         self.renew_interval = planner.renew_interval(s.timeout for s in self.types.values())
@@ -357,6 +358,10 @@ class Dispatcher(PoolKeeping, HostLeases, Pruning, Heartbeat, PeriodicTicks, Typ
         slot.channel.close()
         started = [r for r in slot.runs.values() if r.started is not None]  # the sync one, the async ones
         unstarted = [r for r in slot.runs.values() if r.started is None and not r.lost]
+        if any(r.killing for r in started):  # this host killed it for a run past its limit: the others are bystanders
+            bystanders = [r for r in started if not r.killing and not r.timed_out and not r.lost]
+            started = [r for r in started if r not in bystanders]
+            self._give_back_bystanders(bystanders)
         for r in unstarted:
             r.worker = None
         if unstarted:  # queued in the dead worker, never started: to another worker, uncounted
@@ -384,6 +389,18 @@ class Dispatcher(PoolKeeping, HostLeases, Pruning, Heartbeat, PeriodicTicks, Typ
         if not self.draining:
             self._find_replacements(40)
         self._check_drained()
+
+    def _give_back_bystanders(self, runs: list[Running]) -> None:
+        """Put back in the queue, uncounted, the runs a worker held beside the
+        one it was killed for (past its time limit and the grace): the host's
+        kill, not their failure."""
+        for running in runs:
+            self.to_mark.pop(running.token, None)
+            job = running.claimed.job
+            log.info(
+                "job_released host=%s type=%s job=%s reason=worker_killed_for_another_run", self.host, job.type, job.id
+            )
+        self._release([r.claimed.job for r in runs])
 
     def _end_attempt(
         self,

@@ -3,8 +3,10 @@
 Principle: on SIGTERM or Ctrl-C (a :class:`~actors.workers.protocol.Drain`
 call) the dispatcher claims no more jobs, puts the ones it holds that have
 not started back in the queue at once (their attempt not counted), tells
-running handlers to stop and gives them the grace, then puts back what
-still runs and answers. A store error leaves the jobs to the lifeline:
+running handlers to stop and gives them the grace, then stops the workers
+whose handlers still run and, once they are gone, puts those jobs back too
+and answers. A run the drain stopped (its handler let ``JobStopping`` out)
+goes back uncounted as well: the host's stop, not the job's failure. A store error leaves the jobs to the lifeline:
 their leases run out and they come back. A mixin of the dispatcher.
 """
 
@@ -17,10 +19,12 @@ from typing import Any, Optional
 from fdblayer.jobs.keys import DEFAULT_LAYOUT
 
 from supervision import NOREPLY
+from supervision.supervisor import TerminateChild
 
 from fdblayer.jobs import work
 
 from actors.workers.protocol import Drain, Release
+from actors.workers.runs import CALL_TIMEOUT
 from actors.workers.state import DispatcherState
 
 __all__ = ["Draining"]
@@ -79,11 +83,33 @@ class Draining(DispatcherState):
         return NOREPLY
 
     def _busy(self) -> bool:
-        return any(slot.runs or slot.owes_release for _, slot in self.slots.items())
+        return self.workers_stopping > 0 or any(slot.runs or slot.owes_release for _, slot in self.slots.items())
 
     def _grace_over(self) -> None:
+        """The grace is over: stop the workers still running handlers (their
+        supervisor kills them, ``brutal_kill``, and answers once they are
+        dead), then put those jobs back in the queue. In this order, no late
+        handler still runs when its job can be claimed again; a run that
+        ends meanwhile is discarded (its job goes back all the same)."""
         self.drain_timer = None
         late = [r for r in self._held() if not r.lost]
+        for running in late:
+            running.lost = True
+        addrs = [slot.addr for _, slot in self.slots.items() if any(r in late for r in slot.runs.values())]
+        self.workers_stopping = len(addrs)  # busy until they are gone
+
+        def stopped(_answer: Any, _error: Any) -> None:
+            self.workers_stopping -= 1
+            if self.workers_stopping == 0:
+                self._give_back_late(late)
+
+        for addr in addrs:
+            self.call_async(self.pool, TerminateChild(addr), stopped, CALL_TIMEOUT)
+        if not addrs:
+            self._give_back_late(late)
+
+    def _give_back_late(self, late: list) -> None:
+        """Put the runs left at the end of the grace back in the queue, uncounted, and answer."""
         for running in late:
             log.warning(
                 "job_released host=%s type=%s job=%s reason=grace_over",
@@ -91,7 +117,6 @@ class Draining(DispatcherState):
                 running.claimed.job.type,
                 running.claimed.job.id,
             )
-            running.lost = True
         self._release([r.claimed.job for r in late])
         for _, slot in self.slots.items():
             slot.runs.clear()

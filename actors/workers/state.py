@@ -57,6 +57,7 @@ class DispatcherState(GenServer):
     draining: bool
     drain_from: Any
     drain_timer: Optional[int]
+    workers_stopping: int
     stats: Any  #: a Counter of events, and step_ms a float sum of milliseconds
     renew_interval: float
     waker: Any  #: wakes the actor from the store's watch thread
