@@ -6,8 +6,9 @@ not started back in the queue at once (their attempt not counted), tells
 running handlers to stop and gives them the grace, then stops the workers
 whose handlers still run and, once they are gone, puts those jobs back too
 and answers. A run the drain stopped (its handler let ``JobStopping`` out)
-goes back uncounted as well: the host's stop, not the job's failure. A store error leaves the jobs to the lifeline:
-their leases run out and they come back. A mixin of the dispatcher.
+goes back uncounted as well: the host's stop, not the job's failure. A
+store error leaves the jobs to the lifeline: their leases run out and they
+come back. A mixin of the dispatcher.
 """
 
 from __future__ import annotations
