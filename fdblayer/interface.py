@@ -26,7 +26,7 @@ import threading
 import time
 from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence, TypeVar, Union, cast, overload
 
-from fdblayer.exceptions import InvalidTransactionState, RetryLimitExceeded, is_retryable
+from fdblayer.exceptions import InvalidTransactionState, RetryLimitExceeded, ServerGone, is_retryable
 from fdblayer.limits import (  # the interface's limits and checks (see __all__)
     MAX_KEY_SIZE,
     MAX_TRANSACTION_SIZE,
@@ -416,7 +416,10 @@ def transactional(
 
     Args:
         func: the body; must not be a generator function.
-        retry_limit: most attempts before ``RetryLimitExceeded``.
+        retry_limit: most attempts before ``RetryLimitExceeded``; an
+            attempt that failed because the store could not be reached
+            (``ServerGone``) does not count: the call waits for the store
+            until ``timeout``.
         timeout: seconds after the first attempt before ``RetryLimitExceeded``.
 
     Raises:
@@ -487,9 +490,10 @@ def _run_retrying(
     tr = db.create_transaction()
     started = time.monotonic()
     tr.deadline = started + timeout
-    attempts = 0
+    attempts = counted = 0
     while True:
         attempts += 1
+        counted += 1
         call_args, call_kwargs = _with_tr(args, kwargs, index, tr)
         try:
             result = func(*call_args, **call_kwargs)
@@ -500,7 +504,9 @@ def _run_retrying(
                 tr.cancel()
                 raise
             elapsed = time.monotonic() - started
-            if attempts >= retry_limit or elapsed >= timeout:
+            if isinstance(err, ServerGone):
+                counted -= 1  # waiting for the server: bounded by the deadline, not the count
+            if counted >= retry_limit or elapsed >= timeout:
                 tr.cancel()
                 raise RetryLimitExceeded(
                     f"{func.__qualname__}: gave up after {attempts} attempts in {elapsed:.3f}s: {err}",

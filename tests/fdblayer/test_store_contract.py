@@ -21,6 +21,7 @@ from fdblayer.exceptions import (
     KeyTooLarge,
     NoCommitVersion,
     RetryLimitExceeded,
+    ServerGone,
     StoreError,
     StoreTypeError,
     TransactionTooLarge,
@@ -582,6 +583,21 @@ class TestTransactional:
             body(db)
         assert len(calls) == 3 and info.value.attempts == 3
         assert isinstance(info.value.last_error, ConflictError)
+
+    def test_waiting_for_the_server_is_bounded_by_the_deadline_not_the_retry_limit(self, db):
+        """README: ``transactional`` waits for a server it cannot reach up to
+        its deadline; 100 quick refusals (4.5 s) used to end the wait."""
+        calls = []
+
+        @transactional(retry_limit=3, timeout=30)
+        def body(tr):
+            calls.append(1)
+            if len(calls) <= 5:
+                raise ServerGone("forced: the server refuses connections")
+            tr[b"after"] = b"1"
+
+        body(db)
+        assert len(calls) == 6 and db.get(b"after") == b"1"
 
     def test_deadline(self, db):
         @transactional(timeout=0.05)
