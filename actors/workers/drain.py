@@ -93,6 +93,10 @@ class Draining(DispatcherState):
         handler still runs when its job can be claimed again; a run that
         ends meanwhile is discarded (its job goes back all the same)."""
         self.drain_timer = None
+        for _, slot in list(self.slots.items()):  # runs that ended while this actor was busy are not late
+            self._read_channel(slot)
+        if self.drain_from is None:  # they had all ended: answered already
+            return
         late = [r for r in self._held() if not r.lost]
         for running in late:
             running.lost = True
