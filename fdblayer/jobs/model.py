@@ -84,6 +84,17 @@ StateAndData = tuple[Seq, JobState, bytes]
 # ---------------------------------------------------------------- job creation
 
 
+class AddedBefore(Exception):
+    """:func:`add` of a ``new_id`` found the job: an earlier attempt of this
+    same add committed and its answer was lost (``CommitUnknownResult``),
+    since no other add can know the id. Nothing is written: resubmitting it
+    would run the job twice. ``value`` is the job's row."""
+
+    def __init__(self, value: JobValue) -> None:
+        super().__init__("the job was added by an earlier attempt of this add")
+        self.value = value
+
+
 @transactional
 def add(
     tr: Transaction,
@@ -118,7 +129,8 @@ def add(
         type_default: read the type's declared priority with the job and
             its type timeout (one round trip) when ``priority`` is None.
         new_id: ``job_id`` was made just now for this add (no job can have
-            it): with ``type_default``, the job row is taken to be absent and
+            it, so a job found is this add's own: :class:`AddedBefore`
+            is raised, nothing written): with ``type_default``, the job row is taken to be absent and
             the type's rows to be what this process last saw, checked when
             the transaction commits (``Transaction.expect_many``: no read
             round trip on PostgreSQL; a wrong guess fails the commit and the
@@ -145,6 +157,8 @@ def add(
             job_id=job_id,
         )
     current = None if raw is None else rows.job_val_or_none(key, raw)
+    if current is not None and new_id:
+        raise AddedBefore(current)
     if current is not None:
         return _resubmit(tr, layout, job_type, job_id, key, current, sched_time, data, priority)
     bump(tr, layout, job_type, "jobs")

@@ -181,7 +181,10 @@ def enqueue(
     Raises:
         NoTypeTimeout: ``job_type`` has no type timeout.
     """
-    value = model.add(tr, layout, job_type, job_id, data, sched_time, priority, type_default=True, new_id=new_id)
+    try:
+        value = model.add(tr, layout, job_type, job_id, data, sched_time, priority, type_default=True, new_id=new_id)
+    except model.AddedBefore as before:  # this add committed already: its record may have moved on since
+        return job_state(before.value.lock, before.value.seq)
     state = job_state(value.lock, value.seq)
     if state is not JobState.RUNNING:
         tr.set(layout.work_key(job_type, job_id), WorkRecord(max_attempts=max_attempts, time_limit=time_limit).pack())

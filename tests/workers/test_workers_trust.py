@@ -1052,3 +1052,26 @@ def test_random_sigkills_of_workers_dispatchers_and_hosts_keep_every_invariant(
             node.close()
         db.close()
         watcher_db.close()
+
+
+# ------------------------------------------------------------ an enqueue whose commit answer was lost
+def test_the_retry_of_an_enqueue_that_had_committed_does_not_resubmit_its_job(db):
+    """``jobs.enqueue`` makes the id, then runs its transaction, which a lost
+    commit answer (``CommitUnknownResult``) runs again. If the first attempt
+    had committed and a host claimed the job meanwhile, the retry found the
+    job and resubmitted it: it would run twice. The retry of a made-up id
+    now finds its own job and writes nothing."""
+    from actors.workers.client import _declare_and_enqueue
+    from fdblayer.jobs.codec import encode_data
+
+    jobs.set_type_timeout(db, "t", 30)
+    job_id, data = "0" * 32, encode_data({})
+    _declare_and_enqueue(db, "t", job_id, data, 0, None, new_id=True)  # the attempt that committed
+    claimed = work.claim(db, DEFAULT_LAYOUT, "t", time.time(), 1, "host-a", 3).claimed
+    assert [c.job.id for c in claimed] == [job_id]
+    _declare_and_enqueue(db, "t", job_id, data, 0, None, new_id=True)  # its retry
+    st = jobs.status(db, "t", job_id)
+    assert (st.state.value, st.attempt) == ("claimed", 1), st
+    work.complete(db, DEFAULT_LAYOUT, [work.Outcome(claimed[0].job, work.OutcomeKind.OK, None)], time.time())
+    st = jobs.status(db, "t", job_id)
+    assert (st.state.value, st.outcome) == ("finished", "succeeded"), "finished once, not put back to run again"
