@@ -26,7 +26,13 @@ import threading
 import time
 from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence, TypeVar, Union, cast, overload
 
-from fdblayer.exceptions import InvalidTransactionState, RetryLimitExceeded, ServerGone, is_retryable
+from fdblayer.exceptions import (
+    CommitUnknownResult,
+    InvalidTransactionState,
+    RetryLimitExceeded,
+    ServerGone,
+    is_retryable,
+)
 from fdblayer.limits import (  # the interface's limits and checks (see __all__)
     MAX_KEY_SIZE,
     MAX_TRANSACTION_SIZE,
@@ -187,9 +193,14 @@ class Transaction(ReadView):
     Attributes:
         deadline: ``time.monotonic()`` value after which waits for a lock give
             up with ``LockTimeout`` (None: the backend's default wait).
+        maybe_committed: how many earlier attempts of this transaction ended
+            in ``CommitUnknownResult`` (set by :meth:`on_error`): any of them
+            may have committed, so a body whose work must not be done twice
+            looks for its own earlier writes when this is not 0.
     """
 
     deadline: Optional[float] = None
+    maybe_committed: int = 0
 
     @property
     @abc.abstractmethod
@@ -313,6 +324,8 @@ class Transaction(ReadView):
         """
         if not is_retryable(error):
             raise error
+        if isinstance(error, CommitUnknownResult):
+            self.maybe_committed += 1
         self._retries = getattr(self, "_retries", 0) + 1
         cap = min(BACKOFF_MAX, BACKOFF_BASE * (2 ** (self._retries - 1)))
         time.sleep(random.uniform(0, cap))

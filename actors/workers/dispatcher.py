@@ -220,6 +220,10 @@ class Dispatcher(PoolKeeping, HostLeases, Pruning, Heartbeat, PeriodicTicks, Typ
         """Every job handed to a worker and not ended."""
         return [r for _, slot in self.slots.items() for r in slot.runs.values()]
 
+    def _held_ids(self) -> set:
+        """The ids of every job this host holds: buffered, or handed to a worker."""
+        return {r.claimed.job.id for r in self.buffer} | {r.claimed.job.id for r in self._held()}
+
     # ---------------------------------------------------------------- messages
     def handle_info(self, msg: Any) -> None:
         if isinstance(msg, Down):
@@ -522,7 +526,14 @@ class Dispatcher(PoolKeeping, HostLeases, Pruning, Heartbeat, PeriodicTicks, Typ
         try:
             t0 = time.perf_counter()
             lost, results = work.step(
-                self.db, DEFAULT_LAYOUT, outcomes, [(r.claimed.job, r.started) for r in starts], claims, now, self.host
+                self.db,
+                DEFAULT_LAYOUT,
+                outcomes,
+                [(r.claimed.job, r.started) for r in starts],
+                claims,
+                now,
+                self.host,
+                self._held_ids,
             )
             self.stats["steps"] += 1
             self.stats["step_ms"] += (time.perf_counter() - t0) * 1000

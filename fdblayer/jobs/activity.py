@@ -15,7 +15,7 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from typing import Iterable, Optional
+from typing import Collection, Iterable, Optional
 
 import fdb.tuple
 
@@ -25,6 +25,7 @@ from fdblayer.jobs.codec import decode_data, report_bad_row, unpack_activity_val
 from fdblayer.jobs.validate import MAX_TYPE_TIMEOUT
 from fdblayer.jobs.keys import ACTIVITY_TIMEOUT, JobType, Layout
 from fdblayer.jobs.tally import Tally
+from fdblayer.jobs.work_record import claimed_only
 from fdblayer.watches import Watch
 
 __all__ = [
@@ -40,6 +41,7 @@ __all__ = [
     "re_enqueue_inactive",
     "requeue_silent",
     "check_inactive",
+    "release_strays",
 ]
 
 logger = logging.getLogger(__name__)
@@ -240,3 +242,21 @@ def check_inactive(
         return new_vs, []
     job_ids = get_inactive_since(tr, layout, job_type, vs)
     return new_vs, re_enqueue_inactive(tr, layout, job_type, job_ids)
+
+
+def release_strays(tr: Transaction, layout: Layout, job_type: JobType, worker: str, held: Collection[str]) -> None:
+    """Put back, uncounted, the jobs of ``job_type`` that ``worker`` holds
+    claimed and not started and that are not in ``held``."""
+    prefix = layout.activity_prefix(job_type)
+    found = (unpack_activity_value_or_none(kv.key, kv.value) for kv in tr.get_range(prefix, prefix + b"\xff"))
+    ids = [row[0] for row in found if row is not None and row[0] not in held]
+    strays = [
+        h
+        for h in transitions.running(tr, layout, job_type, ids)
+        if h.record.worker == worker and claimed_only(h.record)
+    ]
+    if strays:
+        logger.warning("jobs_released host=%s type=%s count=%d reason=commit_unknown", worker, job_type, len(strays))
+        tally = Tally(tr, layout)
+        transitions.requeue(tr, layout, strays, tally, 0.0, forgive=True)
+        tally.write()

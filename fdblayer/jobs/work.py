@@ -56,7 +56,7 @@ from __future__ import annotations
 import logging
 import random
 from enum import Enum
-from typing import Any, Iterable, NamedTuple, Optional
+from typing import Any, Callable, Collection, Iterable, NamedTuple, Optional
 
 import msgpack
 
@@ -414,12 +414,23 @@ def step(
     claims: list[tuple[JobType, int, int]],
     now: float,
     worker: str,
+    held: Optional[Callable[[], Collection[str]]] = None,
 ) -> tuple[list[Job], list[ClaimResult]]:
     """A worker host's step, one transaction: record ``starts`` (:func:`mark_started`),
     end ``outcomes`` (:func:`complete`) and claim for ``claims`` = ``[(type,
     limit, default_max)]`` (:func:`claim`), what they read first read at once. Returns ``(lost jobs,
-    [ClaimResult per claim])``."""
+    [ClaimResult per claim])``.
+
+    A retry after a commit whose answer was lost (``tr.maybe_committed``)
+    first puts back, uncounted, the jobs of the claimed types that
+    ``worker`` holds claimed and not started and that are neither among
+    ``held()`` (the ids the caller holds) nor this step's: the lost attempt's claims, which
+    the caller never saw and nobody would run before their leases ran out."""
     jobs = [job for job, _ in starts] + [o.job for o in outcomes]
+    if tr.maybe_committed and held is not None:
+        known = set(held()) | {job.id for job in jobs}  # this step's outcomes are no longer held by the caller
+        for job_type, _, _ in claims:
+            activity.release_strays(tr, layout, job_type, worker, known)
     prefetch_step(tr, layout, jobs, [(t, limit) for t, limit, _ in claims], now)
     lost = mark_started(tr, layout, starts) if starts else []
     lost += complete(tr, layout, outcomes, now) if outcomes else []
