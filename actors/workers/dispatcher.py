@@ -204,6 +204,7 @@ class Dispatcher(PoolKeeping, HostLeases, Pruning, Heartbeat, PeriodicTicks, Typ
         # The first worker's start is asked for first: its process forks while
         # the store work below runs. Its answer, and with it the first claim,
         # is read only after this method returns.
+        self._resume_drain()
         self._start_workers(self.concurrency)
         self._recover()  # only now: no worker of a predecessor still runs a handler
         self.start_timer(self.renew_interval, self._renew, real=True)

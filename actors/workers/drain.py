@@ -22,7 +22,7 @@ from fdblayer.jobs.keys import DEFAULT_LAYOUT
 from supervision import NOREPLY
 from supervision.supervisor import TerminateChild
 
-from fdblayer.jobs import work
+from fdblayer.jobs import hosts, work
 
 from actors.workers.protocol import Drain, Release
 from actors.workers.runs import CALL_TIMEOUT
@@ -61,6 +61,7 @@ class Draining(DispatcherState):
 
     def _drain(self, msg: Drain, from_: Any) -> Any:
         self.draining = True
+        self._publish_draining()
         waiting = [r.claimed.job for r in self.buffer if not r.lost]
         self.buffer.clear()
         before = self.stats["released"]
@@ -82,6 +83,27 @@ class Draining(DispatcherState):
             return NOREPLY
         self.drain_timer = self.start_timer(max(0.0, msg.grace), self._grace_over, real=True)
         return NOREPLY
+
+    def _publish_draining(self) -> None:
+        """Say in the store that this host drains (its status row), so that a
+        dispatcher restarted meanwhile in this host drains too."""
+        try:
+            hosts.beat(self.db, DEFAULT_LAYOUT, self.host, self._status(), time.time())
+        except Exception as exc:  # noqa: BLE001 - a store hiccup: a restarted dispatcher would claim again
+            log.warning("beat_failed host=%s error=%r", self.host, exc)
+
+    def _resume_drain(self) -> None:
+        """A dispatcher restarted while its host drained (its predecessor's
+        status row says so; the host's name is its command's own) drains
+        too: it claims nothing more."""
+        try:
+            info = hosts.read(self.db, DEFAULT_LAYOUT, self.host)
+        except Exception as exc:  # noqa: BLE001 - unknown: serve as usual
+            log.warning("drain_check_failed host=%s error=%r", self.host, exc)
+            return
+        if info is not None and info.get("draining"):
+            self.draining = True
+            log.warning("drain_resumed host=%s reason=restarted_while_draining", self.host)
 
     def _busy(self) -> bool:
         return self.workers_stopping > 0 or any(slot.runs or slot.owes_release for _, slot in self.slots.items())

@@ -13,7 +13,7 @@ written: the info is cut to :data:`MAX_INFO` bytes (the running list first).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
 import msgpack
 
@@ -58,6 +58,14 @@ def beat(tr: Transaction, layout: Layout, host: str, info: dict[str, Any], now: 
 def forget(tr: Transaction, layout: Layout, host: str) -> None:
     """Clear ``host``'s beat (a clean stop)."""
     tr.clear(_prefix(layout) + pack_element(host))
+
+
+@transactional
+def read(tr: Transaction, layout: Layout, host: str) -> Optional[dict[str, Any]]:
+    """``host``'s last published status, or None (never published, forgotten, or unreadable)."""
+    raw = tr.snapshot.get(_prefix(layout) + pack_element(host))
+    entry = None if raw is None else _unpack(_prefix(layout) + pack_element(host), raw)
+    return dict(entry["i"]) if entry is not None and isinstance(entry["i"], dict) else None
 
 
 @transactional
