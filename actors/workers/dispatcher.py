@@ -395,18 +395,6 @@ class Dispatcher(PoolKeeping, HostLeases, Pruning, Heartbeat, PeriodicTicks, Typ
             self._find_replacements(40)
         self._check_drained()
 
-    def _give_back_bystanders(self, runs: list[Running]) -> None:
-        """Put back in the queue, uncounted, the runs a worker held beside the
-        one it was killed for (past its time limit and the grace): the host's
-        kill, not their failure."""
-        for running in runs:
-            self.to_mark.pop(running.token, None)
-            job = running.claimed.job
-            log.info(
-                "job_released host=%s type=%s job=%s reason=worker_killed_for_another_run", self.host, job.type, job.id
-            )
-        self._release([r.claimed.job for r in runs])
-
     def _end_attempt(
         self,
         running: Running,
@@ -567,6 +555,8 @@ class Dispatcher(PoolKeeping, HostLeases, Pruning, Heartbeat, PeriodicTicks, Typ
         if slot.paused:
             slot.paused = False
             log.info("type_resumed host=%s type=%s", self.host, job_type)
+        if result.claimed:
+            self._supersede(job_type, {c.job.id for c in result.claimed})
         for claimed in result.claimed:
             self.tokens += 1
             self.buffer.append(Running(claimed, self.tokens))
@@ -589,8 +579,25 @@ class Dispatcher(PoolKeeping, HostLeases, Pruning, Heartbeat, PeriodicTicks, Typ
         """Give buffered jobs to workers as :func:`planner.hand_out` says, one
         message per worker: the least loaded that are low (or, with
         ``idle_only``, empty) and not stuck for sync jobs, those with async
-        room for async jobs. Lost jobs it passes over leave the buffer."""
+        room for async jobs. Lost jobs it passes over leave the buffer. A job
+        whose superseded run still runs here waits: one host never runs two
+        runs of a job at once."""
         if not self.buffer or self.draining:
+            return
+        ending = {(r.claimed.job.type, r.claimed.job.id) for r in self._held() if r.lost}
+        waiting = [r for r in self.buffer if (r.claimed.job.type, r.claimed.job.id) in ending] if ending else []
+        if waiting:
+            self.buffer = collections.deque(r for r in self.buffer if r not in waiting)
+            try:
+                self._hand_out_buffer(idle_only)
+            finally:
+                self.buffer.extendleft(reversed(waiting))
+            return
+        self._hand_out_buffer(idle_only)
+
+    def _hand_out_buffer(self, idle_only: bool) -> None:
+        """:meth:`_hand_out` of what the buffer holds."""
+        if not self.buffer:
             return
         slots = {slot.n: slot for _, slot in self.slots.items()}
         plan = planner.hand_out(

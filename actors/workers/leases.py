@@ -65,6 +65,16 @@ class HostLeases(DispatcherState):
                     self.send(running.worker, StopJob(running.token))
         self.buffer = collections.deque(r for r in self.buffer if not r.lost)
 
+    def _supersede(self, job_type: Any, ids: set) -> None:
+        """A job claimed again while this host holds it under its old lock
+        (removed and added again, or re-enqueued): the old run is lost, told
+        to stop, and the new one waits for its end (see :meth:`_hand_out`)."""
+        old = [
+            r for r in list(self.buffer) + self._held() if r.claimed.job.type == job_type and r.claimed.job.id in ids
+        ]
+        if old:
+            self._lost({(r.claimed.job.type, r.claimed.job.id, r.claimed.job.lock) for r in old}, old)
+
     def _lifeline(self, job_type: Any) -> None:
         """Re-enqueue the type's jobs whose lease expired (their host or
         dispatcher died): the activity monitor's check, run by every host."""

@@ -189,3 +189,15 @@ class PoolKeeping(DispatcherState):
                 running.claimed.job.id,
             )
             self.call_async(self.pool, TerminateChild(slot.addr), lambda _r, _e: self._add_worker(), CALL_TIMEOUT)
+
+    def _give_back_bystanders(self, runs: list[Running]) -> None:
+        """Put back in the queue, uncounted, the runs a worker held beside the
+        one it was killed for (past its time limit and the grace): the host's
+        kill, not their failure."""
+        for running in runs:
+            self.to_mark.pop(running.token, None)
+            job = running.claimed.job
+            log.info(
+                "job_released host=%s type=%s job=%s reason=worker_killed_for_another_run", self.host, job.type, job.id
+            )
+        self._release([r.claimed.job for r in runs])
