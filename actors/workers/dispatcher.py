@@ -177,6 +177,7 @@ class Dispatcher(PoolKeeping, HostLeases, Pruning, Heartbeat, PeriodicTicks, Typ
         self.drain_from: Any = None
         self.drain_timer: Optional[int] = None
         self.workers_stopping = 0  # at the end of the grace: workers asked to stop, not yet gone
+        self.superseded: dict = {}  # (type, id) -> a run told to stop because its job was claimed again
         self.stats = collections.Counter()
         self.waker = Waker(self, self._watch_fired)
         self.renew_interval = planner.renew_interval(s.timeout for s in self.types.values())
@@ -584,7 +585,10 @@ class Dispatcher(PoolKeeping, HostLeases, Pruning, Heartbeat, PeriodicTicks, Typ
         runs of a job at once."""
         if not self.buffer or self.draining:
             return
-        ending = {(r.claimed.job.type, r.claimed.job.id) for r in self._held() if r.lost}
+        if self.superseded:  # forget the superseded runs that have ended
+            live = {r.token for r in self._held()}
+            self.superseded = {key: r for key, r in self.superseded.items() if r.token in live}
+        ending = self.superseded
         waiting = [r for r in self.buffer if (r.claimed.job.type, r.claimed.job.id) in ending] if ending else []
         if waiting:
             self.buffer = collections.deque(r for r in self.buffer if r not in waiting)

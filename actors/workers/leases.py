@@ -74,6 +74,7 @@ class HostLeases(DispatcherState):
         ]
         if old:
             self._lost({(r.claimed.job.type, r.claimed.job.id, r.claimed.job.lock) for r in old}, old)
+            self.superseded.update(((job_type, r.claimed.job.id), r) for r in old if r.worker is not None)
 
     def _lifeline(self, job_type: Any) -> None:
         """Re-enqueue the type's jobs whose lease expired (their host or

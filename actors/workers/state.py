@@ -58,6 +58,7 @@ class DispatcherState(GenServer):
     drain_from: Any
     drain_timer: Optional[int]
     workers_stopping: int
+    superseded: dict
     stats: Any  #: a Counter of events, and step_ms a float sum of milliseconds
     renew_interval: float
     waker: Any  #: wakes the actor from the store's watch thread
