@@ -43,6 +43,8 @@ __all__ = [
     "ignore_stop_signals",
     "forking_node",
     "finishing_stop",
+    "catching_stops",
+    "StopCatcher",
     "kill_node_group",
 ]
 
@@ -102,6 +104,41 @@ def forking_node(owner: Optional[tuple[int, Optional[int]]] = None) -> Iterator[
             signal.signal(sig, old)
         for signum in received:
             os.kill(me, signum)
+
+
+class StopCatcher:
+    """The stop signals the owner caught: their names in ``received``, in
+    order, and a byte on the pipe :attr:`fd` for each (to wait on)."""
+
+    def __init__(self) -> None:
+        self.received: list[str] = []
+        self.fd, self._write_fd = os.pipe()
+        os.set_blocking(self._write_fd, False)
+
+    def on_signal(self, signum: int, frame: Any) -> None:
+        self.received.append(signal.Signals(signum).name)
+        os.write(self._write_fd, b"x")
+
+    def close(self) -> None:
+        os.close(self.fd)
+        os.close(self._write_fd)
+
+
+@contextlib.contextmanager
+def catching_stops() -> Iterator[StopCatcher]:
+    """In the owner's main thread, from before it starts its node until it
+    has stopped it: SIGTERM and SIGINT are caught, not fatal, so a stop
+    that comes while the node starts is acted on once it is up (before,
+    it killed the owner, and the node with it, leaving a job just started
+    to its lease)."""
+    catcher = StopCatcher()
+    previous = {sig: signal.signal(sig, catcher.on_signal) for sig in STOP_SIGNALS}
+    try:
+        yield catcher
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+        catcher.close()
 
 
 @contextlib.contextmanager

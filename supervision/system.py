@@ -27,7 +27,6 @@ from __future__ import annotations
 import logging
 import os
 import select
-import signal
 import socket
 import time
 from dataclasses import dataclass
@@ -45,7 +44,7 @@ from .exceptions import NodeDown, StartError, SupervisionError  # noqa: E402
 from .procs import pid_alive, proc_stat, start_time  # noqa: E402
 from .registry import NodeSupervisor  # noqa: E402
 from .runtime import read_runtime, runtime_dir, runtime_file  # noqa: E402,F401 - also imported from here
-from .owner import forking_node  # noqa: E402
+from .owner import StopCatcher, catching_stops, forking_node  # noqa: E402
 
 log = logging.getLogger(__name__)
 
@@ -335,36 +334,28 @@ def _remove_when_released(entry: Any, timeout: float) -> bool:
         time.sleep(0.02)
 
 
-def wait_for_stop(node: Node) -> str:
+def wait_for_stop(node: Node, caught: StopCatcher | None = None) -> str:
     """Block until SIGTERM or SIGINT arrives (its name is returned) or the
     node supervisor's process ends (``"supervisor_exited"``).
 
-    For a foreground command that runs a node: call it from the main thread.
+    ``caught``: the signals caught since before the node started
+    (:func:`supervision.owner.catching_stops`); one caught already is
+    returned at once. For a foreground command that runs a node: call it
+    from the main thread.
     """
-    read_fd, write_fd = os.pipe()
-    os.set_blocking(write_fd, False)
-    received: list[str] = []
-
-    def on_signal(signum: int, _frame: Any) -> None:
-        received.append(signal.Signals(signum).name)
-        os.write(write_fd, b"x")
-
-    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+    if caught is None:
+        with catching_stops() as mine:
+            return wait_for_stop(node, mine)
     try:
         pidfd = os.pidfd_open(node.pid)
     except ProcessLookupError:
         pidfd = None
     try:
-        while pidfd is not None:
-            ready, _, _ = select.select([read_fd, pidfd], [], [])
-            if received:
-                return received[0]
-            if pidfd in ready:
-                break
-        return "supervisor_exited"
+        while not caught.received and pidfd is not None:
+            ready, _, _ = select.select([caught.fd, pidfd], [], [])
+            if not caught.received and pidfd in ready:
+                return "supervisor_exited"
+        return caught.received[0] if caught.received else "supervisor_exited"
     finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
-        for fd in (read_fd, write_fd, pidfd):
-            if fd is not None:
-                os.close(fd)
+        if pidfd is not None:
+            os.close(pidfd)

@@ -19,7 +19,7 @@ import socket
 
 from supervision import Node
 from supervision.runtime import runtime_dir
-from supervision.owner import finishing_stop
+from supervision.owner import catching_stops, finishing_stop
 from supervision.system import start_node, stop_node, wait_for_stop
 from fdblayer.urls import redact_url
 
@@ -145,26 +145,27 @@ def run(config: Config) -> int:
 
         prepare(spec)
     level = getattr(logging, config.node.log_level.upper())
-    node = start_node(port, ROOT_FLAGS, children, level=level)
-    log.info(
-        "node_up port=%s store=%s http_port=%s pid=%s supervisor_pid=%s app=%s",
-        port,
-        redact_url(store),
-        config.node.http_port,
-        os.getpid(),
-        node.pid,
-        config.node.app or "-",
-    )
-    reason = wait_for_stop(node)
-    if reason == "supervisor_exited":
-        log.error("node_down reason=node_supervisor_exited port=%s", port)
-        stop_node(port)
-        return 1
-    log.info("node_stopping reason=%s port=%s", reason, port)
-    with finishing_stop():
-        if config.workers:
-            _drain(node, config.worker.grace)
-        node.stop()
+    with catching_stops() as stops:  # a stop while the node starts is acted on once it is up
+        node = start_node(port, ROOT_FLAGS, children, level=level)
+        log.info(
+            "node_up port=%s store=%s http_port=%s pid=%s supervisor_pid=%s app=%s",
+            port,
+            redact_url(store),
+            config.node.http_port,
+            os.getpid(),
+            node.pid,
+            config.node.app or "-",
+        )
+        reason = wait_for_stop(node, stops)
+        if reason == "supervisor_exited":
+            log.error("node_down reason=node_supervisor_exited port=%s", port)
+            stop_node(port)
+            return 1
+        log.info("node_stopping reason=%s port=%s", reason, port)
+        with finishing_stop():
+            if config.workers:
+                _drain(node, config.worker.grace)
+            node.stop()
     log.info("node_stopped port=%s", port)
     return 0
 

@@ -18,7 +18,7 @@ import socket
 from typing import Any, Optional
 
 from supervision import Client
-from supervision.owner import finishing_stop
+from supervision.owner import catching_stops, finishing_stop
 from supervision.runtime import runtime_dir
 from supervision.system import start_node, stop_node, wait_for_stop
 
@@ -215,27 +215,28 @@ def run(spec: HostSpec, port: Optional[int] = None, level: int = logging.INFO) -
     runtime_dir()  # not private: stop here, before a store file or a process is created
     prepare(spec)
     port = port or free_port()
-    node = start_node(port, HOST_FLAGS, workers_children(host_args(spec)), level=level)
-    log.info(
-        "worker_host_up port=%s store=%s concurrency=%d types=%s pid=%s",
-        port,
-        redact_url(spec.store),
-        spec.concurrency,
-        ",".join(spec.types),
-        os.getpid(),
-    )
-    reason = wait_for_stop(node)
-    if reason == "supervisor_exited":
-        log.error("worker_host_down reason=node_supervisor_exited port=%s", port)
-        stop_node(port)
-        return 1
-    log.info("worker_host_stopping reason=%s port=%s grace=%.1fs", reason, port, spec.grace)
-    with finishing_stop():
-        try:
-            answer = drain(node.client(), spec.grace)
-            log.info("worker_host_drained port=%s %s", port, " ".join(f"{k}={v}" for k, v in answer.items()))
-        except Exception as exc:  # noqa: BLE001 - stop anyway: the store keeps every job
-            log.warning("worker_host_drain_failed port=%s error=%r", port, exc)
-        node.stop()
+    with catching_stops() as stops:  # a stop while the node starts is acted on once it is up
+        node = start_node(port, HOST_FLAGS, workers_children(host_args(spec)), level=level)
+        log.info(
+            "worker_host_up port=%s store=%s concurrency=%d types=%s pid=%s",
+            port,
+            redact_url(spec.store),
+            spec.concurrency,
+            ",".join(spec.types),
+            os.getpid(),
+        )
+        reason = wait_for_stop(node, stops)
+        if reason == "supervisor_exited":
+            log.error("worker_host_down reason=node_supervisor_exited port=%s", port)
+            stop_node(port)
+            return 1
+        log.info("worker_host_stopping reason=%s port=%s grace=%.1fs", reason, port, spec.grace)
+        with finishing_stop():
+            try:
+                answer = drain(node.client(), spec.grace)
+                log.info("worker_host_drained port=%s %s", port, " ".join(f"{k}={v}" for k, v in answer.items()))
+            except Exception as exc:  # noqa: BLE001 - stop anyway: the store keeps every job
+                log.warning("worker_host_drain_failed port=%s error=%r", port, exc)
+            node.stop()
     log.info("worker_host_stopped port=%s", port)
     return 0

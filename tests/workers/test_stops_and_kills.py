@@ -16,6 +16,8 @@ import pytest
 
 from actors import jobs
 from fdblayer.jobs.job import JobState
+from supervision.system import port_open
+from tests.procs import wait_until
 from tests.workers.hosts import wait_for
 
 PROBE = '''
@@ -267,6 +269,22 @@ def test_sigterm_at_a_moment_of_startup_leaves_no_job_held(hosts, db, ledger, de
         f"SIGTERM {delay}s in (logged: {stage}, started: {bool(ledger('start'))}): "
         f"rc={rc}, job {st.state} attempt={st.attempt}"
     )
+
+
+@pytest.mark.slow
+def test_sigterm_while_the_node_starts_drains_it_once_up(hosts, db, ledger):
+    """A SIGTERM as soon as the node's admin listens (the command still in
+    its start) killed the command, and the node with it: a job its workers
+    had just started stayed running until its lease ran out. It is now
+    caught from before the start and acted on once the node is up."""
+    job_id = jobs.enqueue(db, "t", {"s": 60}, max_attempts=1)
+    host = hosts(["t=stops_mod:polite"], concurrency=1, run_log=ledger.path, wait=False)
+    wait_until(lambda: port_open(host.port) or host.proc.poll() is not None, 30, "the admin to listen", step=0.001)
+    host.proc.send_signal(signal.SIGTERM)
+    assert host.proc.wait(30) == 0, host.log()[-3000:]
+    assert "worker_host_stopping reason=SIGTERM" in host.log()
+    st = jobs.status(db, "t", job_id)
+    assert (st.state is JobState.PENDING and st.attempt == 0) or st.result == "stopped", st
 
 
 # ------------------------------------------------------------------ a retry's backoff across a host restart
