@@ -412,7 +412,7 @@ class Dispatcher(PoolKeeping, HostLeases, Pruning, Heartbeat, PeriodicTicks, Typ
             log.info("job_outcome_discarded host=%s type=%s job=%s reason=lock_lost", self.host, job.type, job.id)
             return
         if self._stopped_by_drain(running, error):
-            self._give_back(running)
+            self._put_back([running], "stopped_by_drain")
             return
         if error is not None and running.timed_out:
             error = dict(

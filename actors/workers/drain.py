@@ -52,12 +52,14 @@ class Draining(DispatcherState):
         job's failure. A run past its time limit was stopped for that."""
         return self.draining and error is not None and bool(error.get("stopped")) and not running.timed_out
 
-    def _give_back(self, running: Any) -> None:
-        """Put a run the drain stopped back in the queue, uncounted, as one
-        still running at the end of the grace is."""
-        job = running.claimed.job
-        log.info("job_released host=%s type=%s job=%s reason=stopped_by_drain", self.host, job.type, job.id)
-        self._release([job])
+    def _put_back(self, runs: list, reason: str, level: int = logging.INFO) -> None:
+        """Put held runs' jobs back in the queue, uncounted, each logged
+        (``job_released reason=...``): stopped by this host (a drain, its
+        grace, a kill meant for another run), not failed."""
+        for running in runs:
+            job = running.claimed.job
+            log.log(level, "job_released host=%s type=%s job=%s reason=%s", self.host, job.type, job.id, reason)
+        self._release([r.claimed.job for r in runs])
 
     def _drain(self, msg: Drain, from_: Any) -> Any:
         self.draining = True
@@ -137,14 +139,7 @@ class Draining(DispatcherState):
 
     def _give_back_late(self, late: list) -> None:
         """Put the runs left at the end of the grace back in the queue, uncounted, and answer."""
-        for running in late:
-            log.warning(
-                "job_released host=%s type=%s job=%s reason=grace_over",
-                self.host,
-                running.claimed.job.type,
-                running.claimed.job.id,
-            )
-        self._release([r.claimed.job for r in late])
+        self._put_back(late, "grace_over", logging.WARNING)
         for _, slot in self.slots.items():
             slot.runs.clear()
             slot.current = None

@@ -196,8 +196,4 @@ class PoolKeeping(DispatcherState):
         kill, not their failure."""
         for running in runs:
             self.to_mark.pop(running.token, None)
-            job = running.claimed.job
-            log.info(
-                "job_released host=%s type=%s job=%s reason=worker_killed_for_another_run", self.host, job.type, job.id
-            )
-        self._release([r.claimed.job for r in runs])
+        self._put_back(runs, "worker_killed_for_another_run")

@@ -7,12 +7,14 @@ test can SIGTERM it, SIGKILL it, or kill what is left of its group.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Callable
 
 from supervision import runtime
 from tests.procs import free_port, group_pids, kill_groups, wait_until
@@ -188,3 +190,25 @@ class Host:
 
 def wait_for(predicate, timeout: float = 30.0, what: str = "condition"):  # noqa: ANN001
     return wait_until(predicate, timeout, what, step=0.02)
+
+
+def run_ledger(path: Path) -> Callable[..., list[dict]]:
+    """A reader of the handler runs a test's handlers log to ``path``, one
+    JSON line each (a line cut short by a kill is skipped): ``read(event,
+    job_id)`` the records of that event and job (None: any); ``read.path``."""
+
+    def read(event: str | None = None, job_id: str | None = None) -> list[dict]:
+        if not path.exists():
+            return []
+        out = []
+        for line in path.read_text().splitlines():
+            try:
+                r = json.loads(line)
+            except ValueError:
+                continue
+            if (event is None or r["event"] == event) and (job_id is None or r["id"] == job_id):
+                out.append(r)
+        return out
+
+    read.path = path  # type: ignore[attr-defined]
+    return read

@@ -5,7 +5,6 @@ a ledger of handler runs. No tests here."""
 from __future__ import annotations
 
 import collections
-import json
 import textwrap
 import uuid
 
@@ -13,6 +12,7 @@ import psycopg
 import pytest
 
 import fdblayer
+from tests.workers.hosts import run_ledger
 from fdblayer.backends.postgres_server import ServerUnavailable, TemporaryServer
 
 PROBE = """
@@ -96,21 +96,7 @@ def runlog(workdir):
     (workdir / "p2_mod.py").write_text(textwrap.dedent(PROBE))
     path = workdir / "runs.jsonl"
 
-    def read(event=None, job_id=None):  # noqa: ANN001
-        if not path.exists():
-            return []
-        out = []
-        for line in path.read_text().splitlines():
-            try:
-                r = json.loads(line)
-            except ValueError:
-                continue
-            if (event is None or r["event"] == event) and (job_id is None or r["id"] == job_id):
-                out.append(r)
-        return out
-
-    read.path = path
-    return read
+    return run_ledger(path)
 
 
 def per_id(records) -> collections.Counter:  # noqa: ANN001

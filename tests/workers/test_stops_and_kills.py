@@ -6,7 +6,6 @@ are not blamed), async handlers stopped by the drain."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import textwrap
@@ -18,7 +17,7 @@ from actors import jobs
 from fdblayer.jobs.job import JobState
 from supervision.system import port_open
 from tests.procs import wait_until
-from tests.workers.hosts import wait_for
+from tests.workers.hosts import run_ledger, wait_for
 
 PROBE = '''
 import asyncio, json, os, time
@@ -99,21 +98,7 @@ def ledger(workdir):
     (workdir / "stops_mod.py").write_text(textwrap.dedent(PROBE))
     path = workdir / "runs.jsonl"
 
-    def read(event=None, job_id=None):  # noqa: ANN001
-        if not path.exists():
-            return []
-        out = []
-        for line in path.read_text().splitlines():
-            try:
-                r = json.loads(line)
-            except ValueError:
-                continue
-            if (event is None or r["event"] == event) and (job_id is None or r["id"] == job_id):
-                out.append(r)
-        return out
-
-    read.path = path
-    return read
+    return run_ledger(path)
 
 
 # ------------------------------------------------------------------ a second SIGTERM during the drain
