@@ -33,7 +33,7 @@ import select
 import signal
 import threading
 import time
-from typing import Any, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional
 
 from .procs import open_process
 
@@ -93,17 +93,30 @@ def forking_node(owner: Optional[tuple[int, Optional[int]]] = None) -> Iterator[
         if os.getpid() == me:  # in a forked process: left to the owner
             received.append(signum)
 
-    main = threading.current_thread() is threading.main_thread()
-    previous = {sig: signal.signal(sig, handler) for sig in STOP_SIGNALS} if main else {}
-    _armed = owner
+    with _stop_signals_to(handler):
+        _armed = owner
+        try:
+            yield
+        finally:
+            _armed = None
+    for signum in received:
+        os.kill(me, signum)
+
+
+@contextlib.contextmanager
+def _stop_signals_to(handler: Callable[[int, Any], None]) -> Iterator[None]:
+    """SIGTERM and SIGINT go to ``handler`` inside the block, then back to
+    what they were; outside the main thread (where handlers cannot be set)
+    nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {sig: signal.signal(sig, handler) for sig in STOP_SIGNALS}
     try:
         yield
     finally:
-        _armed = None
         for sig, old in previous.items():
             signal.signal(sig, old)
-        for signum in received:
-            os.kill(me, signum)
 
 
 class StopCatcher:
@@ -132,12 +145,10 @@ def catching_stops() -> Iterator[StopCatcher]:
     it killed the owner, and the node with it, leaving a job just started
     to its lease)."""
     catcher = StopCatcher()
-    previous = {sig: signal.signal(sig, catcher.on_signal) for sig in STOP_SIGNALS}
     try:
-        yield catcher
+        with _stop_signals_to(catcher.on_signal):
+            yield catcher
     finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
         catcher.close()
 
 
@@ -148,19 +159,12 @@ def finishing_stop() -> Iterator[None]:
     ignored, so the stop in progress finishes; a second Ctrl-C would
     otherwise end the owner, and the node with it, in the middle of the
     drain, its running jobs left to their leases. SIGKILL still ends it."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
 
     def handler(signum: int, frame: Any) -> None:
         log.warning("stop_signal_ignored signal=%s reason=stop_in_progress", signal.Signals(signum).name)
 
-    previous = {sig: signal.signal(sig, handler) for sig in STOP_SIGNALS}
-    try:
+    with _stop_signals_to(handler):
         yield
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
 
 
 def _after_fork() -> None:
