@@ -503,10 +503,9 @@ def _run_retrying(
     tr = db.create_transaction()
     started = time.monotonic()
     tr.deadline = started + timeout
-    attempts = counted = 0
+    attempts = counted = 0  # counted: the attempts that failed other than by an unreachable server
     while True:
         attempts += 1
-        counted += 1
         call_args, call_kwargs = _with_tr(args, kwargs, index, tr)
         try:
             result = func(*call_args, **call_kwargs)
@@ -517,8 +516,8 @@ def _run_retrying(
                 tr.cancel()
                 raise
             elapsed = time.monotonic() - started
-            if isinstance(err, ServerGone):
-                counted -= 1  # waiting for the server: bounded by the deadline, not the count
+            if not isinstance(err, ServerGone):  # waiting for the server is bounded by the deadline alone
+                counted += 1
             if counted >= retry_limit or elapsed >= timeout:
                 tr.cancel()
                 raise RetryLimitExceeded(

@@ -41,6 +41,7 @@ __all__ = [
     "re_enqueue_inactive",
     "requeue_silent",
     "check_inactive",
+    "held_by",
     "release_strays",
 ]
 
@@ -244,17 +245,21 @@ def check_inactive(
     return new_vs, re_enqueue_inactive(tr, layout, job_type, job_ids)
 
 
+def held_by(
+    tr: Transaction, layout: Layout, job_type: JobType, worker: str, skip: Collection[str] = ()
+) -> list[transitions.Held]:
+    """The running jobs of ``job_type`` that host ``worker`` holds (read
+    through the type's activity rows), those whose ids are in ``skip`` left out."""
+    prefix = layout.activity_prefix(job_type)
+    found = (unpack_activity_value_or_none(kv.key, kv.value) for kv in tr.get_range(prefix, prefix + b"\xff"))
+    ids = [row[0] for row in found if row is not None and row[0] not in skip]
+    return [h for h in transitions.running(tr, layout, job_type, ids) if h.record.worker == worker]
+
+
 def release_strays(tr: Transaction, layout: Layout, job_type: JobType, worker: str, held: Collection[str]) -> None:
     """Put back, uncounted, the jobs of ``job_type`` that ``worker`` holds
     claimed and not started and that are not in ``held``."""
-    prefix = layout.activity_prefix(job_type)
-    found = (unpack_activity_value_or_none(kv.key, kv.value) for kv in tr.get_range(prefix, prefix + b"\xff"))
-    ids = [row[0] for row in found if row is not None and row[0] not in held]
-    strays = [
-        h
-        for h in transitions.running(tr, layout, job_type, ids)
-        if h.record.worker == worker and claimed_only(h.record)
-    ]
+    strays = [h for h in held_by(tr, layout, job_type, worker, held) if claimed_only(h.record)]
     if strays:
         logger.warning("jobs_released host=%s type=%s count=%d reason=commit_unknown", worker, job_type, len(strays))
         tally = Tally(tr, layout)

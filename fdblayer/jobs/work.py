@@ -62,7 +62,7 @@ import msgpack
 
 from fdblayer.interface import Transaction, strinc, transactional
 from fdblayer.jobs import activity, failures, finished, model, pending, rows, transitions
-from fdblayer.jobs.codec import JobValue, unpack_activity_value_or_none, unpack_job_value
+from fdblayer.jobs.codec import JobValue, unpack_job_value
 from fdblayer.jobs.exceptions import EncodingError
 from fdblayer.jobs.job import Job, JobState, job_state
 from fdblayer.jobs.keys import JobType, Layout
@@ -556,10 +556,7 @@ def requeue_held_by(tr: Transaction, layout: Layout, job_type: JobType, worker: 
     """:func:`~fdblayer.jobs.activity.requeue_silent` every running job of ``job_type`` that host
     ``worker`` holds (a restarted dispatcher takes back what its
     predecessor claimed); returns their ids."""
-    prefix = layout.activity_prefix(job_type)
-    found = (unpack_activity_value_or_none(kv.key, kv.value) for kv in tr.get_range(prefix, prefix + b"\xff"))
-    ids = [row[0] for row in found if row is not None]
-    helds = [h for h in transitions.running(tr, layout, job_type, ids) if h.record.worker == worker]
+    helds = activity.held_by(tr, layout, job_type, worker)
     tally = Tally(tr, layout)
     done = activity.requeue_silent(tr, layout, helds, tally)
     tally.write()
