@@ -276,7 +276,10 @@ def connect(port: int = DEFAULT_PORT, timeout: float = 10.0) -> Client:
     """
     if not port_open(port):
         raise NodeDown(port)
-    info = read_runtime(port)
+    entry = runtime.examine(port)
+    # A file whose lock is free is a dead node's leftover (a SIGKILLed node
+    # removes nothing): it says nothing of who listens on the port now.
+    info = entry.info if entry is not None and entry.held else None
     if info is not None and "admin_pid" in info and not runtime.recorded_alive(info, "admin"):
         raise NodeDown(port, "the node's admin process is gone")
     try:

@@ -70,7 +70,8 @@ def overlaps(ledger: dict) -> list:
 
 
 def pause(node: CliNode, sig: int) -> None:
-    for pgid in {node.proc.pid, node.info["pgid"]}:
+    """Signal the node's command and, once it is up, its process group."""
+    for pgid in {node.proc.pid, node.info.get("pgid")} - {None}:
         os.killpg(pgid, sig)
 
 

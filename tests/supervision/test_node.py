@@ -66,6 +66,24 @@ def test_connect_to_a_port_without_node_raises_node_down_quickly():
     assert not [p for p in new if alive(int(p)) and _ppid(int(p)) == os.getpid()]
 
 
+def test_a_dead_nodes_leftover_file_in_the_clients_directory_does_not_hide_a_live_node(tree, tmp_path, monkeypatch):
+    """A client whose runtime directory still holds the file of a node that
+    died on this port long ago (SIGKILLed: nothing removed it; its lock is
+    free) connects to the node that listens there now, started under
+    another directory: the dead node's file says nothing of who listens."""
+    port = tree.node.port
+    record = json.loads(runtime_file(port).read_text())
+    record["admin_start"] = record["admin_start"] + 1  # that admin is gone
+    client_dir = tmp_path / "client-runtime"
+    client_dir.mkdir(mode=0o700)
+    (client_dir / runtime_file(port).name).write_text(json.dumps(record))
+    monkeypatch.setenv("OTPJOBS_RUNTIME_DIR", str(client_dir))
+    client = connect(port)
+    assert {child.id for child in client.which_children(client.node)} >= {
+        child.id for child in tree.c.which_children(tree.c.node)
+    }
+
+
 def _ppid(pid: int) -> int:
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
