@@ -39,6 +39,7 @@ import enum
 import functools
 import hashlib
 import logging
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -58,6 +59,8 @@ from actors.scheduler.protocol import MAX_IDS, AddJob, Jobs, JobStates, RemoveJo
 from actors.scheduler.core import InvalidJobSpec, reason_text
 from actors.names import SCHEDULER as SCHEDULER_NAME
 from actors.scheduler.fence import LeaseFence
+from actors.scheduler.host import KILL_GRACE
+from actors.scheduler.job import STOP_GRACE
 from actors import names
 
 log = logging.getLogger(__name__)
@@ -84,6 +87,11 @@ ACCEPT_BATCH = 200
 MAX_TICK = 2.0
 #: Seconds before a RemoveJob the scheduler did not answer is sent again.
 REMOVE_RETRY = 1.0
+#: Seconds after a clean stop before another node may take this node's
+#: documents: the node's scheduler stops after the processor, and gives
+#: each run ``STOP_GRACE`` to return and ``KILL_GRACE`` more to be killed
+#: (a second of margin on top). Until then a document runs here still.
+HAND_BACK_AFTER = STOP_GRACE + KILL_GRACE + 1.0
 #: What a call to a scheduler that is restarting raises.
 SCHEDULER_DOWN = (NoProc, CallTimeout, CallFailed)
 
@@ -485,7 +493,8 @@ class DocProcessor(GenServer):
         self.waker.close()
         if self.owned:
             try:
-                doc_leases.release(self.db, [o.lease for o in self.owned.values()])
+                not_before = math.ceil(time.time() + HAND_BACK_AFTER)
+                doc_leases.release(self.db, [o.lease for o in self.owned.values()], not_before)
             except Exception:  # noqa: BLE001 - they come back after the timeout anyway
                 log.exception("doc_release_failed count=%d", len(self.owned))
         self.db.close()

@@ -36,16 +36,20 @@ logger = logging.getLogger("fdblayer.docs")
 
 @transactional
 def accept(tr: Transaction, node: str, now: float) -> tuple[Optional[tuple[Lease, Doc]], Optional[Watch]]:
-    """Take one pending document, or arm a watch on the next enqueue.
+    """Take one pending document due at ``now``, or arm a watch on the next enqueue.
 
-    The document's row is marked ``initializing`` on ``node``.
+    The document's row is marked ``initializing`` on ``node``. A document
+    handed back by a stopping node is due only once that node's run of it
+    has surely ended (:func:`release`'s ``not_before``).
 
     Returns:
         ``((lease, doc), None)`` when one was taken, ``(None, watch)`` when
-        none is pending (wait on the watch, armed at commit), ``(None, None)``
-        when the taken job had no document (it was finished: try again).
+        none is due (wait on the watch, armed at commit; a document due
+        later is the periodic retry's), ``(None, None)`` when the taken job
+        had no document (it was finished: try again).
     """
-    found = model.accept(tr, DEFAULT_LAYOUT, DOCS_TYPE, MAX_SCHED_TIME, False)
+    due_at = min(int(now), MAX_SCHED_TIME)
+    found = model.accept(tr, DEFAULT_LAYOUT, DOCS_TYPE, due_at, False)
     if found is None:
         return None, pending.watch_pending(tr, DEFAULT_LAYOUT, DOCS_TYPE)
     job, _ = found
@@ -179,9 +183,12 @@ def _renew_one(
 
 
 @transactional
-def release(tr: Transaction, leases: list[Lease]) -> list[str]:
+def release(tr: Transaction, leases: list[Lease], not_before: Optional[int] = None) -> list[str]:
     """Hand documents back to the queue (a node stopping cleanly): each queue
-    job still held by its lease is put back in the pending queue.
+    job still held by its lease is put back in the pending queue, due at
+    ``not_before`` (epoch seconds; None keeps its scheduled time). A node
+    that still runs the documents while it stops passes the time by which
+    those runs have surely ended: no node accepts them before.
 
     Returns:
         The queue job ids released.
@@ -191,7 +198,7 @@ def release(tr: Transaction, leases: list[Lease]) -> list[str]:
         info = model.get_job(tr, DEFAULT_LAYOUT, DOCS_TYPE, lease.job.id)
         if info is None or info.lock != lease.job.lock:
             continue
-        model.resubmit(tr, DEFAULT_LAYOUT, DOCS_TYPE, lease.job.id, None)
+        model.resubmit(tr, DEFAULT_LAYOUT, DOCS_TYPE, lease.job.id, not_before)
         model.finish(tr, DEFAULT_LAYOUT, lease.job, None)
         released.append(lease.job.id)
     return released

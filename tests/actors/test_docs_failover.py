@@ -306,3 +306,39 @@ def test_each_doc_runs_on_one_node_and_a_killed_nodes_docs_move(cluster):
     for doc_id in ids:
         docs.delete(db, "_replicator", doc_id)
     wait_until(lambda: survivor.doc_ids() == [], 10, "deleted docs to stop")
+
+
+def test_a_cleanly_stopped_nodes_document_runs_elsewhere_only_after_its_run_ended(tmp_path):
+    """A node stopped with SIGTERM hands its documents back, but its
+    scheduler still gives each run its stop grace: the other node must not
+    start the document before that run has ended (the README: a document
+    never runs on two nodes at once)."""
+    url = f"sqlite:///{tmp_path}/store.db"
+    runs = tmp_path / "runs.log"
+    nodes = [CliNode(url, tmp_path, "a"), CliNode(url, tmp_path, "b")]
+    try:
+        for n in nodes:
+            n.wait_up()
+        options = {"log": str(runs), "linger": 3}
+        body = {"handler": "tests.actors.scheduler_fixtures:lingering", "continuous": True, "options": options}
+        assert nodes[0].request("PUT", "/_replicator/slow", body)[0] == 201
+
+        def started() -> list[list[str]]:
+            lines = [line.split() for line in runs.read_text().splitlines()] if runs.exists() else []
+            return [line for line in lines if line[0] == "start"]
+
+        wait_until(started, 20, "the document to start", step=0.05)
+        first = next(n for n in nodes if n.doc_ids() == ["slow"])
+        other = nodes[1] if first is nodes[0] else nodes[0]
+        first.proc.send_signal(signal.SIGTERM)
+        assert first.proc.wait(30) == 0
+        wait_until(lambda: len(started()) == 2, 30, "the other node to run the document", step=0.05)
+        assert other.doc_ids() == ["slow"]
+    finally:
+        for n in nodes:
+            if n.proc.poll() is None:
+                n.kill()
+    lines = [line.split() for line in runs.read_text().splitlines()]
+    (end_of_first,) = [float(line[1]) for line in lines if line[0] == "end"]
+    start_of_second = max(float(line[1]) for line in lines if line[0] == "start")
+    assert start_of_second >= end_of_first, f"the runs overlapped by {end_of_first - start_of_second:.2f} s: {lines}"
