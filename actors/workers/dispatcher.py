@@ -209,6 +209,7 @@ class Dispatcher(PoolKeeping, HostLeases, Pruning, Heartbeat, PeriodicTicks, Typ
         self._start_workers(self.concurrency)
         self._recover()  # only now: no worker of a predecessor still runs a handler
         self.start_timer(self.renew_interval, self._renew, real=True)
+        self._watch_pauses(list(self.types))
         for job_type in self.types:
             self._lifeline(job_type)
         self._check_schedules()
@@ -545,17 +546,11 @@ class Dispatcher(PoolKeeping, HostLeases, Pruning, Heartbeat, PeriodicTicks, Typ
 
     def _claimed(self, job_type: Any, limit: int, result: work.ClaimResult, now: float) -> None:
         slot = self.types[job_type]
+        self._pause_seen(job_type, result.paused)
         if result.paused:
-            if not slot.paused:
-                slot.paused = True
-                log.info("type_paused host=%s type=%s", self.host, job_type)
-                self._give_back_type(job_type)
             slot.maybe_work = False
             self._arm_watch(job_type, slot, result.watch)  # a resume bumps it
             return
-        if slot.paused:
-            slot.paused = False
-            log.info("type_resumed host=%s type=%s", self.host, job_type)
         if result.claimed:
             self._supersede(job_type, {c.job.id for c in result.claimed})
         for claimed in result.claimed:
@@ -639,8 +634,9 @@ class Dispatcher(PoolKeeping, HostLeases, Pruning, Heartbeat, PeriodicTicks, Typ
             self.unwatch_fd(slot.channel.fd)
             slot.channel.close()
         for slot in self.types.values():
-            if slot.watch is not None:
-                slot.watch.cancel()
+            for watch in (slot.watch, slot.pause_watch):
+                if watch is not None:
+                    watch.cancel()
         self.waker.close()
 
 

@@ -129,6 +129,8 @@ class TypeSlot:
     fired: bool = field(default=False)
     lifeline_vs: Any = None
     paused: bool = False
+    pause_watch: Any = None  # fires when the type's pause is set or cleared
+    pause_fired: bool = False
     is_async: bool = False  # an async def handler: many runs at once per worker
 
 

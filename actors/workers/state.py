@@ -79,6 +79,9 @@ class DispatcherState(GenServer):
     def _worker_down(self, down: Down) -> None:
         raise NotImplementedError
 
+    def _give_back_type(self, job_type: Any) -> None:
+        raise NotImplementedError
+
     def _status(self) -> dict:
         raise NotImplementedError
 

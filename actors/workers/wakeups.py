@@ -1,4 +1,5 @@
-"""How a worker host's dispatcher learns that a type may have work: the store's watch and due timers.
+"""How a worker host's dispatcher learns that a type may have work, or is
+paused: the store's watches and due timers.
 
 Principle: the dispatcher never polls. A claim that leaves a type's queue
 empty arms the type's pending watch in the store; the store's watch thread
@@ -6,18 +7,27 @@ only sets the type's ``fired`` flag and wakes the actor through its waker
 pipe (:class:`supervision.waker.Waker`: the one way another thread reaches
 the actor), and the actor, in its own loop, marks the type as maybe having
 work and runs a step. A type whose next job is scheduled later gets a
-timer at that time. A mixin of the dispatcher, whose state it reads.
+timer at that time. Each served type's pause key is watched the same way
+for as long as the host runs, so a pause takes back the jobs the host holds
+claimed and not started at once, even while it claims nothing (its workers
+busy with long runs). A mixin of the dispatcher, whose state it reads.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
-from actors.workers.runs import TypeSlot
+from fdblayer.jobs import type_controls
+from fdblayer.jobs.keys import DEFAULT_LAYOUT
+
+from actors.workers.runs import STEP_RETRY, TypeSlot
 from actors.workers.state import DispatcherState
 
 __all__ = ["TypeWakeups"]
+
+log = logging.getLogger("otpjobs.workers")
 
 
 class TypeWakeups(DispatcherState):
@@ -52,8 +62,49 @@ class TypeWakeups(DispatcherState):
 
         slot.due_timer = self.start_timer(max(0.0, due - time.time()) + 0.001, on_due, real=True)
 
+    def _watch_pauses(self, job_types: list) -> None:
+        """Read whether ``job_types`` are paused, act on it (:meth:`_pause_seen`)
+        and watch their pause keys (a store error: tried again shortly)."""
+        try:
+            found = type_controls.watch_paused(self.db, DEFAULT_LAYOUT, job_types)
+        except Exception as exc:  # noqa: BLE001 - a store error: the claims still read the pause meanwhile
+            log.warning("pause_watch_failed host=%s error=%r (retrying in %.1fs)", self.host, exc, STEP_RETRY)
+            self.start_timer(STEP_RETRY, lambda: self._watch_pauses(job_types), real=True)
+            return
+        for job_type, (paused, watch) in found.items():
+            slot = self.types[job_type]
+            if slot.pause_watch is not None:
+                slot.pause_watch.cancel()
+            slot.pause_watch = watch
+
+            def fired(_w: Any, slot: TypeSlot = slot) -> None:  # the store's watch thread
+                slot.pause_fired = True
+                self.waker.wake()
+
+            watch.on_ready(fired)
+            self._pause_seen(job_type, paused)
+
+    def _pause_seen(self, job_type: Any, paused: bool) -> None:
+        """The type is paused (its claimed jobs go back to the queue) or not
+        (it may have work again), as a claim or the pause watch read it."""
+        slot = self.types[job_type]
+        if paused and not slot.paused:
+            slot.paused = True
+            log.info("type_paused host=%s type=%s", self.host, job_type)
+            self._give_back_type(job_type)
+        elif not paused and slot.paused:
+            slot.paused = False
+            slot.maybe_work = True
+            log.info("type_resumed host=%s type=%s", self.host, job_type)
+
     def _watch_fired(self) -> None:
-        """The waker's callback, in the actor: the flagged types may have work."""
+        """The waker's callback, in the actor: the flagged types may have
+        work, or their pause changed."""
+        changed = [t for t, slot in self.types.items() if slot.pause_fired]
+        if changed:
+            for job_type in changed:
+                self.types[job_type].pause_fired = False
+            self._watch_pauses(changed)
         for slot in self.types.values():
             if slot.fired:
                 slot.fired = False

@@ -14,8 +14,9 @@ from fdblayer.jobs.codec import report_bad_row
 from fdblayer.jobs.exceptions import NoTypeTimeout
 from fdblayer.jobs.keys import PAUSED, JobType, Layout
 from fdblayer.jobs.tally import Tally
+from fdblayer.watches import Watch
 
-__all__ = ["type_priority", "set_type_priority", "declare_types", "set_paused", "paused_types"]
+__all__ = ["type_priority", "set_type_priority", "declare_types", "set_paused", "paused_types", "watch_paused"]
 
 
 def type_priority(tr: Transaction, layout: Layout, job_type: JobType) -> int:
@@ -78,6 +79,15 @@ def set_paused(tr: Transaction, layout: Layout, job_type: JobType, paused: bool)
     if was != paused:
         Tally(tr, layout, deferred=False).enqueue(job_type)  # the hosts' pending watch: they look again
     return was
+
+
+@transactional
+def watch_paused(tr: Transaction, layout: Layout, job_types: list[JobType]) -> dict[JobType, tuple[bool, Watch]]:
+    """Whether each of ``job_types`` is paused now, and a watch that fires
+    when its pause is set or cleared (armed when ``tr`` commits): a host
+    learns of a pause while it claims nothing."""
+    keys = [layout.paused_key(t) for t in job_types]
+    return {t: (raw is not None, tr.watch(k)) for t, k, raw in zip(job_types, keys, tr.get_many(keys), strict=True)}
 
 
 @transactional

@@ -74,6 +74,29 @@ def test_jobs_a_host_holds_go_back_when_their_type_is_paused(hosts, db, started)
 
 
 @pytest.mark.slow
+def test_a_pause_takes_back_the_claimed_jobs_of_a_host_that_claims_nothing_more(hosts, db, started, workdir):
+    """A host whose workers are busy with long runs claims nothing, yet the
+    jobs it holds claimed must not start when those runs end: the pause is
+    seen at once, not at the host's next claim."""
+    ids = [jobs.enqueue(db, "pl", {"s": 2.0}) for _ in range(8)]
+    hosts(["pl=pause_mod:work"], concurrency=2)
+    wait_for(lambda: len(started()) >= 2, 30, "two runs to start")
+    wait_for(lambda: any(jobs.status(db, "pl", i).state == "claimed" for i in ids), 30, "the host to hold claimed jobs")
+    jobs.pause(db, "pl")
+    paused_at = time.time()
+    time.sleep(3.0)  # past the end of the runs under way
+    log = [json.loads(line) for line in (workdir / "pause.log").read_text().splitlines()]
+    late = [(r["id"], round(r["t"] - paused_at, 2)) for r in log if r["t"] > paused_at + 0.5]
+    assert not late, f"started after the pause: {late}"
+    states = [jobs.status(db, "pl", i).state for i in ids]
+    assert "claimed" not in states and states.count("pending") == len(ids) - len(log)
+    jobs.resume(db, "pl")
+    wait_for(lambda: all(jobs.status(db, "pl", i).state == "finished" for i in ids), 60, "every job to finish")
+    assert sorted(started()) == sorted(ids), "each ran exactly once"
+    assert {jobs.status(db, "pl", i).attempt for i in ids} == {1}, "a job given back keeps its attempt"
+
+
+@pytest.mark.slow
 def test_pause_and_resume_from_the_command_line(db, store_url):
     jobs.set_type_timeout(db, "cli-pz", 30)
 
