@@ -34,6 +34,13 @@ class PeriodicTicks(DispatcherState):
     """The cron timers of a dispatcher."""
 
     def _check_schedules(self) -> None:
+        self._read_schedules()
+        self.start_timer(SCHEDULE_CHECK, self._check_schedules, real=True)
+
+    def _read_schedules(self) -> None:
+        """Read the served types' schedules: arm each type's next tick (a
+        changed or removed schedule's timer is cancelled) and fire the latest
+        missed tick."""
         try:
             schedules = periodic.get_schedules(self.db, DEFAULT_LAYOUT)
         except Exception as exc:  # noqa: BLE001 - a store hiccup delays ticks, never stops the host
@@ -51,10 +58,9 @@ class PeriodicTicks(DispatcherState):
                 continue
             missed = previous_tick(cron, now)
             if missed is not None and (schedule.last is None or schedule.last < missed):
-                self._fire(job_type, missed)
+                self._fire(job_type, missed, cron)
             if slot.tick_timer is None:
                 self._arm_tick(job_type, slot, now)
-        self.start_timer(SCHEDULE_CHECK, self._check_schedules, real=True)
 
     def _arm_tick(self, job_type: Any, slot: TypeSlot, now: float) -> None:
         tick = None if slot.schedule is None else next_tick(slot.schedule, now)
@@ -64,18 +70,23 @@ class PeriodicTicks(DispatcherState):
 
         def on_tick(job_type: Any = job_type, slot: TypeSlot = slot, tick: int = tick) -> None:
             slot.tick_timer = slot.tick_at = None
-            if slot.schedule is not None:
-                self._fire(job_type, tick)
+            if slot.schedule is None:
+                return
+            if self._fire(job_type, tick, slot.schedule) == periodic.CHANGED:
+                self._read_schedules()  # changed or removed since it was read: arm the new one at once
+            elif slot.tick_timer is None:
                 self._arm_tick(job_type, slot, max(time.time(), tick))
 
         slot.tick_timer = self.start_timer(max(0.0, tick - now) + 0.001, on_tick, real=True)
 
-    def _fire(self, job_type: Any, tick: int) -> None:
+    def _fire(self, job_type: Any, tick: int, cron: str) -> str:
+        """Fire ``tick`` of the schedule ``cron`` (see :func:`periodic.fire_tick`)."""
         job_id = f"tick-{tick}"
         try:
-            added = periodic.fire_tick(self.db, DEFAULT_LAYOUT, job_type, tick, job_id)
+            fired = periodic.fire_tick(self.db, DEFAULT_LAYOUT, job_type, tick, job_id, cron)
         except Exception as exc:  # noqa: BLE001 - a store hiccup skips a tick, never stops the host
             log.warning("tick_failed host=%s type=%s tick=%d error=%r", self.host, job_type, tick, exc)
-            return
-        if added:
+            return periodic.SEEN
+        if fired == periodic.FIRED:
             log.info("tick_enqueued host=%s type=%s job=%s", self.host, job_type, job_id)
+        return fired

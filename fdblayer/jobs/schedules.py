@@ -26,7 +26,11 @@ from fdblayer.jobs.exceptions import NoTypeTimeout
 from fdblayer.jobs.keys import SCHEDULES, JobType, Layout
 from fdblayer.jobs.work import enqueue
 
-__all__ = ["Schedule", "set_schedule", "clear_schedule", "get_schedules", "fire_tick"]
+__all__ = ["Schedule", "set_schedule", "clear_schedule", "get_schedules", "fire_tick", "FIRED", "SEEN", "CHANGED"]
+
+#: What :func:`fire_tick` did: added the tick's job; found it (or a later
+#: tick) added already; found the schedule changed or removed.
+FIRED, SEEN, CHANGED = "fired", "seen", "changed"
 
 logger = logging.getLogger(__name__)
 
@@ -96,20 +100,30 @@ def get_schedules(tr: Transaction, layout: Layout) -> dict[Any, Schedule]:
 
 
 @transactional
-def fire_tick(tr: Transaction, layout: Layout, job_type: JobType, tick: int, job_id: str) -> bool:
-    """Enqueue the job of one tick unless this tick (or a later one) was enqueued.
+def fire_tick(tr: Transaction, layout: Layout, job_type: JobType, tick: int, job_id: str, cron: str) -> str:
+    """Enqueue the job of one tick of the schedule ``cron`` unless this tick
+    (or a later one) was enqueued.
 
     Serializable, so of several hosts firing the same tick exactly one adds
-    its job; returns True for that one.
+    its job.
+
+    Returns:
+        :data:`FIRED` for the host that added it; :data:`CHANGED` when the
+        type's schedule is no longer ``cron`` (changed or removed since the
+        host armed the tick: nothing is added, the host should read the
+        schedules again); :data:`SEEN` otherwise (this tick or a later one
+        was enqueued, or the type has no type timeout).
     """
     key = layout.schedule_key(job_type)
     raw = tr.get(key)
     schedule = None if raw is None else Schedule.unpack(raw, job_type)
-    if schedule is None or (schedule.last is not None and schedule.last >= tick):
-        return False
+    if schedule is None or schedule.cron != cron:
+        return CHANGED
+    if schedule.last is not None and schedule.last >= tick:
+        return SEEN
     tr.set(key, replace(schedule, last=tick).pack())
     try:
         enqueue(tr, layout, job_type, job_id, schedule.data, 0, None)
     except NoTypeTimeout:
-        return False
-    return True
+        return SEEN
+    return FIRED

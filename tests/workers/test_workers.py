@@ -409,6 +409,31 @@ def test_missed_ticks_are_not_replayed(db, hosts, workdir):
     assert stamps[0] >= launched, f"ticks from before the host started were replayed: {stamps[:6]} ({launched})"
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("change", ["rescheduled", "unscheduled"])
+def test_no_tick_of_an_old_schedule_once_it_changed(hosts, db, workdir, change):
+    """A host armed its next tick of an every-second schedule; the schedule
+    is then changed (to once a day) or removed: no tick of the old one is
+    enqueued after that, though the host reads the schedules again only
+    every SCHEDULE_CHECK seconds."""
+    jobs.set_type_timeout(db, "tick", 30)
+    jobs.schedule(db, "tick", "* * * * * *")
+    run_log = workdir / "runs.jsonl"
+    host = hosts(["tick=handlers_mod:tick"], run_log=run_log)
+    wait_for(lambda: run_log.exists() and len(run_log.read_text().splitlines()) >= 2, 30, "two ticks to run")
+    if change == "rescheduled":
+        jobs.schedule(db, "tick", "59 23 * * * 59")
+    else:
+        jobs.unschedule(db, "tick")
+    changed = time.time()
+    time.sleep(4.0)
+    assert host.terminate() == 0
+    late = sorted(
+        int(j.id.split("-")[1]) - changed for j in jobs.get_jobs(db, "tick") if int(j.id.split("-")[1]) > changed
+    )
+    assert not late, f"ticks of the old schedule enqueued after it {change}: +{late} s"
+
+
 def test_a_missing_handler_is_a_one_line_error(hosts, workdir):
     host = hosts(["x=no_such_module:fn"], wait=False)
     assert host.proc.wait(30) == 2
