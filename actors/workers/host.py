@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import time
 from typing import Any, Optional
 
 from supervision import Client
@@ -153,16 +154,18 @@ def prepare(spec: HostSpec) -> None:
         StoreError: the store cannot be opened.
     """
     import fdblayer
-    from fdblayer.jobs import type_controls
+    from fdblayer.jobs import schedules, type_controls
     from fdblayer.jobs.keys import DEFAULT_LAYOUT
     from fdblayer.jobs.validate import check_key_size, check_type, check_type_timeout
 
-    from actors.workers.client import schedule
     from actors.workers.control import handler_options
+    from actors.workers.schedule import check_cron
 
     check(spec)
     for job_type in spec.types:
         check_key_size(DEFAULT_LAYOUT, check_type(job_type))
+    for job_type in spec.periodic:  # its ticks' ids fit too
+        check_key_size(DEFAULT_LAYOUT, job_type, "tick-00000000000")
     check_type_timeout(spec.type_timeout)
     declared = {
         job_type: (spec.type_timeout, handler_options(resolve(path)).get("priority"))
@@ -173,8 +176,8 @@ def prepare(spec: HostSpec) -> None:
         # one transaction: the types' timeouts (where missing) and the handlers'
         # declared priorities (where producers read them; none declared: cleared)
         type_controls.declare_types(db, DEFAULT_LAYOUT, declared)
-        for job_type, cron in spec.periodic.items():
-            schedule(db, job_type, cron)
+        for job_type, cron in spec.periodic.items():  # the data a jobs.schedule gave it is kept
+            schedules.set_schedule(db, DEFAULT_LAYOUT, job_type, check_cron(cron), None, int(time.time()))
     finally:
         close = getattr(db, "close", None)
         if close is not None:

@@ -21,7 +21,7 @@ import fdb.tuple
 import msgpack
 
 from fdblayer.interface import Transaction, transactional
-from fdblayer.jobs.codec import report_bad_row
+from fdblayer.jobs.codec import encode_data, report_bad_row
 from fdblayer.jobs.exceptions import NoTypeTimeout
 from fdblayer.jobs.keys import SCHEDULES, JobType, Layout
 from fdblayer.jobs.work import enqueue
@@ -61,9 +61,12 @@ class Schedule:
 
 
 @transactional
-def set_schedule(tr: Transaction, layout: Layout, job_type: JobType, cron: str, data: bytes, now: int) -> None:
+def set_schedule(
+    tr: Transaction, layout: Layout, job_type: JobType, cron: str, data: Optional[bytes], now: int
+) -> None:
     """Give ``job_type`` a periodic schedule; ticks up to ``now`` count as done
-    (a schedule that existed keeps its last tick).
+    (a schedule that existed keeps its last tick). ``data`` None keeps the
+    data of a schedule that existed (none: an empty dict's).
 
     Raises:
         NoTypeTimeout: ``job_type`` has no type timeout.
@@ -73,6 +76,8 @@ def set_schedule(tr: Transaction, layout: Layout, job_type: JobType, cron: str, 
     key = layout.schedule_key(job_type)
     raw = tr.get(key)
     old = None if raw is None else Schedule.unpack(raw, job_type)
+    if data is None:
+        data = old.data if old else encode_data({})
     tr.set(key, Schedule(cron, data, old.last if old else now).pack())
 
 

@@ -434,6 +434,20 @@ def test_no_tick_of_an_old_schedule_once_it_changed(hosts, db, workdir, change):
     assert not late, f"ticks of the old schedule enqueued after it {change}: +{late} s"
 
 
+@pytest.mark.slow
+def test_a_host_started_with_the_schedule_it_serves_keeps_the_schedules_data(hosts, db, workdir):
+    """``jobs.schedule`` gave the ticks their data; a host started with
+    ``--cron`` for the same type (no data of its own) keeps it."""
+    jobs.set_type_timeout(db, "tick", 30)
+    jobs.schedule(db, "tick", "* * * * * *", {"report": "daily"})
+    run_log = workdir / "runs.jsonl"
+    host = hosts(["tick=handlers_mod:tick"], run_log=run_log, extra=["--cron", "tick=* * * * * *"])
+    wait_for(lambda: run_log.exists() and run_log.read_text().strip(), 30, "a tick to run")
+    assert host.terminate() == 0
+    assert [s["data"] for s in jobs.schedules(db)] == [{"report": "daily"}]
+    assert {jobs.status(db, "tick", j.id).data["report"] for j in jobs.get_jobs(db, "tick")} == {"daily"}
+
+
 def test_a_missing_handler_is_a_one_line_error(hosts, workdir):
     host = hosts(["x=no_such_module:fn"], wait=False)
     assert host.proc.wait(30) == 2
