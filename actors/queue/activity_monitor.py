@@ -6,7 +6,9 @@ timeout (plus jitter) it reads the type's activity versionstamp; jobs that
 were running at the previous check and have not been updated since are put
 back in the pending queue, and each is logged (``job_reenqueued``). When the
 type's timeout changes, the versionstamp is reset, as the seed does, so a
-shortened timeout cannot re-enqueue a job early. A
+shortened timeout cannot re-enqueue a job early; and a check finds the
+change itself (it passes the timeout it waited), so a lengthened one cannot
+either. A
 :class:`~actors.settings.config.CouchJobsChanged` call sets the jitter of the next
 check (``activity_monitor_max_jitter_msec``), as the seed reads it anew at
 each check.
@@ -76,7 +78,7 @@ class ActivityMonitor(GenServer):
         self.db.close()
 
     def _check_activity(self) -> None:
-        self.vs, job_ids = activity.check_inactive(self.db, DEFAULT_LAYOUT, self.type, self.vs)
+        self.vs, job_ids = activity.check_inactive(self.db, DEFAULT_LAYOUT, self.type, self.vs, self.timeout)
         for job_id in job_ids:
             log.warning("job_reenqueued type=%r id=%r reason=inactive timeout=%s", self.type, job_id, self.timeout)
 

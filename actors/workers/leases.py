@@ -81,7 +81,9 @@ class HostLeases(DispatcherState):
         dispatcher died): the activity monitor's check, run by every host."""
         slot = self.types[job_type]
         try:
-            slot.lifeline_vs, ids = activity.check_inactive(self.db, DEFAULT_LAYOUT, job_type, slot.lifeline_vs)
+            slot.lifeline_vs, ids = activity.check_inactive(
+                self.db, DEFAULT_LAYOUT, job_type, slot.lifeline_vs, slot.timeout
+            )
             slot.timeout = activity.get_type_timeout(self.db, DEFAULT_LAYOUT, job_type) or slot.timeout
         except Exception as exc:  # noqa: BLE001 - a store hiccup delays the check, never stops the host
             log.warning("lifeline_failed host=%s type=%s error=%r", self.host, job_type, exc)

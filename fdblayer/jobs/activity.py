@@ -73,6 +73,13 @@ def read_type_timeout(tr: Transaction, layout: Layout, job_type: JobType) -> Opt
     return None if raw is None else _unpack_timeout(raw)
 
 
+def _timeout_now(tr: Transaction, layout: Layout, job_type: JobType) -> Optional[float]:
+    """The type's timeout, read with a conflict: a change committed before
+    ``tr`` commits makes it retry."""
+    raw = tr.get(layout.activity_timeout_key(job_type))
+    return None if raw is None else _unpack_timeout(raw)
+
+
 @functools.lru_cache(maxsize=1024)
 def _unpack_timeout(raw: bytes) -> Optional[float]:
     """A stored timeout as a reader can use it: bounded to
@@ -228,18 +235,22 @@ def check_inactive(
     layout: Layout,
     job_type: JobType,
     vs: Optional[fdb.tuple.Versionstamp],
+    timeout: Optional[float] = None,
 ) -> tuple[Optional[fdb.tuple.Versionstamp], list[str]]:
     """One activity-monitor check: re-enqueue the jobs silent since ``vs``.
 
     With ``vs`` None (the first check, or after the timeout changed) nothing
     is re-enqueued; the current versionstamp is only read, as in the seed's
-    ``check_activity``.
+    ``check_activity``. ``timeout``: the type timeout the caller waited
+    after reading ``vs``; when the type's timeout is another one now (it was
+    changed meanwhile: a job silent for the old one may not be for the new
+    one) nothing is re-enqueued either, in the same transaction.
 
     Returns:
         ``(versionstamp to pass to the next check, re-enqueued ids)``.
     """
     new_vs = get_activity_vs(tr, layout, job_type)
-    if vs is None:
+    if vs is None or (timeout is not None and _timeout_now(tr, layout, job_type) != timeout):
         return new_vs, []
     job_ids = get_inactive_since(tr, layout, job_type, vs)
     return new_vs, re_enqueue_inactive(tr, layout, job_type, job_ids)

@@ -249,3 +249,31 @@ def test_node_sigkilled_and_started_again_loses_no_job(tmp_path):
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(10)
         db.close()
+
+
+def test_a_lengthened_timeout_does_not_re_enqueue_a_job_early(tmp_path):
+    """The node's activity monitor waits 3 s between checks; the type's
+    timeout goes to 60 s 2 s after the worker's last update: the worker,
+    silent 10 s more, still holds its job (the check under the old timeout
+    sees the change and re-enqueues nothing)."""
+    import fdblayer
+
+    url = f"sqlite:///{tmp_path}/store.db"
+    db = fdblayer.open(url)
+    job_type = "lengthened"
+    jobs.set_type_timeout(db, job_type, 3)
+    node = QueueNode(url)
+    try:
+        node.wait_tree_up(n_types=1)
+        time.sleep(4)  # the monitor has read its stamp under the 3 s timeout
+        jobs.add(db, job_type, "long", {})
+        job, _ = jobs.accept(db, job_type, timeout=10)
+        job = jobs.update(db, job, {"step": 1})
+        time.sleep(2.0)
+        jobs.set_type_timeout(db, job_type, 60)
+        time.sleep(10.0)
+        job = jobs.update(db, job, {"step": 2})  # raises Halt if it was re-enqueued
+        jobs.finish(db, job)
+    finally:
+        node.stop()
+        db.close()

@@ -326,6 +326,21 @@ def test_get_job_states_of_many(db, t):
     assert (seq, state) == (0, JobState.PENDING)
 
 
+def test_a_check_across_a_timeout_change_re_enqueues_nothing(db, t):
+    """A monitor read the stamp under one timeout, the timeout was then
+    changed (lengthened here): its next check re-enqueues nothing (a job
+    silent for the old timeout may not be for the new one) and starts over;
+    the check after that, under the new timeout, re-enqueues as usual."""
+    api.add(db, t, J1, {})
+    job, _ = api.accept(db, t, timeout=0)
+    vs, _ = activity.check_inactive(db, DEFAULT_LAYOUT, t, None, T1_TIMEOUT)
+    api.set_type_timeout(db, t, T1_TIMEOUT * 10)
+    vs, requeued = activity.check_inactive(db, DEFAULT_LAYOUT, t, vs, T1_TIMEOUT)
+    assert requeued == [] and get_job(db, t, job.id).state is JobState.RUNNING
+    _, requeued = activity.check_inactive(db, DEFAULT_LAYOUT, t, vs, T1_TIMEOUT * 10)
+    assert requeued == [job.id]
+
+
 def test_enqueue_inactive_re_enqueues(db, t):
     """The re-enqueue half of the seed's enqueue_inactive, one monitor check at a time."""
     api.add(db, t, J1, {"y": 1})
