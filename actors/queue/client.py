@@ -220,6 +220,21 @@ def _client(node: Any) -> Client:
     return _clients[key]
 
 
+def _notifier(node: Any, job_type: Any, timeout: float) -> tuple[Client, Any]:
+    """This process's client of the node and the type's notifier. A client
+    kept from before the node restarted on its port knows only the old
+    node's addresses (NoProc): it is replaced once by a new connection."""
+    client = _client(node)
+    try:
+        return client, client.call(JOBS_SERVER, GetNotifierServer(job_type), timeout)
+    except NoProc:
+        if isinstance(node, Client):
+            raise
+        _clients.pop((os.getpid(), _port(node)), None)
+        client = _client(node)
+        return client, client.call(JOBS_SERVER, GetNotifierServer(job_type), timeout)
+
+
 def _inbox(client: Client) -> _Inbox:
     key = (os.getpid(), client.port)
     if key not in _inboxes:
@@ -253,8 +268,7 @@ def subscribe(
     info = _current(db, type, job_id)
     if info.state is JobState.FINISHED:
         return None, info.state, info.data
-    client = _client(node)
-    notifier = client.call(JOBS_SERVER, GetNotifierServer(type), timeout)
+    client, notifier = _notifier(node, type, timeout)
     inbox = _inbox(client)
     ref = client.call(notifier, Subscribe(job_id, info.state.value, info.seq, inbox.address, confirms=True), timeout)
     return Subscription(ref, type, job_id, notifier, client.port), info.state, info.data

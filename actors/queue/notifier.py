@@ -91,7 +91,9 @@ class Notifier(GenServer):
 
     def handle_call(self, msg: Any, from_: Any) -> Any:
         if isinstance(msg, Subscribe):
-            return self._subscribe(msg)
+            self.reply(from_, self._subscribe(msg))
+            self._catch_up(msg.job_id)
+            return NOREPLY
         if isinstance(msg, Unsubscribe):
             self._unsubscribe(msg.ref)
             return "ok"
@@ -139,6 +141,17 @@ class Notifier(GenServer):
             key = str(msg.subscriber)
             self.outboxes.setdefault(key, Outbox(msg.subscriber)).refs.add(ref)
         return ref
+
+    def _catch_up(self, job_id: str) -> None:
+        """Tell a new subscription what changed since its client read the
+        job: a change committed in between may have reached this notifier
+        before the subscription did (then no later update of the type would
+        report it). One read of the job; a store error leaves it to the
+        type's next update."""
+        try:
+            self._notify_jobs(self._read_jobs([job_id], 0.0))
+        except fdblayer.StoreError as exc:
+            log.warning("subscription_catch_up_failed type=%r job=%r error=%r", self.type, job_id, exc)
 
     def _unsubscribe(self, ref: str, drop_held: bool = True) -> None:
         job_id = self.refs.pop(ref, None)
