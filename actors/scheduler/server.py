@@ -331,7 +331,7 @@ class Scheduler(GenServer):
         if isinstance(msg, JobsPage):
             return core.jobs_page(msg.limit, msg.skip, self._node_name(), extra=self.runners.ending_jobs())
         if isinstance(msg, GetJob):
-            job = self._job(msg.job_id)
+            job = self._job(msg.job_id) or self._ending(msg.job_id)
             if job is None:
                 raise JobNotFound(msg.job_id)
             return core.job_json(job, self._node_name())
@@ -370,6 +370,11 @@ class Scheduler(GenServer):
         """The row of ``job_id``; None for an id no job can have (not a str: it
         may not even be hashable)."""
         return self.core.table.get(job_id) if isinstance(job_id, str) else None
+
+    def _ending(self, job_id: Any) -> JobRow | None:
+        """The row of a removed job whose run is still ending (the job lists
+        show it until it has ended), or None."""
+        return next((job for job in self.runners.ending_jobs() if job.id == job_id), None)
 
     def _add_job(self, spec: JobSpec) -> Any:
         existing = self.core.table.get(spec.id)

@@ -69,7 +69,8 @@ def stubborn(ctx: Any) -> None:
 
 def lingering(ctx: Any) -> None:
     """Runs until stopped, then takes ``options['linger']`` seconds to clean
-    up; its start and end lines carry the wall time last."""
+    up; its start and end lines carry the wall time second (``start <time>
+    <job id> <pid>``)."""
     record(ctx, f"start {time.time():.6f}")
     while not ctx.wait(0.02):
         pass

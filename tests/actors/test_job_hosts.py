@@ -114,11 +114,12 @@ def test_a_removed_job_is_listed_until_its_code_ended_and_a_job_of_its_id_waits_
     wait_until(lambda: h.events("start"), what="L running")
     h.s.remove_job("L")
     assert [j["id"] for j in h.s.jobs()] == ["L"] and h.s.stats()["ending"] == 1, "still running its cleanup"
+    assert h.s.job("L")["id"] == "L", "what the list shows, the job's own view finds"
     h.s.add_job(h.spec("L", handler="lingering", isolation=isolation, linger=0.0))
     assert h.s.job_summary("L")["state"] == "running", "it holds its slot while it waits"
     wait_until(lambda: len(h.events("start")) == 2 and h.events("end"), 10, what="the old L ended, the new one started")
-    first_end = float(h.events("end")[0].split()[-1])
-    second_start = float(h.events("start")[1].split()[-1])
+    first_end = float(h.events("end")[0].split()[1])  # "end <wall time> <job id> <pid>"
+    second_start = float(h.events("start")[1].split()[1])
     assert second_start >= first_end, "the new run started before the old one's code ended"
     assert h.s.stats()["ending"] == 0 and [j["id"] for j in h.s.jobs()] == ["L"]
     assert h.live_job_actors() == 1
