@@ -96,8 +96,9 @@ class JobExited:
 
 @dataclass(frozen=True)
 class ListHosted:
-    """Scheduler to host (call), when adopting: each running job's details;
-    report to ``scheduler`` from now on."""
+    """Scheduler to host (call), when adopting: each running job's details
+    (``stopping``: told to stop, its code still ending); report to
+    ``scheduler`` from now on."""
 
     scheduler: Any
 
@@ -149,7 +150,7 @@ class JobHost(GenServer):
         if isinstance(msg, CountRunning):
             return sum(1 for run in self.runs.values() if run.thread is not None and run.thread.is_alive())
         if isinstance(msg, ListHosted):
-            return [self._details(run, msg.scheduler) for run in self.runs.values() if not run.stop_asked]
+            return [self._details(run, msg.scheduler) for run in self.runs.values()]
         return super().handle_call(msg, from_)
 
     def handle_cast(self, msg: Any) -> None:
@@ -277,6 +278,7 @@ class JobHost(GenServer):
             "stats": dict(run.stats),
             "checkpoint": run.checkpoint,
             "started_at": run.started_at,
+            "stopping": run.stop_asked,
         }
 
 

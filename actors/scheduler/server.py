@@ -272,15 +272,18 @@ class Scheduler(GenServer):
         self._adopted_one(index)
 
     def _adopt_hosted(self, index: int, addr: Any, details: Any, error: Exception | None) -> None:
-        """Host ``index`` listed the jobs it runs: they are this scheduler's now."""
+        """Host ``index`` listed the jobs it runs: they are this scheduler's
+        now; a run told to stop is ending (a job of its id waits for it)."""
         for entry in details or []:
             spec = JobSpec.from_dict(entry["spec"])
             handle = HostedJob(addr, spec.id, entry["ref"])
             started = entry["started_at"]
             history = [Event(EventType.STARTED, started), Event(EventType.ADDED, spec.start_time or started)]
-            self.core.table.put(
-                JobRow(spec.id, spec, history, handle, entry["ref"], dict(entry["stats"]), entry["checkpoint"])
-            )
+            row = JobRow(spec.id, spec, history, handle, entry["ref"], dict(entry["stats"]), entry["checkpoint"])
+            if entry.get("stopping"):
+                self.runners.ending_began(row)
+                continue
+            self.core.table.put(row)
             self.runners.hosts.adopted(index)
             self.adopted.add(spec.id)
         if error is not None:

@@ -17,7 +17,7 @@ from actors import names
 from actors.scheduler.host import KILL_GRACE, STOP_GRACE, StartHosted
 from actors.scheduler.model import InvalidJobSpec
 from supervision.registry import pid_alive
-from tests.actors.test_scheduler_actor import scheduler_node
+from tests.actors.test_scheduler_actor import _try, scheduler_node
 from tests.procs import wait_until
 
 
@@ -123,6 +123,25 @@ def test_a_removed_job_is_listed_until_its_code_ended_and_a_job_of_its_id_waits_
     assert second_start >= first_end, "the new run started before the old one's code ended"
     assert h.s.stats()["ending"] == 0 and [j["id"] for j in h.s.jobs()] == ["L"]
     assert h.live_job_actors() == 1
+
+
+def test_a_run_still_ending_when_the_scheduler_restarts_is_waited_for(h):
+    """A removed job's code still runs (it lingers after its stop) when the
+    scheduler actor is SIGKILLed: the restarted scheduler adopts that run as
+    ending (listed, counted), and the same id added again starts only once
+    it has ended: one node never runs two copies of a job."""
+    h.s.add_job(h.spec("L", handler="lingering", linger=3.0))
+    wait_until(lambda: h.events("start"), what="L running")
+    assert h.s.remove_job("L") is True
+    old = h.client.get_pid(names.SCHEDULER)
+    os.kill(old, signal.SIGKILL)
+    wait_until(lambda: _try(lambda: h.client.get_pid(names.SCHEDULER)) not in (None, old) and _try(h.s.stats), 20)
+    assert [j["id"] for j in h.s.jobs()] == ["L"] and h.s.stats()["ending"] == 1, "the ending run was adopted"
+    h.s.add_job(h.spec("L", handler="lingering", linger=0.0))
+    wait_until(lambda: len(h.events("start")) == 2 and h.events("end"), 20, what="the old L ended, the new one started")
+    first_end = float(h.events("end")[0].split()[1])
+    second_start = float(h.events("start")[1].split()[1])
+    assert second_start >= first_end, f"two copies of L ran at once for {first_end - second_start:.2f} s"
 
 
 @pytest.mark.slow
