@@ -49,6 +49,10 @@ log = logging.getLogger(__name__)
 
 #: Seconds between JobStopping raised in a thread and the host giving up on it.
 KILL_GRACE = 1.0
+#: Seconds a host remembers a run that ended normally, for a scheduler
+#: restarted meanwhile: longer than the doc processor takes to notice a
+#: completion (its tick, at most 2 s) and to re-add its jobs.
+COMPLETED_MEMORY = 60.0
 HOST_START = "actors.scheduler.host:JobHost"
 
 
@@ -97,8 +101,10 @@ class JobExited:
 @dataclass(frozen=True)
 class ListHosted:
     """Scheduler to host (call), when adopting: each running job's details
-    (``stopping``: told to stop, its code still ending); report to
-    ``scheduler`` from now on."""
+    (``stopping``: told to stop, its code still ending), and ``{"completed":
+    job id}`` for each run that ended normally in the last
+    ``COMPLETED_MEMORY`` seconds (its predecessor may have died before it
+    heard); report to ``scheduler`` from now on."""
 
     scheduler: Any
 
@@ -133,6 +139,7 @@ class JobHost(GenServer):
         self.index = (args or {}).get("index", 0)
         self.fence = LeaseFence((args or {}).get("fence"))
         self.runs: dict[str, _Run] = {}
+        self.completed: dict[str, float] = {}  # job id -> when (monotonic) its run ended normally, for a while
         self.waker = Waker(self, self._reap)
         self.publish_timer: Any = None
 
@@ -150,7 +157,10 @@ class JobHost(GenServer):
         if isinstance(msg, CountRunning):
             return sum(1 for run in self.runs.values() if run.thread is not None and run.thread.is_alive())
         if isinstance(msg, ListHosted):
-            return [self._details(run, msg.scheduler) for run in self.runs.values()]
+            since = time.monotonic() - COMPLETED_MEMORY
+            self.completed = {job_id: at for job_id, at in self.completed.items() if at > since}
+            completed = [{"completed": job_id} for job_id in self.completed]
+            return [self._details(run, msg.scheduler) for run in self.runs.values()] + completed
         return super().handle_call(msg, from_)
 
     def handle_cast(self, msg: Any) -> None:
@@ -231,6 +241,8 @@ class JobHost(GenServer):
             if not run.done:
                 continue
             del self.runs[ref]
+            if run.outcome == "normal" and not run.stop_asked:
+                self.completed[run.spec.id] = time.monotonic()
             self._drain(run)
             self._publish(run)
             self.send(run.scheduler, Cast(JobExited(run.spec.id, ref, run.outcome)))

@@ -43,9 +43,19 @@ DEFAULT_HOSTS = 4
 
 @dataclass(frozen=True)
 class AddJob:
-    """Add (or replace) a job; answers its id. ``spec`` is a JobSpec dict."""
+    """Add (or replace) a job; answers its id. ``spec`` is a JobSpec dict.
+
+    ``again``: the caller added this job to this scheduler's predecessor (it
+    restarts). A job whose run ended normally on one of the node's job hosts
+    since (a completed one-shot job) is then not run again: the answer is
+    :data:`ALREADY_COMPLETED`."""
 
     spec: dict
+    again: bool = False
+
+
+#: The answer to ``AddJob(again=True)`` for a job that completed meanwhile.
+ALREADY_COMPLETED = "already_completed"
 
 
 @dataclass(frozen=True)

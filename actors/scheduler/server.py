@@ -82,6 +82,7 @@ from actors.scheduler.host import HostedJob, JobExited
 from actors.scheduler.job import GetDetails, JobProgress, RunJob, check_runnable
 from actors.scheduler.runners import Runners, Starting
 from actors.scheduler.protocol import (
+    ALREADY_COMPLETED,
     DEFAULT_HOSTS,
     HOST_NAME,
     MAX_IDS,
@@ -137,6 +138,7 @@ class Scheduler(GenServer):
         self.has_keeper = False
         self.config_generation = 0
         self.adopted: set = set()
+        self.completed_before: set = set()  # ids whose runs the hosts saw complete, not reported to this scheduler
         self._adopting: set = set()
         self._tick_generation = 0
         self._timer: int | None = None
@@ -275,6 +277,9 @@ class Scheduler(GenServer):
         """Host ``index`` listed the jobs it runs: they are this scheduler's
         now; a run told to stop is ending (a job of its id waits for it)."""
         for entry in details or []:
+            if "completed" in entry:  # a run that ended normally while no scheduler heard it
+                self.completed_before.add(entry["completed"])
+                continue
             spec = JobSpec.from_dict(entry["spec"])
             handle = HostedJob(addr, spec.id, entry["ref"])
             started = entry["started_at"]
@@ -315,6 +320,9 @@ class Scheduler(GenServer):
         core = self.core
         if isinstance(msg, AddJob):
             spec = JobSpec.from_dict(msg.spec, now=self.clock.time())
+            if msg.again and spec.id in self.completed_before and spec.id not in self.core.table:
+                self.completed_before.discard(spec.id)
+                return ALREADY_COMPLETED
             check_runnable(spec)  # here, where the jobs' processes fork from: their path, their files
             return self._add_job(spec)
         if isinstance(msg, RemoveJob):
