@@ -55,7 +55,16 @@ from supervision.waker import Waker
 
 from actors.settings.config import node_name
 from actors.names import JOBS_SERVER
-from actors.scheduler.protocol import MAX_IDS, AddJob, Jobs, JobStates, RemoveJob, RemoveJobs, Reschedule
+from actors.scheduler.protocol import (
+    ALREADY_COMPLETED,
+    MAX_IDS,
+    AddJob,
+    Jobs,
+    JobStates,
+    RemoveJob,
+    RemoveJobs,
+    Reschedule,
+)
 from actors.scheduler.core import InvalidJobSpec, reason_text
 from actors.names import SCHEDULER as SCHEDULER_NAME
 from actors.scheduler.fence import LeaseFence
@@ -182,6 +191,7 @@ class DocProcessor(GenServer):
 
     # ------------------------------------------------------------ start
     def _setup(self):
+        self._take_back()
         yield from self._remove_stale()
         server = yield Request(self.node, WhereIs(JOBS_SERVER))
         if server is not None:  # start the type's activity monitor now, not at the next type check
@@ -192,18 +202,40 @@ class DocProcessor(GenServer):
             except Exception as exc:  # noqa: BLE001 - the periodic type check will do it
                 log.warning("doc_type_check_failed reason=%r", exc)
 
+    def _take_back(self) -> None:
+        """Take back the documents a previous incarnation of this node's
+        processor held (their leases still name this node) and renew them at
+        once: their jobs run on in the scheduler (:meth:`_remove_stale`
+        keeps them). A store error leaves them to their leases' expiry."""
+        try:
+            held = doc_leases.held_by_node(self.db, self.node_name)
+        except fdblayer.StoreError as exc:
+            log.warning("doc_take_back_failed reason=%r", exc)
+            return
+        unrenewed = time.monotonic() - self.timeout  # as old as may be: given up unless the renewal below holds
+        for lease, doc in held:
+            self.owned[lease.job.id] = Owned(lease, scheduler_spec(doc, time.time()), renewed_at=unrenewed)
+        if held:
+            self._renew_all({}, set())
+            log.info("docs_taken_back count=%d of=%d", len(self.owned), len(held))
+
     def _remove_stale(self):
         """Remove the document jobs a previous incarnation left in the scheduler
-        (none of them is ours any more). While the scheduler restarts this is
-        left for a later tick: the processor does not fail (and cost its
-        supervisor a restart) because its neighbour is restarting."""
+        that are not ours any more (those of documents taken back run on).
+        While the scheduler restarts this is left for a later tick: the
+        processor does not fail (and cost its supervisor a restart) because
+        its neighbour is restarting."""
         try:
             sched = yield Request(self.node, WhereIs(self.scheduler_name))
             if sched is None:
                 return
-            mine = {o.spec["id"] for o in self.owned.values()}
+            mine = {o.spec["id"]: o for o in self.owned.values()}
             for job in (yield Request(sched, Jobs(), CALL_TIMEOUT)):
-                if job.get("database") is not None and job["id"] not in mine:
+                if job.get("database") is None:
+                    continue
+                if job["id"] in mine:
+                    mine[job["id"]].added_to = str(sched)
+                else:
                     yield Request(sched, RemoveJob(job["id"]), CALL_TIMEOUT)
         except SCHEDULER_DOWN as exc:
             log.warning("doc_scheduler_unavailable step=remove_stale reason=%r", exc)
@@ -422,8 +454,12 @@ class DocProcessor(GenServer):
             if o.added_to == here:
                 continue
             try:
-                yield Request(sched, AddJob(o.spec), CALL_TIMEOUT)
+                answer = yield Request(sched, AddJob(o.spec, again=o.added_to is not None), CALL_TIMEOUT)
                 o.added_to = here
+                if answer == ALREADY_COMPLETED:  # it ended normally while the scheduler restarted
+                    states[jid] = self._doc_state(None, None)
+                    done.add(jid)
+                    continue
                 states[jid] = {"id": o.spec["id"], "start_time": o.spec["start_time"]}
             except InvalidJobSpec as exc:
                 states[jid] = {"state": docs.DocState.FAILED.value, "info": {"error": str(exc)}, "id": None}

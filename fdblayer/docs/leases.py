@@ -23,13 +23,25 @@ from fdblayer.docs.model import (
     parse_queue_job_id,
 )
 from fdblayer.interface import Database, Transaction, transactional
-from fdblayer.jobs import model, pending
+from fdblayer.jobs import activity, model, pending
+from fdblayer.jobs.codec import decode_data
 from fdblayer.jobs.exceptions import InvalidArgument
 from fdblayer.jobs.keys import DEFAULT_LAYOUT
 from fdblayer.jobs.validate import MAX_SCHED_TIME
 from fdblayer.watches import Watch
 
-__all__ = ["accept", "renew", "release", "RenewOutcome", "KEPT", "DONE", "CHANGED", "LOST", "RENEW_BATCH"]
+__all__ = [
+    "accept",
+    "renew",
+    "release",
+    "held_by_node",
+    "RenewOutcome",
+    "KEPT",
+    "DONE",
+    "CHANGED",
+    "LOST",
+    "RENEW_BATCH",
+]
 
 logger = logging.getLogger("fdblayer.docs")
 
@@ -202,3 +214,24 @@ def release(tr: Transaction, leases: list[Lease], not_before: Optional[int] = No
         model.finish(tr, DEFAULT_LAYOUT, lease.job, None)
         released.append(lease.job.id)
     return released
+
+
+@transactional
+def held_by_node(tr: Transaction, node: str) -> list[tuple[Lease, Doc]]:
+    """The documents ``node`` holds now: the running queue jobs of
+    :data:`DOCS_TYPE` whose document row names ``node``, each as a lease
+    (with the lock it runs under and the revision it was accepted at) and
+    the document. A restarted doc processor of that node takes them back as
+    they are: their jobs run on, where waiting for their leases to expire
+    would stop them for the owner timeout."""
+    out = []
+    for held in activity.running_jobs(tr, DEFAULT_LAYOUT, DOCS_TYPE):
+        try:
+            db_name, doc_id = parse_queue_job_id(held.job.id)
+            rev = decode_data(held.value.data)["rev"]
+        except Exception:  # noqa: BLE001 - not a lease this layer wrote: left to its timeout
+            continue
+        doc = _read(tr, db_name, doc_id)
+        if doc is not None and doc.node == node and isinstance(rev, str):
+            out.append((Lease(held.job, db_name, doc_id, rev), doc))
+    return out

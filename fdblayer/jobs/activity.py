@@ -256,15 +256,24 @@ def check_inactive(
     return new_vs, re_enqueue_inactive(tr, layout, job_type, job_ids)
 
 
-def held_by(
-    tr: Transaction, layout: Layout, job_type: JobType, worker: str, skip: Collection[str] = ()
+def running_jobs(
+    tr: Transaction, layout: Layout, job_type: JobType, skip: Collection[str] = ()
 ) -> list[transitions.Held]:
-    """The running jobs of ``job_type`` that host ``worker`` holds (read
-    through the type's activity rows), those whose ids are in ``skip`` left out."""
+    """The running jobs of ``job_type`` (read through the type's activity
+    rows), each with the lock it runs under; those whose ids are in ``skip``
+    left out."""
     prefix = layout.activity_prefix(job_type)
     found = (unpack_activity_value_or_none(kv.key, kv.value) for kv in tr.get_range(prefix, prefix + b"\xff"))
     ids = [row[0] for row in found if row is not None and row[0] not in skip]
-    return [h for h in transitions.running(tr, layout, job_type, ids) if h.record.worker == worker]
+    return transitions.running(tr, layout, job_type, ids)
+
+
+def held_by(
+    tr: Transaction, layout: Layout, job_type: JobType, worker: str, skip: Collection[str] = ()
+) -> list[transitions.Held]:
+    """The running jobs of ``job_type`` that host ``worker`` holds, those
+    whose ids are in ``skip`` left out."""
+    return [h for h in running_jobs(tr, layout, job_type, skip) if h.record.worker == worker]
 
 
 def release_strays(tr: Transaction, layout: Layout, job_type: JobType, worker: str, held: Collection[str]) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import functools
+import itertools
 import os
 import resource
 import signal
@@ -342,3 +343,35 @@ def test_a_cleanly_stopped_nodes_document_runs_elsewhere_only_after_its_run_ende
     (end_of_first,) = [float(line[1]) for line in lines if line[0] == "end"]
     start_of_second = max(float(line[1]) for line in lines if line[0] == "start")
     assert start_of_second >= end_of_first, f"the runs overlapped by {end_of_first - start_of_second:.2f} s: {lines}"
+
+
+def test_a_restarted_doc_processor_takes_its_documents_back_and_they_run_on(tmp_path):
+    """The doc processor is SIGKILLed while a document runs: its successor
+    takes back the leases that name this node, renews them at once and
+    keeps their scheduler jobs: the document's run never stops (before, it
+    was stopped at once and taken up again only once its lease expired)."""
+    from actors.names import DOC_PROCESSOR
+
+    node = CliNode(f"sqlite:///{tmp_path}/store.db", tmp_path, "a", owner_timeout=10)
+    ledger = tmp_path / "ledger.log"
+    try:
+        node.wait_up()
+        options = {"ledger": str(ledger), "doc": "d1", "tick": 0.2}
+        body = {"handler": "tests.actors.scheduler_fixtures:ledger", "continuous": True, "options": options}
+        assert node.request("PUT", "/_replicator/d1", body)[0] == 201
+        wait_until(lambda: ledger.exists() and "tick" in ledger.read_text(), 30, "d1 running", step=0.05)
+        old = node.client.get_pid(DOC_PROCESSOR)
+        killed_at = time.time()
+        os.kill(old, signal.SIGKILL)
+        wait_until(lambda: node.client.get_pid(DOC_PROCESSOR) not in (None, old), 30, "the doc processor restarted")
+        time.sleep(12)  # past the owner timeout: its own lease would have expired
+        rows = [line.split() for line in ledger.read_text().splitlines()]
+        assert [r[0] for r in rows].count("start") == 1, f"d1 was stopped and started again: {rows[-5:]}"
+        ticks = [float(r[3]) for r in rows if r[0] == "tick"]
+        assert ticks[-1] > time.time() - 2 and max(b - a for a, b in itertools.pairwise(ticks)) < 2.0
+        assert ticks[-1] > killed_at + 10
+        status, view = node.request("GET", "/_scheduler/docs/_replicator/d1")
+        assert status == 200 and view["state"] == "running" and str(node.port) in view["node"]
+    finally:
+        if node.proc.poll() is None:
+            node.kill()

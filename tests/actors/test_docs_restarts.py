@@ -1,0 +1,80 @@
+"""Permanent jobs (documents) across a SIGKILL of the scheduler actor.
+
+A real node (the CLI, through tests.actors.docs_node_main), documents over
+HTTP, handlers that append to a ledger; the scheduler actor's process is
+SIGKILLed and its supervisor restarts it: a one-shot document that
+completed in between, before the doc processor recorded it, must not run
+again (its job host remembers the completion for the new scheduler).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+
+from actors.names import SCHEDULER
+
+from .jobs_fixtures import wait_until
+from .test_docs_failover import CliNode
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
+
+FIX = "tests.actors.scheduler_fixtures"
+
+
+def _lines(path) -> list[list[str]]:
+    return [line.split() for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def _kill_scheduler(node: CliNode) -> int:
+    old = node.client.get_pid(SCHEDULER)
+    os.kill(old, signal.SIGKILL)
+    return old
+
+
+def _wait_new_scheduler(node: CliNode, old: int) -> None:
+    def up():
+        pid = node.client.get_pid(SCHEDULER)
+        return pid != old and node.sched.stats() is not None
+
+    wait_until(up, 30, "the scheduler restarted")
+
+
+@pytest.fixture
+def node(tmp_path):
+    # owner timeout 30 s: the doc processor ticks every 2 s (min(30/3, 2))
+    n = CliNode(f"sqlite:///{tmp_path}/store.db", tmp_path, "a", owner_timeout=30)
+    try:
+        yield n.wait_up()
+    finally:
+        if n.proc.poll() is None:
+            n.kill()
+
+
+def test_a_completed_one_shot_document_is_not_run_again_after_a_scheduler_restart(node, tmp_path):
+    ledger, flag = tmp_path / "runs.log", tmp_path / "go"
+    body = {"handler": f"{FIX}:until_file", "continuous": False, "options": {"log": str(ledger), "path": str(flag)}}
+    assert node.request("PUT", "/_replicator/once", body)[0] == 201
+    wait_until(
+        lambda: [line for line in _lines(ledger) if line[0] == "start"], 30, "the one-shot doc to start", step=0.05
+    )
+    time.sleep(3)  # its running state recorded by a tick
+    sched_pid = node.client.get_pid(SCHEDULER)
+    flag.touch()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and not any(line[0] == "done" for line in _lines(ledger)):
+        time.sleep(0.002)
+    os.kill(sched_pid, signal.SIGKILL)  # right after it completed, before the next tick records it
+    _wait_new_scheduler(node, sched_pid)
+
+    def settled():
+        status, view = node.request("GET", "/_scheduler/docs/_replicator/once")
+        return view if status == 200 and view["state"] == "completed" else None
+
+    view = wait_until(settled, 30, "the document to show completed", step=0.1)
+    time.sleep(3)
+    starts = [line for line in _lines(ledger) if line[0] == "start"]
+    assert len(starts) == 1, f"the completed one-shot job ran {len(starts)} times: {_lines(ledger)}; {view}"
