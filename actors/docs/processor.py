@@ -454,7 +454,7 @@ class DocProcessor(GenServer):
             if o.added_to == here:
                 continue
             try:
-                answer = yield Request(sched, AddJob(o.spec, again=o.added_to is not None), CALL_TIMEOUT)
+                answer = yield Request(sched, self._add_again(o) if o.added_to else AddJob(o.spec), CALL_TIMEOUT)
                 o.added_to = here
                 if answer == ALREADY_COMPLETED:  # it ended normally while the scheduler restarted
                     states[jid] = self._doc_state(None, None)
@@ -491,6 +491,17 @@ class DocProcessor(GenServer):
                 if any(held.written.get(k) != v for k, v in new.items()):
                     states[jid] = dict(states.get(jid, {}), **new)
         return states, done
+
+    @staticmethod
+    def _add_again(o: Owned) -> AddJob:
+        """The AddJob of a document re-added to a restarted scheduler: a
+        crashing one keeps backing off for its count of crashes."""
+        crashing = o.written.get("state") == "crashing"
+        crashes = o.written.get("error_count") if crashing else 0
+        reason = (o.written.get("info") or {}).get("error") if crashing else None
+        return AddJob(
+            o.spec, again=True, crashes=crashes if type(crashes) is int and crashes > 0 else 0, crash_reason=reason
+        )
 
     @staticmethod
     def _doc_state(summary: dict | None, stats: Any) -> dict:

@@ -48,10 +48,14 @@ class AddJob:
     ``again``: the caller added this job to this scheduler's predecessor (it
     restarts). A job whose run ended normally on one of the node's job hosts
     since (a completed one-shot job) is then not run again: the answer is
-    :data:`ALREADY_COMPLETED`."""
+    :data:`ALREADY_COMPLETED`. ``crashes``: the job was crashing under the
+    predecessor, that many times in a row (``crash_reason`` the last): it
+    is added backing off for that count, not started at once."""
 
     spec: dict
     again: bool = False
+    crashes: int = 0
+    crash_reason: Any = None
 
 
 #: The answer to ``AddJob(again=True)`` for a job that completed meanwhile.

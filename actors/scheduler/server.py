@@ -324,7 +324,9 @@ class Scheduler(GenServer):
                 self.completed_before.discard(spec.id)
                 return ALREADY_COMPLETED
             check_runnable(spec)  # here, where the jobs' processes fork from: their path, their files
-            return self._add_job(spec)
+            if type(msg.crashes) is not int or msg.crashes < 0:
+                raise InvalidRequest("crashes", msg.crashes, "must be an int >= 0")
+            return self._add_job(spec, msg.crashes, msg.crash_reason)
         if isinstance(msg, RemoveJob):
             if self._job(msg.job_id) is None:
                 return False
@@ -387,7 +389,7 @@ class Scheduler(GenServer):
         show it until it has ended), or None."""
         return next((job for job in self.runners.ending_jobs() if job.id == job_id), None)
 
-    def _add_job(self, spec: JobSpec) -> Any:
+    def _add_job(self, spec: JobSpec, crashes: int = 0, reason: Any = None) -> Any:
         existing = self.core.table.get(spec.id)
         if (
             spec.id in self.adopted
@@ -400,7 +402,7 @@ class Scheduler(GenServer):
             self.core.table.update(existing, spec=spec)
             return spec.id
         self.adopted.discard(spec.id)
-        self.core.add_job(spec)
+        self.core.add_job(spec, crashes, reason)
         return spec.id
 
     def _load_jobs(self, rows: list) -> int:

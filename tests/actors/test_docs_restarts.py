@@ -78,3 +78,29 @@ def test_a_completed_one_shot_document_is_not_run_again_after_a_scheduler_restar
     time.sleep(3)
     starts = [line for line in _lines(ledger) if line[0] == "start"]
     assert len(starts) == 1, f"the completed one-shot job ran {len(starts)} times: {_lines(ledger)}; {view}"
+
+
+def test_a_crashing_documents_backoff_survives_a_scheduler_restart(node, tmp_path):
+    """A document crashed once and backs off 30 s when the scheduler is
+    SIGKILLed: the doc processor re-adds it with its count of crashes, and
+    the new scheduler keeps it backing off (it used to run it at once)."""
+    ledger = tmp_path / "runs.log"
+    body = {"handler": f"{FIX}:crash", "continuous": True, "options": {"log": str(ledger)}}
+    assert node.request("PUT", "/_replicator/bad", body)[0] == 201
+
+    def crashing():
+        status, view = node.request("GET", "/_scheduler/docs/_replicator/bad")
+        return view if status == 200 and view["state"] == "crashing" else None
+
+    view = wait_until(crashing, 30, "the crash to be recorded", step=0.1)
+    assert view["error_count"] == 1
+    assert len(_lines(ledger)) == 1  # backing off 30 s now
+    old = _kill_scheduler(node)
+    _wait_new_scheduler(node, old)
+    time.sleep(8)  # well inside the 30 s backoff
+    starts = _lines(ledger)
+    status, view = node.request("GET", "/_scheduler/docs/_replicator/bad")
+    assert len(starts) == 1, (
+        f"a job backing off for 30 s ran again {len(starts) - 1} time(s) within 8 s of a scheduler restart; "
+        f"doc now {view['state']} error_count={view['error_count']}"
+    )

@@ -428,6 +428,22 @@ def test_add_job_replaces_a_job_with_the_same_id() -> None:
     assert s.counters["adds"] == 2 and s.counters["removes"] == 1 and len(s.table) == 1
 
 
+def test_a_job_added_with_its_past_crashes_backs_off_for_them() -> None:
+    """Re-added after its scheduler restarted, a job that had crashed twice
+    in a row waits out the backoff of two crashes (60 s) from its re-add,
+    as if those crashes had just happened, then starts."""
+    clock = FakeClock()
+    s = Scheduling(FakeRunner(), clock, Settings(max_jobs=10))
+    s.add_job(permanent("a"), crashes=2, reason="boom")
+    assert jobs_running(s) == [] and s.table.get("a").history[0].reason == "boom"
+    clock.now += backoff_seconds(2) - 1
+    s.reschedule()
+    assert jobs_running(s) == []
+    clock.now += 1
+    s.reschedule()
+    assert jobs_running(s) == ["a"]
+
+
 def test_newly_added_job_starts_at_once_while_every_job_fits_in_max_jobs() -> None:
     """The last of exactly max_jobs jobs starts at once (the seed's ``total <
     max_jobs`` left it waiting an interval with a slot free); past max_jobs a
