@@ -57,6 +57,7 @@ from actors.settings.config import node_name
 from actors.names import JOBS_SERVER
 from actors.scheduler.protocol import (
     ALREADY_COMPLETED,
+    DEFAULT_HOSTS,
     MAX_IDS,
     AddJob,
     Jobs,
@@ -97,10 +98,14 @@ MAX_TICK = 2.0
 #: Seconds before a RemoveJob the scheduler did not answer is sent again.
 REMOVE_RETRY = 1.0
 #: Seconds after a clean stop before another node may take this node's
-#: documents: the node's scheduler stops after the processor, and gives
-#: each run ``STOP_GRACE`` to return and ``KILL_GRACE`` more to be killed
-#: (a second of margin on top). Until then a document runs here still.
-HAND_BACK_AFTER = STOP_GRACE + KILL_GRACE + 1.0
+#: documents: the node's scheduler tree stops after the processor; its job
+#: hosts stop one after another, each giving its runs ``STOP_GRACE`` to
+#: return and ``KILL_GRACE`` more to be killed (a second of margin on top).
+#: Until then a document may run here still.
+HAND_BACK_AFTER = DEFAULT_HOSTS * (STOP_GRACE + KILL_GRACE) + 1.0
+#: ``Owned.added_to`` of a document taken back from a predecessor: added to
+#: the scheduler by it (see :meth:`DocProcessor._take_back`).
+TAKEN_BACK = "taken_back"
 #: What a call to a scheduler that is restarting raises.
 SCHEDULER_DOWN = (NoProc, CallTimeout, CallFailed)
 
@@ -125,6 +130,7 @@ class Owned:
     errors: int = 0
     written: dict = field(default_factory=dict)
     renewed_at: float = field(default_factory=time.monotonic)
+    added_at: float | None = None  # wall time of the last AddJob of its spec
 
 
 def scheduler_spec(doc: docs.Doc, now: float) -> dict:
@@ -214,7 +220,11 @@ class DocProcessor(GenServer):
             return
         unrenewed = time.monotonic() - self.timeout  # as old as may be: given up unless the renewal below holds
         for lease, doc in held:
-            self.owned[lease.job.id] = Owned(lease, scheduler_spec(doc, time.time()), renewed_at=unrenewed)
+            # added by the predecessor, no earlier than the document's last
+            # state change: re-added as such unless the scheduler still runs it
+            owned = Owned(lease, scheduler_spec(doc, time.time()), TAKEN_BACK, renewed_at=unrenewed)
+            owned.added_at = doc.last_updated
+            self.owned[lease.job.id] = owned
         if held:
             self._renew_all({}, set())
             log.info("docs_taken_back count=%d of=%d", len(self.owned), len(held))
@@ -230,13 +240,20 @@ class DocProcessor(GenServer):
             if sched is None:
                 return
             mine = {o.spec["id"]: o for o in self.owned.values()}
+            kept = []
             for job in (yield Request(sched, Jobs(), CALL_TIMEOUT)):
                 if job.get("database") is None:
                     continue
                 if job["id"] in mine:
-                    mine[job["id"]].added_to = str(sched)
+                    kept.append(job["id"])
                 else:
                     yield Request(sched, RemoveJob(job["id"]), CALL_TIMEOUT)
+            for chunk in range(0, len(kept), MAX_IDS):  # in the table, not a removed run still ending
+                ids = kept[chunk : chunk + MAX_IDS]
+                answers = yield Request(sched, JobStates(ids), CALL_TIMEOUT)
+                for job_id in ids:
+                    if answers.get(job_id) is not None:
+                        mine[job_id].added_to = str(sched)
         except SCHEDULER_DOWN as exc:
             log.warning("doc_scheduler_unavailable step=remove_stale reason=%r", exc)
             return
@@ -454,8 +471,9 @@ class DocProcessor(GenServer):
             if o.added_to == here:
                 continue
             try:
+                asked = time.time()
                 answer = yield Request(sched, self._add_again(o) if o.added_to else AddJob(o.spec), CALL_TIMEOUT)
-                o.added_to = here
+                o.added_to, o.added_at = here, asked
                 if answer == ALREADY_COMPLETED:  # it ended normally while the scheduler restarted
                     states[jid] = self._doc_state(None, None)
                     done.add(jid)
@@ -499,9 +517,8 @@ class DocProcessor(GenServer):
         crashing = o.written.get("state") == "crashing"
         crashes = o.written.get("error_count") if crashing else 0
         reason = (o.written.get("info") or {}).get("error") if crashing else None
-        return AddJob(
-            o.spec, again=True, crashes=crashes if type(crashes) is int and crashes > 0 else 0, crash_reason=reason
-        )
+        crashes = crashes if type(crashes) is int and crashes > 0 else 0
+        return AddJob(o.spec, again=True, added_at=o.added_at, crashes=crashes, crash_reason=reason)
 
     @staticmethod
     def _doc_state(summary: dict | None, stats: Any) -> dict:

@@ -102,7 +102,7 @@ class JobExited:
 class ListHosted:
     """Scheduler to host (call), when adopting: each running job's details
     (``stopping``: told to stop, its code still ending), and ``{"completed":
-    job id}`` for each run that ended normally in the last
+    job id, "at": wall time}`` for each run that ended normally in the last
     ``COMPLETED_MEMORY`` seconds (its predecessor may have died before it
     heard); report to ``scheduler`` from now on."""
 
@@ -139,7 +139,7 @@ class JobHost(GenServer):
         self.index = (args or {}).get("index", 0)
         self.fence = LeaseFence((args or {}).get("fence"))
         self.runs: dict[str, _Run] = {}
-        self.completed: dict[str, float] = {}  # job id -> when (monotonic) its run ended normally, for a while
+        self.completed: dict[str, tuple[float, float]] = {}  # job id -> (monotonic, wall) its run ended normally
         self.waker = Waker(self, self._reap)
         self.publish_timer: Any = None
 
@@ -158,8 +158,8 @@ class JobHost(GenServer):
             return sum(1 for run in self.runs.values() if run.thread is not None and run.thread.is_alive())
         if isinstance(msg, ListHosted):
             since = time.monotonic() - COMPLETED_MEMORY
-            self.completed = {job_id: at for job_id, at in self.completed.items() if at > since}
-            completed = [{"completed": job_id} for job_id in self.completed]
+            self.completed = {job_id: at for job_id, at in self.completed.items() if at[0] > since}
+            completed = [{"completed": job_id, "at": at[1]} for job_id, at in self.completed.items()]
             return [self._details(run, msg.scheduler) for run in self.runs.values()] + completed
         return super().handle_call(msg, from_)
 
@@ -242,7 +242,7 @@ class JobHost(GenServer):
                 continue
             del self.runs[ref]
             if run.outcome == "normal" and not run.stop_asked:
-                self.completed[run.spec.id] = time.monotonic()
+                self.completed[run.spec.id] = (time.monotonic(), time.time())
             self._drain(run)
             self._publish(run)
             self.send(run.scheduler, Cast(JobExited(run.spec.id, ref, run.outcome)))

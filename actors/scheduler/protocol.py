@@ -8,7 +8,7 @@ Plain frozen dataclasses, pickled across processes; the scheduler actor
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Optional
 
 from actors.names import SCHEDULER_HOST
 
@@ -46,14 +46,15 @@ class AddJob:
     """Add (or replace) a job; answers its id. ``spec`` is a JobSpec dict.
 
     ``again``: the caller added this job to this scheduler's predecessor (it
-    restarts). A job whose run ended normally on one of the node's job hosts
-    since (a completed one-shot job) is then not run again: the answer is
-    :data:`ALREADY_COMPLETED`. ``crashes``: the job was crashing under the
+    restarts), at wall time ``added_at``. A job whose run ended normally on
+    one of the node's job hosts since (a completed one-shot job) is then
+    not run again: the answer is :data:`ALREADY_COMPLETED`. ``crashes``: the job was crashing under the
     predecessor, that many times in a row (``crash_reason`` the last): it
     is added backing off for that count, not started at once."""
 
     spec: dict
     again: bool = False
+    added_at: Optional[float] = None
     crashes: int = 0
     crash_reason: Any = None
 

@@ -138,7 +138,7 @@ class Scheduler(GenServer):
         self.has_keeper = False
         self.config_generation = 0
         self.adopted: set = set()
-        self.completed_before: set = set()  # ids whose runs the hosts saw complete, not reported to this scheduler
+        self.completed_before: dict = {}  # id -> when (wall) the hosts saw a run of it complete, maybe unreported
         self._adopting: set = set()
         self._tick_generation = 0
         self._timer: int | None = None
@@ -278,7 +278,8 @@ class Scheduler(GenServer):
         now; a run told to stop is ending (a job of its id waits for it)."""
         for entry in details or []:
             if "completed" in entry:  # a run that ended normally while no scheduler heard it
-                self.completed_before.add(entry["completed"])
+                job_id, at = entry["completed"], entry.get("at", 0.0)
+                self.completed_before[job_id] = max(at, self.completed_before.get(job_id, at))
                 continue
             spec = JobSpec.from_dict(entry["spec"])
             handle = HostedJob(addr, spec.id, entry["ref"])
@@ -320,9 +321,10 @@ class Scheduler(GenServer):
         core = self.core
         if isinstance(msg, AddJob):
             spec = JobSpec.from_dict(msg.spec, now=self.clock.time())
-            if msg.again and spec.id in self.completed_before and spec.id not in self.core.table:
-                self.completed_before.discard(spec.id)
-                return ALREADY_COMPLETED
+            completed_at = self.completed_before.pop(spec.id, None)
+            if msg.again and completed_at is not None and completed_at >= (msg.added_at or 0.0):
+                if spec.id not in self.core.table:
+                    return ALREADY_COMPLETED  # the run of the caller's add ended normally
             check_runnable(spec)  # here, where the jobs' processes fork from: their path, their files
             if type(msg.crashes) is not int or msg.crashes < 0:
                 raise InvalidRequest("crashes", msg.crashes, "must be an int >= 0")

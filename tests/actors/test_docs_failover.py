@@ -333,7 +333,7 @@ def test_a_cleanly_stopped_nodes_document_runs_elsewhere_only_after_its_run_ende
         other = nodes[1] if first is nodes[0] else nodes[0]
         first.proc.send_signal(signal.SIGTERM)
         assert first.proc.wait(30) == 0
-        wait_until(lambda: len(started()) == 2, 30, "the other node to run the document", step=0.05)
+        wait_until(lambda: len(started()) == 2, 60, "the other node to run the document", step=0.05)
         assert other.doc_ids() == ["slow"]
     finally:
         for n in nodes:
