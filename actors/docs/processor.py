@@ -222,9 +222,8 @@ class DocProcessor(GenServer):
         for lease, doc in held:
             # added by the predecessor, no earlier than the document's last
             # state change: re-added as such unless the scheduler still runs it
-            owned = Owned(lease, scheduler_spec(doc, time.time()), TAKEN_BACK, renewed_at=unrenewed)
-            owned.added_at = doc.last_updated
-            self.owned[lease.job.id] = owned
+            spec = scheduler_spec(doc, time.time())
+            self.owned[lease.job.id] = Owned(lease, spec, TAKEN_BACK, renewed_at=unrenewed, added_at=doc.last_updated)
         if held:
             self._renew_all({}, set())
             log.info("docs_taken_back count=%d of=%d", len(self.owned), len(held))

@@ -15,9 +15,10 @@ busy with long runs). A mixin of the dispatcher, whose state it reads.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
-from typing import Any
+from typing import Any, Callable
 
 from fdblayer.jobs import type_controls
 from fdblayer.jobs.keys import DEFAULT_LAYOUT
@@ -39,10 +40,17 @@ class TypeWakeups(DispatcherState):
         if slot.watch is not None:
             slot.watch.cancel()
         slot.watch = watch
+        self._wake_on(watch, lambda: setattr(slot, "fired", True))
 
-        def fired(_w: Any, job_type: Any = job_type) -> None:  # the store's watch thread
-            self.types[job_type].fired = True
-            self.waker.wake()
+    def _wake_on(self, watch: Any, mark: Callable[[], None]) -> None:
+        """When ``watch`` fires: ``mark`` (in the store's watch thread: it
+        only sets a flag) and wake the actor. A watch cancelled because a
+        newer one replaced it is no news: nothing happens."""
+
+        def fired(w: Any) -> None:
+            if not w.cancelled():
+                mark()
+                self.waker.wake()
 
         watch.on_ready(fired)
 
@@ -76,12 +84,7 @@ class TypeWakeups(DispatcherState):
             if slot.pause_watch is not None:
                 slot.pause_watch.cancel()
             slot.pause_watch = watch
-
-            def fired(_w: Any, slot: TypeSlot = slot) -> None:  # the store's watch thread
-                slot.pause_fired = True
-                self.waker.wake()
-
-            watch.on_ready(fired)
+            self._wake_on(watch, functools.partial(setattr, slot, "pause_fired", True))
             self._pause_seen(job_type, paused)
 
     def _pause_seen(self, job_type: Any, paused: bool) -> None:

@@ -166,6 +166,18 @@ class QueueNode:
             wait_until(lambda: not group_pids(self.pgid), 15, "no process of the node left")
 
 
+def serving_node(tmp_path_factory: Any, name: str, job_type: Any, timeout: float):
+    """A module's shared node (a generator for a module-scoped fixture) on
+    its own SQLite store, ``job_type`` given ``timeout`` and its actors up."""
+    node = QueueNode(f"sqlite:///{tmp_path_factory.mktemp(name)}/store.db")
+    try:
+        jobs.set_type_timeout(node.db, job_type, timeout)
+        node.wait_tree_up(n_types=1)
+        yield node
+    finally:
+        node.stop()
+
+
 # ------------------------------------------------------------ client actor
 
 

@@ -14,7 +14,7 @@ from actors import jobs
 from actors.jobs import JobState
 from supervision import ChildSpec
 
-from .jobs_fixtures import QueueNode, SubscriberActor, pid_alive, wait_until
+from .jobs_fixtures import QueueNode, SubscriberActor, pid_alive, serving_node, wait_until
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -23,14 +23,7 @@ T = ("api", 7)
 
 @pytest.fixture(scope="module")
 def q(tmp_path_factory):
-    url = f"sqlite:///{tmp_path_factory.mktemp('api')}/store.db"
-    node = QueueNode(url)
-    try:
-        jobs.set_type_timeout(node.db, T, 30)
-        node.wait_tree_up(n_types=1)
-        yield node
-    finally:
-        node.stop()
+    yield from serving_node(tmp_path_factory, "api", T, 30)
 
 
 # ---------------------------------------------------------------- client actors

@@ -20,7 +20,7 @@ from actors import jobs
 from actors.jobs import JobState
 from actors.queue import client as queue_client
 
-from .jobs_fixtures import QueueNode
+from .jobs_fixtures import serving_node
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -29,14 +29,7 @@ T = ("probe-sub-race", 1)
 
 @pytest.fixture(scope="module")
 def q(tmp_path_factory):
-    url = f"sqlite:///{tmp_path_factory.mktemp('subrace')}/store.db"
-    node = QueueNode(url)
-    try:
-        jobs.set_type_timeout(node.db, T, 60)
-        node.wait_tree_up(n_types=1)
-        yield node
-    finally:
-        node.stop()
+    yield from serving_node(tmp_path_factory, "subrace", T, 60)
 
 
 def test_finish_between_read_and_subscribe_is_reported(q, monkeypatch):
