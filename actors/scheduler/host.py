@@ -157,8 +157,7 @@ class JobHost(GenServer):
         if isinstance(msg, CountRunning):
             return sum(1 for run in self.runs.values() if run.thread is not None and run.thread.is_alive())
         if isinstance(msg, ListHosted):
-            since = time.monotonic() - COMPLETED_MEMORY
-            self.completed = {job_id: at for job_id, at in self.completed.items() if at[0] > since}
+            self._forget_completed()
             completed = [{"completed": job_id, "at": at[1]} for job_id, at in self.completed.items()]
             return [self._details(run, msg.scheduler) for run in self.runs.values()] + completed
         return super().handle_call(msg, from_)
@@ -235,6 +234,16 @@ class JobHost(GenServer):
         log.error("job_would_not_stop job=%r host=%s jobs_on_host=%d", run.spec.id, self.index, len(self.runs))
         self.stop(("job_would_not_stop", run.spec.id))
 
+    def _forget_completed(self) -> None:
+        """Drop the completions older than COMPLETED_MEMORY (the oldest come
+        first): the memory stays as small as a minute of completions."""
+        since = time.monotonic() - COMPLETED_MEMORY
+        while self.completed:
+            job_id, at = next(iter(self.completed.items()))
+            if at[0] > since:
+                return
+            del self.completed[job_id]
+
     def _reap(self) -> None:
         """Tell each finished job's scheduler how it ended; forget it."""
         for ref, run in list(self.runs.items()):
@@ -242,7 +251,9 @@ class JobHost(GenServer):
                 continue
             del self.runs[ref]
             if run.outcome == "normal" and not run.stop_asked:
+                self.completed.pop(run.spec.id, None)  # oldest first: a later end goes last
                 self.completed[run.spec.id] = (time.monotonic(), time.time())
+                self._forget_completed()
             self._drain(run)
             self._publish(run)
             self.send(run.scheduler, Cast(JobExited(run.spec.id, ref, run.outcome)))
