@@ -321,13 +321,12 @@ class Scheduler(GenServer):
         core = self.core
         if isinstance(msg, AddJob):
             spec = JobSpec.from_dict(msg.spec, now=self.clock.time())
+            self._check_add(msg)
             completed_at = self.completed_before.pop(spec.id, None)
             if msg.again and completed_at is not None and completed_at >= (msg.added_at or 0.0):
                 if spec.id not in self.core.table:
                     return ALREADY_COMPLETED  # the run of the caller's add ended normally
             check_runnable(spec)  # here, where the jobs' processes fork from: their path, their files
-            if type(msg.crashes) is not int or msg.crashes < 0:
-                raise InvalidRequest("crashes", msg.crashes, "must be an int >= 0")
             return self._add_job(spec, msg.crashes, msg.crash_reason)
         if isinstance(msg, RemoveJob):
             if self._job(msg.job_id) is None:
@@ -385,6 +384,16 @@ class Scheduler(GenServer):
         """The row of ``job_id``; None for an id no job can have (not a str: it
         may not even be hashable)."""
         return self.core.table.get(job_id) if isinstance(job_id, str) else None
+
+    @staticmethod
+    def _check_add(msg: AddJob) -> None:
+        """AddJob's arguments besides the spec, or InvalidRequest (nothing changed)."""
+        if type(msg.again) is not bool:
+            raise InvalidRequest("again", msg.again, "must be a bool")
+        if msg.added_at is not None and (type(msg.added_at) not in (int, float) or msg.added_at != msg.added_at):
+            raise InvalidRequest("added_at", msg.added_at, "must be None or a number of seconds")
+        if type(msg.crashes) is not int or msg.crashes < 0:
+            raise InvalidRequest("crashes", msg.crashes, "must be an int >= 0")
 
     def _ending(self, job_id: Any) -> JobRow | None:
         """The row of a removed job whose run is still ending (the job lists

@@ -28,6 +28,7 @@ import math
 import pytest
 from supervision.exceptions import CallFailed
 
+from actors.scheduler.protocol import AddJob
 from actors.scheduler.core import InvalidRequest, InvalidJobSpec, InvalidSetting, JobNotFound, SchedulerError
 
 from tests.procs import wait_until
@@ -92,6 +93,20 @@ def test_an_unhashable_setting_key_is_an_invalid_setting(n, key) -> None:
 )
 def test_a_bad_page_is_an_invalid_argument(n, limit, skip) -> None:
     assert isinstance(answered(n, lambda: n.s.jobs_page(limit, skip)), InvalidRequest)
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [{"again": "yes"}, {"again": True, "added_at": "now"}, {"added_at": math.nan}, {"crashes": -1}, {"crashes": 1.5}],
+    ids=repr,
+)
+def test_bad_add_job_arguments_are_invalid_and_add_nothing(n, extra) -> None:
+    """AddJob's arguments beside the spec (a restarted scheduler's re-add):
+    a bad one is an InvalidRequest, the scheduler does not crash and adds
+    nothing."""
+    msg = AddJob({"id": "bad-extra", "handler": IDLE}, **extra)
+    assert isinstance(answered(n, lambda: n.s.call(msg)), InvalidRequest)
+    assert "bad-extra" not in [j["id"] for j in n.s.jobs()]
 
 
 @pytest.mark.parametrize("value", [86_400_000_000_000_001, 10**30, str(10**20), 2**32], ids=repr)
