@@ -267,6 +267,7 @@ class JobContext:
         """
         self._stop = StopSignal() if stop is None else stop
         self._fence = fence
+        self._fence_expired = False  # latched: a stop once told is never taken back
         self._queued = queued
         self._scheduled = scheduled
         self.id = self.job_id = job_id
@@ -294,8 +295,13 @@ class JobContext:
 
     @property
     def fenced(self) -> bool:
-        """True once the lease fence has run out: another node may run this job."""
-        return self._fence is not None and self._fence() <= 0
+        """True once the lease fence has run out: another node may run this
+        job. It stays true when the fence moves on later (the leases renewed
+        after all): the handler may have begun to stop, and its exit is a
+        stop (``lease_expired``), never a completion."""
+        if not self._fence_expired and self._fence is not None and self._fence() <= 0:
+            self._fence_expired = True
+        return self._fence_expired
 
     def wait_stopping(self, timeout: Optional[float] = None) -> bool:
         """Sleep until :attr:`stopping` or ``timeout`` (None: no limit); True

@@ -73,6 +73,7 @@ class CliNode:
         max_jobs: int = 5,
         nofile: int | None = None,
         owner_timeout: int = OWNER_TIMEOUT,
+        log_level: str = "warning",
     ) -> None:
         self.port = free_port()
         self.name = name
@@ -106,7 +107,7 @@ class CliNode:
                     "--config",
                     str(cfg),
                     "--log-level",
-                    "warning",
+                    log_level,
                     "--http-port",
                     "0",
                 ],

@@ -22,6 +22,7 @@ import pytest
 
 import fdblayer
 from actors import docs
+from actors.docs.processor import DOC_PROCESSOR_NAME, DocStats
 
 from .jobs_fixtures import wait_until
 from .test_docs_failover import CliNode
@@ -94,6 +95,33 @@ def frozen_transactions(db) -> set:
     return first & sample()
 
 
+def settled(nodes: list, ids: list, seen: dict) -> bool:
+    """Whether every document is in exactly one node's scheduler table; what
+    is not (``missing``, ``doubled``) is kept in ``seen`` for the failure's
+    message."""
+    tables = [n.doc_ids() for n in nodes]
+    listed = [doc for table in tables for doc in table]
+    seen["missing"] = sorted(set(ids) - set(listed))
+    seen["doubled"] = sorted(set(tables[0]) & set(tables[1]))
+    return sorted(listed) == ids
+
+
+def unsettled(nodes: list, seen: dict) -> str:
+    """What a failed :func:`settled` wait saw, with each node's doc
+    processor counters."""
+    stats = []
+    for n in nodes:
+        try:
+            stats.append(n.client.call(DOC_PROCESSOR_NAME, DocStats(), 5))
+        except Exception as exc:  # noqa: BLE001 - a diagnostic: say why there is none
+            stats.append(repr(exc))
+    missing, doubled = seen.get("missing", []), seen.get("doubled", [])
+    return (
+        f"{len(missing)} documents in no table (first {missing[:5]}), "
+        f"{len(doubled)} in both (first {doubled[:5]}); processors: {stats}"
+    )
+
+
 def ticking(path, pgid: int, since: float) -> set:
     """Documents with a tick of node ``pgid`` after ``since``."""
     return {doc for doc, doc_runs in runs(path).items() for r in doc_runs if r[0] == pgid and r[2] > since}
@@ -107,7 +135,10 @@ def test_a_paused_then_a_killed_node_never_lets_a_document_run_twice(pg_server, 
     url = pg_server.url(prefix=f"overlap{os.getpid()}")
     db = fdblayer.open(url)
     ledger = tmp_path / "ledger"
-    nodes = [CliNode(url, tmp_path, name, max_jobs=max_jobs, owner_timeout=owner_timeout) for name in ("a", "b")]
+    nodes = [
+        CliNode(url, tmp_path, name, max_jobs=max_jobs, owner_timeout=owner_timeout, log_level="info")
+        for name in ("a", "b")
+    ]
     try:
         for n in nodes:
             n.wait_up()
@@ -159,12 +190,11 @@ def test_a_paused_then_a_killed_node_never_lets_a_document_run_twice(pg_server, 
         finally:
             pause(paused, signal.SIGCONT)
         continued_at = time.time()
-        wait_until(
-            lambda: sorted(nodes[0].doc_ids() + nodes[1].doc_ids()) == ids,
-            settle,
-            "every document owned by exactly one node again",
-            step=0.5,
-        )
+        seen: dict = {}
+        try:
+            wait_until(lambda: settled(nodes, ids, seen), settle, "every document owned by exactly one node again", 0.5)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}: {unsettled(nodes, seen)}") from None
         other.kill()
         killed_at = time.time()
         wait_until(

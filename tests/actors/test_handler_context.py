@@ -138,6 +138,28 @@ def test_an_expired_fence_ends_every_wait_and_makes_the_exit_lease_expired() -> 
     assert scheduler_job.exit_reason("shutdown", ctx, stop) == "shutdown", "asked to stop: not the fence's doing"
 
 
+def test_a_fence_seen_expired_stays_expired_when_it_moves_on() -> None:
+    """A document job that returned because it saw its fence expired
+    stopped, it did not complete: the doc processor renewing the leases just
+    after (the fence moved on) must not turn its exit into ``normal``, which
+    would record a continuous document as completed and never run it again
+    (a test_docs_overlap failure)."""
+    stop = StopSignal()
+    fence = _Fence(time.monotonic() - 1)
+    ctx = scheduled_ctx(queue.Queue(), stop, fence)
+    assert ctx.wait(5) is True, "the handler sees its fence expired and returns"
+    fence.deadline = time.monotonic() + 60  # the leases were renewed before the runner read the exit
+    assert ctx.fenced and ctx.stopping, "a stop the handler was told of is not taken back"
+    assert scheduler_job.exit_reason("normal", ctx, stop) == LEASE_EXPIRED
+
+
+def test_a_fence_never_seen_expired_does_not_stop_the_job() -> None:
+    fence = _Fence(time.monotonic() + 60)
+    ctx = scheduled_ctx(queue.Queue(), StopSignal(), fence)
+    assert ctx.wait(0.01) is False and not ctx.fenced
+    assert scheduler_job.exit_reason("normal", ctx, StopSignal()) == "normal"
+
+
 def test_a_transient_job_is_never_fenced() -> None:
     spec = JobSpec("t", handler="m:f")
     ctx = scheduler_job.scheduler_context(spec, None, queue.Queue(), StopSignal(), _Fence(time.monotonic() - 1))
