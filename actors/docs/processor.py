@@ -14,8 +14,8 @@ reports it (``JobStates``: each owned job's summary and stats as
 ``info``) and notices what changed under it:
 
 * the document was replaced: its queue job is finished (so it is pending
-  again, and whoever accepts it runs the new revision) and the scheduler
-  job removed;
+  again, and whoever accepts it runs the new revision once the old run has
+  surely stopped: :data:`REPLACED_AFTER`) and the scheduler job removed;
 * the document was deleted, or another node took the queue job (this one
   was silent too long): the scheduler job is removed;
 * a one-shot job completed: ``completed``, the queue job is finished; a
@@ -103,6 +103,10 @@ REMOVE_RETRY = 1.0
 #: return and ``KILL_GRACE`` more to be killed (a second of margin on top).
 #: Until then a document may run here still.
 HAND_BACK_AFTER = DEFAULT_HOSTS * (STOP_GRACE + KILL_GRACE) + 1.0
+#: Seconds after a document found replaced before any node may run its new
+#: revision: this node's run of the old one stops (``STOP_GRACE`` to
+#: return, ``KILL_GRACE`` more to be killed, a second of margin) meanwhile.
+REPLACED_AFTER = STOP_GRACE + KILL_GRACE + 1.0
 #: ``Owned.added_to`` of a document taken back from a predecessor: added to
 #: the scheduler by it (see :meth:`DocProcessor._take_back`).
 TAKEN_BACK = "taken_back"
@@ -343,7 +347,11 @@ class DocProcessor(GenServer):
         t0 = time.perf_counter()
         asked_at = time.monotonic()  # a lease renewed by this call holds from no later than now
         try:
-            outcomes = doc_leases.renew(self.db, leases, states, done, time.time(), timeout=self.store_timeout)
+            now = time.time()
+            not_before = math.ceil(now + REPLACED_AFTER)
+            outcomes = doc_leases.renew(
+                self.db, leases, states, done, now, timeout=self.store_timeout, not_before=not_before
+            )
         except fdblayer.StoreError as exc:
             log.warning("doc_leases_unrenewed count=%d reason=%r", len(leases), exc)
             self._give_up_old_leases()

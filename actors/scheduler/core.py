@@ -296,14 +296,24 @@ class Scheduling:
         clock: gives ``time()`` (wall seconds) for history events.
         settings: the tunables.
         table: an existing table (tests), else a new empty one.
+        fenced: True while the node's lease fence has run out: document
+            jobs (``db_name``) then stay pending, as a run would return at
+            once (``lease_expired``) and the next reschedule would start it
+            again; the first reschedule after it holds again starts them.
     """
 
     COUNTERS = ("adds", "removes", "starts", "stops", "crashes")
 
     def __init__(
-        self, runner: Runner, clock: Clock, settings: Settings | None = None, table: JobTable | None = None
+        self,
+        runner: Runner,
+        clock: Clock,
+        settings: Settings | None = None,
+        table: JobTable | None = None,
+        fenced: Callable[[], bool] | None = None,
     ) -> None:
         self.runner = runner
+        self.fenced = fenced
         self.clock = clock
         self.settings = settings or Settings()
         self.table = table if table is not None else JobTable()
@@ -436,6 +446,8 @@ class Scheduling:
     def start_job(self, job: JobRow) -> None:
         if job.pid is not None:
             return
+        if job.spec.db_name is not None and self.fenced is not None and self.fenced():
+            return  # it would stop at once: it waits for the fence to hold again
         try:
             pid, monitor = self.runner.start(job)
         except JobStartError as exc:

@@ -78,6 +78,7 @@ from actors.scheduler.core import (
     is_showable_time,
     reason_text,
 )
+from actors.scheduler.fence import LeaseFence
 from actors.scheduler.host import HostedJob, JobExited
 from actors.scheduler.job import GetDetails, JobProgress, RunJob, check_runnable
 from actors.scheduler.runners import Runners, Starting
@@ -130,9 +131,10 @@ class Scheduler(GenServer):
         settings = apply_settings(Settings(), args.get("settings") or {})
         host_names = args.get("host_names") or [HOST_NAME.format(i) for i in range(DEFAULT_HOSTS)]
         self.runners = Runners(self, host_names)  # the core's runner, with what only this runner has
-        self.core = Scheduling(self.runners, self.clock, settings)
-        self.sup_name = args.get("sup_name", names.SCHEDULER_SUP)
         self.fence_path = args.get("fence")  # the node's lease fence, handed to process jobs
+        fence = LeaseFence(self.fence_path)
+        self.core = Scheduling(self.runners, self.clock, settings, fenced=lambda: fence.left() <= 0)
+        self.sup_name = args.get("sup_name", names.SCHEDULER_SUP)
         self.node_name = args.get("node_name")
         self.sup: Any = None
         self.has_keeper = False

@@ -107,6 +107,7 @@ def renew(
     done: set[str],
     now: float,
     timeout: Optional[float] = None,
+    not_before: Optional[int] = None,
 ) -> dict[str, tuple[RenewOutcome, Optional[Lease]]]:
     """Keep a node's documents and record their new states, in a few transactions.
 
@@ -114,7 +115,9 @@ def renew(
 
     * its queue job is gone or held by another lock: ``LOST``;
     * the document was replaced (resubmitted or a new revision): the queue
-      job is finished, which puts it back in the queue (``CHANGED``);
+      job is finished, which puts it back in the queue (``CHANGED``), due
+      no earlier than ``not_before`` (epoch seconds: when this node's run
+      of the old revision has surely ended; None: its scheduled time);
     * else its state fields in ``states[job_id]`` (a dict of ``state``,
       ``error_count``, ``info``, ``id``, ``start_time``) are written (with
       ``last_updated`` = now when the state changed), and the queue job is
@@ -139,7 +142,7 @@ def renew(
     batch = _renew_batch if timeout is None else transactional(_renew_batch.__wrapped__, timeout=timeout)
     outcomes: dict[str, tuple[RenewOutcome, Optional[Lease]]] = {}
     for start in range(0, len(leases), RENEW_BATCH):
-        outcomes.update(batch(db, leases[start : start + RENEW_BATCH], states, done, now))
+        outcomes.update(batch(db, leases[start : start + RENEW_BATCH], states, done, now, not_before))
     return outcomes
 
 
@@ -151,16 +154,27 @@ RENEW_BATCH = 200
 
 @transactional
 def _renew_batch(
-    tr: Transaction, leases: list[Lease], states: dict[str, Any], done: set[str], now: float
+    tr: Transaction,
+    leases: list[Lease],
+    states: dict[str, Any],
+    done: set[str],
+    now: float,
+    not_before: Optional[int] = None,
 ) -> dict[str, tuple[RenewOutcome, Optional[Lease]]]:
     return {
-        lease.job.id: _renew_one(tr, lease, states.get(lease.job.id), lease.job.id in done, now) for lease in leases
+        lease.job.id: _renew_one(tr, lease, states.get(lease.job.id), lease.job.id in done, now, not_before)
+        for lease in leases
     }
 
 
 @transactional
 def _renew_one(
-    tr: Transaction, lease: Lease, fields: Optional[dict[str, Any]], finished: bool, now: float
+    tr: Transaction,
+    lease: Lease,
+    fields: Optional[dict[str, Any]],
+    finished: bool,
+    now: float,
+    not_before: Optional[int] = None,
 ) -> tuple[RenewOutcome, Optional[Lease]]:
     job = lease.job
     info = model.get_job(tr, DEFAULT_LAYOUT, DOCS_TYPE, job.id)
@@ -168,8 +182,9 @@ def _renew_one(
         return LOST, None
     doc = _read(tr, lease.db_name, lease.doc_id)
     if doc is None or doc.rev != lease.rev or info.resubmit:
-        if not info.resubmit:
-            model.resubmit(tr, DEFAULT_LAYOUT, DOCS_TYPE, job.id, None)
+        due = info.scheduled_time if not_before is None else max(info.scheduled_time, not_before)
+        if not info.resubmit or due != info.scheduled_time:
+            model.resubmit(tr, DEFAULT_LAYOUT, DOCS_TYPE, job.id, due)
         model.finish(tr, DEFAULT_LAYOUT, job, None)
         return CHANGED, None
     if fields:

@@ -42,9 +42,10 @@ import msgpack
 
 from fdblayer.interface import MAX_KEY_SIZE, MAX_VALUE_SIZE, Database, Transaction, transactional
 from fdblayer.jobs import activity, api
+from fdblayer.jobs import model as jobs_model
 from fdblayer.jobs.codec import encode_data, report_bad_row
 from fdblayer.jobs.exceptions import CorruptValue, EncodingError, InvalidArgument, JobsError, NotFound
-from fdblayer.jobs.job import Job
+from fdblayer.jobs.job import Job, JobState
 from fdblayer.jobs.keys import DEFAULT_LAYOUT
 from fdblayer.jobs.validate import MAX_SCHED_TIME, check_flag
 
@@ -440,8 +441,21 @@ def _put(
         _encode(Doc(db_name, doc_id, new_rev, body, DocState.INITIALIZING.value, 0, None, now, None, None, None)),
     )
     ensure_type(tr)
-    api.add(tr, DOCS_TYPE, queue_job_id(db_name, doc_id), {"db": db_name, "doc_id": doc_id, "rev": new_rev})
+    job_id = queue_job_id(db_name, doc_id)
+    api.add(
+        tr, DOCS_TYPE, job_id, {"db": db_name, "doc_id": doc_id, "rev": new_rev}, _handed_back_until(tr, job_id, now)
+    )
     return new_rev
+
+
+def _handed_back_until(tr: Transaction, job_id: str, now: float) -> int:
+    """The time a pending queue job is due at when it is later than ``now``
+    (a stopping node handed the document back: its run may still be
+    ending until then, see :func:`leases.release`), else 0 (now)."""
+    info = jobs_model.get_job(tr, DEFAULT_LAYOUT, DOCS_TYPE, job_id)
+    if info is None or info.state is not JobState.PENDING:
+        return 0
+    return info.scheduled_time if info.scheduled_time > now else 0
 
 
 def get(tx: Tx, db_name: str, doc_id: str) -> Doc:

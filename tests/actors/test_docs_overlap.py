@@ -135,10 +135,7 @@ def test_a_paused_then_a_killed_node_never_lets_a_document_run_twice(pg_server, 
     url = pg_server.url(prefix=f"overlap{os.getpid()}")
     db = fdblayer.open(url)
     ledger = tmp_path / "ledger"
-    nodes = [
-        CliNode(url, tmp_path, name, max_jobs=max_jobs, owner_timeout=owner_timeout, log_level="info")
-        for name in ("a", "b")
-    ]
+    nodes = [CliNode(url, tmp_path, name, max_jobs=max_jobs, owner_timeout=owner_timeout) for name in ("a", "b")]
     try:
         for n in nodes:
             n.wait_up()

@@ -71,6 +71,33 @@ def test_accept_renew_and_a_replaced_doc_going_back_to_the_queue(db):
     assert jobs.get_job_state(db, docs.DOCS_TYPE, again.job.id) == "finished"
 
 
+def test_a_document_replaced_during_its_hand_back_is_not_due_before_the_old_run_ended(db):
+    docs.put(db, "_replicator", "a", IDLE)
+    (lease, _), _ = doc_leases.accept(db, "n1", time.time())
+    not_before = int(time.time()) + 60  # n1 stops cleanly: its run may go on until then
+    assert doc_leases.release(db, [lease], not_before) == [lease.job.id]
+    docs.put(db, "_replicator", "a", {"handler": "m:f"})
+    found, watch = doc_leases.accept(db, "n2", time.time())
+    assert found is None, "the new revision would start beside the old run's end"
+    watch.cancel()
+    (_, doc), _ = doc_leases.accept(db, "n2", not_before)
+    assert doc.body == {"handler": "m:f"}
+
+
+def test_a_document_replaced_while_it_runs_is_due_again_once_its_run_may_have_ended(db):
+    docs.put(db, "_replicator", "a", IDLE)
+    (lease, _), _ = doc_leases.accept(db, "n1", time.time())
+    docs.put(db, "_replicator", "a", {"handler": "m:f"})
+    not_before = int(time.time()) + 60  # when n1's run of the old revision has surely stopped
+    outcome, _ = doc_leases.renew(db, [lease], {}, set(), time.time(), not_before=not_before)[lease.job.id]
+    assert outcome == doc_leases.CHANGED
+    found, watch = doc_leases.accept(db, "n2", time.time())
+    assert found is None, "another node would start the new revision beside the old run's end"
+    watch.cancel()
+    (_, doc), _ = doc_leases.accept(db, "n2", not_before)
+    assert doc.body == {"handler": "m:f"} and doc.node == "n2"
+
+
 @pytest.mark.slow
 def test_leases_renewed_together_are_each_re_enqueued_when_silent(db):
     from fdblayer.jobs import activity

@@ -507,6 +507,29 @@ def test_a_fenced_exit_is_a_stop_restarted_by_the_next_reschedule_without_backof
     assert s.job_summary("a")["error_count"] == 0
 
 
+def test_no_document_job_starts_while_the_fence_has_run_out() -> None:
+    """A document job started past the node's lease fence would return at
+    once (lease_expired), and every reschedule would start it again: under
+    load that churn kept the scheduler too busy to confirm the doc
+    processor's removals, so its fence never moved on (test_docs_overlap's
+    2,000 documents: 30,000 starts in 3 minutes, none ticking). While the
+    fence has run out document jobs wait, unchanged and without a history
+    event; other jobs start; the first reschedule after it holds again
+    starts them."""
+    fence = {"expired": True}
+    s = Scheduling(FakeRunner(), FakeClock(), Settings(max_jobs=10), fenced=lambda: fence["expired"])
+    s.add_job(permanent("doc"))
+    s.add_job(JobSpec("plain", handler="m:f"))
+    assert s.table.get("plain").pid is not None, "a job without a document holds no lease"
+    doc = s.table.get("doc")
+    assert doc.pid is None and [e.type for e in doc.history] == [EventType.ADDED]
+    s.reschedule()
+    assert s.table.get("doc").pid is None and s.counters["starts"] == 1
+    fence["expired"] = False
+    s.reschedule()
+    assert s.table.get("doc").pid is not None
+
+
 def test_start_failure_is_recorded_as_a_crash() -> None:
     s = Scheduling(FakeRunner(fail="no_such_handler"), FakeClock(), Settings(max_jobs=10))
     s.add_job(permanent("a"))
