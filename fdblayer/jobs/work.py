@@ -154,6 +154,10 @@ class Outcome(NamedTuple):
 
 # ---------------------------------------------------------------- producing
 
+#: The work record of a job that never ran and has no options of its own:
+#: a missing record reads as this one (``WorkRecord.unpack(None)``).
+_FRESH = WorkRecord()
+
 
 @transactional
 def enqueue(
@@ -169,7 +173,8 @@ def enqueue(
     new_id: bool = False,
 ) -> JobState:
     """Add a job as ``model.add`` does (at ``priority``) and give it a fresh
-    work record (with the job's own ``max_attempts`` and ``time_limit``).
+    work record (with the job's own ``max_attempts`` and ``time_limit``; a
+    new job without them gets no stored record, which reads the same).
 
     A job that is running keeps its record (it is flagged resubmitted and
     starts afresh when its attempt ends, see :func:`complete`). ``new_id``:
@@ -187,7 +192,9 @@ def enqueue(
         return job_state(before.value.lock, before.value.seq)
     state = job_state(value.lock, value.seq)
     if state is not JobState.RUNNING:
-        tr.set(layout.work_key(job_type, job_id), WorkRecord(max_attempts=max_attempts, time_limit=time_limit).pack())
+        record = WorkRecord(max_attempts=max_attempts, time_limit=time_limit)
+        if not (new_id and record == _FRESH):  # a new job's fresh record is no row: it reads as fresh
+            tr.set(layout.work_key(job_type, job_id), record.pack())
     return state
 
 

@@ -6,7 +6,11 @@ from __future__ import annotations
 
 import msgpack
 
+import fdblayer
 from fdblayer.interface import MAX_VALUE_SIZE
+from fdblayer.jobs import api, work
+from fdblayer.jobs.codec import encode_data
+from fdblayer.jobs.keys import DEFAULT_LAYOUT as L
 from fdblayer.jobs.work_record import ERRORS_KEPT, HISTORY_LIMIT, HISTORY_TRACEBACK, WorkRecord, with_error
 
 
@@ -63,3 +67,26 @@ def test_a_malformed_history_reads_as_its_good_entries():
     raw = msgpack.packb({"a": 2, "x": [{"attempt": 1}, "junk", 3]}, use_bin_type=True)
     assert WorkRecord.unpack(raw).errors == ({"attempt": 1},)
     assert WorkRecord.unpack(msgpack.packb({"a": 1, "x": "nope"})).errors == ()
+
+
+def _work_row(db, job_id: str):
+    return fdblayer.transactional(lambda tr: tr.get(L.work_key("w", job_id)))(db)
+
+
+def test_a_new_job_without_options_stores_no_record_and_a_re_added_one_starts_afresh(db):
+    """An enqueue of a fresh id with no options of its own writes no work
+    record (one row less a job: it reads as a fresh one); options are
+    stored; a job added again by its id after a failed attempt gets a
+    fresh record, not the old attempt's."""
+    api.set_type_timeout(db, "w", 30)
+    work.enqueue(db, L, "w", "plain", encode_data({}), 0, None, new_id=True)
+    work.enqueue(db, L, "w", "opts", encode_data({}), 0, 5, time_limit=2.0, new_id=True)
+    assert _work_row(db, "plain") is None
+    assert WorkRecord.unpack(_work_row(db, "opts")) == WorkRecord(max_attempts=5, time_limit=2.0)
+    (claimed,) = [c for c in work.claim(db, L, "w", 1e9, 10, "host", 3).claimed if c.job.id == "plain"] or [None]
+    assert claimed is not None and claimed.attempt == 1
+    error = {"type": "E", "message": "m", "traceback": ""}
+    work.complete(db, L, [work.Outcome(claimed.job, work.OutcomeKind.FAIL, None, error, seconds=0.0)], 1e9)
+    assert WorkRecord.unpack(_work_row(db, "plain")).outcome == "failed"
+    work.enqueue(db, L, "w", "plain", encode_data({}), 0, None)
+    assert WorkRecord.unpack(_work_row(db, "plain")) == WorkRecord(), "the old attempt's record is reset"
