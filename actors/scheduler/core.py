@@ -359,7 +359,9 @@ class Scheduling:
             self.table.delete(job.id)
         elif reason == LEASE_EXPIRED:
             log.warning("job_fenced job=%r: its lease may have run out, pending again", job.id)
-            self.update_state_stopped(job)
+            job = self.update_state_stopped(job)
+            if self.fenced is not None and not self.fenced():  # renewed before its exit was read:
+                self.start_job(job)  # the processor's Reschedule found it still running
         else:
             self.handle_crashed_job(job, reason)
 
@@ -401,8 +403,19 @@ class Scheduling:
         if count <= 0:
             return []
         ready = self.table.ready_idle(self.clock.time(), self.settings.health_threshold)
+        if self.fence_out():
+            ready = (entry for entry in ready if entry[2].spec.db_name is None)
         # Keys are unique (they end with the id), so jobs are never compared.
         return [entry[2] for entry in heapq.nsmallest(count, ready)]
+
+    def fence_out(self) -> bool:
+        """True while the node's lease fence has run out (see ``fenced``)."""
+        return self.fenced is not None and self.fenced()
+
+    def held_back(self, job: JobRow) -> bool:
+        """True when ``job`` is a document's and the fence has run out: a
+        run would return at once, so it stays pending."""
+        return job.spec.db_name is not None and self.fence_out()
 
     def start_jobs(self, count: int) -> None:
         for job in self.pending_jobs(count):
@@ -440,13 +453,15 @@ class Scheduling:
         settings = self.settings
         if running == settings.max_jobs and pending > 0:
             rotate = min(pending, running, settings.max_churn)
+            if self.fence_out():  # stop no more than can start: document jobs wait
+                rotate = len(self.pending_jobs(rotate))
             self.start_jobs(self.stop_jobs(rotate, True))
 
     # --------------------------------------------------------- transitions
     def start_job(self, job: JobRow) -> None:
         if job.pid is not None:
             return
-        if job.spec.db_name is not None and self.fenced is not None and self.fenced():
+        if self.held_back(job):
             return  # it would stop at once: it waits for the fence to hold again
         try:
             pid, monitor = self.runner.start(job)

@@ -121,6 +121,9 @@ class Runners:
             return
         if self._ending_ids[job.id]:
             return  # another stopped run of the id still ends
+        if core.held_back(waiting):
+            core.update_state_stopped(waiting)  # pending: started once the fence holds again
+            return
         try:
             pid, monitor = self._for(waiting).start(waiting)
         except JobStartError as exc:
@@ -169,6 +172,9 @@ class ActorRunner:
             job = s.core.table.get(token.job_id)
             if job is None or job.pid != token:
                 continue  # stopped or removed before its turn
+            if s.core.held_back(job):
+                s.core.update_state_stopped(job)  # pending: started once the fence holds again
+                continue
             args = {
                 "spec": job.spec.to_dict(),
                 "scheduler": s.myAddress,
