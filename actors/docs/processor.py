@@ -13,9 +13,11 @@ steps. The tick's own renewal records each document's state as the scheduler
 reports it (``JobStates``: each owned job's summary and stats as
 ``info``) and notices what changed under it:
 
-* the document was replaced: its queue job is finished (so it is pending
-  again, and whoever accepts it runs the new revision once the old run has
-  surely stopped: :data:`REPLACED_AFTER`) and the scheduler job removed;
+* the document was replaced (or deleted): its queue job is finished (so
+  it is pending again, and whoever accepts it runs the new revision) and
+  the scheduler job removed; the queue job is due only once the old run
+  has surely stopped: :data:`REPLACED_AFTER` after the scheduler confirmed
+  the removal, or the owner timeout later if it never does;
 * the document was deleted, or another node took the queue job (this one
   was silent too long): the scheduler job is removed;
 * a one-shot job completed: ``completed``, the queue job is finished; a
@@ -103,9 +105,12 @@ REMOVE_RETRY = 1.0
 #: return and ``KILL_GRACE`` more to be killed (a second of margin on top).
 #: Until then a document may run here still.
 HAND_BACK_AFTER = DEFAULT_HOSTS * (STOP_GRACE + KILL_GRACE) + 1.0
-#: Seconds after a document found replaced before any node may run its new
-#: revision: this node's run of the old one stops (``STOP_GRACE`` to
-#: return, ``KILL_GRACE`` more to be killed, a second of margin) meanwhile.
+#: Seconds after this node's scheduler confirmed the removal of a replaced
+#: (or deleted) document's job before any node may run the document again:
+#: the old run stops meanwhile (``STOP_GRACE`` to return, ``KILL_GRACE``
+#: more to be killed, a second of margin). Until that confirmation the
+#: document waits for the owner timeout plus this: by then the node's lease
+#: fence has stopped the run even if the removal never comes.
 REPLACED_AFTER = STOP_GRACE + KILL_GRACE + 1.0
 #: ``Owned.added_to`` of a document taken back from a predecessor: added to
 #: the scheduler by it (see :meth:`DocProcessor._take_back`).
@@ -175,6 +180,9 @@ class DocProcessor(GenServer):
         self.store_timeout = self.timeout / 3.0
         self.fence = LeaseFence(args.get("fence"))
         self._accept_one = fdblayer.transactional(doc_leases.accept.__wrapped__, timeout=self.store_timeout)
+        self._bring_forward_tx = fdblayer.transactional(
+            doc_leases.bring_forward.__wrapped__, timeout=self.store_timeout
+        )
         self.owned: dict[str, Owned] = {}
         self.sched: Any = None
         self.watch: Any = None
@@ -185,6 +193,8 @@ class DocProcessor(GenServer):
         self._renew_timer: int | None = None
         self.waker = Waker(self, self._accept_more)
         self._removing: set[str] = set()  # jobs of documents given up, not yet confirmed removed
+        self._replaced: dict[str, str] = {}  # scheduler job id -> queue job id of a replaced document
+        self._reschedule_owed = False  # the fence held again before the scheduler was known
         self.counters = dict.fromkeys(("accepted", "renewed", "renew_rounds", "lost", "given_up"), 0)
         self.renew_ms = 0.0
         activity.set_type_timeout(self.db, DEFAULT_LAYOUT, docs.DOCS_TYPE, self.timeout)
@@ -348,7 +358,7 @@ class DocProcessor(GenServer):
         asked_at = time.monotonic()  # a lease renewed by this call holds from no later than now
         try:
             now = time.time()
-            not_before = math.ceil(now + REPLACED_AFTER)
+            not_before = math.ceil(now + self.timeout + REPLACED_AFTER)  # brought forward once removed
             outcomes = doc_leases.renew(
                 self.db, leases, states, done, now, timeout=self.store_timeout, not_before=not_before
             )
@@ -382,7 +392,8 @@ class DocProcessor(GenServer):
         ``asked_at``, so a slow or paused call never stretches the fence);
         forget (and stop) the documents lost or done."""
         now = asked_at
-        gone = []
+        gone: list[str] = []
+        no_run: list[str] = []
         for jid, (outcome, lease) in outcomes.items():
             o = self.owned.get(jid)
             if o is None:
@@ -397,8 +408,13 @@ class DocProcessor(GenServer):
             if outcome == doc_leases.LOST:
                 self.counters["lost"] += 1
             log.info("doc_released doc=%s/%s outcome=%s", o.lease.db_name, o.lease.doc_id, outcome)
-            if outcome != doc_leases.DONE and o.added_to is not None:
+            if outcome == doc_leases.CHANGED and o.added_to is None:
+                no_run.append(jid)  # never added here: due at once
+            elif outcome != doc_leases.DONE and o.added_to is not None:
                 gone.append(o.spec["id"])
+                if outcome == doc_leases.CHANGED:
+                    self._replaced[o.spec["id"]] = jid
+        self._bring_forward(no_run, int(time.time()))
         self._remove_jobs(gone)
         self._move_fence()
 
@@ -407,7 +423,11 @@ class DocProcessor(GenServer):
         the scheduler confirms it, the fence does not move: such a job must
         not run again under a renewed fence (the scheduler would restart it
         if it was pending, fenced or rotated out)."""
-        if not job_ids or self.sched is None:
+        if not job_ids:
+            return
+        if self.sched is None:  # none added by this incarnation: _remove_stale's, due at their fallback time
+            for job_id in job_ids:
+                self._replaced.pop(job_id, None)
             return
         self._removing.update(job_ids)
         for i in range(0, len(job_ids), MAX_IDS):
@@ -420,8 +440,20 @@ class DocProcessor(GenServer):
             self.start_timer(REMOVE_RETRY, functools.partial(self._retry_removal, job_ids), real=True)
             return
         self._removing.difference_update(job_ids)
+        replaced = [self._replaced.pop(j) for j in job_ids if j in self._replaced]
+        self._bring_forward(replaced, math.ceil(time.time() + REPLACED_AFTER))
         if not self._removing:
             self._move_fence()
+
+    def _bring_forward(self, job_ids: list[str], due: int) -> None:
+        """Make replaced documents' queue jobs due at ``due`` (epoch seconds)
+        rather than at their fallback time; a store error leaves them there."""
+        if not job_ids:
+            return
+        try:
+            self._bring_forward_tx(self.db, job_ids, due)
+        except fdblayer.StoreError as exc:
+            log.warning("doc_bring_forward_failed count=%d reason=%r", len(job_ids), exc)
 
     def _retry_removal(self, job_ids: list[str]) -> None:
         mine = {o.spec["id"] for o in self.owned.values()}
@@ -444,8 +476,11 @@ class DocProcessor(GenServer):
         expired = self.fence.deadline() <= now
         deadline = min(o.renewed_at for o in self.owned.values()) + FENCE_SHARE * self.timeout
         self.fence.set(deadline)
-        if expired and deadline > now and self.sched is not None:
+        if expired and deadline > now:
             log.info("doc_fence_restored leases=%d", len(self.owned))
+            self._reschedule_owed = True
+        if self._reschedule_owed and deadline > now and self.sched is not None:
+            self._reschedule_owed = False  # the jobs it left pending run now, not at the next interval
             self.call_async(self.sched, Reschedule(), self._answered, CALL_TIMEOUT)
 
     def _arm_tick(self) -> None:

@@ -27,7 +27,8 @@ from fdblayer.jobs import activity, model, pending
 from fdblayer.jobs.codec import decode_data
 from fdblayer.jobs.exceptions import InvalidArgument
 from fdblayer.jobs.keys import DEFAULT_LAYOUT
-from fdblayer.jobs.validate import MAX_SCHED_TIME
+from fdblayer.jobs.job import JobState
+from fdblayer.jobs.validate import MAX_SCHED_TIME, check_optional_sched_time, check_sched_time
 from fdblayer.watches import Watch
 
 __all__ = [
@@ -35,6 +36,7 @@ __all__ = [
     "renew",
     "release",
     "held_by_node",
+    "bring_forward",
     "RenewOutcome",
     "KEPT",
     "DONE",
@@ -58,7 +60,8 @@ def accept(tr: Transaction, node: str, now: float) -> tuple[Optional[tuple[Lease
         ``((lease, doc), None)`` when one was taken, ``(None, watch)`` when
         none is due (wait on the watch, armed at commit; a document due
         later is the periodic retry's), ``(None, None)`` when the taken job
-        had no document (it was finished: try again).
+        had no document (a deleted one's, left to wait for its old run: it
+        was removed; try again).
     """
     due_at = min(int(now), MAX_SCHED_TIME)
     found = model.accept(tr, DEFAULT_LAYOUT, DOCS_TYPE, due_at, False)
@@ -68,8 +71,8 @@ def accept(tr: Transaction, node: str, now: float) -> tuple[Optional[tuple[Lease
     db_name, doc_id = parse_queue_job_id(job.id)
     doc = _read(tr, db_name, doc_id)
     if doc is None:
-        logger.warning("doc_job_orphaned doc=%s/%s action=finished", db_name, doc_id)
-        model.finish(tr, DEFAULT_LAYOUT, job, None)
+        logger.warning("doc_job_orphaned doc=%s/%s action=removed", db_name, doc_id)
+        model.remove(tr, DEFAULT_LAYOUT, DOCS_TYPE, job.id)  # a deleted document's: it waited for its old run
         return None, None
     doc = Doc(
         db_name,
@@ -139,6 +142,7 @@ def renew(
     """
     if not isinstance(db, Database):
         raise InvalidArgument(f"renew takes a Database, not {type(db).__name__}")
+    check_optional_sched_time(not_before, "not_before")
     batch = _renew_batch if timeout is None else transactional(_renew_batch.__wrapped__, timeout=timeout)
     outcomes: dict[str, tuple[RenewOutcome, Optional[Lease]]] = {}
     for start in range(0, len(leases), RENEW_BATCH):
@@ -220,6 +224,7 @@ def release(tr: Transaction, leases: list[Lease], not_before: Optional[int] = No
     Returns:
         The queue job ids released.
     """
+    check_optional_sched_time(not_before, "not_before")
     released = []
     for lease in leases:
         info = model.get_job(tr, DEFAULT_LAYOUT, DOCS_TYPE, lease.job.id)
@@ -229,6 +234,27 @@ def release(tr: Transaction, leases: list[Lease], not_before: Optional[int] = No
         model.finish(tr, DEFAULT_LAYOUT, lease.job, None)
         released.append(lease.job.id)
     return released
+
+
+@transactional
+def bring_forward(tr: Transaction, job_ids: list[str], due: int) -> list[str]:
+    """Make the pending document jobs among ``job_ids`` that are due later
+    than ``due`` (epoch seconds) due then: a replaced document put back in
+    the queue due late (:func:`renew`'s ``not_before``, a bound that holds
+    even if its old run is never heard of again), once that run was told
+    to stop. Jobs running or finished, gone or due earlier are left alone.
+
+    Returns:
+        The queue job ids brought forward.
+    """
+    check_sched_time(due, "due")
+    moved = []
+    for job_id in job_ids:
+        info = model.get_job(tr, DEFAULT_LAYOUT, DOCS_TYPE, job_id)
+        if info is not None and info.state is JobState.PENDING and info.scheduled_time > due:
+            model.resubmit(tr, DEFAULT_LAYOUT, DOCS_TYPE, job_id, due)
+            moved.append(job_id)
+    return moved
 
 
 @transactional

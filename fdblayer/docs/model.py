@@ -481,6 +481,12 @@ def _get(tr: Transaction, db_name: str, doc_id: str) -> Optional[Doc]:
 def delete(tx: Tx, db_name: str, doc_id: str, *, rev: Optional[str] = None) -> str:
     """Delete a document and its queue job (the owner stops running it).
 
+    A queue job that is running, or handed back due later, stays until its
+    old run has surely ended (the owner finds the document gone at its next
+    renewal and puts the job back due then; the accept that takes it then
+    removes it): a document created again meanwhile under the same id is
+    not run beside that old run.
+
     Args:
         rev: When given, it must be the current revision (else Conflict).
 
@@ -505,10 +511,14 @@ def _delete(tr: Transaction, db_name: str, doc_id: str, rev: Optional[str]) -> s
     if rev is not None and rev != current.rev:
         raise Conflict("Document update conflict.", job_type=DOCS_TYPE, job_id=doc_id)
     tr.clear(_key(db_name, doc_id))
-    try:
-        api.remove(tr, DOCS_TYPE, queue_job_id(db_name, doc_id))
-    except NotFound:
+    job_id = queue_job_id(db_name, doc_id)
+    info = jobs_model.get_job(tr, DEFAULT_LAYOUT, DOCS_TYPE, job_id)
+    if info is None:
         logger.warning("doc_job_missing doc=%s/%s", db_name, doc_id)
+    elif info.state is JobState.RUNNING or _handed_back_until(tr, job_id, time.time()):
+        pass  # its old run may still be ending: the queue job waits for it (the owner, or accept, removes it)
+    else:
+        api.remove(tr, DOCS_TYPE, job_id)
     return _new_rev(current.rev, None)
 
 

@@ -98,6 +98,69 @@ def test_a_document_replaced_while_it_runs_is_due_again_once_its_run_may_have_en
     assert doc.body == {"handler": "m:f"} and doc.node == "n2"
 
 
+def test_a_replaced_document_waits_for_its_fallback_time_until_brought_forward(db):
+    docs.put(db, "_replicator", "a", IDLE)
+    (lease, _), _ = doc_leases.accept(db, "n1", time.time())
+    docs.put(db, "_replicator", "a", {"handler": "m:f"})
+    fallback, soon = int(time.time()) + 3600, int(time.time()) + 60
+    assert doc_leases.renew(db, [lease], {}, set(), time.time(), not_before=fallback)[lease.job.id][0] == "changed"
+    assert doc_leases.bring_forward(db, [lease.job.id, "missing"], soon) == [lease.job.id]
+    assert doc_leases.bring_forward(db, [lease.job.id], soon + 10) == [], "never later than it is"
+    found, watch = doc_leases.accept(db, "n2", soon - 1)
+    assert found is None
+    watch.cancel()
+    (again, _), _ = doc_leases.accept(db, "n2", soon)
+    assert doc_leases.bring_forward(db, [again.job.id], 0) == [], "a running job is left alone"
+
+
+@pytest.mark.parametrize("held", [True, False], ids=["running", "handed_back"])
+def test_a_document_deleted_and_created_again_is_not_due_beside_its_old_run(db, held):
+    """CouchDB's way to restart a replication: DELETE, then PUT. The queue
+    job of a running (or handed back) document stays, waiting for its old
+    run, so the new document is not due at once; a deleted document's job
+    is removed by the accept that finds it gone."""
+    docs.put(db, "_replicator", "a", IDLE)
+    (lease, _), _ = doc_leases.accept(db, "n1", time.time())
+    not_before = int(time.time()) + 60
+    if not held:
+        doc_leases.release(db, [lease], not_before)
+    docs.delete(db, "_replicator", "a")
+    docs.put(db, "_replicator", "a", {"handler": "m:f"})
+    if held:
+        outcome, _ = doc_leases.renew(db, [lease], {}, set(), time.time(), not_before=not_before)[lease.job.id]
+        assert outcome == doc_leases.CHANGED
+    found, watch = doc_leases.accept(db, "n2", time.time())
+    assert found is None, "the new document would start beside the old run's end"
+    watch.cancel()
+    (_, doc), _ = doc_leases.accept(db, "n2", not_before)
+    assert doc.body == {"handler": "m:f"}
+
+
+def test_a_deleted_document_s_queue_job_goes_once_its_old_run_has_ended(db):
+    docs.put(db, "_replicator", "a", IDLE)
+    (lease, _), _ = doc_leases.accept(db, "n1", time.time())
+    docs.delete(db, "_replicator", "a")
+    assert jobs.get_job_state(db, docs.DOCS_TYPE, lease.job.id) == "running", "it waits for its old run"
+    due = int(time.time()) + 60
+    assert doc_leases.renew(db, [lease], {}, set(), time.time(), not_before=due)[lease.job.id][0] == "changed"
+    assert doc_leases.accept(db, "n2", due) == (None, None), "taken, found without its document, removed"
+    with pytest.raises(jobs.NotFound):
+        jobs.get_job_state(db, docs.DOCS_TYPE, lease.job.id)
+
+
+@pytest.mark.parametrize("bad", [1.5, "10", -1, True])
+def test_a_bad_not_before_is_refused_and_changes_nothing(db, bad):
+    docs.put(db, "_replicator", "a", IDLE)
+    (lease, _), _ = doc_leases.accept(db, "n1", time.time())
+    docs.put(db, "_replicator", "a", {"handler": "m:f"})
+    with pytest.raises(docs.InvalidArgument, match="not_before"):
+        doc_leases.renew(db, [lease], {}, set(), time.time(), not_before=bad)
+    with pytest.raises(docs.InvalidArgument, match="not_before"):
+        doc_leases.release(db, [lease], bad)
+    assert jobs.get_job_state(db, docs.DOCS_TYPE, lease.job.id) == "running"
+    assert doc_leases.renew(db, [lease], {}, set(), time.time())[lease.job.id][0] == doc_leases.CHANGED
+
+
 @pytest.mark.slow
 def test_leases_renewed_together_are_each_re_enqueued_when_silent(db):
     from fdblayer.jobs import activity
