@@ -49,6 +49,7 @@ from . import messages as m
 from .addrmap import AddrMap, AddrSet
 from .clock import Clock, make_clock
 from .exceptions import BadCall, BadCast, BadInfo
+from .logs import log_directly
 from .reasons import KILLED, NOPROC, NORMAL, SHUTDOWN, is_normal, portable
 from .procs import die_with_parent as die_with_parent  # noqa: F401 - re-exported
 from .procs import install_fork_hygiene, pid_alive, signal_process, start_time
@@ -126,6 +127,7 @@ class GenServer(Calls, Timers, Actor):  # type: ignore[misc]  # Actor: thespian 
             die_with_parent(parent.pid)
             install_fork_hygiene()  # its children will not hold each other's pipes
             ignore_stop_signals()  # the node's owner stops the node
+            log_directly()  # not through Thespian's logger: a burst would block this actor
         self._started = False
         self._exiting = False
         self._stash: list[tuple[Any, Any]] = []

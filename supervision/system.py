@@ -37,7 +37,7 @@ from . import drain  # noqa: F401 - likewise
 from thespian.actors import ActorSystem, ActorSystemException  # noqa: E402
 
 from . import messages as m  # noqa: E402
-from . import runtime  # noqa: E402
+from . import logs, runtime  # noqa: E402
 from .childspec import SupFlags, check_specs  # noqa: E402
 from .client import Client  # noqa: E402
 from .exceptions import NodeDown, StartError, SupervisionError  # noqa: E402
@@ -249,7 +249,9 @@ def _start(
     port: int, flags: SupFlags, specs: list[Any], record: dict[str, Any], log_config: dict[str, Any], timeout: float
 ) -> Node:
     owner = (record["owner"], record["owner_start"]) if record["die_with_owner"] else None
-    with forking_node(owner):  # the admin and the logger leave stop signals to this process, and die with it
+    # the admin and the logger leave stop signals to this process, and die with
+    # it; every actor process of the node writes its own log lines (see logs)
+    with forking_node(owner), logs.inherited(log_config):
         system = ActorSystem(BASE, {"Admin Port": port}, logDefs=log_config, transientUnique=True)
     try:
         address = system.createActor(NodeSupervisor, globalName=NODE_NAME)

@@ -7,6 +7,7 @@ observe start and stop order across processes: each line is
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from typing import Any
@@ -47,6 +48,10 @@ class Worker(GenServer):
     def handle_call(self, msg: Any, from_: Any) -> Any:
         if msg == "ping":
             return "pong"
+        if isinstance(msg, tuple) and msg[0] == "log_burst":  # one warning record per line, in this process
+            for i in range(msg[1]):
+                logging.getLogger("supervision.burst").warning("burst line %d of %d", i, msg[1])
+            return os.getpid()
         if msg == "pid":
             return os.getpid()
         if msg == "crash":
