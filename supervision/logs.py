@@ -20,6 +20,7 @@ import logging.config
 import os
 from typing import Any, Iterator, Optional
 
+from thespian.system import logdirector
 from thespian.system.logdirector import ThespianLogForwardHandler
 
 __all__ = ["inherited", "log_directly"]
@@ -43,35 +44,110 @@ def inherited(config: Optional[dict[str, Any]]) -> Iterator[None]:
         _config = before
 
 
+#: Thespian's own forwarding, which a process that cannot log here keeps.
+_FORWARD = ThespianLogForwardHandler.handle
+
+#: Handlers that several processes may each open on one destination: a
+#: stream (the inherited stderr, written a line at a time) or a file
+#: appended to. Any other (a rotating file, a socket, a class of the
+#: user's) keeps the node on Thespian's logger, its single writer.
+SHARED_HANDLERS = {
+    "logging.StreamHandler",
+    "logging.FileHandler",
+    "logging.NullHandler",
+    "logging.handlers.WatchedFileHandler",
+}
+
+
 def log_directly() -> None:
     """In a node's forked process, handle log records here with the node's
     config instead of sending them to Thespian's logger (once per process;
-    nothing outside a node).
+    nothing outside a node, or with a config whose handlers are not all
+    :data:`SHARED_HANDLERS`). A config that cannot be applied here (a file
+    it cannot open) leaves the process on Thespian's logger, with a
+    warning: it never stops an actor from starting.
 
     Every logger of the process ends at a root that Thespian made a
     forwarder (loggers made before a fork hang from an older one), so the
     forwarder's handler is what changes: it hands each record to a private
     hierarchy configured as the logger process is, as that process would
-    (by the record's logger name)."""
+    (by the record's logger name), prepared as the forwarder prepared it
+    (``actorAddress`` set; arguments that cannot be formatted written as
+    ``<un-str-able ...>``, never a lost line)."""
     global _applied_in
     if _config is None or _applied_in == os.getpid():
         return
     _applied_in = os.getpid()
-    root = logging.RootLogger(logging.WARNING)
-    manager = logging.Manager(root)
-    saved = logging.root, logging.Logger.manager
-    logging.root = logging.Logger.root = root  # dictConfig configures the module's globals
-    logging.Logger.manager = manager
+    ThespianLogForwardHandler.handle = _FORWARD  # not the parent process's hierarchy, inherited by the fork
+    config = _shared(_config)
+    if config is None:
+        return
     try:
-        logging.config.dictConfig(_config)
-    finally:
-        logging.root = logging.Logger.root = saved[0]
-        logging.Logger.manager = saved[1]
+        root, manager = _private_hierarchy(config)
+    except Exception as exc:  # noqa: BLE001 - logging must not stop an actor: the logger process still works
+        logging.getLogger(__name__).warning("log_direct_failed reason=%r: through the node's logger", exc)
+        return
 
     def handle_here(self: ThespianLogForwardHandler, record: logging.LogRecord) -> bool:
         if record.levelno < self.level:
             return False
-        (root if record.name == "root" else manager.getLogger(record.name)).handle(record)
+        try:
+            _prepare(record)
+            (root if record.name == "root" else manager.getLogger(record.name)).handle(record)
+        except Exception:  # noqa: BLE001 - a handler that fails here: the logger process writes it
+            return bool(_FORWARD(self, record))
         return True
 
     ThespianLogForwardHandler.handle = handle_here
+
+
+def _shared(config: dict[str, Any]) -> Optional[dict[str, Any]]:
+    """``config`` for one more process of the node (files appended to, not
+    truncated again), or None if a handler may not be opened twice."""
+    handlers = {}
+    for name, spec in (config.get("handlers") or {}).items():
+        cls = spec.get("class")
+        if not isinstance(cls, str) or cls not in SHARED_HANDLERS:
+            return None
+        handlers[name] = dict(spec, mode="a") if "filename" in spec else spec
+    return dict(config, handlers=handlers)
+
+
+def _private_hierarchy(config: dict[str, Any]) -> tuple[logging.RootLogger, logging.Manager]:
+    """A root logger and its manager configured by ``config``, apart from
+    the process's own (``dictConfig`` configures logging's module globals,
+    swapped meanwhile: a new actor process runs only this thread)."""
+    root = logging.RootLogger(logging.WARNING)
+    manager = logging.Manager(root)
+    saved = logging.root, logging.Logger.manager
+    logging.root = logging.Logger.root = root
+    logging.Logger.manager = manager
+    try:
+        logging.config.dictConfig(config)
+    finally:
+        logging.root = logging.Logger.root = saved[0]
+        logging.Logger.manager = saved[1]
+    return root, manager
+
+
+def _prepare(record: logging.LogRecord) -> None:
+    """What Thespian's forwarder did to a record before its logger process
+    handled it: the actor's address, and a message that formats."""
+    transport = getattr(logdirector, "logTransport", None)
+    record.__dict__.setdefault("actorAddress", str(getattr(transport, "myAddress", "")))
+    try:
+        record.msg = record.getMessage()
+    except Exception:  # noqa: BLE001 - as the forwarder: the arguments as text, else a placeholder
+        record.args = tuple(_text(arg) for arg in (record.args or ()))
+        try:
+            record.msg = record.getMessage()
+        except Exception:  # noqa: BLE001
+            record.msg = "<un-str-able message>"
+    record.args = None
+
+
+def _text(value: Any) -> str:
+    try:
+        return str(value)
+    except Exception:  # noqa: BLE001
+        return "<un-str-able argument>"

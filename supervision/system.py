@@ -196,8 +196,9 @@ def start_node(
     """Start a node whose node supervisor runs ``specs`` under ``flags``.
 
     ``log_config`` (a ``logging.config.dictConfig`` dict, applied in the
-    node's logger process) replaces the default one line per record to
-    ``log_stream`` at ``level``. With ``die_with_owner`` (the default) the
+    node's logger process, and in each actor process when its handlers may
+    be opened there too: see :mod:`supervision.logs`) replaces the default
+    one line per record to ``log_stream`` at ``level``. With ``die_with_owner`` (the default) the
     node is killed whole as soon as this process ends, however it ends;
     without it the node outlives this process until ``stop_node``.
 

@@ -23,6 +23,13 @@ def record(path: str | None, line: str) -> None:
             f.write(line + "\n")
 
 
+class Unprintable:
+    """An object whose ``str`` raises."""
+
+    def __str__(self) -> str:
+        raise RuntimeError("no text")
+
+
 class Worker(GenServer):
     """A worker: answers pings, crashes on demand, logs start/terminate.
 
@@ -48,6 +55,12 @@ class Worker(GenServer):
     def handle_call(self, msg: Any, from_: Any) -> Any:
         if msg == "ping":
             return "pong"
+        if msg == "log_bad_args":  # records whose arguments do not format, then one that does
+            burst = logging.getLogger("supervision.burst")
+            burst.warning("value %s", Unprintable())
+            burst.warning("count %d", "x")
+            burst.warning("after")
+            return os.getpid()
         if isinstance(msg, tuple) and msg[0] == "log_burst":  # one warning record per line, in this process
             for i in range(msg[1]):
                 logging.getLogger("supervision.burst").warning("burst line %d of %d", i, msg[1])

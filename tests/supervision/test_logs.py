@@ -8,8 +8,9 @@ import os
 import signal
 from pathlib import Path
 
-from supervision import ChildSpec
-from supervision.testing import running_node
+from supervision import ChildSpec, start_node
+from supervision.testing import free_port, running_node
+from tests import procs
 
 from .fixtures import Worker
 
@@ -41,3 +42,50 @@ def test_a_burst_of_log_records_is_written_while_the_logger_process_is_stopped()
         lines = [e for e in node.events() if e.get("event") == "log" and "burst line" in e.get("message", "")]
         assert [e["message"] for e in lines] == [f"burst line {i} of {n}" for i in range(n)]
         assert {e["reporter_pid"] for e in lines} == {pid}
+
+
+def test_records_that_do_not_format_are_written_as_the_forwarder_wrote_them() -> None:
+    with running_node([ChildSpec("w", Worker, {"id": "w"}, name="w")]) as node:
+        node.call("w", "log_bad_args")
+        lines = [e["message"] for e in node.events() if e.get("event") == "log"]
+    assert lines[-3:] == ["value <un-str-able argument>", "<un-str-able message>", "after"]
+
+
+def test_a_log_file_that_cannot_be_opened_again_never_stops_an_actor_from_restarting(tmp_path) -> None:
+    """Each new actor process opens the config's handlers; one that fails
+    (its directory removed) logs through Thespian's logger instead, and the
+    restarted child runs. The lines keep Thespian's ``actorAddress``."""
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    config = {
+        "version": 1,
+        "formatters": {"line": {"format": "%(levelname)s %(actorAddress)s %(message)s"}},
+        "handlers": {"f": {"class": "logging.FileHandler", "filename": str(logs / "node.log"), "formatter": "line"}},
+        "root": {"handlers": ["f"], "level": "WARNING"},
+    }
+    node = start_node(
+        free_port(),
+        {"strategy": "one_for_one", "intensity": 10, "period": 10},
+        [ChildSpec("w", Worker, {"id": "w"}, name="w")],
+        log_config=config,
+        timeout=20,
+    )
+    try:
+        client = node.client()
+        client.call("w", ("log_burst", 1), 5)
+        assert "WARNING ActorAddr-" in (logs / "node.log").read_text()
+        (logs / "node.log").unlink()
+        logs.rmdir()
+        old = client.get_pid("w", 5)
+        os.kill(old, signal.SIGKILL)
+        procs.wait_until(lambda: _restarted(client, old), 20, "the child restarted")
+        assert client.call("w", "ping", 5) == "pong"
+    finally:
+        node.stop()
+
+
+def _restarted(client, old: int) -> bool:
+    try:
+        return client.get_pid("w", 2) != old
+    except Exception:  # noqa: BLE001 - between two lives
+        return False
