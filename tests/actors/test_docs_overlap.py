@@ -76,23 +76,55 @@ def pause(node: CliNode, sig: int) -> None:
         os.killpg(pgid, sig)
 
 
-def frozen_transactions(db) -> set:
-    """Backends of this store's server that hold the same transaction open
-    half a second apart (a paused node in the middle of a commit)."""
+def frozen_transactions(db, pgids: set) -> set:
+    """Transactions that the node of process groups ``pgids`` (paused) holds
+    open on this store's server, seen half a second apart: the node was
+    paused in the middle of a commit. Only its own connections count: the
+    other node, live, may well hold one of its own across both looks."""
 
     def sample() -> set:
+        ports = client_ports(pgids)
         conn = db.connect()
         try:
             rows = conn.execute(
-                "SELECT pid, xact_start FROM pg_stat_activity WHERE xact_start IS NOT NULL AND pid <> pg_backend_pid()"
+                "SELECT pid, xact_start, state, left(query, 120), client_port FROM pg_stat_activity"
+                " WHERE xact_start IS NOT NULL AND pid <> pg_backend_pid()"
             ).fetchall()
         finally:
             conn.close()
-        return set(rows)
+        return {row[:4] for row in rows if row[4] in ports}
 
     first = sample()
     time.sleep(0.5)
     return first & sample()
+
+
+def client_ports(pgids: set) -> set:
+    """Local TCP ports of the sockets that processes of groups ``pgids`` hold."""
+    inodes = set()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            if os.getpgid(int(entry)) not in pgids:
+                continue
+            for fd in os.listdir(f"/proc/{entry}/fd"):
+                target = os.readlink(f"/proc/{entry}/fd/{fd}")
+                if target.startswith("socket:["):
+                    inodes.add(target[8:-1])
+        except OSError:  # gone meanwhile
+            continue
+    ports = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = open(table).read().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if fields[9] in inodes:
+                ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+    return ports
 
 
 def settled(nodes: list, ids: list, seen: dict) -> bool:
@@ -168,12 +200,13 @@ def test_a_paused_then_a_killed_node_never_lets_a_document_run_twice(pg_server, 
         )
         for _ in range(20):  # pause it outside a commit: a frozen transaction would block the other node
             pause(paused, signal.SIGSTOP)
-            if not frozen_transactions(db):
+            frozen = frozen_transactions(db, {pgid_p, os.getpgid(paused.proc.pid)})
+            if not frozen:
                 break
             pause(paused, signal.SIGCONT)
             time.sleep(0.3)
         else:
-            pytest.fail("could not pause the node outside a transaction")
+            pytest.fail(f"could not pause the node outside a transaction; the last ones frozen: {frozen}")
         stopped_at = time.time()
         was_paused = ticking(ledger, pgid_p, stopped_at - 2)
         try:
