@@ -17,7 +17,8 @@ lock that every process of the node holds), and
 * :func:`stop_node` stops the tree in order, then the actor system, then
   kills whatever is left of the node (proven as above);
 * :func:`connect` never starts an actor system by accident: if no node
-  answers on the port it raises :class:`~supervision.exceptions.NodeDown`.
+  answers on the port, or the node dies while it connects, it raises
+  :class:`~supervision.exceptions.NodeDown`.
 
 Everything binds 127.0.0.1 (see :mod:`supervision.loopback`).
 """
@@ -28,6 +29,7 @@ import logging
 import os
 import select
 import socket
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -35,6 +37,7 @@ from typing import Any
 from . import loopback  # noqa: F401 - must patch Thespian before any ActorSystem
 from . import drain  # noqa: F401 - likewise
 from thespian.actors import ActorSystem, ActorSystemException  # noqa: E402
+from thespian.system import multiprocCommon  # noqa: E402
 
 from . import messages as m  # noqa: E402
 from . import logs, runtime  # noqa: E402
@@ -270,6 +273,27 @@ def _start(
     return Node(port, system, address, answer.pid, admin_pid, os.getpgid(admin_pid))
 
 
+class _NoAdmin(Exception):
+    """A client's ActorSystem found no admin where its checks had seen one."""
+
+
+#: Set in a thread while it only connects: Thespian's ``ActorSystem()``
+#: starts a new admin wherever it finds none (see THESPIAN.md), so a node
+#: that dies between :func:`connect`'s checks and its ``ActorSystem()``
+#: would be replaced by an empty actor system left running for ever.
+_connecting = threading.local()
+_start_admin = multiprocCommon.multiprocessCommon._startAdmin
+
+
+def _start_admin_unless_connecting(self: Any, *args: Any, **kwargs: Any) -> Any:
+    if getattr(_connecting, "on", False):
+        raise _NoAdmin()
+    return _start_admin(self, *args, **kwargs)
+
+
+multiprocCommon.multiprocessCommon._startAdmin = _start_admin_unless_connecting
+
+
 def connect(port: int = DEFAULT_PORT, timeout: float = 10.0) -> Client:
     """A client of the node on ``port``.
 
@@ -285,10 +309,15 @@ def connect(port: int = DEFAULT_PORT, timeout: float = 10.0) -> Client:
     info = entry.info if entry is not None and entry.held else None
     if info is not None and "admin_pid" in info and not runtime.recorded_alive(info, "admin"):
         raise NodeDown(port, "the node's admin process is gone")
+    _connecting.on = True
     try:
         system = ActorSystem(BASE, {"Admin Port": port}, transientUnique=True)
+    except _NoAdmin:
+        raise NodeDown(port, "the node stopped as it was reached") from None
     except ActorSystemException as exc:
         raise NodeDown(port, str(exc)) from None
+    finally:
+        _connecting.on = False
     return Client(system, port, None)
 
 

@@ -66,6 +66,29 @@ def test_connect_to_a_port_without_node_raises_node_down_quickly():
     assert not [p for p in new if alive(int(p)) and _ppid(int(p)) == os.getpid()]
 
 
+def test_connect_never_starts_an_actor_system_when_the_node_dies_just_after_its_checks(monkeypatch):
+    """The node answered connect's checks, then died (killed, as a test's
+    cleanup or an operator does) before the client's ActorSystem reached its
+    admin: Thespian would start a new admin and logger on the port, left
+    running for ever (seen after CI: a worker host's stop_node, called as its
+    node was being killed)."""
+    import supervision.system as system
+
+    port = free_port()
+    monkeypatch.setattr(system, "port_open", lambda *a, **k: True)  # the checks passed; the admin is gone now
+    try:
+        with pytest.raises(NodeDown):
+            connect(port)
+    finally:
+        monkeypatch.undo()
+        started = port_open(port)
+        if started:  # clean up what the old code started
+            from thespian.actors import ActorSystem
+
+            ActorSystem(system.BASE, {"Admin Port": port}, transientUnique=True).shutdown()
+    assert not started, "connect started an actor system"
+
+
 def test_a_dead_nodes_leftover_file_in_the_clients_directory_does_not_hide_a_live_node(tree, tmp_path, monkeypatch):
     """A client whose runtime directory still holds the file of a node that
     died on this port long ago (SIGKILLed: nothing removed it; its lock is
