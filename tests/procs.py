@@ -131,6 +131,22 @@ def _socket_inodes(pids: Iterable[int]) -> set[str]:
     return inodes
 
 
+def client_ports(pids: Iterable[int]) -> set[int]:
+    """Local TCP ports of the sockets that ``pids`` hold (connected or not)."""
+    inodes = _socket_inodes(pids)
+    ports = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            cols = line.split()
+            if cols[9] in inodes:
+                ports.add(int(cols[1].rsplit(":", 1)[1], 16))
+    return ports
+
+
 def listening_addresses(pids: Iterable[int]) -> set[str]:
     """``ip:port`` of every listening TCP socket owned by ``pids`` (IPv6 as ``ipv6:<hex>:port``)."""
     inodes = _socket_inodes(pids)

@@ -24,6 +24,8 @@ import fdblayer
 from actors import docs
 from actors.docs.processor import DOC_PROCESSOR_NAME, DocStats
 
+from tests.procs import client_ports, group_pids
+
 from .jobs_fixtures import wait_until
 from .test_docs_failover import CliNode
 
@@ -83,7 +85,7 @@ def frozen_transactions(db, pgids: set) -> set:
     other node, live, may well hold one of its own across both looks."""
 
     def sample() -> set:
-        ports = client_ports(pgids)
+        ports = client_ports(pid for pgid in pgids for pid in group_pids(pgid))
         conn = db.connect()
         try:
             rows = conn.execute(
@@ -97,34 +99,6 @@ def frozen_transactions(db, pgids: set) -> set:
     first = sample()
     time.sleep(0.5)
     return first & sample()
-
-
-def client_ports(pgids: set) -> set:
-    """Local TCP ports of the sockets that processes of groups ``pgids`` hold."""
-    inodes = set()
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            if os.getpgid(int(entry)) not in pgids:
-                continue
-            for fd in os.listdir(f"/proc/{entry}/fd"):
-                target = os.readlink(f"/proc/{entry}/fd/{fd}")
-                if target.startswith("socket:["):
-                    inodes.add(target[8:-1])
-        except OSError:  # gone meanwhile
-            continue
-    ports = set()
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            lines = open(table).read().splitlines()[1:]
-        except OSError:
-            continue
-        for line in lines:
-            fields = line.split()
-            if fields[9] in inodes:
-                ports.add(int(fields[1].rsplit(":", 1)[1], 16))
-    return ports
 
 
 def settled(nodes: list, ids: list, seen: dict) -> bool:

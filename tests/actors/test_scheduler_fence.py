@@ -7,7 +7,6 @@ Runners with a stub scheduler (no actors)."""
 
 from __future__ import annotations
 
-import itertools
 
 from actors.scheduler.core import (
     LEASE_EXPIRED,
@@ -22,29 +21,7 @@ from actors.scheduler.core import (
 from actors.scheduler.host import StartHosted
 from actors.scheduler.runners import Runners, Starting, Waiting
 
-NOW = 1_700_000_000.0
-
-
-class FakeClock:
-    def __init__(self, now: float = NOW) -> None:
-        self.now = now
-
-    def time(self) -> float:
-        return self.now
-
-
-class FakeRunner:
-    def __init__(self) -> None:
-        self.pids = itertools.count(1)
-        self.started: list = []
-        self.stopped: list = []
-
-    def start(self, job: JobRow):
-        self.started.append(job.id)
-        return f"<0.{next(self.pids)}.0>", None
-
-    def stop(self, job: JobRow) -> None:
-        self.stopped.append(job.id)
+from .test_scheduler_core import NOW, FakeClock, FakeRunner
 
 
 def doc(job_id: str) -> JobSpec:
