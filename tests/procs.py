@@ -9,7 +9,7 @@ import socket
 import subprocess
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Iterator
 
 from supervision.procs import pid_alive
 
@@ -131,26 +131,9 @@ def _socket_inodes(pids: Iterable[int]) -> set[str]:
     return inodes
 
 
-def client_ports(pids: Iterable[int]) -> set[int]:
-    """Local TCP ports of the sockets that ``pids`` hold (connected or not)."""
+def _tcp_sockets(pids: Iterable[int]) -> Iterator[tuple[int, list[str]]]:
+    """``(family, columns of /proc/net/tcp*)`` of every TCP socket ``pids`` hold."""
     inodes = _socket_inodes(pids)
-    ports = set()
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            lines = Path(table).read_text().splitlines()[1:]
-        except OSError:
-            continue
-        for line in lines:
-            cols = line.split()
-            if cols[9] in inodes:
-                ports.add(int(cols[1].rsplit(":", 1)[1], 16))
-    return ports
-
-
-def listening_addresses(pids: Iterable[int]) -> set[str]:
-    """``ip:port`` of every listening TCP socket owned by ``pids`` (IPv6 as ``ipv6:<hex>:port``)."""
-    inodes = _socket_inodes(pids)
-    found = set()
     for table, family in (("/proc/net/tcp", socket.AF_INET), ("/proc/net/tcp6", socket.AF_INET6)):
         try:
             lines = Path(table).read_text().splitlines()[1:]
@@ -158,15 +141,27 @@ def listening_addresses(pids: Iterable[int]) -> set[str]:
             continue
         for line in lines:
             cols = line.split()
-            local, state, inode = cols[1], cols[3], cols[9]
-            if state != "0A" or inode not in inodes:
-                continue
-            hexip, hexport = local.split(":")
-            if family == socket.AF_INET:
-                ip = socket.inet_ntop(family, bytes.fromhex(hexip)[::-1])
-            else:
-                ip = "ipv6:" + hexip
-            found.add(f"{ip}:{int(hexport, 16)}")
+            if cols[9] in inodes:
+                yield family, cols
+
+
+def client_ports(pids: Iterable[int]) -> set[int]:
+    """Local TCP ports of the sockets that ``pids`` hold (connected or not)."""
+    return {int(cols[1].rsplit(":", 1)[1], 16) for _, cols in _tcp_sockets(pids)}
+
+
+def listening_addresses(pids: Iterable[int]) -> set[str]:
+    """``ip:port`` of every listening TCP socket owned by ``pids`` (IPv6 as ``ipv6:<hex>:port``)."""
+    found = set()
+    for family, cols in _tcp_sockets(pids):
+        if cols[3] != "0A":
+            continue
+        hexip, hexport = cols[1].split(":")
+        if family == socket.AF_INET:
+            ip = socket.inet_ntop(family, bytes.fromhex(hexip)[::-1])
+        else:
+            ip = "ipv6:" + hexip
+        found.add(f"{ip}:{int(hexport, 16)}")
     return found
 
 
