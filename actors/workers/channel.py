@@ -158,7 +158,9 @@ class Writer:
     """A worker's end of its channel, opened by name.
 
     Writes never raise: once the dispatcher is gone (its successor will
-    stop this worker) records are dropped and :attr:`broken` is True.
+    stop this worker) records are dropped and :attr:`broken` is True; a
+    dropped start says so (the worker then starts no run: one started
+    unrecorded would count no attempt, and the successor hands its job on).
     """
 
     def __init__(self, path: str) -> None:
@@ -175,9 +177,11 @@ class Writer:
         """Say which process writes here (the dispatcher watches it die)."""
         self._write(_HEADER.pack(HELLO, os.getpid(), 0))
 
-    def start(self, token: int, wall: float) -> None:
-        """Record that the run of ``token`` is about to call its handler."""
-        self._write(_HEADER.pack(START, token, _START.size) + _START.pack(wall))
+    def start(self, token: int, wall: float) -> bool:
+        """Record that the run of ``token`` is about to call its handler;
+        False when it could not be (the channel is closed or its reader, the
+        dispatcher, is gone): then the handler must not be called."""
+        return self._write(_HEADER.pack(START, token, _START.size) + _START.pack(wall))
 
     def end(self, token: int, seconds: float, result: Optional[bytes], error: Optional[dict]) -> None:
         """Record the end of the run of ``token``: its result or its error."""
@@ -189,10 +193,11 @@ class Writer:
         payload = msgpack.packb(list(tokens))
         self._write(_HEADER.pack(RELEASED, 0, len(payload)) + payload)
 
-    def _write(self, data: bytes) -> None:
+    def _write(self, data: bytes) -> bool:
+        """Write one record whole; False when it was dropped."""
         with self._lock:
             if self._fd is None:
-                return
+                return False
             view = memoryview(data)
             try:
                 while view:
@@ -202,6 +207,8 @@ class Writer:
                     log.warning("channel_write_failed path=%s error=%r", self.path, exc)
                 self.broken = True
                 self.close_locked()
+                return False
+            return True
 
     def close_locked(self) -> None:
         if self._fd is not None:

@@ -11,7 +11,10 @@ is answered exactly once on its report channel
 dispatcher takes it back (:class:`TakeBack`, a drain's :class:`Release`).
 A run's start is written *before* its handler is called and its end
 right after, so a worker that dies (SIGKILL, OOM, ``os._exit``) leaves
-behind exactly which run it was in.
+behind exactly which run it was in. A run whose start cannot be written
+(the dispatcher died: nobody reads the channel) is never called, nor is
+any run queued behind it: a run nobody knows started would count no
+attempt, and the dispatcher's successor hands its job on.
 
 An ``async def`` handler (the dispatcher says so in its run: ``is_async``)
 is awaited on the worker's event loop, in a thread of its own started with
@@ -84,7 +87,7 @@ class Worker(GenServer):
 
     def _take(self, batch: RunJobs) -> None:
         with self.cv:
-            if self.writer is None or self.writer.path != batch.channel:
+            if self.writer is None or self.writer.broken or self.writer.path != batch.channel:
                 if self.writer is not None:
                     self.writer.close()
                 self.writer = Writer(batch.channel)
@@ -138,6 +141,23 @@ class Worker(GenServer):
             for ctx in running:
                 ctx.request_stop()
 
+    def _unrecorded(self, run: Any, writer: Writer) -> None:
+        """The start of ``run`` could not be recorded on ``writer``: it never
+        runs. When ``writer`` is still this worker's channel, its reader (the
+        dispatcher) is gone, and so is every run queued here: none starts
+        (the successor stops this worker and hands their jobs on, their
+        attempts uncounted, as it must for runs it cannot know started)."""
+        with self.cv:
+            if self.current is not None and self.current[0] is run:
+                self.current = None
+            self.async_runs.pop(run.token, None)
+            dropped = [run.token]
+            if self.writer is writer:
+                dropped += [r.token for r in self.queue] + [r.token for r in self.async_queue]
+                self.queue.clear()
+                self.async_queue.clear()
+        log.warning("runs_dropped reason=channel_closed channel=%s runs=%d", writer.path, len(dropped))
+
     def _running_contexts(self) -> list:
         """The contexts of every handler running now (under ``cv``)."""
         return ([self.current[1]] if self.current is not None else []) + [
@@ -162,7 +182,9 @@ class Worker(GenServer):
                 self.current = (run, ctx)
                 writer = self.writer
             assert writer is not None  # set before any run is queued
-            writer.start(run.token, time.time())  # before the call: a death from here on is this run's
+            if not writer.start(run.token, time.time()):  # before the call: a death from here on is this run's
+                self._unrecorded(run, writer)
+                continue
             started = time.monotonic()
             result, error = self._call(run, ctx)
             seconds = time.monotonic() - started
@@ -207,7 +229,9 @@ class Worker(GenServer):
                 self.async_runs[run.token] = entry
                 writer, loop = self.writer, self.loop
             assert writer is not None and loop is not None  # set before any async run is queued; this is its thread
-            writer.start(run.token, time.time())  # before the call: a death from here on is this run's
+            if not writer.start(run.token, time.time()):  # before the call: a death from here on is this run's
+                self._unrecorded(run, writer)
+                return
             entry.task = loop.create_task(self._run_async(entry, writer))
 
     async def _run_async(self, entry: "_AsyncRun", writer: Writer) -> None:

@@ -95,10 +95,15 @@ def test_the_name_goes_once_the_worker_writes_and_stale_names_are_cleared(tmp_pa
 
 
 def test_a_writer_whose_dispatcher_is_gone_drops_records_without_raising(tmp_path):
+    """A start is recorded while the dispatcher reads; once it is gone the
+    records are dropped, and a dropped start says so (its run must not start)."""
     ch = Channel(tmp_path, "6")
     w = Writer(str(ch.path))
+    assert w.start(1, 1.0) is True
     ch.close()
-    w.start(1, 1.0)
-    w.end(1, 0.1, None, None)
+    assert w.start(2, 1.0) is False
+    w.end(2, 0.1, None, None)
     assert w.broken
-    assert Writer(str(tmp_path / "missing")).broken
+    assert w.start(3, 1.0) is False
+    missing = Writer(str(tmp_path / "missing"))
+    assert missing.broken and missing.start(1, 1.0) is False

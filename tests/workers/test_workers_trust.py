@@ -38,7 +38,7 @@ from actors import jobs
 from fdblayer.jobs import hosts as beats
 from fdblayer.jobs import overview, work
 from fdblayer.jobs.keys import DEFAULT_LAYOUT
-from tests.procs import free_port, group_pids, kill_groups, proc_stat
+from tests.procs import free_port, group_pids, kill_groups, proc_stat, wait_until
 from tests.workers.hosts import ROOT, Host, wait_for
 
 #: The handlers of these tests, written as ``trust_mod.py`` beside ``handlers_mod.py``.
@@ -264,6 +264,43 @@ def test_jobs_of_a_killed_host_or_dispatcher_finish_without_a_node(victim, n_hos
     assert not failed, f"jobs that did not succeed: {failed}"
     if victim == "host":
         assert all(h.proc.poll() is None for h in fleet[1:]), "the other host kept serving"
+
+
+@pytest.mark.slow
+def test_a_worker_never_starts_a_run_once_its_dispatcher_is_gone(hosts, db, trust_dir):
+    """A worker whose dispatcher was SIGKILLed starts none of the runs queued
+    in it: their start could not be recorded (the channel's reader died with
+    the dispatcher), so a run there would be neither counted as an attempt
+    nor known to the dispatcher's successor, which hands the job on. Every
+    job still succeeds, each attempt recorded by the run that made it."""
+    jobs.set_type_timeout(db, "quick", TYPE_TIMEOUT)
+    run_log = trust_dir / "runs.jsonl"
+    host = hosts(["quick=trust_mod:run"], concurrency=2, run_log=run_log, extra=["--timeout", str(TYPE_TIMEOUT)])
+    old_workers = set(host.worker_pids())
+    assert len(old_workers) == 2
+    ids = [f"j{n:03d}" for n in range(300)]
+    enqueue_many(db, "quick", [(i, {"s": 0.01}) for i in ids])
+    wait_for(lambda: len(ledger(run_log)) >= 40, 30, "the workers to run jobs (and queue more)")
+    pid = dispatcher_pid(host, db)
+    os.kill(pid, signal.SIGKILL)
+    died_at = wait_until(lambda: gone(pid) and time.time(), 10, "the dispatcher to die", step=0.001)
+    seen = wait_all_finished(db, "quick", ids, died_at + 3 * TYPE_TIMEOUT + 15.0)
+
+    entries = ledger(run_log)
+    late = [  # a handler writes its ledger line microseconds after its start's record
+        (e["id"], e["pid"], round(e["t"] - died_at, 3))
+        for e in entries
+        if e["event"] == "start" and e["pid"] in old_workers and e["t"] > died_at + 0.002
+    ]
+    assert not late, f"runs started in a worker after its dispatcher's SIGKILL (id, pid, +s): {late[:10]}"
+    assert all(state == "finished" for state, _ in seen.values()), unfinished_summary(seen)
+    failed = {i: r.error for i, (_, r) in seen.items() if r.outcome != work.SUCCEEDED}
+    assert not failed, f"jobs that did not succeed: {failed}"
+    runs = starts_by_id(entries)
+    miscounted = {
+        i: (len(runs.get(i, [])), r.attempt) for i, (_, r) in seen.items() if r.attempt > len(runs.get(i, []))
+    }
+    assert not miscounted, f"attempts counted without a run (runs, attempt): {miscounted}"
 
 
 # ---------------------------------------------------------------- 2. exact blame
