@@ -151,12 +151,12 @@ class Worker(GenServer):
             if self.current is not None and self.current[0] is run:
                 self.current = None
             self.async_runs.pop(run.token, None)
-            dropped = [run.token]
+            dropped = 1
             if self.writer is writer:
-                dropped += [r.token for r in self.queue] + [r.token for r in self.async_queue]
+                dropped += len(self.queue) + len(self.async_queue)
                 self.queue.clear()
                 self.async_queue.clear()
-        log.warning("runs_dropped reason=channel_closed channel=%s runs=%d", writer.path, len(dropped))
+        log.warning("runs_dropped reason=channel_closed channel=%s runs=%d", writer.path, dropped)
 
     def _running_contexts(self) -> list:
         """The contexts of every handler running now (under ``cv``)."""

@@ -39,8 +39,7 @@ time at NORMAL). Each writing process runs PASSIVE checkpoints on a thread
 of its own (``_Checkpointer``) after every :data:`CHECKPOINT_ROWS` rows it
 wrote (a row dirties at most a page or so); SQLite's own stays as a backstop
 at :data:`BACKSTOP_CHECKPOINT_PAGES`, should that thread fall behind (under
-steady writes it does: the WAL restarts only when a write begins with all
-of it checkpointed).
+steady writes it does: see there).
 
 Watches: after each write commit the committer writes one byte to
 ``<name>.db-notify``; every process's watch thread waits on inotify for it
