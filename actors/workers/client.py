@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import math
 import time
-import uuid
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -28,6 +27,7 @@ from fdblayer.interface import Database, Transaction, transactional
 from fdblayer.jobs import activity, type_controls, work
 from fdblayer.jobs import schedules as periodic
 from fdblayer.jobs.codec import decode_data
+from fdblayer.jobs.ids import new_job_id
 from fdblayer.jobs.exceptions import InvalidArgument, JobFailed, NoTypeTimeout, NotFound
 from fdblayer.jobs.job import JobState
 from fdblayer.jobs.keys import DEFAULT_LAYOUT, MAX_PRIORITY
@@ -143,7 +143,8 @@ def enqueue(
             :data:`DEFAULT_TYPE_TIMEOUT` in the same transaction (a worker
             host serving it, or ``set_type_timeout``, may set another).
         data: the handler's ``ctx.data``, a dict of JSON values (None: ``{}``).
-        id: the job id; None makes a fresh one (32 hex digits).
+        id: the job id; None makes a fresh one (32 hex digits, a UUID 7:
+            ids made later sort after, see :mod:`fdblayer.jobs.ids`).
         delay: seconds from now before the job is due.
         at: the time (seconds since the epoch) the job is due.
         max_attempts: attempts before the job fails for good; None: the
@@ -167,7 +168,7 @@ def enqueue(
 
     _check_tx(db)
     check_type(type)
-    job_id = uuid.uuid4().hex if id is None else check_id(id, type)
+    job_id = new_job_id() if id is None else check_id(id, type)
     check_key_size(DEFAULT_LAYOUT, type, job_id)
     sched_time = _sched_time(delay, at, time.time())
     max_attempts = check_max_attempts(max_attempts)
