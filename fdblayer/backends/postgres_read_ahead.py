@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
 __all__ = ["ReadAhead", "CHUNK", "MANY"]
 
-CHUNK = 256  # rows per query when a limited range read must skip buffered keys
+CHUNK = 16  # the fewest rows a query of a limited range read asks for
 MANY = 1000  # keys per multi-key query
 
 
@@ -67,7 +67,7 @@ class ReadAhead:
             k for k in dict.fromkeys(keys) if k not in self._known and k not in self._sets and not self._in_cleared(k)
         ]
         todo = [
-            (check_key(b), check_key(e), max(limit + 16, CHUNK))  # what the range read will ask of the store
+            (check_key(b), check_key(e), limit + 16)  # what the range read will ask of the store
             for b, e, limit in ranges
             if b < e and (b, e) not in self._ranges
         ]

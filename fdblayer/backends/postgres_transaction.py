@@ -488,7 +488,8 @@ class PostgresTransaction(ReadAhead, OwnWrites, StampAndWatches, Transaction):
         cursor_low, cursor_high = low, high
         while True:
             want = 0 if not limit else limit - len(rows) + len(overlay) + 16
-            db_rows = self._db_range(cursor_low, cursor_high, max(want, CHUNK) if limit else 0, reverse)
+            chunk = self._chunk(cursor_low, cursor_high, max(want, CHUNK), reverse) if limit else 0
+            db_rows = self._db_range(cursor_low, cursor_high, chunk, reverse)
             rows = self._merge(
                 rows,
                 db_rows,
@@ -496,9 +497,9 @@ class PostgresTransaction(ReadAhead, OwnWrites, StampAndWatches, Transaction):
                 cursor_low,
                 cursor_high,
                 reverse,
-                final=not limit or len(db_rows) < max(want, CHUNK),
+                final=not limit or len(db_rows) < chunk,
             )
-            if not limit or len(rows) >= limit or len(db_rows) < max(want, CHUNK):
+            if not limit or len(rows) >= limit or len(db_rows) < chunk:
                 break
             last = db_rows[-1][0]
             if reverse:
@@ -515,6 +516,16 @@ class PostgresTransaction(ReadAhead, OwnWrites, StampAndWatches, Transaction):
                 self._read_ranges.append((low, high))
             self._fold_adds(rows)
         return rows
+
+    def _chunk(self, low: bytes, high: bytes, want: int, reverse: bool) -> int:
+        """Rows to ask for the next chunk of ``[low, high)``: ``want``, or
+        as many as a prefetch read of it holds when that is fewer and not
+        the whole range (the merge asks the store for more only if it
+        needs them: buffered keys it must skip)."""
+        cached = None if reverse else self._ranges.get((low, high))
+        if cached is not None and len(cached[1]) >= cached[0]:
+            return min(want, cached[0])
+        return want
 
     def _db_range(self, low: bytes, high: bytes, limit: int, reverse: bool) -> List[Tuple[bytes, bytes]]:
         prefetched = None if reverse else self._prefetched_range(low, high, limit)

