@@ -11,37 +11,123 @@ node's logging config itself (:func:`log_directly`, in a new actor
 process) and writes whole lines there, each in one write, stamped with its
 own pid; the logger process keeps what comes before (an actor's records
 before it ran :func:`log_directly`, the admin's).
+
+A write of at most ``PIPE_BUF`` (4,096) bytes to a pipe is atomic, a longer
+one is not: another process's line may land inside it. So where a stream
+is not a regular file (a pipe, a terminal, a socket), each process writes
+through :class:`WholeLines`, which takes a lock shared by the node's
+processes (``lockf`` on a file they all inherit): shared for a short
+record, exclusive for a long one (a traceback).
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import logging.config
 import os
+import stat
+import tempfile
 from typing import Any, Iterator, Optional
 
 from thespian.system import logdirector
 from thespian.system.logdirector import ThespianLogForwardHandler
 
-__all__ = ["inherited", "log_directly"]
+__all__ = ["inherited", "log_directly", "WholeLines"]
 
 #: The node's logging config while its first process is forked: every
 #: process of the node inherits it (None: the node logs through Thespian).
 _config: Optional[dict[str, Any]] = None
 _applied_in: Optional[int] = None  # the pid that applied it (a fork must apply it again)
+#: The descriptor of the node's line lock (an unlinked file every process of
+#: the node inherits), while its first process is forked; -1 outside.
+_lock_fd = -1
 
 
 @contextlib.contextmanager
 def inherited(config: Optional[dict[str, Any]]) -> Iterator[None]:
     """Around the start of a node's first process: the processes forked
     meanwhile, and their own forks, log with ``config`` (a
-    ``logging.config.dictConfig`` dict) once they call :func:`log_directly`."""
-    global _config
-    before, _config = _config, config
+    ``logging.config.dictConfig`` dict) once they call :func:`log_directly`,
+    sharing one line lock (:class:`WholeLines`)."""
+    global _config, _lock_fd
+    lock_fd = _open_lock() if config is not None else -1
+    before = _config, _lock_fd
+    _config, _lock_fd = config, lock_fd
     try:
         yield
     finally:
-        _config = before
+        _config, _lock_fd = before
+        if lock_fd >= 0:
+            os.close(lock_fd)  # the forked processes hold their own copies
+
+
+def _open_lock() -> int:
+    """A descriptor of a new unlinked file (inherited across forks), or -1."""
+    try:
+        fd, path = tempfile.mkstemp(prefix="otpjobs-log-lock-")
+    except OSError:
+        return -1  # no lock: long lines may be split, as before
+    os.unlink(path)
+    return fd
+
+
+class WholeLines:
+    """A text stream that several processes write log records to, each
+    record whole: under the node's line lock, shared for a record that
+    fits in one atomic pipe write, exclusive for a longer one (so no
+    shorter one lands inside it). ``lockf`` locks belong to a process, so
+    every process of the node locks the same inherited descriptor
+    independently; a failed lock call writes unlocked."""
+
+    #: Characters that always fit in ``PIPE_BUF`` bytes (UTF-8: at most 4 a character).
+    SHORT = 4096 // 4
+
+    def __init__(self, stream: Any, lock_fd: int) -> None:
+        self.stream = stream
+        self.lock_fd = lock_fd
+
+    def write(self, text: str) -> int:
+        """Write ``text`` and flush it, under the lock."""
+        short = len(text) <= self.SHORT or len(text.encode("utf-8", "replace")) <= 4096
+        try:
+            fcntl.lockf(self.lock_fd, fcntl.LOCK_SH if short else fcntl.LOCK_EX)
+        except OSError:
+            return self._write(text)
+        try:
+            return self._write(text)
+        finally:
+            try:
+                fcntl.lockf(self.lock_fd, fcntl.LOCK_UN)
+            except OSError:
+                pass
+
+    def _write(self, text: str) -> int:
+        written = self.stream.write(text)
+        self.stream.flush()
+        return written if isinstance(written, int) else len(text)
+
+    def flush(self) -> None:
+        """Nothing left to flush: every write flushed."""
+
+
+def _whole_lines(root: logging.Logger, manager: logging.Manager) -> None:
+    """Every stream handler of the hierarchy whose stream is not a regular
+    file writes through :class:`WholeLines` (when the node has a lock)."""
+    if _lock_fd < 0:
+        return
+    loggers = [root] + [lg for lg in manager.loggerDict.values() if isinstance(lg, logging.Logger)]
+    for handler in {h for lg in loggers for h in lg.handlers}:
+        if type(handler) is logging.StreamHandler and not _regular(handler.stream):
+            handler.stream = WholeLines(handler.stream, _lock_fd)
+
+
+def _regular(stream: Any) -> bool:
+    """Whether ``stream`` writes to a regular file (one write is one whole record there)."""
+    try:
+        return stat.S_ISREG(os.fstat(stream.fileno()).st_mode)
+    except (AttributeError, OSError, ValueError):
+        return True  # no descriptor to share: nothing to lock
 
 
 #: Thespian's own forwarding, which a process that cannot log here keeps.
@@ -87,6 +173,7 @@ def log_directly() -> None:
     except Exception as exc:  # noqa: BLE001 - logging must not stop an actor: the logger process still works
         logging.getLogger(__name__).warning("log_direct_failed reason=%r: through the node's logger", exc)
         return
+    _whole_lines(root, manager)
 
     def handle_here(self: ThespianLogForwardHandler, record: logging.LogRecord) -> bool:
         if record.levelno < self.level:

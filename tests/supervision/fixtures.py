@@ -103,6 +103,11 @@ class Worker(GenServer):
     def handle_cast(self, msg: Any) -> None:
         if msg == "noop":
             return
+        if isinstance(msg, tuple) and msg[0] == "log_long":  # (_, count, size, tag): long warning records
+            _, count, size, tag = msg
+            for i in range(count):
+                logging.getLogger("supervision.long").warning("%s %d %s %s end", tag, i, tag * size, tag)
+            return
         super().handle_cast(msg)
 
     def handle_info(self, msg: Any) -> None:

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 from supervision import ChildSpec, start_node
@@ -89,3 +92,47 @@ def _restarted(client, old: int) -> bool:
         return client.get_pid("w", 2) != old
     except Exception:  # noqa: BLE001 - between two lives
         return False
+
+
+_TWO_WRITERS = """
+from supervision import ChildSpec
+from supervision.testing import running_node
+from tests.supervision.fixtures import Worker
+
+specs = [ChildSpec(n, Worker, {{"id": n}}, name=n) for n in ("a", "b")]
+with running_node(specs) as node:
+    node.cast("a", ("log_long", {count}, {size}, "A"))
+    node.cast("b", ("log_long", {count}, {size}, "B"))
+    node.call("a", "ping", 120)
+    node.call("b", "ping", 120)
+"""
+
+
+def test_long_lines_of_two_processes_arrive_whole_on_a_pipe() -> None:
+    """Two actors write 9 KB records at once to the node's stderr, a pipe
+    read slowly (so that it fills and a writer blocks inside a record): past
+    4,096 bytes a pipe write is not atomic, and without the node's line lock
+    the other's lines land inside it. Every record arrives whole."""
+    count, size = 150, 9000
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _TWO_WRITERS.format(count=count, size=size)],
+        cwd=Path(__file__).resolve().parents[2],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stderr is not None
+    chunks = []
+    try:
+        while chunk := proc.stderr.read1(4096):
+            chunks.append(chunk)
+            time.sleep(0.0005)
+    finally:
+        proc.stderr.close()
+        assert proc.wait(timeout=120) == 0
+    lines = [line for line in b"".join(chunks).decode().splitlines() if "supervision.long" in line]
+    for tag in "AB":
+        mine = [line for line in lines if f" {tag} " in line[:200]]
+        assert len(mine) == count
+        for i, line in enumerate(mine):
+            assert line.endswith(f" {tag} {i} {tag * size} {tag} end"), line[:120] + " ... " + line[-120:]
+    assert len(lines) == 2 * count
