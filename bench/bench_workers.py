@@ -81,7 +81,7 @@ class OursPeer(wp.Peer):
         )
 
     def pool(self) -> str:
-        return "processes (a thread per handler call)"
+        return "processes (one handler thread each)"
 
     def enqueue(self) -> None:
         jobs.enqueue(self.db, JOB_TYPE)
