@@ -144,7 +144,8 @@ def enqueue(
             host serving it, or ``set_type_timeout``, may set another).
         data: the handler's ``ctx.data``, a dict of JSON values (None: ``{}``).
         id: the job id; None makes a fresh one (32 hex digits, a UUID 7:
-            ids made later sort after, see :mod:`fdblayer.jobs.ids`).
+            ids made in a later millisecond sort after, see
+            :mod:`fdblayer.jobs.ids`).
         delay: seconds from now before the job is due.
         at: the time (seconds since the epoch) the job is due.
         max_attempts: attempts before the job fails for good; None: the

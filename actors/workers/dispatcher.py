@@ -71,9 +71,10 @@ blocked on another actor; each source of wake-ups calls them its way:
   (:class:`supervision.waker.Waker`), the one way another thread reaches
   the actor;
 - a step: a byte on its own stepper pipe (``_kick``), read in a later turn
-  of its loop, so that the outcomes of the channels and messages already
-  ready join it in one transaction. (A Thespian message to itself did the
-  same at the cost of a TCP connection to itself per step.)
+  of its loop, so that what the turn that asked for it took in (the
+  records of every channel it read, the messages it handled) joins it in
+  one transaction. (It was a Thespian message to itself, which opened a
+  TCP connection to the actor's own port every time.)
 
 args: ``{"store", "host", "concurrency", "async_concurrency", "types":
 {type: {"handler", "max_attempts"}}, "max_attempts", "backoff": [base,

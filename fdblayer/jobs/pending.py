@@ -17,9 +17,11 @@ conflict only when they pick the same row, and the loser retries. Where
 every concurrent commit conflicts anyway (``Database.key_conflicts`` False:
 the SQLite backend) the spread buys nothing, and ``dequeue`` reads only the
 earliest row (an accept on a deep queue no longer reads 256 rows). With
-``no_schedule`` (every job has scheduled time 0 and ids look like random
-UUIDs) it does not even read a range: it picks the row nearest to a random
-id, with two key-selector reads.
+``no_schedule`` it does the same among the jobs scheduled at time 0. (It
+once picked the row nearest a random id instead, with two key-selector
+reads, as the seed does; the ids the API makes now grow with time
+(:mod:`fdblayer.jobs.ids`), and a random id nearly always fell past the
+newest: jobs went newest first.)
 
 All functions take a transaction (or, where decorated, a database) and a
 :class:`~fdblayer.jobs.keys.Layout`; none validates its arguments (the API
@@ -32,14 +34,12 @@ import logging
 import random
 from typing import Optional
 
-import fdb.tuple
 
 from fdblayer.interface import Transaction, strinc
 from fdblayer.jobs import fasttuple
 from fdblayer.jobs.codec import report_bad_row
 from fdblayer.jobs.keys import JobType, Layout
 from fdblayer.jobs.tally import Tally, bump
-from fdblayer.selectors import KeySelector
 from fdblayer.watches import Watch
 
 __all__ = [
@@ -125,16 +125,16 @@ def dequeue(
         max_sched_time: Only jobs scheduled at or before this time qualify
             (ignored with ``no_schedule``).
         no_schedule: Only jobs with scheduled time 0 qualify, and one is
-            picked near a random id (ids should look like random UUIDs).
+            picked as among due ones.
         rng: The random source (tests pass a seeded one).
 
     Returns:
         The id of the dequeued job, or None when no job qualifies.
     """
     rng = rng or _RNG
-    if no_schedule:
+    if no_schedule:  # the jobs due at time 0, read as the others are
         prefix = layout.pending_time_prefix(job_type, 0)
-        key = _random_item(tr, prefix, rng)
+        key = _random_key_in_range(tr, prefix, strinc(prefix), rng)
     else:
         prefix = layout.pending_prefix(job_type)
         end = layout.pending_end(job_type, max_sched_time)
@@ -206,24 +206,6 @@ def _random_key_in_range(tr: Transaction, begin: bytes, end: bytes, rng: random.
     if len(rows) == 1:
         return rows[0].key
     return rows[rng.randrange(len(rows))].key
-
-
-def _random_item(tr: Transaction, prefix: bytes, rng: random.Random) -> Optional[bytes]:
-    """Pick the key nearest a random id under ``prefix``, before or after it.
-
-    Which side is tried first is itself random, so that neither the ids near
-    ``00...`` nor those near ``ff...`` wait longer than the others.
-    """
-    pivot = fdb.tuple.pack((f"{rng.getrandbits(128):032x}",), prefix=prefix)
-    snapshot = tr.snapshot
-    sides = (KeySelector.first_greater_or_equal, KeySelector.last_less_or_equal)
-    if rng.random() > 0.5:
-        sides = sides[::-1]
-    for side in sides:
-        key = snapshot.get_key(side(pivot))
-        if key.startswith(prefix) and len(key) > len(prefix):
-            return key
-    return None
 
 
 def pending_count(

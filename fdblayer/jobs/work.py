@@ -217,7 +217,8 @@ def claim(
     Due means scheduled at or before ``int(now)``. Where the store has
     per-key conflicts, the jobs are picked at random among the first
     :func:`claim_spread` due ones so that hosts claiming at once seldom
-    collide (as :func:`pending.dequeue` does). Priority 0 jobs
+    collide (as :func:`pending.dequeue` does among up to
+    :data:`pending.RANGE_LIMIT`). Priority 0 jobs
     come first, then those of priority 1, 2... (each queue in due order).
     A paused type claims nothing (read with a conflict: a claim that
     commits after a pause has seen it).
