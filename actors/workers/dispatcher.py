@@ -70,11 +70,8 @@ blocked on another actor; each source of wake-ups calls them its way:
 - the store's watch thread: it only sets a flag and writes the waker pipe
   (:class:`supervision.waker.Waker`), the one way another thread reaches
   the actor;
-- a step: a byte on its own stepper pipe (``_kick``), read in a later turn
-  of its loop, so that what the turn that asked for it took in (the
-  records of every channel it read, the messages it handled) joins it in
-  one transaction. (It was a Thespian message to itself, which opened a
-  TCP connection to the actor's own port every time.)
+- a step: a ``_Flush`` message to itself (``_kick``), so that the outcomes
+  of messages already queued join it in one transaction.
 
 args: ``{"store", "host", "concurrency", "async_concurrency", "types":
 {type: {"handler", "max_attempts"}}, "max_attempts", "backoff": [base,
@@ -87,6 +84,7 @@ import collections
 import logging
 import os
 import time
+from dataclasses import dataclass
 from typing import Any, Optional
 
 import fdblayer
@@ -182,7 +180,6 @@ class Dispatcher(PoolKeeping, HostLeases, Pruning, Heartbeat, PeriodicTicks, Typ
         self.superseded: dict = {}  # (type, id) -> a run told to stop because its job was claimed again
         self.stats = collections.Counter()
         self.waker = Waker(self, self._watch_fired)
-        self.stepper = Waker(self, self._step_due)
         self.renew_interval = planner.renew_interval(s.timeout for s in self.types.values())
         self._start_pool()
         return None
@@ -234,6 +231,9 @@ class Dispatcher(PoolKeeping, HostLeases, Pruning, Heartbeat, PeriodicTicks, Typ
     def handle_info(self, msg: Any) -> None:
         if isinstance(msg, Down):
             self._worker_down(msg)
+        elif isinstance(msg, _Flush):
+            self.flush_queued = False
+            self._flush()
         else:
             super().handle_info(msg)
 
@@ -481,16 +481,10 @@ class Dispatcher(PoolKeeping, HostLeases, Pruning, Heartbeat, PeriodicTicks, Typ
 
     # ---------------------------------------------------------------- the step
     def _kick(self) -> None:
-        """Ask for one step, after what is ready to be read (the channels
-        and messages its loop has yet to take in: their outcomes join it)."""
+        """Ask for one step, after the messages already queued (their outcomes join it)."""
         if not self.flush_queued:
             self.flush_queued = True
-            self.stepper.wake()
-
-    def _step_due(self) -> None:
-        """The stepper's callback: the step :meth:`_kick` asked for."""
-        self.flush_queued = False
-        self._flush()
+            self.send(self.myAddress, _Flush())
 
     def _limits(self) -> planner.Limits:
         return planner.Limits(self.concurrency, self.prefetch, self.async_limit, self.run_seconds, self.any_async)
@@ -644,4 +638,8 @@ class Dispatcher(PoolKeeping, HostLeases, Pruning, Heartbeat, PeriodicTicks, Typ
                 if watch is not None:
                     watch.cancel()
         self.waker.close()
-        self.stepper.close()
+
+
+@dataclass(frozen=True)
+class _Flush:
+    """The dispatcher's message to itself: run one step."""
