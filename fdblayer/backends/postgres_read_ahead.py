@@ -28,9 +28,12 @@ from fdblayer.interface import MAX_KEY_SIZE, check_key, check_value
 if TYPE_CHECKING:
     from fdblayer.backends.postgres_backend import PostgresDatabase
 
-__all__ = ["ReadAhead", "CHUNK", "MANY"]
+__all__ = ["ReadAhead", "SLACK", "MANY"]
 
-CHUNK = 16  # the fewest rows a query of a limited range read asks for
+#: Rows a limited range read asks for beyond its limit (and the keys it must
+#: skip), so that a few of the transaction's own clears cost no second query;
+#: a prefetch reads a range with the same slack, so that the read hits it.
+SLACK = 16
 MANY = 1000  # keys per multi-key query
 
 
@@ -67,7 +70,7 @@ class ReadAhead:
             k for k in dict.fromkeys(keys) if k not in self._known and k not in self._sets and not self._in_cleared(k)
         ]
         todo = [
-            (check_key(b), check_key(e), limit + 16)  # what the range read will ask of the store
+            (check_key(b), check_key(e), limit + SLACK)  # what the range read will ask of the store
             for b, e, limit in ranges
             if b < e and (b, e) not in self._ranges
         ]

@@ -59,7 +59,7 @@ from fdblayer.limits import add_params, apply_adds, check_versionstamp_template
 from fdblayer.backends.postgres_arrays import ByteaArray, Int4Array
 from fdblayer.backends.postgres_sql import connection_is_broken, key_prefixes, map_pg_error
 from fdblayer.backends.postgres_own_writes import OwnWrites
-from fdblayer.backends.postgres_read_ahead import CHUNK, MANY, ReadAhead
+from fdblayer.backends.postgres_read_ahead import MANY, SLACK, ReadAhead
 from fdblayer.selectors import END_OF_KEYSPACE, KeyOrSelector, KeySelector, KeyValue, to_selector
 from fdblayer.forks import ForkEpoch
 from fdblayer.watches import UNKNOWN_CHANGES, Watch, change_note
@@ -487,8 +487,8 @@ class PostgresTransaction(ReadAhead, OwnWrites, StampAndWatches, Transaction):
         rows: List[KeyValue] = []
         cursor_low, cursor_high = low, high
         while True:
-            want = 0 if not limit else limit - len(rows) + len(overlay) + 16
-            chunk = self._chunk(cursor_low, cursor_high, max(want, CHUNK), reverse) if limit else 0
+            want = 0 if not limit else limit - len(rows) + len(overlay) + SLACK
+            chunk = self._chunk(cursor_low, cursor_high, want, reverse) if limit else 0
             db_rows = self._db_range(cursor_low, cursor_high, chunk, reverse)
             rows = self._merge(
                 rows,

@@ -19,7 +19,8 @@ Modules, one role each, each importing only those below it (no cycle):
   of silent jobs), above ``transitions`` (a running job's transitions, each
   written once for a batch: start, refresh, stop, requeue; couch_jobs' calls
   pass one job, the pools' their batch);
-- ``rows`` (the row writes the transitions share), ``pending`` (the
+- ``rows`` (the row writes the transitions share), ``due`` (which due
+  jobs a pool's claim reads and picks among), ``pending`` (the
   pending queue), ``failures`` (the index of recent failures),
   ``finished`` (the index of finished pool jobs by end time), ``hosts``
   (worker hosts' heartbeats);
@@ -27,7 +28,8 @@ Modules, one role each, each importing only those below it (no cycle):
   (the pools' record of a job), ``keys`` (the key layout), ``codec``
   (data and value encoding), ``fasttuple`` (fast paths of the tuple
   encoding for row values, below ``codec``), ``validate`` (argument
-  checks), ``job`` (value types), ``exceptions``.
+  checks), ``job`` (value types), ``ids`` (fresh job ids, UUID 7s),
+  ``exceptions``.
 """
 
 from fdblayer.jobs.api import (

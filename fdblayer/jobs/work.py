@@ -60,9 +60,10 @@ from typing import Any, Callable, Collection, Iterable, NamedTuple, Optional
 
 import msgpack
 
-from fdblayer.interface import Transaction, strinc, transactional
+from fdblayer.interface import Transaction, transactional
 from fdblayer.jobs import activity, failures, finished, model, pending, rows, transitions
 from fdblayer.jobs.codec import JobValue, unpack_job_value
+from fdblayer.jobs.due import due_keys, due_range, later_range, next_due
 from fdblayer.jobs.exceptions import EncodingError
 from fdblayer.jobs.job import Job, JobState, job_state
 from fdblayer.jobs.keys import JobType, Layout
@@ -216,7 +217,7 @@ def claim(
 
     Due means scheduled at or before ``int(now)``. Where the store has
     per-key conflicts, the jobs are picked at random among the first
-    :func:`claim_spread` due ones so that hosts claiming at once seldom
+    :func:`~fdblayer.jobs.due.claim_spread` due ones so that hosts claiming at once seldom
     collide (as :func:`pending.dequeue` does among up to
     :data:`pending.RANGE_LIMIT`). Priority 0 jobs
     come first, then those of priority 1, 2... (each queue in due order).
@@ -225,7 +226,7 @@ def claim(
     """
     if tr.get(layout.paused_key(job_type)) is not None:
         return ClaimResult([], [], None, pending.watch_pending(tr, layout, job_type), paused=True)
-    due, queues = _due_keys(tr, layout, job_type, int(now), limit, rng or random)
+    due, queues = due_keys(tr, layout, job_type, int(now), limit, rng or random)
     claimed: list[Claimed] = []
     exhausted: list[str] = []
     if due:
@@ -246,7 +247,7 @@ def claim(
     return ClaimResult(
         claimed,
         exhausted,
-        _next_due(tr, layout, job_type, int(now), queues),
+        next_due(tr, layout, job_type, int(now), queues),
         pending.watch_pending(tr, layout, job_type),
     )
 
@@ -294,82 +295,6 @@ def _take(
         tally.bump(job_type, "failed_final", len(exhausted))
         tally.stamp(job_type)
     return picks, records, exhausted
-
-
-def _due_keys(
-    tr: Transaction, layout: Layout, job_type: JobType, now: int, limit: int, rng: Any
-) -> tuple[list[tuple[bytes, int]], Optional[list[int]]]:
-    """``(key, prefix length)`` of up to ``limit`` due pending jobs, lower
-    priorities first (see :func:`claim`), and the priorities 1-9 with pending
-    jobs if it had to read them (None if priority 0 was enough)."""
-    spread = tr.db.key_conflicts
-    out: list[tuple[bytes, int]] = []
-    queues = iter([0])
-    read: Optional[list[int]] = None
-    while len(out) < limit:
-        priority = next(queues, None)
-        if priority is None:
-            if read is not None:
-                break
-            read = pending.priorities(tr, layout, job_type)  # read only when needed
-            queues = iter(read)
-            continue
-        want = limit - len(out)
-        prefix, end, read_limit = _due_range(tr, layout, job_type, now, priority, want)
-        keys = [kv.key for kv in tr.snapshot.get_range(prefix, end, limit=read_limit)]
-        if spread and len(keys) > want:
-            keys = rng.sample(keys, want)
-        out += [(key, len(prefix)) for key in keys]
-    return out, read
-
-
-def _due_range(
-    tr: Transaction, layout: Layout, job_type: JobType, now: int, priority: int, want: int
-) -> tuple[bytes, bytes, int]:
-    """``(begin, end, limit)`` a claim reads for ``want`` due jobs of
-    ``priority``: where the store has per-key conflicts, up to
-    :func:`claim_spread` of them, to pick among at random."""
-    limit = claim_spread(want) if tr.db.key_conflicts else want
-    return layout.pending_prefix(job_type, priority), layout.pending_end(job_type, now, priority), limit
-
-
-#: A claim of ``want`` jobs picks among the first ``SPREAD_PER_JOB * want``
-#: due ones, at least ``SPREAD_MIN`` and at most :data:`pending.RANGE_LIMIT`.
-SPREAD_MIN = 64
-SPREAD_PER_JOB = 32
-
-
-def claim_spread(want: int) -> int:
-    """How many due jobs a claim of ``want`` reads to pick among at random
-    (all of them when ``want`` is more). Two claims of ``w`` jobs each that
-    run at once pick about ``w * w / spread`` jobs alike, one of them then
-    failing as a conflict and retrying: 1 in 64 for ``w`` = 1, 1 in 8 for
-    4; from 8 on it reads 256 rows, as every claim once did. Reading 256 rows to claim one job cost a
-    host running 10 ms jobs on PostgreSQL more than the conflicts it
-    avoided (a claim step of one job: 1,403 -> 1,119 us)."""
-    return max(want, min(pending.RANGE_LIMIT, max(SPREAD_MIN, SPREAD_PER_JOB * want)))
-
-
-def _later_range(layout: Layout, job_type: JobType, now: int, priority: int) -> tuple[bytes, bytes, int]:
-    """``(begin, end, limit)`` that reads the earliest job of ``priority`` not yet due."""
-    return layout.pending_end(job_type, now, priority), strinc(layout.pending_prefix(job_type, priority)), 1
-
-
-def _next_due(
-    tr: Transaction, layout: Layout, job_type: JobType, now: int, queues: Optional[list[int]] = None
-) -> Optional[int]:
-    """The scheduled time of the earliest pending job not yet due, any
-    priority (``queues``: the priorities 1-9 already read in this
-    transaction, else read here; a queue the claim emptied finds nothing)."""
-    times = []
-    for priority in [0] + (pending.priorities(tr, layout, job_type) if queues is None else queues):
-        begin, end, limit = _later_range(layout, job_type, now, priority)
-        later = tr.snapshot.get_range(begin, end, limit=limit)
-        if later:
-            sched_time = pending.unpack_pending_key(later[0].key, len(layout.pending_prefix(job_type, priority)))[0]
-            if sched_time is not None:
-                times.append(sched_time)
-    return min(times) if times else None
 
 
 def _exhaust(
@@ -424,9 +349,9 @@ def prefetch_step(
     ranges = []
     for job_type, limit in claims:  # the same ranges as the claim's reads, so that they hit
         keys += [layout.paused_key(job_type), layout.watches_pending_key(job_type)]
-        ranges.append(_due_range(tr, layout, job_type, int(now), 0, limit))
+        ranges.append(due_range(tr, layout, job_type, int(now), 0, limit))
         ranges.append(pending.priorities_probe(layout, job_type))
-        ranges.append(_later_range(layout, job_type, int(now), 0))
+        ranges.append(later_range(layout, job_type, int(now), 0))
     tr.prefetch(keys, ranges)
 
 

@@ -70,3 +70,20 @@ def sqlite_db(sqlite_url: str) -> Iterator[fdblayer.Database]:
         yield handle
     finally:
         handle.close()
+
+
+@pytest.fixture
+def reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The read statements PostgreSQL transactions send from now on, counted
+    at the transaction's read call (each is one round trip)."""
+    from fdblayer.backends import postgres_transaction
+
+    count: list[str] = []
+    original = postgres_transaction.PostgresTransaction._query
+
+    def counted(self, sql, params, *args, **kwargs):
+        count.append(sql)
+        return original(self, sql, params, *args, **kwargs)
+
+    monkeypatch.setattr(postgres_transaction.PostgresTransaction, "_query", counted)
+    return count

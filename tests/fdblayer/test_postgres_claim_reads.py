@@ -16,8 +16,8 @@ import time
 import pytest
 
 import fdblayer
-from fdblayer.backends import postgres_transaction
 from fdblayer.jobs import api, work
+from fdblayer.jobs.due import claim_spread
 from fdblayer.jobs.keys import DEFAULT_LAYOUT as L
 from actors.workers import client
 
@@ -32,24 +32,11 @@ def db(pg_url):
     handle.close()
 
 
-@pytest.fixture
-def reads(monkeypatch):
-    count = []
-    original = postgres_transaction.PostgresTransaction._query
-
-    def counted(self, sql, params, *args, **kwargs):
-        count.append(sql)
-        return original(self, sql, params, *args, **kwargs)
-
-    monkeypatch.setattr(postgres_transaction.PostgresTransaction, "_query", counted)
-    return count
-
-
 def test_a_claim_of_a_few_jobs_picks_among_the_first_of_the_spread(db):
     """One job is picked among the first 64 due (not 256): reading a quarter
     of the rows is what a host of slow jobs saves on every step."""
-    assert work.claim_spread(1) == 64 and work.claim_spread(4) == 128 and work.claim_spread(8) == 256
-    assert work.claim_spread(300) == 300
+    assert claim_spread(1) == 64 and claim_spread(4) == 128 and claim_spread(8) == 256
+    assert claim_spread(300) == 300
     due = sorted(client.enqueue(db, T, {"n": n}) for n in range(300))  # due now: in id order
     rng = random.Random(7)
     seen = set()

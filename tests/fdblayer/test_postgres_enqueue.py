@@ -10,7 +10,6 @@ from __future__ import annotations
 import pytest
 
 import fdblayer
-from fdblayer.backends import postgres_transaction
 from fdblayer.jobs import api, type_controls, work
 from fdblayer.jobs.keys import DEFAULT_LAYOUT as L
 from actors.workers import client
@@ -24,19 +23,6 @@ def db(pg_url):
     api.set_type_timeout(handle, T, 30)
     yield handle
     handle.close()
-
-
-@pytest.fixture
-def reads(monkeypatch):
-    count = []
-    original = postgres_transaction.PostgresTransaction._query
-
-    def counted(self, sql, params):
-        count.append(sql)
-        return original(self, sql, params)
-
-    monkeypatch.setattr(postgres_transaction.PostgresTransaction, "_query", counted)
-    return count
 
 
 @fdblayer.transactional
