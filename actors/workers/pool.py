@@ -76,6 +76,7 @@ class PoolKeeping(DispatcherState):
             if error is not None:
                 raise error
             self._adopt(addr)
+            self._hand_out()  # a job kept while no worker had room goes to this one now
             self._kick()
             self._start_workers(left - 1)
 

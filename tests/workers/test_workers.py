@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+import fdblayer
 from actors import jobs
 from actors.workers.runs import retry_delay
 from actors.workers.ticks import SCHEDULE_CHECK
@@ -81,11 +82,28 @@ def test_prefetch_follows_the_run_time():
     assert prefetch_for(0.5) == prefetch_for(3600) == 1, "a long job never waits behind another"
 
 
+@pytest.mark.parametrize("long_jobs", [1, 3])
+def test_a_job_claimed_while_the_pool_starts_goes_to_the_next_worker_up(hosts, db, long_jobs):
+    """Jobs due when a host starts are claimed as soon as its first worker is
+    up; one that no worker up has room for (each runs a long job) goes to
+    the next worker that comes up, not to the first that ends its long job."""
+
+    @fdblayer.transactional
+    def add(tr):  # one claim, in id order: the long ones first
+        for n in range(long_jobs):
+            jobs.enqueue(tr, "nap", {"s": 30}, id=f"a-long-{n}")
+        jobs.enqueue(tr, "nap", {"s": 0}, id="b-quick")
+
+    add(db)
+    hosts(["nap=handlers_mod:sleepy"], concurrency=long_jobs + 1, wait=False)
+    assert jobs.result(db, "nap", "b-quick", timeout=10) == "slept"
+    assert all(jobs.get_job_state(db, "nap", f"a-long-{n}") is JobState.RUNNING for n in range(long_jobs))
+
+
 @pytest.mark.slow
 def test_a_quick_result_is_kept_at_once_though_a_long_job_runs_next_in_its_worker(hosts, db):
     """A worker reports ended runs in batches; one queued behind a long run
     is still reported within REPORT_DELAY (a timer), not when that run ends."""
-    import fdblayer
 
     hosts(["nap=handlers_mod:sleepy"], concurrency=1)
     for _ in range(3):  # measured quick: the worker is then handed several jobs at once
