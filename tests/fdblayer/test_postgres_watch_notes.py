@@ -31,8 +31,9 @@ def reads(monkeypatch):
     original = postgres_backend._ValueReader.read
 
     def counted(self, keys, force):
-        calls.append(list(keys))
-        return original(self, keys, force)
+        found = original(self, keys, force)
+        calls.append(list(keys))  # once done: a test that waits for a read waits for its answer too
+        return found
 
     monkeypatch.setattr(postgres_backend._ValueReader, "read", counted)
     return calls
