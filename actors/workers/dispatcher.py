@@ -70,8 +70,11 @@ blocked on another actor; each source of wake-ups calls them its way:
 - the store's watch thread: it only sets a flag and writes the waker pipe
   (:class:`supervision.waker.Waker`), the one way another thread reaches
   the actor;
-- a step: a ``_Flush`` message to itself (``_kick``), so that the outcomes
-  of messages already queued join it in one transaction.
+- a step: a byte on its own stepper pipe (``_kick``), read in a later turn
+  of its loop, so that what the turn that asked for it took in (the
+  records of every channel it read, the messages it handled) joins it in
+  one transaction. (It was a Thespian message to itself, which opened a
+  TCP connection to the actor's own port every time.)
 
 args: ``{"store", "host", "concurrency", "async_concurrency", "types":
 {type: {"handler", "max_attempts"}}, "max_attempts", "backoff": [base,
@@ -84,7 +87,6 @@ import collections
 import logging
 import os
 import time
-from dataclasses import dataclass
 from typing import Any, Optional
 
 import fdblayer
@@ -126,7 +128,8 @@ log = logging.getLogger("otpjobs.workers")
 #: longer than the planner's STUCK_AFTER (or twice the mean run) holds no queued
 #: job (they are taken back for free workers), and a start older than its
 #: MARK_AFTER is written to the store (the job shows as running, and its attempt
-#: counts if its host dies).
+#: counts if its host dies). The ends read meanwhile are written with them
+#: (:meth:`Dispatcher._ends_can_wait`).
 WATCH_RUNS = 0.02
 
 
@@ -180,6 +183,7 @@ class Dispatcher(PoolKeeping, HostLeases, Pruning, Heartbeat, PeriodicTicks, Typ
         self.superseded: dict = {}  # (type, id) -> a run told to stop because its job was claimed again
         self.stats = collections.Counter()
         self.waker = Waker(self, self._watch_fired)
+        self.stepper = Waker(self, self._step_due)
         self.renew_interval = planner.renew_interval(s.timeout for s in self.types.values())
         self._start_pool()
         return None
@@ -231,9 +235,6 @@ class Dispatcher(PoolKeeping, HostLeases, Pruning, Heartbeat, PeriodicTicks, Typ
     def handle_info(self, msg: Any) -> None:
         if isinstance(msg, Down):
             self._worker_down(msg)
-        elif isinstance(msg, _Flush):
-            self.flush_queued = False
-            self._flush()
         else:
             super().handle_info(msg)
 
@@ -262,8 +263,25 @@ class Dispatcher(PoolKeeping, HostLeases, Pruning, Heartbeat, PeriodicTicks, Typ
             self.prefetch = prefetch_for(self.run_seconds)
         if ended or released:
             self._hand_out(idle_only=not released)  # an idle worker need not wait for the step
-            self._kick()
+            if released or not self._ends_can_wait():
+                self._kick()
             self._check_drained()
+
+    def _ends_can_wait(self) -> bool:
+        """True when the step after an end may wait for the run watch's next
+        look (within WATCH_RUNS): handlers still run here, the host is not
+        draining, and no claim is wanted or none is urgent (every worker
+        still holds a sync run; no async type is served). Then one step
+        writes the ends and refills of about WATCH_RUNS of runs with the
+        starts it marks, not one step an end."""
+        if not self.watching_runs or self.draining:
+            return False
+        if not self._claims_wanted():
+            return True
+        return not self.any_async and all(slot.runs for _, slot in self.slots.items())
+
+    def _claims_wanted(self) -> bool:
+        return bool(planner.claims(self.order, self.types, self._wants()))
 
     def _run_started(self, slot: Slot, token: int, wall: float) -> None:
         running = slot.runs.get(token)
@@ -345,7 +363,7 @@ class Dispatcher(PoolKeeping, HostLeases, Pruning, Heartbeat, PeriodicTicks, Typ
                 slot.owes_release += 1
                 self.stats["taken_back"] += queued
                 self.send(slot.addr, TakeBack())
-        if plan.write_starts:
+        if plan.write_starts or self.outcomes or self._claims_wanted():
             self._kick()
         self.watching_runs = plan.busy
         if plan.busy:
@@ -481,10 +499,16 @@ class Dispatcher(PoolKeeping, HostLeases, Pruning, Heartbeat, PeriodicTicks, Typ
 
     # ---------------------------------------------------------------- the step
     def _kick(self) -> None:
-        """Ask for one step, after the messages already queued (their outcomes join it)."""
+        """Ask for one step, after what is ready to be read (the channels
+        and messages its loop has yet to take in: their outcomes join it)."""
         if not self.flush_queued:
             self.flush_queued = True
-            self.send(self.myAddress, _Flush())
+            self.stepper.wake()
+
+    def _step_due(self) -> None:
+        """The stepper's callback: the step :meth:`_kick` asked for."""
+        self.flush_queued = False
+        self._flush()
 
     def _limits(self) -> planner.Limits:
         return planner.Limits(self.concurrency, self.prefetch, self.async_limit, self.run_seconds, self.any_async)
@@ -625,6 +649,7 @@ class Dispatcher(PoolKeeping, HostLeases, Pruning, Heartbeat, PeriodicTicks, Typ
             self.send(slot.addr, RunJobs(tuple(runs), self.store, str(slot.channel.path), self.async_limit))
 
     def terminate(self, reason: Any) -> None:
+        self._complete_now("stop")
         try:
             hosts.forget(self.db, DEFAULT_LAYOUT, self.host)  # a clean stop: no stale beat left behind
         except Exception as exc:  # noqa: BLE001 - readers age it out anyway
@@ -638,8 +663,4 @@ class Dispatcher(PoolKeeping, HostLeases, Pruning, Heartbeat, PeriodicTicks, Typ
                 if watch is not None:
                     watch.cancel()
         self.waker.close()
-
-
-@dataclass(frozen=True)
-class _Flush:
-    """The dispatcher's message to itself: run one step."""
+        self.stepper.close()

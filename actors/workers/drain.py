@@ -152,18 +152,25 @@ class Draining(DispatcherState):
         if self.drain_from is not None and not self._busy():
             self._drained()
 
+    def _complete_now(self, during: str) -> None:
+        """Write the outcomes not yet written, outside a step (the host
+        ``during`` a drain or a stop: their jobs must not run again); on a
+        store error the jobs come back when their leases run out."""
+        if not self.outcomes:
+            return
+        outcomes, self.outcomes = self.outcomes, []
+        try:
+            lost = work.complete(self.db, DEFAULT_LAYOUT, outcomes, time.time())
+        except Exception as exc:  # noqa: BLE001 - the jobs come back when their leases run out
+            log.warning("complete_failed host=%s during=%s count=%d error=%r", self.host, during, len(outcomes), exc)
+            return
+        for job in lost:
+            log.info("job_outcome_discarded host=%s type=%s job=%s reason=lock_lost", self.host, job.type, job.id)
+
     def _drained(self) -> None:
         if self.drain_from is None:
             return
-        if self.outcomes:
-            outcomes, self.outcomes = self.outcomes, []
-            try:
-                lost = work.complete(self.db, DEFAULT_LAYOUT, outcomes, time.time())
-            except Exception as exc:  # noqa: BLE001 - the jobs come back when their leases run out
-                log.warning("drain_complete_failed host=%s count=%d error=%r", self.host, len(outcomes), exc)
-                lost = []
-            for job in lost:
-                log.info("job_outcome_discarded host=%s type=%s job=%s reason=lock_lost", self.host, job.type, job.id)
+        self._complete_now("drain")
         if self.drain_timer is not None:
             self.cancel_timer(self.drain_timer)
             self.drain_timer = None

@@ -62,6 +62,7 @@ class DispatcherState(GenServer):
     stats: Any  #: a Counter of events, and step_ms a float sum of milliseconds
     renew_interval: float
     waker: Any  #: wakes the actor from the store's watch thread
+    stepper: Any  #: a pipe to itself that runs one step (``_kick``)
 
     # the steps of the dispatcher itself that its parts call
     def _held(self) -> list:

@@ -113,6 +113,6 @@ class TypeWakeups(DispatcherState):
                 slot.fired = False
                 slot.maybe_work = True
         if self.flush_queued or self.outcomes:
-            self._kick()  # a step is on its way, or outcomes wait for the messages queued behind them
+            self._kick()  # a step is on its way, or outcomes wait: one step for both
         else:
             self._flush()  # new work on an idle host: claim it now, not one message later
