@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from fdblayer.interface import Database, Transaction, transactional
+from fdblayer.jobs.api import _check_tx, _encode  # one encoder, one tx check for the whole API
 from fdblayer.jobs import activity, type_controls, work
 from fdblayer.jobs import schedules as periodic
 from fdblayer.jobs.codec import decode_data
@@ -165,8 +166,6 @@ def enqueue(
         EncodingError: ``data`` is not JSON-compatible or too large.
         NoTypeTimeout: the stored timeout of ``type`` is unreadable (corrupt).
     """
-    from fdblayer.jobs.api import _check_tx, _encode  # one encoder, one tx check for the whole API
-
     _check_tx(db)
     check_type(type)
     job_id = new_job_id() if id is None else check_id(id, type)
@@ -359,8 +358,6 @@ def resume(db: Any, type: Any) -> bool:
 
 
 def _set_paused(db: Any, job_type: Any, paused: bool) -> bool:
-    from fdblayer.jobs.api import _check_tx
-
     _check_tx(db)
     check_type(job_type)
     try:
@@ -376,8 +373,6 @@ def status(db: Any, type: Any, id: str) -> JobStatus:
         NotFound: no such job.
         InvalidArgument: a bad argument.
     """
-    from fdblayer.jobs.api import _check_tx
-
     _check_tx(db)
     check_type(type)
     check_id(id, type)
@@ -455,8 +450,6 @@ def schedule(db: Any, type: Any, cron: str, data: Optional[dict] = None) -> None
         EncodingError: ``data`` is not JSON-compatible.
         NoTypeTimeout: ``type`` has no type timeout.
     """
-    from fdblayer.jobs.api import _encode
-
     _check_db(db, "schedule")
     check_type(type)
     check_key_size(DEFAULT_LAYOUT, type, "tick-00000000000")
