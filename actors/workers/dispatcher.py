@@ -53,7 +53,8 @@ leases and the lifeline (:mod:`~actors.workers.leases`), the heartbeat
 (:mod:`~actors.workers.heartbeat`), retention
 (:mod:`~actors.workers.pruning`), cron ticks (:mod:`~actors.workers.ticks`),
 a type's wake-ups (:mod:`~actors.workers.wakeups`), the drain
-(:mod:`~actors.workers.drain`).
+(:mod:`~actors.workers.drain`), an attempt's end
+(:mod:`~actors.workers.attempts`).
 
 How it waits. One style: callbacks, run in the actor's one loop, never
 blocked on another actor; each source of wake-ups calls them its way:
@@ -101,6 +102,7 @@ from actors.workers import channel
 from actors.workers.control import handler_options
 from actors.handlers import is_async, resolve
 from actors.workers.protocol import Drain, GetStatus, RunJob, RunJobs, TakeBack
+from actors.workers.attempts import AttemptEnds
 from actors.workers.drain import Draining
 from actors.workers.pool import PoolKeeping
 from actors.workers.runs import (
@@ -113,7 +115,7 @@ from actors.workers.runs import (
     worker_default,
 )
 from actors.workers import planner
-from actors.workers.planner import End, prefetch_for, run_mean
+from actors.workers.planner import prefetch_for, run_mean
 from actors.workers.heartbeat import Heartbeat
 from actors.workers.leases import HostLeases
 from actors.workers.pruning import Pruning, retention_of
@@ -133,7 +135,9 @@ log = logging.getLogger("otpjobs.workers")
 WATCH_RUNS = 0.02
 
 
-class Dispatcher(PoolKeeping, HostLeases, Pruning, Heartbeat, PeriodicTicks, TypeWakeups, Draining, GenServer):
+class Dispatcher(
+    AttemptEnds, PoolKeeping, HostLeases, Pruning, Heartbeat, PeriodicTicks, TypeWakeups, Draining, GenServer
+):
     """The dispatcher of one worker host (see the module docstring)."""
 
     def init(self, args: Any) -> Any:
@@ -281,6 +285,7 @@ class Dispatcher(PoolKeeping, HostLeases, Pruning, Heartbeat, PeriodicTicks, Typ
         return not self.any_async and all(slot.runs for _, slot in self.slots.items())
 
     def _claims_wanted(self) -> bool:
+        """True when a step now would claim for some type (:func:`planner.claims`)."""
         return bool(planner.claims(self.order, self.types, self._wants()))
 
     def _run_started(self, slot: Slot, token: int, wall: float) -> None:
@@ -414,88 +419,6 @@ class Dispatcher(PoolKeeping, HostLeases, Pruning, Heartbeat, PeriodicTicks, Typ
         if not self.draining:
             self._find_replacements(40)
         self._check_drained()
-
-    def _end_attempt(
-        self,
-        running: Running,
-        error: Optional[dict],
-        result: Optional[bytes],
-        retry_now: bool = False,
-        seconds: float = -1.0,
-    ) -> None:
-        """Queue the attempt's outcome for the next step, as
-        :func:`planner.attempt_end` decides (a lost run's is discarded)."""
-        claimed = running.claimed
-        job = claimed.job
-        if running.lost:
-            log.info("job_outcome_discarded host=%s type=%s job=%s reason=lock_lost", self.host, job.type, job.id)
-            return
-        if self._stopped_by_drain(running, error):
-            self._put_back([running], "stopped_by_drain")
-            return
-        if error is not None and running.timed_out:
-            error = dict(
-                error,
-                type="JobTimeout",
-                message=f"ran past its time limit of {self._limit(running):g}s "
-                f"({error.get('type')}: {short(error.get('message'), 300)})",
-            )
-            retry_now = False
-        end = planner.attempt_end(
-            error, claimed.attempt, claimed.max_attempts, self.types[job.type].backoff, time.time(), retry_now
-        )
-        started = running.started
-        if end.kind is End.OK:
-            self.stats["succeeded"] += 1
-            self.outcomes.append(work.Outcome(job, work.OutcomeKind.OK, result, seconds=seconds, started=started))
-            return
-        assert error is not None
-        self._log_end(claimed, end, error)
-        if end.kind is End.SNOOZE:
-            self.stats["snoozed"] += 1
-            outcome = work.Outcome(job, work.OutcomeKind.SNOOZE, None, None, end.retry_at, seconds, started)
-        elif end.kind is End.RETRY:
-            self.stats["retried"] += 1
-            outcome = work.Outcome(job, work.OutcomeKind.RETRY, None, error, end.retry_at, seconds, started)
-        else:
-            self.stats["failed"] += 1
-            outcome = work.Outcome(job, work.OutcomeKind.FAIL, None, error, seconds=seconds, started=started)
-        self.outcomes.append(outcome)
-
-    def _log_end(self, claimed: work.Claimed, end: planner.AttemptEnd, error: dict) -> None:
-        """The event of an attempt that did not succeed: snoozed, retried or failed."""
-        job = claimed.job
-        if end.kind is End.SNOOZE:
-            log.info(
-                "job_snoozed host=%s type=%s job=%s attempt=%d in=%.1fs",
-                self.host,
-                job.type,
-                job.id,
-                claimed.attempt,
-                end.delay,
-            )
-        elif end.kind is End.RETRY:
-            log.warning(
-                "job_retry host=%s type=%s job=%s attempt=%d/%d in=%.1fs error=%s: %s",
-                self.host,
-                job.type,
-                job.id,
-                claimed.attempt,
-                claimed.max_attempts,
-                end.delay,
-                error.get("type"),
-                short(error.get("message")),
-            )
-        else:
-            log.error(
-                "job_failed host=%s type=%s job=%s attempts=%d error=%s: %s",
-                self.host,
-                job.type,
-                job.id,
-                claimed.attempt,
-                error.get("type"),
-                short(error.get("message")),
-            )
 
     # ---------------------------------------------------------------- the step
     def _kick(self) -> None:

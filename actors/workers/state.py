@@ -4,7 +4,8 @@ The dispatcher (:mod:`actors.workers.dispatcher`) is one actor written as
 a class and the mixins of its concepts (:mod:`~actors.workers.pool`,
 :mod:`~actors.workers.leases`, :mod:`~actors.workers.heartbeat`,
 :mod:`~actors.workers.pruning`, :mod:`~actors.workers.ticks`,
-:mod:`~actors.workers.wakeups`, :mod:`~actors.workers.drain`); its
+:mod:`~actors.workers.wakeups`, :mod:`~actors.workers.drain`,
+:mod:`~actors.workers.attempts`); its
 decisions are pure functions of :mod:`~actors.workers.planner`.
 :class:`DispatcherState` is the base of
 each: it declares the state they share (set by ``Dispatcher.init``) and the
@@ -16,12 +17,13 @@ dispatcher's own methods come first in its method order.
 from __future__ import annotations
 
 import collections
+import logging
 from typing import Any, Optional
 
 from supervision import Down
 from supervision.gen_server import GenServer
 
-from actors.workers.runs import Slot, TypeSlot
+from actors.workers.runs import Running, Slot, TypeSlot
 
 __all__ = ["DispatcherState"]
 
@@ -93,4 +95,13 @@ class DispatcherState(GenServer):
         raise NotImplementedError
 
     def _pool_started(self, started: int) -> None:
+        raise NotImplementedError
+
+    def _limit(self, running: Running) -> Optional[float]:
+        raise NotImplementedError
+
+    def _stopped_by_drain(self, running: Any, error: Optional[dict]) -> bool:
+        raise NotImplementedError
+
+    def _put_back(self, runs: list, reason: str, level: int = logging.INFO) -> None:
         raise NotImplementedError
