@@ -76,19 +76,22 @@ class PoolKeeping(DispatcherState):
             if error is not None:
                 raise error
             self._adopt(addr)
-            self._hand_out()  # a job kept while no worker had room goes to this one now
-            self._kick()
             self._start_workers(left - 1)
 
         self.call_async(self.pool, StartChild(None), started, CALL_TIMEOUT)
 
     def _adopt(self, addr: Any) -> None:
+        """Take in a worker the pool started (once): watch its channel, hand
+        it the buffered jobs no worker had room for, and ask for a step (the
+        host has room to claim for)."""
         if addr is None or addr in self.slots:
             return
         self.slot_count += 1
         slot = Slot(addr, self.monitor(addr), Channel(self.rundir, str(self.slot_count)), self.slot_count)
         self.slots[addr] = slot
         self.watch_fd(slot.channel.fd, lambda: self._read_channel(slot))
+        self._hand_out()
+        self._kick()
 
     def _watch_process(self, slot: Slot, pid: int) -> None:
         """Watch the worker's process itself: Thespian's notice of a child's
@@ -136,8 +139,6 @@ class PoolKeeping(DispatcherState):
         def started(addr: Any, error: Exception | None) -> None:
             if error is None:
                 self._adopt(addr)
-                self._hand_out()
-                self._kick()
 
         if not self.draining:
             self.call_async(self.pool, StartChild(None), started, CALL_TIMEOUT)
