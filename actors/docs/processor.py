@@ -194,6 +194,7 @@ class DocProcessor(GenServer):
         self.waker = Waker(self, self._accept_more)
         self._removing: set[str] = set()  # jobs of documents given up, not yet confirmed removed
         self._replaced: dict[str, str] = {}  # scheduler job id -> queue job id of a replaced document
+        self._adding: str | None = None  # the queue job whose AddJob is in flight
         self._reschedule_owed = False  # the fence held again before the scheduler was known
         self.counters = dict.fromkeys(("accepted", "renewed", "renew_rounds", "lost", "given_up"), 0)
         self.renew_ms = 0.0
@@ -322,9 +323,8 @@ class DocProcessor(GenServer):
     # ------------------------------------------------------------ ticks
     def handle_info(self, msg: Any) -> None:
         if msg == RENEW:
-            self._renew_timer = None
+            self._arm_renew()  # from the round's start: a slow round must not stretch the next one's wait
             self._renew()
-            self._arm_renew()
         elif msg == TICK:
             self._timer = None
             self._request_tick()
@@ -339,37 +339,46 @@ class DocProcessor(GenServer):
         self._renew_timer = self.send_after(self.tick_every, RENEW)
 
     def _renew(self) -> None:
-        """Renew every lease now, on the lease timer: never behind a tick.
+        """Renew the leases now, on the lease timer: never behind a tick.
 
         The tick (adding jobs to the scheduler, reading their states) can
         take longer than the owner timeout when many jobs start at once;
         renewals run between its steps, so a live node never loses a
-        document to its own activity monitor.
+        document to its own activity monitor. A lease the tick renewed
+        less than half a period ago is left for the next round.
         """
-        self._renew_all({}, set())
+        self._renew_all({}, set(), older_than=time.monotonic() - self.tick_every / 2)
 
-    def _renew_all(self, states: dict, done: set) -> None:
-        """Renew every lease (recording ``states``); if the store cannot be
-        written, stop the documents whose lease may run out before it can."""
-        leases = [o.lease for o in self.owned.values()]
+    def _renew_all(self, states: dict, done: set, older_than: float = math.inf) -> None:
+        """Renew every lease (recording ``states``), a batch a transaction,
+        each batch kept (and the fence moved) as soon as it commits: with
+        thousands of documents on a loaded machine a whole round can take
+        seconds, and the fence must follow each lease's own renewal, not
+        wait for the round's last. Only leases renewed before ``older_than``
+        (``time.monotonic()``) are. If the store cannot be written, stop the
+        documents whose lease may run out before it can."""
+        held = sorted((o for o in self.owned.values() if o.renewed_at < older_than), key=lambda o: o.renewed_at)
+        leases = [o.lease for o in held]  # the oldest first: the fence follows the oldest
         if not leases:
             return
         t0 = time.perf_counter()
-        asked_at = time.monotonic()  # a lease renewed by this call holds from no later than now
-        try:
-            now = time.time()
-            not_before = math.ceil(now + self.timeout + REPLACED_AFTER)  # brought forward once removed
-            outcomes = doc_leases.renew(
-                self.db, leases, states, done, now, timeout=self.store_timeout, not_before=not_before
-            )
-        except fdblayer.StoreError as exc:
-            log.warning("doc_leases_unrenewed count=%d reason=%r", len(leases), exc)
-            self._give_up_old_leases()
-            return
-        finally:
-            self.renew_ms = (time.perf_counter() - t0) * 1000
+        for start in range(0, len(leases), doc_leases.RENEW_BATCH):
+            batch = leases[start : start + doc_leases.RENEW_BATCH]
+            asked_at = time.monotonic()  # a lease renewed by this batch holds from no later than now
+            try:
+                now = time.time()
+                not_before = math.ceil(now + self.timeout + REPLACED_AFTER)  # brought forward once removed
+                outcomes = doc_leases.renew(
+                    self.db, batch, states, done, now, timeout=self.store_timeout, not_before=not_before
+                )
+            except fdblayer.StoreError as exc:
+                log.warning("doc_leases_unrenewed count=%d reason=%r", len(leases) - start, exc)
+                self._give_up_old_leases()
+                return
+            finally:
+                self.renew_ms = (time.perf_counter() - t0) * 1000
+            self._apply(outcomes, states, asked_at)
         self.counters["renew_rounds"] += 1
-        self._apply(outcomes, states, asked_at)
 
     def _give_up_old_leases(self) -> None:
         """Stop the jobs of leases unrenewed for half the owner timeout: they
@@ -408,7 +417,10 @@ class DocProcessor(GenServer):
             if outcome == doc_leases.LOST:
                 self.counters["lost"] += 1
             log.info("doc_released doc=%s/%s outcome=%s", o.lease.db_name, o.lease.doc_id, outcome)
-            if outcome == doc_leases.CHANGED and o.added_to is None:
+            if jid == self._adding:  # its AddJob is in flight: removed once answered (see _observe)
+                if outcome == doc_leases.CHANGED:
+                    self._replaced[o.spec["id"]] = jid
+            elif outcome == doc_leases.CHANGED and o.added_to is None:
                 no_run.append(jid)  # never added here: due at once
             elif outcome != doc_leases.DONE and o.added_to is not None:
                 gone.append(o.spec["id"])
@@ -510,11 +522,19 @@ class DocProcessor(GenServer):
         self.sched = sched
         here = str(sched)
         for jid, o in list(self.owned.items()):
-            if o.added_to == here:
+            if o.added_to == here or self.owned.get(jid) is not o:  # added, or released by a renewal meanwhile
                 continue
             try:
                 asked = time.time()
-                answer = yield Request(sched, self._add_again(o) if o.added_to else AddJob(o.spec), CALL_TIMEOUT)
+                self._adding = jid
+                try:
+                    answer = yield Request(sched, self._add_again(o) if o.added_to else AddJob(o.spec), CALL_TIMEOUT)
+                finally:
+                    self._adding = None
+                    if self.owned.get(jid) is not o:  # released while the add was in flight: undo it
+                        self._remove_jobs([o.spec["id"]])
+                if self.owned.get(jid) is not o:
+                    continue
                 o.added_to, o.added_at = here, asked
                 if answer == ALREADY_COMPLETED:  # it ended normally while the scheduler restarted
                     states[jid] = self._doc_state(None, None)

@@ -165,10 +165,25 @@ def _renew_batch(
     now: float,
     not_before: Optional[int] = None,
 ) -> dict[str, tuple[RenewOutcome, Optional[Lease]]]:
+    _read_ahead(tr, leases)
     return {
         lease.job.id: _renew_one(tr, lease, states.get(lease.job.id), lease.job.id in done, now, not_before)
         for lease in leases
     }
+
+
+def _read_ahead(tr: Transaction, leases: list[Lease]) -> None:
+    """Read what renewing ``leases`` reads (each queue job's row and work
+    record, each document), in one ``get_many``: on PostgreSQL one round trip
+    for the batch where the renewals one by one would take three a lease, so
+    a node's renewals keep up with thousands of documents on a loaded
+    machine. Each renewal's own reads are then answered from it."""
+    ids = [lease.job.id for lease in leases]
+    tr.get_many(
+        [DEFAULT_LAYOUT.data_key(DOCS_TYPE, i) for i in ids]
+        + [DEFAULT_LAYOUT.work_key(DOCS_TYPE, i) for i in ids]
+        + [_key(lease.db_name, lease.doc_id) for lease in leases]
+    )
 
 
 @transactional

@@ -13,7 +13,7 @@ from actors.docs.processor import REPLACED_AFTER, DocProcessor, Owned
 from actors.scheduler.fence import LeaseFence
 from actors.scheduler.host import KILL_GRACE
 from actors.scheduler.job import STOP_GRACE
-from actors.scheduler.protocol import RemoveJobs, Reschedule
+from actors.scheduler.protocol import AddJob, JobStates, RemoveJobs, Reschedule
 from fdblayer import docs as store_docs
 from fdblayer.docs import leases as doc_leases
 
@@ -52,6 +52,7 @@ def bare_processor(fence: LeaseFence, clock: _Clock) -> tuple[DocProcessor, list
     p.sched = "sched"
     p._removing = set()
     p._replaced = {}
+    p._adding = None
     p._reschedule_owed = False
     p.fence = fence
     p.counters = dict.fromkeys(("accepted", "renewed", "renew_rounds", "lost", "given_up"), 0)
@@ -117,3 +118,69 @@ def test_a_fence_restored_before_the_scheduler_is_known_still_asks_for_a_resched
     assert [m for _, m, _ in calls if isinstance(m, Reschedule)], "the restored fence was never told to the scheduler"
     p._move_fence()
     assert len([m for _, m, _ in calls if isinstance(m, Reschedule)]) == 1, "owed once"
+
+
+def test_a_slow_round_moves_the_fence_after_each_batch_and_the_timer_skips_fresh_leases(tmp_path, monkeypatch):
+    """Thousands of leases on a loaded machine make a renewal round take
+    seconds: each batch's leases count as renewed when that batch began
+    (not when the round did) and the fence moves as each batch commits, so
+    the fence follows the oldest lease, not the round's start. The lease
+    timer then leaves alone a lease the tick renewed less than half a
+    period ago."""
+    clock = _Clock()
+    monkeypatch.setattr(processor, "time", clock)
+    monkeypatch.setattr(doc_leases, "RENEW_BATCH", 2)
+    fence = LeaseFence(str(tmp_path / "fence"))
+    p, _, _ = bare_processor(fence, clock)
+    p.tick_every = 2.0
+    held = [lease(f"d{i}") for i in range(6)]
+    for i, one in enumerate(held):
+        p.owned[one.job.id] = Owned(one, {"id": f"job-{i}"}, added_to="sched", renewed_at=clock.mono - 10 + i)
+    started, deadlines = [], []
+
+    def slow_renew(db, leases, states, done, now, timeout=None, not_before=None):
+        started.append(clock.mono)
+        deadlines.append(fence.deadline())
+        clock.advance(3.0)  # one batch on a loaded machine
+        return {one.job.id: (doc_leases.KEPT, one) for one in leases}
+
+    monkeypatch.setattr(doc_leases, "renew", slow_renew)
+    p._renew_all({}, set())
+    assert len(started) == 3, "a batch a transaction"
+    assert [p.owned[one.job.id].renewed_at for one in held] == [s for s in started for _ in (0, 1)]
+    assert deadlines[1] < deadlines[2] < fence.deadline(), "the fence moves after each batch"
+    assert fence.deadline() == started[0] + processor.FENCE_SHARE * p.timeout
+    started.clear()
+    for one in held[4:]:
+        p.owned[one.job.id].renewed_at = clock.mono - 0.5  # the tick's own renewal, half a second ago
+    p._renew()
+    assert len(started) == 2, "the lease timer renews the four older leases only, in two batches"
+
+
+def test_a_document_released_while_its_add_is_in_flight_is_removed_once_the_add_is_answered(monkeypatch):
+    """A tick adds its documents to the scheduler one call at a time; a
+    renewal between two of those calls can find a document lost (its node
+    was paused past the owner timeout) or replaced while its AddJob is in
+    flight. The job is removed once that call is answered (however the
+    scheduler ordered the two), and the tick adds no document it no longer
+    holds: else the job would run here for good, beside the node that took
+    the document."""
+    clock = _Clock()
+    monkeypatch.setattr(processor, "time", clock)
+    p, calls, brought = bare_processor(LeaseFence(None), clock)
+    p._stale, p.node, p.scheduler_name = False, "node", "scheduler"
+    held = [lease(name) for name in ("a", "b", "c")]
+    for one in held:
+        p.owned[one.job.id] = Owned(one, {"id": f"job-{one.doc_id}"}, renewed_at=clock.mono)
+    tick = p._observe()
+    next(tick)  # WhereIs
+    add_a = tick.send("sched")
+    assert isinstance(add_a.msg, AddJob) and add_a.msg.spec["id"] == "job-a"
+    p._apply({held[0].job.id: (doc_leases.LOST, None), held[1].job.id: (doc_leases.CHANGED, None)}, {}, clock.mono)
+    assert not [c for c in calls if isinstance(c[1], RemoveJobs)], "not before its add is answered"
+    assert brought == [([held[1].job.id], int(clock.wall))], "b, never added, is due at once"
+    add_c = tick.send("ok")
+    assert add_c.msg.spec["id"] == "job-c", "b, released, is not added"
+    assert [c[1].job_ids for c in calls if isinstance(c[1], RemoveJobs)] == [["job-a"]]
+    states = tick.send("ok")
+    assert isinstance(states.msg, JobStates) and states.msg.job_ids == ["job-c"]
