@@ -8,13 +8,17 @@ import math
 import time
 import types
 
-from actors.docs import processor
-from actors.docs.processor import REPLACED_AFTER, DocProcessor, Owned
+import pytest
+
+from actors.docs import processor, renewals
+from actors.docs.processor import DocProcessor
+from actors.docs.renewals import REPLACED_AFTER, Owned
 from actors.scheduler.fence import LeaseFence
 from actors.scheduler.host import KILL_GRACE
 from actors.scheduler.job import STOP_GRACE
 from actors.scheduler.protocol import AddJob, JobStates, RemoveJobs, Reschedule
 from fdblayer import docs as store_docs
+from supervision import CallTimeout
 from fdblayer.docs import leases as doc_leases
 
 
@@ -36,6 +40,12 @@ class _Clock:
     def advance(self, seconds: float) -> None:
         self.wall += seconds
         self.mono += seconds
+
+
+def patch_clock(monkeypatch, clock: _Clock) -> None:
+    """The processor and its lease keeping read ``clock``."""
+    monkeypatch.setattr(processor, "time", clock)
+    monkeypatch.setattr(renewals, "time", clock)
 
 
 def bare_processor(fence: LeaseFence, clock: _Clock) -> tuple[DocProcessor, list, list]:
@@ -75,7 +85,7 @@ def test_a_replaced_document_may_run_again_only_once_its_old_run_was_surely_stop
     the run's stop and kill grace. A replaced document never added here is
     brought forward at once."""
     clock = _Clock()
-    monkeypatch.setattr(processor, "time", clock)
+    patch_clock(monkeypatch, clock)
     p, calls, brought = bare_processor(LeaseFence(None), clock)
     running, unadded = lease("a"), lease("b")
     p.owned[running.job.id] = Owned(running, {"id": "job-a"}, added_to="sched", renewed_at=clock.mono)
@@ -122,52 +132,56 @@ def test_a_fence_restored_before_the_scheduler_is_known_still_asks_for_a_resched
 
 def test_a_slow_round_moves_the_fence_after_each_batch_and_the_timer_skips_fresh_leases(tmp_path, monkeypatch):
     """Thousands of leases on a loaded machine make a renewal round take
-    seconds: each batch's leases count as renewed when that batch began
-    (not when the round did) and the fence moves as each batch commits, so
-    the fence follows the oldest lease, not the round's start. The lease
-    timer then leaves alone a lease the tick renewed less than half a
-    period ago."""
+    seconds: the oldest leases are renewed first, each batch's leases count
+    as renewed when that batch began (not when the round did) and the fence
+    moves as each batch commits, so it follows the oldest lease, not the
+    round's start. The lease timer then leaves alone a lease renewed (by
+    the tick) less than a quarter of a period ago."""
     clock = _Clock()
-    monkeypatch.setattr(processor, "time", clock)
+    patch_clock(monkeypatch, clock)
     monkeypatch.setattr(doc_leases, "RENEW_BATCH", 2)
     fence = LeaseFence(str(tmp_path / "fence"))
     p, _, _ = bare_processor(fence, clock)
     p.tick_every = 2.0
     held = [lease(f"d{i}") for i in range(6)]
-    for i, one in enumerate(held):
+    for i, one in reversed(list(enumerate(held))):  # owned newest first: renewed oldest first all the same
         p.owned[one.job.id] = Owned(one, {"id": f"job-{i}"}, added_to="sched", renewed_at=clock.mono - 10 + i)
-    started, deadlines = [], []
+    round_start = clock.mono
+    fences = []
 
     def slow_renew(db, leases, states, done, now, timeout=None, not_before=None):
-        started.append(clock.mono)
-        deadlines.append(fence.deadline())
+        fences.append(fence.deadline())
         clock.advance(3.0)  # one batch on a loaded machine
         return {one.job.id: (doc_leases.KEPT, one) for one in leases}
 
     monkeypatch.setattr(doc_leases, "renew", slow_renew)
     p._renew_all({}, set())
-    assert len(started) == 3, "a batch a transaction"
-    assert [p.owned[one.job.id].renewed_at for one in held] == [s for s in started for _ in (0, 1)]
-    assert deadlines[1] < deadlines[2] < fence.deadline(), "the fence moves after each batch"
-    assert fence.deadline() == started[0] + processor.FENCE_SHARE * p.timeout
-    started.clear()
+    renewed = [p.owned[one.job.id].renewed_at - round_start for one in held]
+    assert renewed == [0, 0, 3, 3, 6, 6], "the oldest first, each as of its own batch's start"
+    share = renewals.FENCE_SHARE * p.timeout
+    assert fences[1:] == [round_start - 8 + share, round_start - 6 + share], "moved after each batch"
+    assert fence.deadline() == round_start + share
     for one in held[4:]:
-        p.owned[one.job.id].renewed_at = clock.mono - 0.5  # the tick's own renewal, half a second ago
+        p.owned[one.job.id].renewed_at = clock.mono - 0.4  # the tick's own renewal, just now
+    before = {one.job.id: p.owned[one.job.id].renewed_at for one in held}
     p._renew()
-    assert len(started) == 2, "the lease timer renews the four older leases only, in two batches"
+    assert [p.owned[one.job.id].renewed_at != before[one.job.id] for one in held] == [True] * 4 + [False] * 2
 
 
-def test_a_document_released_while_its_add_is_in_flight_is_removed_once_the_add_is_answered(monkeypatch):
+def test_a_document_released_while_its_add_is_in_flight_is_removed_once_the_add_is_answered(tmp_path, monkeypatch):
     """A tick adds its documents to the scheduler one call at a time; a
     renewal between two of those calls can find a document lost (its node
     was paused past the owner timeout) or replaced while its AddJob is in
     flight. The job is removed once that call is answered (however the
-    scheduler ordered the two), and the tick adds no document it no longer
-    holds: else the job would run here for good, beside the node that took
-    the document."""
+    scheduler ordered the two), the fence does not move until the removal
+    is confirmed (the add may start the job meanwhile), and the tick adds no
+    document it no longer holds: else the job would run here for good,
+    beside the node that took the document."""
     clock = _Clock()
-    monkeypatch.setattr(processor, "time", clock)
-    p, calls, brought = bare_processor(LeaseFence(None), clock)
+    patch_clock(monkeypatch, clock)
+    fence = LeaseFence(str(tmp_path / "fence"))
+    fence.set(clock.mono - 1)  # run out while the node was paused
+    p, calls, brought = bare_processor(fence, clock)
     p._stale, p.node, p.scheduler_name = False, "node", "scheduler"
     held = [lease(name) for name in ("a", "b", "c")]
     for one in held:
@@ -176,11 +190,39 @@ def test_a_document_released_while_its_add_is_in_flight_is_removed_once_the_add_
     next(tick)  # WhereIs
     add_a = tick.send("sched")
     assert isinstance(add_a.msg, AddJob) and add_a.msg.spec["id"] == "job-a"
-    p._apply({held[0].job.id: (doc_leases.LOST, None), held[1].job.id: (doc_leases.CHANGED, None)}, {}, clock.mono)
-    assert not [c for c in calls if isinstance(c[1], RemoveJobs)], "not before its add is answered"
+    outcomes = {held[0].job.id: (doc_leases.LOST, None), held[1].job.id: (doc_leases.CHANGED, None)}
+    p._apply(outcomes | {held[2].job.id: (doc_leases.KEPT, held[2])}, {}, clock.mono)
+    assert fence.deadline() < clock.mono, "a's removal comes first"
+    assert not [m for _, m, _ in calls if isinstance(m, Reschedule)]
     assert brought == [([held[1].job.id], int(clock.wall))], "b, never added, is due at once"
     add_c = tick.send("ok")
     assert add_c.msg.spec["id"] == "job-c", "b, released, is not added"
-    assert [c[1].job_ids for c in calls if isinstance(c[1], RemoveJobs)] == [["job-a"]]
+    ((_, remove, removed),) = [c for c in calls if isinstance(c[1], RemoveJobs)]
+    assert remove.job_ids == ["job-a"]
     states = tick.send("ok")
     assert isinstance(states.msg, JobStates) and states.msg.job_ids == ["job-c"]
+    removed(True, None)
+    assert fence.deadline() > clock.mono, "then the fence holds again"
+    assert [m for _, m, _ in calls if isinstance(m, Reschedule)], "and the jobs it stopped are rescheduled"
+
+
+def test_a_document_whose_add_timed_out_has_its_job_removed_when_released(monkeypatch):
+    """An AddJob that timed out may still be applied by the scheduler: the
+    document counts as maybe added, so losing it later removes its job, and
+    the next tick adds it as a fresh job."""
+    clock = _Clock()
+    patch_clock(monkeypatch, clock)
+    p, calls, _ = bare_processor(LeaseFence(None), clock)
+    p._stale, p.node, p.scheduler_name = False, "node", "scheduler"
+    held = lease("a")
+    p.owned[held.job.id] = Owned(held, {"id": "job-a"}, renewed_at=clock.mono)
+    tick = p._observe()
+    next(tick)
+    tick.send("sched")
+    with pytest.raises(StopIteration) as ended:  # nothing added: no states to read
+        tick.throw(CallTimeout("sched", "AddJob", 10.0))
+    assert ended.value.value[0][held.job.id]["state"] == "error"
+    again = p._add_request(p.owned[held.job.id])
+    assert isinstance(again, AddJob) and not again.again
+    p._apply({held.job.id: (doc_leases.LOST, None)}, {}, clock.mono)
+    assert [m.job_ids for _, m, _ in calls if isinstance(m, RemoveJobs)] == [["job-a"]]
