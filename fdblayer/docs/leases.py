@@ -23,11 +23,12 @@ from fdblayer.docs.model import (
     parse_queue_job_id,
 )
 from fdblayer.interface import Database, Transaction, transactional
-from fdblayer.jobs import activity, model, pending
+from fdblayer.jobs import activity, model, pending, transitions
 from fdblayer.jobs.codec import decode_data
 from fdblayer.jobs.exceptions import InvalidArgument
 from fdblayer.jobs.keys import DEFAULT_LAYOUT
 from fdblayer.jobs.job import JobState
+from fdblayer.jobs.tally import Tally
 from fdblayer.jobs.validate import MAX_SCHED_TIME, check_optional_sched_time, check_sched_time
 from fdblayer.watches import Watch
 
@@ -196,13 +197,14 @@ def _renew_one(
     not_before: Optional[int] = None,
 ) -> tuple[RenewOutcome, Optional[Lease]]:
     job = lease.job
-    info = model.get_job(tr, DEFAULT_LAYOUT, DOCS_TYPE, job.id)
-    if info is None or info.lock != job.lock:
+    (held,) = transitions.held(tr, DEFAULT_LAYOUT, [job])
+    if held is None:
         return LOST, None
+    info = held.value
     doc = _read(tr, lease.db_name, lease.doc_id)
     if doc is None or doc.rev != lease.rev or info.resubmit:
-        due = info.scheduled_time if not_before is None else max(info.scheduled_time, not_before)
-        if not info.resubmit or due != info.scheduled_time:
+        due = info.sched_time if not_before is None else max(info.sched_time, not_before)
+        if not info.resubmit or due != info.sched_time:
             model.resubmit(tr, DEFAULT_LAYOUT, DOCS_TYPE, job.id, due)
         model.finish(tr, DEFAULT_LAYOUT, job, None)
         return CHANGED, None
@@ -225,7 +227,11 @@ def _renew_one(
     if finished:
         model.finish(tr, DEFAULT_LAYOUT, job, None)
         return DONE, None
-    return KEPT, Lease(model.update(tr, DEFAULT_LAYOUT, job, None), lease.db_name, lease.doc_id, lease.rev)
+    tally = Tally(tr, DEFAULT_LAYOUT)
+    (value,) = transitions.refresh(tr, DEFAULT_LAYOUT, [held], [None], tally)  # model.update, read once
+    tally.write()
+    kept = job.replace(resubmit=value.resubmit, scheduled_time=value.sched_time)
+    return KEPT, Lease(kept, lease.db_name, lease.doc_id, lease.rev)
 
 
 @transactional
