@@ -28,7 +28,6 @@ from fdblayer.jobs.codec import decode_data
 from fdblayer.jobs.exceptions import InvalidArgument
 from fdblayer.jobs.keys import DEFAULT_LAYOUT
 from fdblayer.jobs.job import JobState
-from fdblayer.jobs.tally import Tally
 from fdblayer.jobs.validate import MAX_SCHED_TIME, check_optional_sched_time, check_sched_time
 from fdblayer.watches import Watch
 
@@ -227,11 +226,7 @@ def _renew_one(
     if finished:
         model.finish(tr, DEFAULT_LAYOUT, job, None)
         return DONE, None
-    tally = Tally(tr, DEFAULT_LAYOUT)
-    (value,) = transitions.refresh(tr, DEFAULT_LAYOUT, [held], [None], tally)  # model.update, read once
-    tally.write()
-    kept = job.replace(resubmit=value.resubmit, scheduled_time=value.sched_time)
-    return KEPT, Lease(kept, lease.db_name, lease.doc_id, lease.rev)
+    return KEPT, Lease(model.update_held(tr, DEFAULT_LAYOUT, held, None), lease.db_name, lease.doc_id, lease.rev)
 
 
 @transactional

@@ -73,6 +73,7 @@ __all__ = [
     "finish",
     "resubmit",
     "update",
+    "update_held",
     "clear_all",
 ]
 
@@ -522,11 +523,16 @@ def update(tr: Transaction, layout: Layout, job: Job, data: Optional[bytes]) -> 
     Raises:
         Halt: The job is gone or another lock holds it.
     """
-    held = transitions.held_or_halt(tr, layout, job)
+    return update_held(tr, layout, transitions.held_or_halt(tr, layout, job), data)
+
+
+def update_held(tr: Transaction, layout: Layout, held: transitions.Held, data: Optional[bytes]) -> Job:
+    """:func:`update` of a job the caller already read as held in ``tr``
+    (:func:`transitions.held`), without reading it again."""
     tally = Tally(tr, layout)
     (value,) = transitions.refresh(tr, layout, [held], [data], tally)
     tally.write()
-    return job.replace(resubmit=value.resubmit, scheduled_time=value.sched_time)
+    return held.job.replace(resubmit=value.resubmit, scheduled_time=value.sched_time)
 
 
 @transactional
