@@ -14,17 +14,30 @@ all processes together. Five kinds of transaction, side by side:
   commit and held through the WAL flush);
 * ``raw+counter``: the same with an ``UPDATE`` of one shared row (its lock
   is held through the flush): what our ``commit_version`` is;
+* ``raw+counter apart``: the same transaction ended without waiting for
+  its flush (``synchronous_commit`` off for it alone: the row lock goes at
+  once), then, in the same pipeline, a one-record transaction committed
+  with the session's setting (``pg_logical_emit_message``), which returns
+  once the WAL up to it, so the first commit, is flushed: the writer is
+  still answered only once its commit is durable, and concurrent flushes
+  share an fsync;
 * ``ours``: fdblayer, 4 sets and an atomic add (a blind write): the
   commit function, with its order lock and its ``NOTIFY``;
-* ``ours rmw``: fdblayer, one read, then the same writes (a conflict check).
+* ``ours rmw``: fdblayer, one read, then the same writes (a conflict check);
+* ``ours apart``, ``ours rmw apart``: the same on a store opened with
+  ``flush=apart`` (the technique of ``raw+counter apart``, in the store).
 
 Then ``ours`` again on a second server with ``synchronous_commit=off``: no
 commit waits for its flush, so neither lock is held through one. That is
 the most that taking both locks off the flush could give on this machine.
 
+``--fsync-delay-us N`` makes the servers' disk slow, as a network disk is:
+a preloaded library (built with ``gcc``) sleeps N microseconds in each
+``fsync`` and ``fdatasync`` of the server's processes.
+
 Usage::
 
-    .venv/bin/python bench/bench_pg_commits.py [--seconds 3] [--procs 1,2,4,8]
+    .venv/bin/python bench/bench_pg_commits.py [--seconds 3] [--procs 1,2,4,8] [--fsync-delay-us 2000]
 """
 
 from __future__ import annotations
@@ -32,7 +45,9 @@ from __future__ import annotations
 import argparse
 import multiprocessing
 import os
+import subprocess
 import sys
+import tempfile
 import time
 from typing import Any, Callable, Dict, List
 
@@ -48,17 +63,22 @@ INSERT = "INSERT INTO bench_rows SELECT %s, x FROM generate_series(1, 5) AS x"
 ONE = (1).to_bytes(8, "little")
 
 
-def _raw(extra: str) -> Callable[[str, int, float], int]:
-    """A raw psycopg loop: the insert, then ``extra`` in the same transaction."""
+def _raw(extra: str, apart: bool = False) -> Callable[[str, int, float], int]:
+    """A raw psycopg loop: the insert, then ``extra`` in the same
+    transaction (with ``apart``, ended unflushed, then flushed by another)."""
 
     def loop(conninfo: str, index: int, seconds: float) -> int:
         conn = psycopg.connect(conninfo, autocommit=True)
         count, end = 0, time.monotonic() + seconds
         while time.monotonic() < end:
-            with conn.pipeline():  # one implicit transaction: both statements, one round trip
+            with conn.pipeline():  # one implicit transaction until COMMIT or the end: one round trip
                 conn.execute(INSERT, (f"{index}-{count}",))
                 if extra:
                     conn.execute(extra)
+                if apart:
+                    conn.execute("SELECT set_config('synchronous_commit', 'off', true)")
+                    conn.execute("COMMIT")
+                    conn.execute("SELECT pg_logical_emit_message(true, 'bench', '')")
             count += 1
         conn.close()
         return count
@@ -94,8 +114,11 @@ KINDS: Dict[str, Callable[[str, int, float], int]] = {
     "raw": _raw(""),
     "raw+notify": _raw("SELECT pg_notify('bench', 'x')"),
     "raw+counter": _raw("UPDATE bench_counter SET n = n + 1"),
+    "raw+counter apart": _raw("UPDATE bench_counter SET n = n + 1", apart=True),
     "ours": _ours(read=False),
     "ours rmw": _ours(read=True),
+    "ours apart": _ours(read=False),
+    "ours rmw apart": _ours(read=True),
 }
 
 
@@ -128,6 +151,8 @@ def table(server: TemporaryServer, kinds: List[str], procs: List[int], seconds: 
     """Print one row of commits/s per kind, a column per process count."""
     for kind in kinds:
         target = server.url(prefix="bench") if kind.startswith("ours") else server.conninfo()
+        if kind.startswith("ours") and kind.endswith("apart"):
+            target += "&flush=apart"
         cells = [rate(kind, target, n, seconds) for n in procs]
         grow = cells[-1] / cells[0] if cells[0] else 0.0
         print(
@@ -136,13 +161,51 @@ def table(server: TemporaryServer, kinds: List[str], procs: List[int], seconds: 
         )
 
 
+SLOW_SYNC = r"""
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <stdlib.h>
+#include <unistd.h>
+static void pause_(void) { const char *s = getenv("BENCH_FSYNC_DELAY_US"); usleep(s ? atoi(s) : 0); }
+int fsync(int fd) {
+    static int (*real)(int);
+    if (!real) real = dlsym(RTLD_NEXT, "fsync");
+    pause_();
+    return real(fd);
+}
+int fdatasync(int fd) {
+    static int (*real)(int);
+    if (!real) real = dlsym(RTLD_NEXT, "fdatasync");
+    pause_();
+    return real(fd);
+}
+"""
+
+
+def slow_disk(delay_us: int, directory: str) -> None:
+    """Make every process started from now on (the servers) sleep ``delay_us`` in each fsync."""
+    source, library = os.path.join(directory, "slow_sync.c"), os.path.join(directory, "slow_sync.so")
+    with open(source, "w") as f:
+        f.write(SLOW_SYNC)
+    subprocess.run(["gcc", "-shared", "-fPIC", "-O2", "-o", library, source, "-ldl"], check=True)
+    os.chmod(directory, 0o755)  # the server runs as a user of its own
+    os.chmod(library, 0o755)
+    os.environ["LD_PRELOAD"] = library
+    os.environ["BENCH_FSYNC_DELAY_US"] = str(delay_us)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--procs", default="1,2,4,8")
+    parser.add_argument("--fsync-delay-us", type=int, default=0)
     args = parser.parse_args()
     procs = [int(n) for n in args.procs.split(",")]
-    print(f"commits/s, one durable PostgreSQL server, {os.cpu_count()} CPUs, {args.seconds:g} s a cell")
+    disk = "this machine's disk"
+    if args.fsync_delay_us:
+        slow_disk(args.fsync_delay_us, tempfile.mkdtemp(prefix="bench-slow-sync-"))
+        disk = f"this machine's disk and {args.fsync_delay_us} us more a fsync"
+    print(f"commits/s, one durable PostgreSQL server, {os.cpu_count()} CPUs, {disk}, {args.seconds:g} s a cell")
     print(f"{'':<26}" + "".join(f"{str(n) + ' procs':>10}" for n in procs) + f"{'last/1':>10}")
     with TemporaryServer(durable=True) as server:
         _prepare(server)

@@ -97,7 +97,7 @@ def open(url: Optional[str] = None) -> Database:  # noqa: A001  (mirrors fdb.ope
 
     Args:
         url: ``sqlite:///path/file.db[?synchronous=FULL|NORMAL]``,
-            ``postgresql://user:password@host:port/dbname[?prefix=NAME]``,
+            ``postgresql://user:password@host:port/dbname[?prefix=NAME][&flush=apart]``,
             ``fdb://`` or ``fdb:///path/to/fdb.cluster[?prefix=NAME]``; None
             means ``otpjobs.db`` in the working directory.
 
@@ -122,7 +122,7 @@ def open(url: Optional[str] = None) -> Database:  # noqa: A001  (mirrors fdb.ope
         from fdblayer.backends.postgres_backend import PostgresDatabase
 
         assert parsed.path is not None
-        return PostgresDatabase(parsed.path, parsed.params["prefix"])
+        return PostgresDatabase(parsed.path, parsed.params["prefix"], flush=parsed.params["flush"])
     from fdblayer.backends.fdb_backend import FdbDatabase
 
     return FdbDatabase.open(parsed.path, parsed.params["prefix"])

@@ -15,6 +15,9 @@ jobs). Accepted forms::
                                      query parameters go to libpq (sslmode=...)
     ...?prefix=NAME                  the tables' prefix (default "otpjobs"), so
                                      several stores can share one database
+    ...?flush=apart                  commits flushed after the commit order lock
+                                     is released (default flush=commit: under it;
+                                     see ``fdblayer.backends.postgres_backend``)
 
 No URL means ``sqlite:///./otpjobs.db``: the file ``otpjobs.db`` in the
 working directory. Anything else raises ``InvalidStoreURL``.
@@ -34,6 +37,8 @@ __all__ = ["StoreURL", "parse_store_url", "redact_url", "DEFAULT_URL"]
 DEFAULT_URL = "sqlite:///./otpjobs.db"
 _SQLITE_PARAMS = {"synchronous": ("FULL", "NORMAL"), "mode": ("rw", "ro")}
 _FDB_PARAMS = ("prefix",)
+#: Where a PostgreSQL commit waits for its WAL flush (``flush=``).
+PG_FLUSH_MODES = ("commit", "apart")
 
 
 @dataclass(frozen=True)
@@ -109,7 +114,7 @@ def _parse_fdb(url: str, rest: str, params: Dict[str, str]) -> StoreURL:
 
 
 def _parse_postgres(url: str, scheme: str, rest: str, query: str) -> StoreURL:
-    """A PostgreSQL URL: libpq's own, less our ``prefix`` parameter."""
+    """A PostgreSQL URL: libpq's own, less our ``prefix`` and ``flush`` parameters."""
     from fdblayer.backends.postgres_sql import check_prefix  # psycopg is imported lazily there
 
     if not rest.startswith("//"):
@@ -119,9 +124,12 @@ def _parse_postgres(url: str, scheme: str, rest: str, query: str) -> StoreURL:
     if len(prefixes) > 1:
         raise InvalidStoreURL(f"store URL {url!r}: parameter 'prefix' given twice")
     prefix = check_prefix(prefixes[0] if prefixes else "otpjobs", url)
-    rest_query = urllib.parse.urlencode([(n, v) for n, v in pairs if n != "prefix"])
+    flushes = [value for name, value in pairs if name == "flush"]
+    if len(flushes) > 1 or flushes and flushes[0] not in PG_FLUSH_MODES:
+        raise InvalidStoreURL(f"store URL {url!r}: flush must be given once, as one of {', '.join(PG_FLUSH_MODES)}")
+    rest_query = urllib.parse.urlencode([(n, v) for n, v in pairs if n not in ("prefix", "flush")])
     conninfo = f"postgresql:{rest}" + (f"?{rest_query}" if rest_query else "")
-    return StoreURL("postgresql", conninfo, {"prefix": prefix})
+    return StoreURL("postgresql", conninfo, {"prefix": prefix, "flush": flushes[0] if flushes else "commit"})
 
 
 def parse_store_url(url: Optional[str] = None) -> StoreURL:

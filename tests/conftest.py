@@ -7,6 +7,8 @@
   ``.ci/run`` installs them, so CI always runs them.
 - ``pg_url``: the URL of a fresh, empty store on that server (a new table
   prefix per test, dropped after it).
+- ``durable_pg_server``: a server of the test's own with ``fsync`` on, for
+  tests that crash it (``kill("immediate")``) or change its grants.
 """
 
 from __future__ import annotations
@@ -20,10 +22,9 @@ import fdblayer
 from fdblayer.backends.postgres_server import ServerUnavailable, TemporaryServer
 
 
-@pytest.fixture(scope="session")
-def pg_server() -> Iterator[TemporaryServer]:
-    """A PostgreSQL server for the session (skips where none can start)."""
-    server = TemporaryServer()
+def running(server: TemporaryServer) -> Iterator[TemporaryServer]:
+    """Start ``server`` (skipping the test with the reason where it cannot
+    start), yield it, stop it: the body of the server fixtures."""
     try:
         server.start()
     except ServerUnavailable as exc:
@@ -33,6 +34,18 @@ def pg_server() -> Iterator[TemporaryServer]:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[TemporaryServer]:
+    """A PostgreSQL server for the session (skips where none can start)."""
+    yield from running(TemporaryServer())
+
+
+@pytest.fixture
+def durable_pg_server() -> Iterator[TemporaryServer]:
+    """A durable server of the test's own (commits survive its crash); skips where none can start."""
+    yield from running(TemporaryServer(durable=True))
 
 
 @pytest.fixture

@@ -29,6 +29,28 @@ interface's and not PostgreSQL's:
   conflict. Versionstamps are the commit version (8 bytes big-endian) and
   two zero bytes, so they increase in commit order as the commits become
   visible.
+- Which order is total, and for how long the lock is held: every commit
+  of a store is in one order (its version), the order its commits become
+  visible in; the conflict check, versionstamps (the activity monitors'
+  scan of a type's activity keys by stamp) and the watch notes rely on
+  it, and nothing needs an order per type beyond it. With the default
+  ``flush=commit`` the commit's transaction holds the order lock, and
+  PostgreSQL's lock on the notification queue, through its WAL flush: the
+  store commits about one transaction per flush, whatever the clients
+  (``bench/bench_pg_commits.py``). With ``flush=apart`` (a URL parameter)
+  the function's transaction ends without waiting for its flush, so both
+  locks go when its work is done, and the same round trip then commits a
+  one-record transaction (``pg_logical_emit_message``) with the session's
+  ``synchronous_commit``, which returns once the WAL up to it, so the
+  commit, is flushed: concurrent commits share flushes. The committer is
+  still answered only once its commit is durable (a failed flush is
+  ``CommitUnknownResult``), and any commit that read it is durable only
+  after it (the WAL is one sequence); what changes is that another
+  client may read a commit a server crash then takes back (with the
+  version it had: a reader holding such a version lost its connection
+  in that crash, and the watch hubs read again on reconnecting). It needs
+  ``EXECUTE`` on that function (PostgreSQL grants it to everyone by
+  default; checked at open).
 - Conflicts are per key (``key_conflicts`` True): the queue spreads its
   workers over the first pending keys, as on FoundationDB.
 - A read version older than the pruned part of the log (``MAX_TRANSACTION_AGE``)
@@ -126,16 +148,26 @@ class PostgresDatabase(IdleConnections[Any], Database):
         conninfo: a libpq connection URL or string (without ``prefix``).
         prefix: the tables' prefix (several stores can share one database).
         connect_timeout: seconds to wait for a connection to open.
+        flush: ``"commit"`` (a commit's flush waits under its locks) or
+            ``"apart"`` (after them; see the module docstring).
 
     Raises:
         InvalidStoreURL: on a bad prefix.
         ServerGone: when the server cannot be reached.
-        StoreUnavailable: when the store's schema is of another version.
+        StoreUnavailable: when the store's schema is of another version, or
+            ``flush="apart"`` may not call the function it flushes with.
     """
 
     key_conflicts = True
 
-    def __init__(self, conninfo: str, prefix: str = "otpjobs", *, connect_timeout: float = CONNECT_TIMEOUT) -> None:
+    def __init__(
+        self,
+        conninfo: str,
+        prefix: str = "otpjobs",
+        *,
+        connect_timeout: float = CONNECT_TIMEOUT,
+        flush: str = "commit",
+    ) -> None:
         try:
             import psycopg  # noqa: F401
         except ImportError as exc:  # pragma: no cover - psycopg is a dependency
@@ -152,6 +184,9 @@ class PostgresDatabase(IdleConnections[Any], Database):
         self._closed = False
         self._lone = threading.local()
         self.sql = Statements(prefix)
+        #: ``flush="apart"``: a commit's flush waits after its locks are
+        #: released (see the module docstring).
+        self.flush_apart = flush == "apart"
 
         self._transaction_class = PostgresTransaction
         self._initialize()
@@ -207,6 +242,10 @@ class PostgresDatabase(IdleConnections[Any], Database):
                 self._create_or_upgrade(conn)
             else:
                 self._check_version_row(row)
+            if self.flush_apart and not conn.execute(self.sql.can_flush_apart).fetchone()[0]:
+                raise StoreUnavailable(
+                    f"store {self.where}: flush=apart needs EXECUTE on pg_logical_emit_message for this user"
+                )
         except psycopg.Error as exc:
             conn.close()
             raise map_pg_error(exc, self.where) from exc

@@ -362,11 +362,29 @@ class Statements:
             "WHERE w.version > %s AND w.b < r.e AND w.e > r.b) "
             f"OR %s < (SELECT value FROM {meta} WHERE name = 'pruned_version')"
         )
-        self.commit = (
-            f'SELECT "{p}_commit"(%s, %b::bytea[], %b::bytea[], %b::bytea[], %b::bytea[], '
+        call = (
+            f'"{p}_commit"(%s, %b::bytea[], %b::bytea[], %b::bytea[], %b::bytea[], '
             "%b::bytea[], %b::bytea[], %b::bytea[], %b::bytea[], %b::bytea[], "
             "%b::bytea[], %b::int[], %b::bytea[], %b::bytea[], %b::bytea[], %b::int[], "
             "%b::bytea[], %b::bytea[], %s)"
+        )
+        #: The commit function, its transaction flushed before it ends (and
+        #: before its commit order lock is released).
+        self.commit = f"SELECT {call}"
+        #: ``flush=apart``: the commit function in a transaction that ends
+        #: without waiting for its flush (the lock released at once) and
+        #: without the notice of the ``COMMIT`` that ends it; ``flush`` follows.
+        self.commit_unflushed = (
+            f"SELECT {call}, set_config('synchronous_commit', 'off', true), "
+            "set_config('client_min_messages', 'error', true)"
+        )
+        #: A transaction of one WAL record, committed with the session's
+        #: ``synchronous_commit``: it returns once the WAL up to it, so every
+        #: commit before it, is flushed (and on the standbys the server waits
+        #: for). Concurrent flushes share one fsync.
+        self.flush = f"SELECT pg_logical_emit_message(true, '{p}', '')"
+        self.can_flush_apart = (
+            "SELECT has_function_privilege('pg_logical_emit_message(boolean, text, text)', 'EXECUTE')"
         )
         self.watched = (
             f"SELECT NULL::bytea, NULL::bytea, value FROM {meta} WHERE name = 'commit_version' "

@@ -35,6 +35,7 @@ import logging
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 
 from fdblayer.exceptions import (
+    CommitUnknownResult,
     ConflictError,
     InvalidTransactionState,
     NoCommitVersion,
@@ -55,10 +56,11 @@ from fdblayer.interface import (
     splice_versionstamp,
 )
 from fdblayer.backends.buffered import StampAndWatches
-from fdblayer.limits import add_params, apply_adds, check_versionstamp_template
-from fdblayer.backends.postgres_arrays import ByteaArray, Int4Array
-from fdblayer.backends.postgres_sql import connection_is_broken, key_prefixes, map_pg_error
+from fdblayer.limits import apply_adds, check_versionstamp_template
+from fdblayer.backends.postgres_arrays import ByteaArray
+from fdblayer.backends.postgres_sql import connection_is_broken, first_line, key_prefixes, map_pg_error
 from fdblayer.backends.postgres_own_writes import OwnWrites
+from fdblayer.backends.postgres_commit_args import CommitArgs
 from fdblayer.backends.postgres_read_ahead import MANY, SLACK, ReadAhead
 from fdblayer.selectors import END_OF_KEYSPACE, KeyOrSelector, KeySelector, KeyValue, to_selector
 from fdblayer.forks import ForkEpoch
@@ -72,14 +74,13 @@ __all__ = ["PostgresTransaction"]
 logger = logging.getLogger(__name__)
 
 
-def _bytea(items: Sequence[Optional[bytes]]) -> Optional[ByteaArray]:
-    """A ``bytea[]`` argument: None (SQL NULL) for no items."""
-    return ByteaArray(items) if items else None
-
-
-def _int4(items: Sequence[int]) -> Optional[Int4Array]:
-    """An ``int[]`` argument: None (SQL NULL) for no items."""
-    return Int4Array(items) if items else None
+def _answered(cur: Any) -> bool:
+    """True when the commit function's statement returned its row (a
+    failure after it was then the flush's)."""
+    try:
+        return cur is not None and cur.fetchone() is not None
+    except Exception:  # noqa: BLE001 - no result: the statement failed or never ran
+        return False
 
 
 class _SnapshotView(ReadView):
@@ -103,7 +104,7 @@ class _SnapshotView(ReadView):
         return self._tr._get_range(begin, end, limit, reverse, snapshot=True)
 
 
-class PostgresTransaction(ReadAhead, OwnWrites, StampAndWatches, Transaction):
+class PostgresTransaction(ReadAhead, OwnWrites, CommitArgs, StampAndWatches, Transaction):
     """A transaction on a ``PostgresDatabase`` (see the module docstring)."""
 
     def __init__(self, db: "PostgresDatabase", lone: bool = False) -> None:
@@ -160,14 +161,20 @@ class PostgresTransaction(ReadAhead, OwnWrites, StampAndWatches, Transaction):
         if self._epoch != ForkEpoch.value:
             raise InvalidTransactionState("transaction crossed os.fork(); create a new one")
 
-    def _failure(self, exc: BaseException, committing: bool = False) -> StoreError:
+    def _failure(self, exc: BaseException, committing: bool = False, unflushed: bool = False) -> StoreError:
         """Map a psycopg error, end the transaction with it, and return it to raise.
 
         The connection is kept when only the statement failed (a conflict):
         after a failed commit it is idle; after a failed read its snapshot
-        is rolled back. A lost connection is dropped.
+        is rolled back. A lost connection is dropped. ``unflushed``: the
+        commit function returned; what failed is the flush after it.
         """
-        error = map_pg_error(exc, self._db.where, committing)
+        if unflushed:
+            error: StoreError = CommitUnknownResult(
+                f"store {self._db.where}: committed, but not known to be durable ({first_line(exc)})"
+            )
+        else:
+            error = map_pg_error(exc, self._db.where, committing)
         self._error = error
         if committing and self._expected:
             self._expect_reads = True  # a guess may be what failed: the retries read
@@ -286,62 +293,35 @@ class PostgresTransaction(ReadAhead, OwnWrites, StampAndWatches, Transaction):
         """True when this transaction wrote ``key`` (its watch's value is then the commit's)."""
         return key in self._sets or key in self._adds or key in self._stamped_values or self._in_cleared(key)
 
-    def _changed_keys(self) -> Optional[Tuple[List[bytes], List[bytes]]]:
-        """``(keys certainly changed, keys maybe changed)`` by this commit, or
-        None when it cannot say (cleared ranges, versionstamped keys): a
-        nonzero add and a stamped value always change a key; a set or a
-        clear may write what was there."""
-        if self._cleared or self._stamped_keys:
-            return None
-        certain, maybe = list(self._stamped_values), list(self._sets)
-        for key, queued in self._adds.items():
-            (certain if len(queued) == 1 and queued[0][1] % (1 << (8 * queued[0][0])) else maybe).append(key)
-        return certain, maybe
-
-    def _commit_args(self) -> Tuple[Any, ...]:
-        """The commit function's arguments: each array encoded at once
-        (``postgres_arrays``), an empty one sent as NULL, which the function
-        reads alike (12 of the 17 are empty in an enqueue)."""
-        checked = bool(self._read_keys or self._read_ranges)
-        rb = [k for k in self._read_keys] + [b for b, _ in self._read_ranges]
-        re_ = [k + b"\x00" for k in self._read_keys] + [e for _, e in self._read_ranges]
-        sets = [(k, v) for k, v in self._sets.items() if v is not None]
-        adds = [(k, p) for k, queued in self._adds.items() for p in add_params(queued)]
-        return (
-            self._read_version if checked else None,
-            _bytea(rb),
-            _bytea(re_),
-            _bytea([b for b, _ in self._cleared]),
-            _bytea([e for _, e in self._cleared]),
-            _bytea([k for k, _ in sets]),
-            _bytea([v for _, v in sets]),
-            _bytea([k for k, v in self._sets.items() if v is None]),
-            _bytea([k for k, _ in adds]),
-            _bytea([p for _, p in adds]),
-            _bytea([t for t, _ in self._stamped_keys]),
-            _int4([pos for _, pos in self._stamped_keys]),
-            _bytea(list(self._stamped_keys.values())),
-            _bytea(list(self._stamped_values)),
-            _bytea([t for t, _ in self._stamped_values.values()]),
-            _int4([pos for _, pos in self._stamped_values.values()]),
-            _bytea(list(self._expected)),
-            _bytea(list(self._expected.values())),
-        )
-
     def _send_commit(self, note: str) -> int:
-        """Run the commit function: one round trip (with the end of the snapshot)."""
+        """Run the commit function: one round trip (with the end of the
+        snapshot, and with ``flush=apart`` the flush after the commit).
+
+        Raises:
+            CommitUnknownResult: the connection was lost, or (``flush=apart``)
+                the commit ended and its flush failed: a server crash may
+                still take it back.
+        """
         args = self._commit_args() + (note,)
-        sql = self._db.sql.commit
+        sql = self._db.sql
+        cur = None
         try:
             if self._conn is None:
                 self._conn = self._db.checkout()
             conn = self._conn
-            if self._mode == "snapshot":
+            if self._db.flush_apart:
+                with conn.pipeline():  # until COMMIT, one implicit transaction
+                    if self._mode == "snapshot":
+                        conn.execute("ROLLBACK")
+                    cur = conn.execute(sql.commit_unflushed, args, binary=True)
+                    conn.execute("COMMIT")
+                    conn.execute(sql.flush)
+            elif self._mode == "snapshot":
                 with conn.pipeline():
                     conn.execute("ROLLBACK")
-                    cur = conn.execute(sql, args, binary=True)
+                    cur = conn.execute(sql.commit, args, binary=True)
             else:
-                cur = conn.execute(sql, args, binary=True)
+                cur = conn.execute(sql.commit, args, binary=True)
             self._mode = None
             version: int = cur.fetchone()[0]
         except StoreError as exc:  # checkout failed: nothing was sent
@@ -349,7 +329,7 @@ class PostgresTransaction(ReadAhead, OwnWrites, StampAndWatches, Transaction):
             raise
         except Exception as exc:
             self._mode = None
-            raise self._failure(exc, committing=True) from exc
+            raise self._failure(exc, committing=True, unflushed=self._db.flush_apart and _answered(cur)) from exc
         self._conn = None
         self._db.checkin(conn, self._epoch)
         return version

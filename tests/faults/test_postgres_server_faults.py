@@ -23,7 +23,6 @@ import fdblayer
 from actors import jobs
 from fdblayer.jobs.job import JobState
 from fdblayer.exceptions import RetryLimitExceeded, ServerGone
-from fdblayer.backends.postgres_server import ServerUnavailable, TemporaryServer
 from tests.procs import free_port, kill_groups, wait_until
 from tests.workers.hosts import Host, write_handlers
 
@@ -33,16 +32,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 @pytest.fixture
-def server():
-    """A durable server of its own (commits survive the immediate stop)."""
-    srv = TemporaryServer(durable=True)
-    try:
-        srv.start()
-    except ServerUnavailable as exc:
-        srv.stop()
-        pytest.skip(str(exc))
-    yield srv
-    srv.stop()
+def server(durable_pg_server):
+    """A durable server of this test's own (see ``tests/conftest.py``)."""
+    return durable_pg_server
 
 
 def http_up(port: int) -> bool:

@@ -3,7 +3,9 @@
 - ``db``: a fresh ``fdblayer.Database`` per test, parametrized over the
   backends: ``sqlite`` (a real file ``store.db`` in ``tmp_path``, never an
   in-memory stand-in), ``postgres`` (a fresh table prefix on the session's
-  throwaway PostgreSQL server, see ``tests/conftest.py``) and ``fdb`` (FoundationDB under a fresh random prefix;
+  throwaway PostgreSQL server, see ``tests/conftest.py``), ``postgres-apart`` (the
+  same with ``flush=apart``: commits flushed after their locks are released) and
+  ``fdb`` (FoundationDB under a fresh random prefix;
   skipped with the reason, e.g. "FoundationDB client library libfdb_c not
   found: ...", where the library or a cluster is absent). Closed after the test.
 - ``store_url``: the URL of that same store, for subprocesses and for a second
@@ -21,7 +23,7 @@ import pytest
 import fdblayer
 from fdblayer.exceptions import StoreUnavailable
 
-BACKENDS = ("sqlite", "postgres", "fdb")
+BACKENDS = ("sqlite", "postgres", "postgres-apart", "fdb")
 
 
 @pytest.fixture(params=BACKENDS)
@@ -32,6 +34,9 @@ def store_url(request: pytest.FixtureRequest, tmp_path) -> Iterator[str]:
         return
     if request.param == "postgres":
         yield request.getfixturevalue("pg_url")
+        return
+    if request.param == "postgres-apart":
+        yield request.getfixturevalue("pg_url") + "&flush=apart"
         return
     url = f"fdb://?prefix=otpjobs-test-{uuid.uuid4().hex}"
     try:

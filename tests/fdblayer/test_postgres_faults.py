@@ -11,22 +11,14 @@ import pytest
 
 import fdblayer
 from fdblayer.exceptions import RetryLimitExceeded, ServerGone
-from fdblayer.backends.postgres_server import ServerUnavailable, TemporaryServer
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
 
 @pytest.fixture
-def server():
-    """A durable server of this test's own (it is stopped and started)."""
-    srv = TemporaryServer(durable=True)
-    try:
-        srv.start()
-    except ServerUnavailable as exc:
-        srv.stop()
-        pytest.skip(str(exc))
-    yield srv
-    srv.stop()
+def server(durable_pg_server):
+    """A durable server of this test's own (see ``tests/conftest.py``)."""
+    return durable_pg_server
 
 
 def test_calls_fail_fast_while_the_server_is_down_and_the_handle_recovers(server):

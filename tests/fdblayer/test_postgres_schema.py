@@ -104,7 +104,7 @@ def test_a_bad_prefix_is_refused(prefix):
 
 def test_libpq_parameters_pass_through_and_prefix_does_not():
     parsed = fdblayer.parse_store_url("postgres://u:p@h:5/db?sslmode=disable&prefix=x")
-    assert parsed.scheme == "postgresql" and parsed.params == {"prefix": "x"}
+    assert parsed.scheme == "postgresql" and parsed.params == {"prefix": "x", "flush": "commit"}
     assert "sslmode=disable" in parsed.path and "prefix" not in parsed.path
     with pytest.raises(InvalidStoreURL):
         fdblayer.parse_store_url("postgresql://h/db?prefix=a&prefix=b")

@@ -12,8 +12,9 @@ import psycopg
 import pytest
 
 import fdblayer
+from tests.conftest import running
 from tests.workers.hosts import run_ledger
-from fdblayer.backends.postgres_server import ServerUnavailable, TemporaryServer
+from fdblayer.backends.postgres_server import TemporaryServer
 
 PROBE = """
 import json, os, time
@@ -56,16 +57,7 @@ def stubborn(ctx):
 
 @pytest.fixture(scope="module")
 def own_pg():
-    server = TemporaryServer(durable=True)
-    try:
-        server.start()
-    except ServerUnavailable as exc:
-        server.stop()
-        pytest.skip(str(exc))
-    try:
-        yield server
-    finally:
-        server.stop()
+    yield from running(TemporaryServer(durable=True))
 
 
 @pytest.fixture

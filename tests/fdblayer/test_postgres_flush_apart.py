@@ -1,0 +1,123 @@
+"""``flush=apart`` on PostgreSQL: a commit's transaction ends without
+waiting for its WAL flush (its locks released at once) and the same round
+trip then waits for the flush. What a caller relies on: a commit it was
+told of survives a server crash; a flush that fails after the commit is
+``CommitUnknownResult`` (the commit is there, but not known durable); a
+user who may not flush that way is told at open. The contract and jobs
+model suites run on this mode too (``postgres-apart`` in ``conftest.py``).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import psycopg
+import pytest
+
+import fdblayer
+from fdblayer.backends.postgres_server import TemporaryServer
+from fdblayer.exceptions import CommitUnknownResult, InvalidStoreURL, StoreError, StoreUnavailable
+
+EMIT = "pg_logical_emit_message(boolean, text, text)"
+
+
+def test_the_flush_parameter_is_ours_and_checked():
+    parsed = fdblayer.parse_store_url("postgresql://u@h:5/db?flush=apart&sslmode=disable")
+    assert parsed.params == {"prefix": "otpjobs", "flush": "apart"}
+    assert "flush" not in parsed.path and "sslmode=disable" in parsed.path
+    assert fdblayer.parse_store_url("postgresql://u@h/db").params["flush"] == "commit"
+    for bad in ("flush=later", "flush=apart&flush=commit", "flush="):
+        with pytest.raises(InvalidStoreURL) as caught:
+            fdblayer.parse_store_url(f"postgresql://u@h/db?{bad}")
+        assert "flush" in str(caught.value)
+
+
+@pytest.fixture
+def server(durable_pg_server):
+    """A durable server of this test's own (see ``tests/conftest.py``)."""
+    return durable_pg_server
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_every_commit_answered_survives_a_server_crash(server):
+    """Four threads commit as fast as they can; the server is killed as a
+    crash would (no shutdown, WAL buffers lost); every commit a thread was
+    answered for is there after the restart."""
+    url = server.url(prefix="crash") + "&flush=apart"
+    db = fdblayer.open(url)
+    answered: list[list[int]] = [[] for _ in range(4)]
+    stop = threading.Event()
+
+    def writer(index: int) -> None:
+        n = 0
+        while not stop.is_set():
+            tr = db.create_transaction()
+            tr.set(b"w/%d/%06d" % (index, n), b"x" * 100)
+            tr.add(b"count/%d" % index, (1).to_bytes(8, "little"))
+            try:
+                tr.commit()
+            except StoreError:
+                return  # the server is gone: this commit's outcome is unknown
+            answered[index].append(n)
+            n += 1
+
+    threads = [threading.Thread(target=writer, args=(i,)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    time.sleep(1.0)
+    server.kill("immediate")
+    stop.set()
+    for thread in threads:
+        thread.join(30)
+    db.close()
+    assert all(len(a) > 20 for a in answered), [len(a) for a in answered]
+    server.launch()
+    db = fdblayer.open(url)
+    try:
+        for index, numbers in enumerate(answered):
+            stored = {kv.key for kv in db.get_range(b"w/%d/" % index, b"w/%d0" % index)}
+            lost = [n for n in numbers if b"w/%d/%06d" % (index, n) not in stored]
+            assert not lost, f"writer {index}: {len(lost)} answered commits lost, first {lost[:5]}"
+            count = int.from_bytes(db.get(b"count/%d" % index) or b"", "little")
+            assert count >= len(numbers), "the counter's adds answered are all there"
+    finally:
+        db.close()
+
+
+def _user(server: TemporaryServer, name: str) -> str:
+    """A store URL of a new login role that owns nothing special (no superuser)."""
+    with psycopg.connect(server.conninfo(), autocommit=True) as conn:
+        conn.execute(f"CREATE ROLE {name} LOGIN")
+        conn.execute(f"GRANT CREATE ON SCHEMA public TO {name}")
+    return f"postgresql://{name}@127.0.0.1:{server.port}/postgres?prefix={name}&flush=apart"
+
+
+@pytest.mark.slow
+def test_a_user_who_may_not_flush_apart_is_told_at_open(server):
+    url = _user(server, "plain")
+    with psycopg.connect(server.conninfo(), autocommit=True) as conn:
+        conn.execute(f"REVOKE EXECUTE ON FUNCTION {EMIT} FROM PUBLIC")
+    with pytest.raises(StoreUnavailable) as caught:
+        fdblayer.open(url)
+    assert "flush=apart" in str(caught.value) and "pg_logical_emit_message" in str(caught.value)
+    fdblayer.open(url.replace("&flush=apart", "")).close()  # the default flush needs nothing more
+
+
+@pytest.mark.slow
+def test_a_flush_that_fails_after_the_commit_is_an_unknown_result_and_the_commit_is_there(server):
+    url = _user(server, "revoked")
+    db = fdblayer.open(url)
+    try:
+        db.set(b"before", b"1")
+        with psycopg.connect(server.conninfo(), autocommit=True) as conn:
+            conn.execute(f"REVOKE EXECUTE ON FUNCTION {EMIT} FROM PUBLIC")
+        tr = db.create_transaction()
+        tr.set(b"after", b"2")
+        with pytest.raises(CommitUnknownResult) as caught:
+            tr.commit()
+        assert "not known to be durable" in str(caught.value)
+        assert db.get(b"after") == b"2", "the commit itself went through"
+    finally:
+        db.close()
