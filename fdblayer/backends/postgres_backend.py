@@ -28,7 +28,9 @@ interface's and not PostgreSQL's:
   ranges it wrote, and ``NOTIFY``s. Blind writes check nothing: they never
   conflict. Versionstamps are the commit version (8 bytes big-endian) and
   two zero bytes, so they increase in commit order as the commits become
-  visible.
+  visible. A version is never below the server's start time in
+  microseconds, so versions seen never come back after a server crash
+  (see ``flush=apart`` below; schema version 4).
 - Which order is total, and for how long the lock is held: every commit
   of a store is in one order (its version), the order its commits become
   visible in; the conflict check, versionstamps (the activity monitors'
@@ -46,11 +48,15 @@ interface's and not PostgreSQL's:
   still answered only once its commit is durable (a failed flush is
   ``CommitUnknownResult``), and any commit that read it is durable only
   after it (the WAL is one sequence); what changes is that another
-  client may read a commit a server crash then takes back (with the
-  version it had: a reader holding such a version lost its connection
-  in that crash, and the watch hubs read again on reconnecting). It needs
-  ``EXECUTE`` on that function (PostgreSQL grants it to everyone by
-  default; checked at open).
+  client may read a commit a server crash then takes back. Its version
+  is not issued again: the server's next life numbers from its start
+  time in microseconds (the activity monitors, hosts' lifelines, type
+  monitors and watch hubs keep versions they saw across a crash and
+  compare later ones with them; this holds unless the server's clock
+  went back across the crash). It needs ``EXECUTE`` on that function
+  (PostgreSQL grants it to everyone by default; checked at open); each
+  commit then takes two transaction ids, and a logical decoding
+  consumer of the database sees one more message a commit.
 - Conflicts are per key (``key_conflicts`` True): the queue spreads its
   workers over the first pending keys, as on FoundationDB.
 - A read version older than the pruned part of the log (``MAX_TRANSACTION_AGE``)

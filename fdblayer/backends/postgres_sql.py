@@ -43,15 +43,16 @@ __all__ = [
     "PRUNE_EVERY",
 ]
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 #: Older stores a program of this version upgrades when it opens them. They
 #: gain this version's commit function: it checks the guesses of
-#: ``expect_many`` (since version 2) and its notification names the keys a
-#: commit changed (version 3). It is an overload: the older one stays for
-#: older programs still running, whose empty notifications make every hub
-#: read. The atomic add is replaced in place (faster in version 3, the same
-#: results).
-UPGRADABLE_FROM = (1, 2)
+#: ``expect_many`` (since version 2), its notification names the keys a
+#: commit changed (version 3), and its versions never go back after a
+#: server crash (version 4: see ``_COMMIT_FUNCTION``). It is an overload:
+#: the older one stays for older programs still running, whose empty
+#: notifications make every hub read. The atomic add is replaced in place
+#: (faster in version 3, the same results).
+UPGRADABLE_FROM = (1, 2, 3)
 #: Bytes of a key in the index's ordering column (btree entries must stay
 #: under a third of a page); longer keys add their sha256 for uniqueness.
 KEY_PREFIX_BYTES = 1024
@@ -186,7 +187,13 @@ DECLARE
   old bigint;
   stamped bytea[] := '{{}}';
 BEGIN
-  UPDATE {meta} SET value = value + 1 WHERE name = 'commit_version' RETURNING value INTO ver;
+  -- Never below the server's start in microseconds: a commit that other
+  -- clients read before it was durable (flush=apart) and a crash then took
+  -- back may have shown them a version; the server's next life numbers
+  -- after it (fewer than one commit a microsecond in a life), so versions
+  -- and versionstamps never go back as they are seen.
+  UPDATE {meta} SET value = greatest(value + 1, (extract(epoch FROM pg_postmaster_start_time()) * 1000000)::bigint)
+    WHERE name = 'commit_version' RETURNING value INTO ver;
   IF rv IS NOT NULL THEN
     IF rv < (SELECT value FROM {meta} WHERE name = 'pruned_version') THEN
       RAISE EXCEPTION 'transaction too old' USING ERRCODE = '40001', HINT = 'too_old';
@@ -383,8 +390,12 @@ class Statements:
         #: commit before it, is flushed (and on the standbys the server waits
         #: for). Concurrent flushes share one fsync.
         self.flush = f"SELECT pg_logical_emit_message(true, '{p}', '')"
+        #: Whether this role may flush apart (the function has a fourth,
+        #: defaulted argument since PostgreSQL 17).
         self.can_flush_apart = (
-            "SELECT has_function_privilege('pg_logical_emit_message(boolean, text, text)', 'EXECUTE')"
+            "SELECT has_function_privilege(coalesce("
+            "to_regprocedure('pg_catalog.pg_logical_emit_message(boolean, text, text, boolean)'), "
+            "to_regprocedure('pg_catalog.pg_logical_emit_message(boolean, text, text)')), 'EXECUTE')"
         )
         self.watched = (
             f"SELECT NULL::bytea, NULL::bytea, value FROM {meta} WHERE name = 'commit_version' "

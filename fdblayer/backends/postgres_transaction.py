@@ -171,7 +171,7 @@ class PostgresTransaction(ReadAhead, OwnWrites, CommitArgs, StampAndWatches, Tra
         """
         if unflushed:
             error: StoreError = CommitUnknownResult(
-                f"store {self._db.where}: committed, but not known to be durable ({first_line(exc)})"
+                f"store {self._db.where}: may have committed, not known to be durable ({first_line(exc)})"
             )
         else:
             error = map_pg_error(exc, self._db.where, committing)

@@ -4,7 +4,9 @@
   backends: ``sqlite`` (a real file ``store.db`` in ``tmp_path``, never an
   in-memory stand-in), ``postgres`` (a fresh table prefix on the session's
   throwaway PostgreSQL server, see ``tests/conftest.py``), ``postgres-apart`` (the
-  same with ``flush=apart``: commits flushed after their locks are released) and
+  same with ``flush=apart``: commits flushed after their locks are released; that
+  server does not wait for flushes, so these check the commit pipeline and its
+  errors, and ``test_postgres_flush_apart.py`` the flush on a durable server) and
   ``fdb`` (FoundationDB under a fresh random prefix;
   skipped with the reason, e.g. "FoundationDB client library libfdb_c not
   found: ...", where the library or a cluster is absent). Closed after the test.

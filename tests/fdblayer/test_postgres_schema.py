@@ -53,12 +53,13 @@ def _set_back(pg_server, prefix: str, version: int) -> None:
         )
 
 
-@pytest.mark.parametrize("version", [1, 2])
+@pytest.mark.parametrize("version", [1, 2, 3])
 def test_an_older_store_is_upgraded_when_opened_and_keeps_its_data(pg_server, pg_url, version):
     """A store made by version 1 (its commit function without the checked
-    guesses) or 2 (without the fast add) gets this version's functions when
-    this version opens it; its data stay, guesses are checked and adds take
-    the fast path from then on."""
+    guesses), 2 (without the fast add) or 3 (versions counted from 0 again
+    after a crash) gets this version's functions when this version opens
+    it; its data stay, guesses are checked, adds take the fast path and
+    versions start from the server's start time from then on."""
     db = fdblayer.open(pg_url)
     db.set(b"kept", b"v")
     db.set(b"n", (2**32 - 1).to_bytes(8, "little"))
@@ -69,7 +70,7 @@ def test_an_older_store_is_upgraded_when_opened_and_keeps_its_data(pg_server, pg
     try:
         with psycopg.connect(pg_server.conninfo(), autocommit=True) as conn:
             row = conn.execute(f"SELECT value FROM \"{prefix}_meta\" WHERE name = 'schema_version'").fetchone()
-        assert row[0] == SCHEMA_VERSION == 3
+        assert row[0] == SCHEMA_VERSION == 4
         assert db.get(b"kept") == b"v"
         tr = db.create_transaction()
         assert tr.expect_many([b"kept"], [b"wrong"]) == [b"wrong"]
@@ -78,6 +79,12 @@ def test_an_older_store_is_upgraded_when_opened_and_keeps_its_data(pg_server, pg
             tr.commit()
         db.set(b"out", b"y")
         assert db.get(b"out") == b"y"
+        with psycopg.connect(pg_server.conninfo(), autocommit=True) as conn:
+            version, start = conn.execute(
+                f"SELECT value, (extract(epoch FROM pg_postmaster_start_time()) * 1000000)::bigint "
+                f"FROM \"{prefix}_meta\" WHERE name = 'commit_version'"
+            ).fetchone()
+        assert version >= start
         tr = db.create_transaction()
         tr.add(b"n", (1).to_bytes(8, "little"))
         tr.add(b"w", b"\x01\x02\x03")
