@@ -48,9 +48,15 @@ class NodeSupervisor(Supervisor):
     ``owner`` a ``(pid, start_time)`` pair or None.
     """
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        #: name -> (address, pid). Made before any message: a client may ask
+        #: a starting node for a name before the node's Init arrives (an
+        #: empty answer then, as for a name not registered yet).
+        self._names: dict[str, tuple[Any, int | None]] = {}
+
     def init(self, args: Any) -> Any:
         flags, specs, *rest = args
-        self._names: dict[str, tuple[Any, int | None]] = {}
         self.node = self.myAddress
         self.handleDeadLetters()
         owner = rest[0] if rest else None
