@@ -88,7 +88,8 @@ import re
 import threading
 from typing import Any, Callable, ClassVar, Dict, List, Optional, TypeVar
 
-from fdblayer.exceptions import StoreUnavailable
+from fdblayer.exceptions import InvalidStoreURL, StoreUnavailable
+from fdblayer.urls import PG_FLUSH_MODES
 from fdblayer.forks import ForkEpoch
 from fdblayer.interface import Database
 from fdblayer.backends.postgres_sql import (
@@ -158,7 +159,7 @@ class PostgresDatabase(IdleConnections[Any], Database):
             ``"apart"`` (after them; see the module docstring).
 
     Raises:
-        InvalidStoreURL: on a bad prefix.
+        InvalidStoreURL: on a bad prefix or flush.
         ServerGone: when the server cannot be reached.
         StoreUnavailable: when the store's schema is of another version, or
             ``flush="apart"`` may not call the function it flushes with.
@@ -179,6 +180,8 @@ class PostgresDatabase(IdleConnections[Any], Database):
         except ImportError as exc:  # pragma: no cover - psycopg is a dependency
             raise StoreUnavailable(f"the PostgreSQL backend needs psycopg 3: {exc}") from exc
         self.prefix = check_prefix(prefix)
+        if flush not in PG_FLUSH_MODES:
+            raise InvalidStoreURL(f"store flush {flush!r}: must be one of {', '.join(PG_FLUSH_MODES)}")
         self.conninfo = conninfo
         self.connect_timeout = connect_timeout
         redacted = _redact(conninfo)

@@ -16,6 +16,7 @@ import psycopg
 import pytest
 
 import fdblayer
+from fdblayer.backends.postgres_backend import PostgresDatabase
 from fdblayer.backends.postgres_server import TemporaryServer
 from fdblayer.exceptions import CommitUnknownResult, InvalidStoreURL, StoreError, StoreUnavailable
 
@@ -29,6 +30,9 @@ def test_the_flush_parameter_is_ours_and_checked():
         with pytest.raises(InvalidStoreURL) as caught:
             fdblayer.parse_store_url(f"postgresql://u@h/db?{bad}")
         assert "flush" in str(caught.value)
+    with pytest.raises(InvalidStoreURL) as caught:
+        PostgresDatabase("postgresql://u@127.0.0.1:1/db", flush="aprt")  # refused before any connection
+    assert "aprt" in str(caught.value)
 
 
 @pytest.fixture
