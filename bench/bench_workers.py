@@ -53,7 +53,8 @@ import worker_peers as wp  # noqa: E402
 
 import fdblayer  # noqa: E402
 from actors import jobs  # noqa: E402
-from fdblayer.jobs import pending, work  # noqa: E402
+from fdblayer.interface import transactional  # noqa: E402
+from fdblayer.jobs import counts, overview, pending, work  # noqa: E402
 from fdblayer.jobs.keys import DEFAULT_LAYOUT  # noqa: E402
 from fdblayer.jobs.work_record import SUCCEEDED, WorkRecord  # noqa: E402
 from supervision.system import stop_node  # noqa: E402
@@ -71,8 +72,13 @@ class OursPeer(wp.Peer):
         self.url = f"sqlite:///{self.dir}/store.db?synchronous={sync}"
         self.db = fdblayer.open(self.url)
         jobs.set_type_timeout(self.db, JOB_TYPE, 30)
+        self.keep_counts()
         self.port = wp.free_port()
         self.enqueued = 0
+
+    def keep_counts(self) -> None:
+        """Mark the type's counters exact (it has no job yet), for :meth:`done`."""
+        transactional(lambda tr: overview.type_counts(tr, DEFAULT_LAYOUT, JOB_TYPE, time.time()))(self.db)
 
     def settings(self) -> str:
         return (
@@ -117,8 +123,16 @@ class OursPeer(wp.Peer):
         return True
 
     def done(self) -> int:
+        """Jobs of this run no longer pending or running: from the type's
+        counters (a few keys), as the peers count with one SQL statement; the
+        rows themselves only on a store whose counters are not kept yet. (It
+        read the pending range, up to the whole queue every poll: a third of
+        a CPU at 5,000 jobs on PostgreSQL, taken from the hosts it measures.)"""
         tr = self.db.create_transaction()
         try:
+            stored = counts.stored(tr, DEFAULT_LAYOUT, JOB_TYPE)
+            if stored is not None:
+                return self.enqueued - stored["pending"] - stored["running"]
             waiting = pending.pending_count(tr, DEFAULT_LAYOUT, JOB_TYPE)
             running = len(tr.snapshot.get_range_startswith(DEFAULT_LAYOUT.activity_prefix(JOB_TYPE)))
         finally:

@@ -198,6 +198,7 @@ class Ours(PgPeer, bw.OursPeer):
 
         self.db = fdblayer.open(self.url)
         jobs.set_type_timeout(self.db, JOB_TYPE, 30)
+        self.keep_counts()
         self.ports = [wp.free_port() for _ in range(self.hosts)]
         self.port = self.ports[0]
         self.enqueued = 0
