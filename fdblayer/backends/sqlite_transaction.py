@@ -2,15 +2,17 @@
 
 Principle: a transaction is lazy. Its first read opens a deferred SQLite read
 transaction (a snapshot, pinned by that read); its writes take SQLite's write
-lock at commit, by upgrading the snapshot (which fails with ConflictError when
-anyone committed since), or, when it has not read yet or is pessimistic (a
-retry), at its first write with ``BEGIN IMMEDIATE`` behind the fair write
-queue; COMMIT commits.
+lock at commit, by upgrading the snapshot (when anyone committed since, its
+recorded reads are checked again under the lock, and only one that changed is
+a ConflictError: ``sqlite_locking``), or, when it has not read yet or is
+pessimistic (a retry), at its first write with ``BEGIN IMMEDIATE`` behind the
+fair write queue; COMMIT commits.
 
 Like FoundationDB's client, a transaction keeps its writes in memory (as
 ``_pending``) and executes them in batches (``executemany``) at commit, or
-before a range read, key-selector read or range clear, which SQLite must
-answer; point reads see them from memory (read-your-writes). Point reads are
+before a read of a range holding one of them, a key-selector read or a
+range clear, which SQLite must answer; point reads see them from memory
+(read-your-writes). Point reads are
 cached per transaction (``_known``): the SQLite snapshot a transaction reads
 cannot change while it lives, so a second read of a key would return the
 same bytes. An atomic ``add`` to a key the transaction has not read is
@@ -58,7 +60,6 @@ from fdblayer.backends.sqlite_sql import (
     SQL_CLEAR,
     SQL_CLEAR_RANGE,
     SQL_GET,
-    SQL_PIN_SNAPSHOT,
     SQL_SET,
     map_sqlite_error,
 )
@@ -144,8 +145,14 @@ class SqliteTransaction(SqliteLocking, StampAndWatches, Transaction):
         self._pending: Dict[bytes, Optional[bytes]] = {}  # unflushed sets (None: clear)
         self._cleared = False  # a clear was buffered since the last flush
         self._adds: Dict[bytes, List[List[int]]] = {}  # unflushed adds to unread keys
-        self._pinned = False  # a read ran: the snapshot is fixed
         self._rows = 0  # rows written (told to the store's checkpoint thread)
+        self._reads: Optional[List[Tuple[str, Sequence[object], List[object]]]] = []  # the snapshot's reads (_recorded)
+        self._read_rows = 0
+        #: Versionstamped writes, applied at commit once the lock is held (as
+        #: on PostgreSQL, reads do not see them before): template -> value,
+        #: and key -> value template; the last write of a key wins.
+        self._stamped_keys: Dict[bytes, bytes] = {}
+        self._stamped_values: Dict[bytes, bytes] = {}
 
     @property
     def db(self) -> SqliteDatabase:
@@ -197,6 +204,7 @@ class SqliteTransaction(SqliteLocking, StampAndWatches, Transaction):
 
     def _bump_version(self) -> None:
         assert self._conn is not None
+        self._upgrade()
         try:
             self._version = self._conn.execute(SQL_BUMP_VERSION).fetchone()[0]
         except sqlite3.Error as exc:
@@ -206,7 +214,6 @@ class SqliteTransaction(SqliteLocking, StampAndWatches, Transaction):
     def _read_conn(self) -> sqlite3.Connection:
         """The connection, for a read that runs at once (it pins the snapshot)."""
         if self._mode is not None and self._ok and self._epoch == ForkEpoch.value:
-            self._pinned = True
             return self._conn  # type: ignore[return-value]  # a mode means a connection
         self._ensure_usable()
         if self._mode is None:
@@ -215,8 +222,18 @@ class SqliteTransaction(SqliteLocking, StampAndWatches, Transaction):
             else:
                 self._begin_read()
         assert self._conn is not None
-        self._pinned = True
         return self._conn
+
+    def _buffered_within(self, low: bytes, high: bytes) -> bool:
+        """True when a buffered write (set, clear or add) falls in ``[low, high)``.
+
+        A range read flushes the buffer only then: a read of a range the
+        transaction has not written is answered by its snapshot as it is, so
+        a transaction that reads after writing elsewhere (a step: ends, then
+        claims) keeps its snapshot, and takes the lock only at commit."""
+        if any(low <= key < high for key in self._pending):
+            return True
+        return bool(self._adds) and any(low <= key < high for key in self._adds)
 
     def _flushed_conn(self) -> sqlite3.Connection:
         """The connection, with the buffered writes executed (for SQL-level reads)."""
@@ -240,6 +257,7 @@ class SqliteTransaction(SqliteLocking, StampAndWatches, Transaction):
     def _flush(self) -> None:
         """Execute the buffered writes, in batches (one statement kind each)."""
         assert self._conn is not None
+        self._upgrade()  # a transaction that read takes the lock first
         pending, adds = self._pending, self._adds
         self._pending, self._adds = {}, {}
         sets: Collection[Tuple[bytes, Optional[bytes]]]
@@ -267,6 +285,8 @@ class SqliteTransaction(SqliteLocking, StampAndWatches, Transaction):
         if not self._ok or self._epoch != ForkEpoch.value:
             self._ensure_usable()
         watched = self._watched_values() if self._watches else None
+        if self._stamped_keys or self._stamped_values:
+            self._apply_stamps()
         if self._pending or self._adds:
             self._flush()
         wrote = self._mode == "write"
@@ -299,6 +319,16 @@ class SqliteTransaction(SqliteLocking, StampAndWatches, Transaction):
         if self._mode is None:
             self._read_conn()
         return [(w, self._get(w.key)) for w in self._watches]
+
+    def _apply_stamps(self) -> None:
+        """Take the commit's version (and with it the lock), and buffer the
+        versionstamped writes with their stamps filled in."""
+        stamp = self._stamp_bytes()
+        for template, value in self._stamped_keys.items():
+            self._pending[splice_versionstamp(template, stamp)] = value
+        for key, template in self._stamped_values.items():
+            self._pending[key] = splice_versionstamp(template, stamp)
+        self._stamped_keys, self._stamped_values = {}, {}
 
     def _resolve_stamp(self, wrote: bool) -> None:
         assert self._stamp is not None
@@ -348,10 +378,10 @@ class SqliteTransaction(SqliteLocking, StampAndWatches, Transaction):
         """Read ``key`` from SQLite (its snapshot cannot change: cache the value)."""
         conn = self._read_conn()
         try:
-            row = conn.execute(SQL_GET, (key,)).fetchone()
+            rows = self._recorded(conn, SQL_GET, (key,))
         except sqlite3.Error as exc:
             raise self._sqlite_failure(exc) from exc
-        value = None if row is None else row[0]
+        value = rows[0][0] if rows else None
         self._known[key] = value
         return value
 
@@ -374,7 +404,7 @@ class SqliteTransaction(SqliteLocking, StampAndWatches, Transaction):
         for start in range(0, len(keys), _IN_CHUNK):
             chunk = keys[start : start + _IN_CHUNK]
             try:
-                found = dict(conn.execute(_many_sql(len(chunk)), chunk).fetchall())
+                found = dict(self._recorded(conn, _many_sql(len(chunk)), chunk))
             except sqlite3.Error as exc:
                 raise self._sqlite_failure(exc) from exc
             for key in chunk:
@@ -398,12 +428,12 @@ class SqliteTransaction(SqliteLocking, StampAndWatches, Transaction):
         if offset >= 1:
             op = ">" if or_equal else ">="
             sql = f"SELECT k FROM kv WHERE k {op} ? ORDER BY k LIMIT 1 OFFSET ?"
-            row = conn.execute(sql, (key, offset - 1)).fetchone()
-            return END_OF_KEYSPACE if row is None else min(row[0], END_OF_KEYSPACE)
+            rows = self._recorded(conn, sql, (key, offset - 1))
+            return min(rows[0][0], END_OF_KEYSPACE) if rows else END_OF_KEYSPACE
         op = "<=" if or_equal else "<"
         sql = f"SELECT k FROM kv WHERE k {op} ? ORDER BY k DESC LIMIT 1 OFFSET ?"
-        row = conn.execute(sql, (key, -offset)).fetchone()
-        return b"" if row is None else min(row[0], END_OF_KEYSPACE)
+        rows = self._recorded(conn, sql, (key, -offset))
+        return min(rows[0][0], END_OF_KEYSPACE) if rows else b""
 
     def _bound(self, conn: sqlite3.Connection, selector: KeySelector) -> bytes:
         """A key bound equivalent to the selector (no query for the usual shapes)."""
@@ -427,17 +457,20 @@ class SqliteTransaction(SqliteLocking, StampAndWatches, Transaction):
         if limit < 0:
             raise ValueError(f"limit must be >= 0, got {limit}")
         begin_sel, end_sel = to_selector(begin), to_selector(end)
-        conn = self._flushed_conn()
+        plain = begin_sel.offset == 1 and end_sel.offset == 1  # bounds known without a query
+        conn = self._read_conn() if plain else self._flushed_conn()
         try:
             low = self._bound(conn, begin_sel)
             high = min(self._bound(conn, end_sel), END_OF_KEYSPACE)
             if low >= high:
                 return []
+            if plain and self._buffered_within(low, high):
+                self._flush()  # SQLite must see the writes this read would see
             sql = SQL_RANGE_DESC if reverse else SQL_RANGE_ASC
             if limit:
-                rows = conn.execute(sql + " LIMIT ?", (low, high, limit)).fetchall()
+                rows = self._recorded(conn, sql + " LIMIT ?", (low, high, limit))
             else:
-                rows = conn.execute(sql, (low, high)).fetchall()
+                rows = self._recorded(conn, sql, (low, high))
         except sqlite3.Error as exc:
             raise self._sqlite_failure(exc) from exc
         return [KeyValue(k, v) for k, v in rows]
@@ -449,6 +482,8 @@ class SqliteTransaction(SqliteLocking, StampAndWatches, Transaction):
         self._known[key] = self._pending[key] = value
         if self._adds:
             self._adds.pop(key, None)
+        if self._stamped_values:
+            self._stamped_values.pop(key, None)
 
     def set(self, key: bytes, value: bytes) -> None:
         """Write one key (see ``Transaction.set``)."""
@@ -473,6 +508,8 @@ class SqliteTransaction(SqliteLocking, StampAndWatches, Transaction):
         self._known[key] = self._pending[key] = value
         if self._adds:
             self._adds.pop(key, None)
+        if self._stamped_values:
+            self._stamped_values.pop(key, None)
 
     def clear(self, key: bytes) -> None:
         """Remove one key."""
@@ -490,12 +527,15 @@ class SqliteTransaction(SqliteLocking, StampAndWatches, Transaction):
             return
         self._prepare_write(len(begin) + len(end))
         conn = self._flushed_conn()
+        self._upgrade()
         try:
             self._rows += max(conn.execute(SQL_CLEAR_RANGE, (begin, end)).rowcount, 1)
         except sqlite3.Error as exc:
             raise self._sqlite_failure(exc) from exc
         self._mode = "write"
         self._known.clear()  # rows read or written in the range are gone
+        for key in [k for k in self._stamped_values if begin <= k < end]:
+            del self._stamped_values[key]
 
     def add(self, key: bytes, param: bytes) -> None:
         """Atomic little-endian add (FoundationDB's ``add``).
@@ -557,7 +597,7 @@ class SqliteTransaction(SqliteLocking, StampAndWatches, Transaction):
         check_write_key(splice_versionstamp(template, b"\x00" * 10))
         value = check_value(value)
         self._prepare_write(len(template) + len(value))
-        self._buffer(splice_versionstamp(template, self._stamp_bytes()), value)
+        self._stamped_keys[template] = value
 
     def set_versionstamped_value(self, key: bytes, value: bytes) -> None:
         """Write at ``key`` a value whose placeholder is the commit's versionstamp."""
@@ -565,15 +605,20 @@ class SqliteTransaction(SqliteLocking, StampAndWatches, Transaction):
         template = check_versionstamp_template(value, "value")
         check_value(template[:-4])
         self._prepare_write(len(key) + len(template))
-        self._buffer(key, splice_versionstamp(template, self._stamp_bytes()))
+        self._pending.pop(key, None)  # the last write of the key wins
+        self._known.pop(key, None)
+        if self._adds:
+            self._adds.pop(key, None)
+        self._stamped_values[key] = template
 
     def add_read_conflict_range(self, begin: bytes, end: bytes) -> None:
-        """Pin the snapshot: any commit after it makes this transaction's writes conflict."""
+        """Make the commit fail if ``[begin, end)`` changes after this
+        transaction's snapshot: its rows are read there and recorded, so
+        the upgrade checks them again (``SqliteLocking._revalidate``)."""
         check_key(begin), check_key(end)
-        pinned = self._pinned
         conn = self._read_conn()
-        if self._mode == "read" and not pinned:
+        if self._mode == "read" and begin < end:
             try:
-                conn.execute(SQL_PIN_SNAPSHOT).fetchall()  # a deferred BEGIN reads nothing yet
+                self._recorded(conn, SQL_RANGE_ASC, (begin, min(end, END_OF_KEYSPACE)))
             except sqlite3.Error as exc:
                 raise self._sqlite_failure(exc) from exc

@@ -708,8 +708,7 @@ class TestConflicts:
         assert db.get(b"pre-a") == b"theirs" and db.get(b"pre-out") is None
 
     def test_prefetch_alone_adds_no_conflict(self, db, store_url):
-        """With key conflicts a prefetched key written elsewhere, never read,
-        does not fail the commit (SQLite's conflicts are store-wide)."""
+        """A prefetched key written elsewhere, never read, does not fail the commit."""
         db.set(b"pre-a", b"1")
         other = fdblayer.open(store_url)
         try:
@@ -718,14 +717,10 @@ class TestConflicts:
             tr.prefetch([b"pre-a"])
             other.set(b"pre-a", b"theirs")
             tr.set(b"pre-out", b"x")
-            if db.key_conflicts:
-                tr.commit()
-            else:
-                with pytest.raises(ConflictError):
-                    tr.commit()
+            tr.commit()
         finally:
             other.close()
-        assert db.get(b"pre-out") == (b"x" if db.key_conflicts else None)
+        assert db.get(b"pre-out") == b"x"
 
     def test_a_prefetched_key_reads_this_transactions_own_writes(self, db):
         db.set(b"pre-a", b"1")
@@ -849,24 +844,20 @@ class TestConflicts:
             tr.expect_many([b"exp-a", b"exp-b"], [None])
         tr.cancel()
 
-    def test_a_read_elsewhere_makes_blind_writes_conflict_only_without_key_conflicts(self, db, store_url):
-        """With key conflicts (FoundationDB) a read of another key adds no
-        conflict to blind writes; the SQLite backend's conflicts are
-        store-wide (``key_conflicts`` False): any commit since its snapshot."""
+    def test_a_read_of_another_key_adds_no_conflict_to_blind_writes(self, db, store_url):
+        """A blind write conflicts with nothing; a read of a key nobody
+        changed adds no conflict, though another commit came after it (on
+        SQLite, whose snapshot went stale: its reads are checked again)."""
         other = fdblayer.open(store_url)
         try:
             tr = db.create_transaction()
             assert tr.get(b"unrelated") is None  # the transaction's snapshot is taken
             tr.set(b"blind", b"mine")
             other.set(b"blind", b"theirs")  # committed after that snapshot
-            if db.key_conflicts:
-                tr.commit()
-            else:
-                with pytest.raises(ConflictError):
-                    tr.commit()
+            tr.commit()
         finally:
             other.close()
-        assert db.get(b"blind") == (b"mine" if db.key_conflicts else b"theirs")
+        assert db.get(b"blind") == b"mine"
 
 
 # ------------------------------------------------------------------ open()
