@@ -314,8 +314,10 @@ class PostgresTransaction(ReadAhead, OwnWrites, CommitArgs, StampAndWatches, Tra
                     if self._mode == "snapshot":
                         conn.execute("ROLLBACK")
                     cur = conn.execute(sql.commit_unflushed, args, binary=True)
-                    conn.execute("COMMIT")
-                    conn.execute(sql.flush)
+                    # Never prepared: a conflict aborts the pipeline before these run, yet
+                    # psycopg counts them, and would take a prepare the server never saw as done.
+                    conn.execute("COMMIT", prepare=False)
+                    conn.execute(sql.flush, prepare=False)
             elif self._mode == "snapshot":
                 with conn.pipeline():
                     conn.execute("ROLLBACK")

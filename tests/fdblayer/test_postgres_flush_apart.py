@@ -18,7 +18,7 @@ import pytest
 import fdblayer
 from fdblayer.backends.postgres_backend import PostgresDatabase
 from fdblayer.backends.postgres_server import TemporaryServer
-from fdblayer.exceptions import CommitUnknownResult, InvalidStoreURL, StoreError, StoreUnavailable
+from fdblayer.exceptions import CommitUnknownResult, ConflictError, InvalidStoreURL, StoreError, StoreUnavailable
 
 
 def test_the_flush_parameter_is_ours_and_checked():
@@ -162,3 +162,29 @@ def test_a_flush_that_fails_after_the_commit_is_an_unknown_result_and_the_commit
         assert db.get(b"after") == b"2", "the commit itself went through"
     finally:
         db.close()
+
+
+def test_conflicts_in_a_row_leave_the_connection_usable(pg_server):
+    """A commit that conflicts aborts its pipeline before the ``COMMIT`` and
+    the flush run; psycopg counts them sent all the same, and the fifth time
+    would have prepared them (a ``Parse`` the server never ran), leaving
+    every later commit on the connection failing with "prepared statement
+    does not exist" (found by ``test_jobs_processes`` on ``postgres-apart``).
+    Ten conflicts in a row on one connection, then commits that succeed."""
+    url = pg_server.url(prefix="conflicts") + "&flush=apart"
+    db, other = fdblayer.open(url), fdblayer.open(url)
+    try:
+        db.set(b"k", b"0")
+        for n in range(10):
+            tr = db.create_transaction()
+            assert tr.get(b"k") == b"%d" % n
+            other.set(b"k", b"%d" % (n + 1))  # after the read: the commit below conflicts
+            tr.set(b"out", b"x")
+            with pytest.raises(ConflictError):
+                tr.commit()
+        for n in range(10):
+            db.set(b"after/%d" % n, b"y")
+        assert db.get(b"after/9") == b"y" and db.get(b"out") is None
+    finally:
+        db.close()
+        other.close()
