@@ -10,12 +10,14 @@ exponential backoff, until the transaction's deadline; past it,
 A transaction that has read takes the lock at its first write by
 upgrading its snapshot (:meth:`SqliteLocking._upgrade`). SQLite refuses
 that when anyone committed since the snapshot (or holds the lock now),
-whatever they wrote; so the reads the transaction ran on its snapshot are
-recorded (:meth:`SqliteLocking._recorded`: each query and its answer),
-and a refused upgrade ends the snapshot, takes the lock as a write does,
-and runs them again: when every answer is the same, the transaction's
-view is the store's now, and it goes on under the lock; when one
-differs, ``ConflictError``. So a transaction conflicts only when
+whatever they wrote; so what the transaction read on its snapshot is
+kept: the values of the keys it read (``_fetched``, ``_checked``) and its
+range, key-selector and conflict-range queries with their answers
+(:meth:`SqliteLocking._recorded`). A refused upgrade ends the snapshot,
+takes the lock as a write does, and reads them again: when every answer
+is the same, the transaction's view is the store's now, and it goes on
+under the lock; when one differs, ``ConflictError``. Snapshot reads
+(``tr.snapshot``) are not checked, as on FoundationDB. So a transaction conflicts only when
 something it read changed (as on FoundationDB, by value rather than by
 version: a value written back as it was is no conflict, which is still
 serializable, at the commit), and the common case (a commit of other
@@ -28,12 +30,12 @@ from __future__ import annotations
 import random
 import sqlite3
 import time
-from typing import TYPE_CHECKING, Any, Callable, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 from fdblayer.backends import fairlock
 from fdblayer.exceptions import ConflictError, LockTimeout, StoreError
 from fdblayer.forks import ForkEpoch
-from fdblayer.backends.sqlite_sql import _BUSY_BACKOFF_MAX, _BUSY_BACKOFF_MIN, is_busy
+from fdblayer.backends.sqlite_sql import _BUSY_BACKOFF_MAX, _BUSY_BACKOFF_MIN, IN_CHUNK, is_busy, many_sql
 
 if TYPE_CHECKING:
     from fdblayer.backends.sqlite_backend import SqliteDatabase
@@ -51,7 +53,8 @@ SQL_TAKE_WRITE_LOCK = "DELETE FROM meta WHERE 0"
 class SqliteLocking:
     """Beginning reads and writes; the transaction supplies ``_db``,
     ``deadline``, ``_conn``, ``_mode``, ``_gate_held``, ``_reads``,
-    ``_read_rows``, ``_fail``, ``_release`` and ``_sqlite_failure``."""
+    ``_read_rows``, ``_fetched``, ``_checked``, ``_fail``, ``_release``
+    and ``_sqlite_failure``."""
 
     if TYPE_CHECKING:  # what the transaction supplies, for the type checker
         _db: SqliteDatabase
@@ -65,6 +68,9 @@ class SqliteLocking:
         def _fail(self, error: StoreError) -> None: ...
         def _release(self, rollback: bool) -> None: ...
         def _sqlite_failure(self, exc: sqlite3.Error) -> StoreError: ...
+
+        _checked: Set[bytes]
+        _fetched: Dict[bytes, Optional[bytes]]
 
     def _lock_deadline(self) -> float:
         if self.deadline is not None:
@@ -185,7 +191,9 @@ class SqliteLocking:
             self._fail(timeout)  # the transaction ends: its snapshot is gone
             raise
         try:
-            changed = any(conn.execute(sql, params).fetchall() != rows for sql, params, rows in reads)
+            changed = self._points_changed(conn) or any(
+                conn.execute(sql, params).fetchall() != rows for sql, params, rows in reads
+            )
         except sqlite3.Error as exc:
             raise self._sqlite_failure(exc) from exc
         if changed:
@@ -199,3 +207,15 @@ class SqliteLocking:
             f"store {self._db.path}: the write lock is held by {holder} and was not released "
             f"in time (reads go on; writes wait for it to commit or exit)"
         )
+
+    def _points_changed(self, conn: sqlite3.Connection) -> bool:
+        """True when a key read for real (not a snapshot read) holds another
+        value now than the snapshot gave (under the lock, at revalidation)."""
+        keys = list(self._checked)
+        fetched = self._fetched
+        for start in range(0, len(keys), IN_CHUNK):
+            chunk = keys[start : start + IN_CHUNK]
+            found = dict(conn.execute(many_sql(len(chunk)), chunk).fetchall())
+            if any(found.get(key) != fetched[key] for key in chunk):
+                return True
+        return False

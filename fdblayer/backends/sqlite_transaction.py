@@ -25,10 +25,9 @@ wait only for its commit.
 
 from __future__ import annotations
 
-import functools
 import logging
 import sqlite3
-from typing import TYPE_CHECKING, Collection, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Collection, Dict, List, Optional, Sequence, Set, Tuple
 
 from fdblayer.exceptions import (
     InvalidTransactionState,
@@ -60,7 +59,11 @@ from fdblayer.backends.sqlite_sql import (
     SQL_CLEAR,
     SQL_CLEAR_RANGE,
     SQL_GET,
+    SQL_RANGE_ASC,
+    SQL_RANGE_DESC,
     SQL_SET,
+    IN_CHUNK,
+    many_sql,
     map_sqlite_error,
 )
 from fdblayer.watches import Watch
@@ -72,39 +75,19 @@ __all__ = ["SqliteTransaction"]
 
 logger = logging.getLogger(__name__)
 
-_IN_CHUNK = 500  # keys per multi-key query (SQLite binds at most 32,766 parameters)
-_UNION_MAX = 16  # up to this many keys, a UNION ALL of point lookups beats IN
-
-
-@functools.cache
-def _many_sql(count: int) -> str:
-    """The query reading ``count`` distinct keys, one statement text per count.
-
-    SQLite answers ``k IN (...)`` by building a temporary index of the list
-    (measured: 2 keys 12 us, against 9 us for two point lookups joined by
-    UNION ALL); from about 30 keys on, IN wins. The text is built once per
-    count, so the statement cache always hits.
-    """
-    if count <= _UNION_MAX:
-        return " UNION ALL ".join(["SELECT k, v FROM kv WHERE k = ?"] * count)
-    return "SELECT k, v FROM kv WHERE k IN ({})".format(", ".join("?" * count))
-
-
-SQL_RANGE_ASC = "SELECT k, v FROM kv WHERE k >= ? AND k < ? ORDER BY k ASC"
-SQL_RANGE_DESC = "SELECT k, v FROM kv WHERE k >= ? AND k < ? ORDER BY k DESC"
-
 
 class _SnapshotView(ReadView):
-    """``tr.snapshot``: the same reads (SQLite reads never add finer conflicts)."""
+    """``tr.snapshot``: the same reads, adding no conflict (as on
+    FoundationDB): a stale snapshot's upgrade does not check them again."""
 
     def __init__(self, tr: "SqliteTransaction") -> None:
         self._tr = tr
 
     def get(self, key: bytes) -> Optional[bytes]:
-        return self._tr.get(key)
+        return self._tr._read_many([key], check=False)[0]
 
     def get_many(self, keys: Sequence[bytes]) -> List[Optional[bytes]]:
-        return self._tr.get_many(keys)
+        return self._tr._read_many(keys, check=False)
 
     def get_key(self, selector: KeyOrSelector) -> bytes:
         return self._tr.get_key(selector)
@@ -112,7 +95,7 @@ class _SnapshotView(ReadView):
     def get_range(
         self, begin: KeyOrSelector, end: KeyOrSelector, limit: int = 0, reverse: bool = False
     ) -> List[KeyValue]:
-        return self._tr.get_range(begin, end, limit=limit, reverse=reverse)
+        return self._tr._read_range(begin, end, limit, reverse, check=False)
 
 
 class SqliteTransaction(SqliteLocking, StampAndWatches, Transaction):
@@ -147,6 +130,8 @@ class SqliteTransaction(SqliteLocking, StampAndWatches, Transaction):
         self._adds: Dict[bytes, List[List[int]]] = {}  # unflushed adds to unread keys
         self._rows = 0  # rows written (told to the store's checkpoint thread)
         self._reads: Optional[List[Tuple[str, Sequence[object], List[object]]]] = []  # the snapshot's reads (_recorded)
+        self._fetched: Dict[bytes, Optional[bytes]] = {}  # the values point reads found on the snapshot
+        self._checked: Set[bytes] = set()  # of those, the keys read for real (not snapshot reads)
         self._read_rows = 0
         #: Versionstamped writes, applied at commit once the lock is held (as
         #: on PostgreSQL, reads do not see them before): template -> value,
@@ -378,15 +363,22 @@ class SqliteTransaction(SqliteLocking, StampAndWatches, Transaction):
         """Read ``key`` from SQLite (its snapshot cannot change: cache the value)."""
         conn = self._read_conn()
         try:
-            rows = self._recorded(conn, SQL_GET, (key,))
+            row = conn.execute(SQL_GET, (key,)).fetchone()
         except sqlite3.Error as exc:
             raise self._sqlite_failure(exc) from exc
-        value = rows[0][0] if rows else None
+        value = None if row is None else row[0]
         self._known[key] = value
+        if self._mode == "read":
+            self._fetched[key] = value
         return value
 
     def get_many(self, keys: Sequence[bytes]) -> List[Optional[bytes]]:
         """Read several keys; those not yet in this transaction's view in one query."""
+        return self._read_many(keys, check=True)
+
+    def _read_many(self, keys: Sequence[bytes], check: bool) -> List[Optional[bytes]]:
+        """``get_many``; with ``check``, the keys whose values came from the
+        snapshot are checked again if it goes stale (``_points_changed``)."""
         keys = [key if type(key) is bytes and len(key) <= MAX_KEY_SIZE else check_key(key) for key in keys]
         self._ensure_usable()
         known, adds = self._known, self._adds
@@ -395,20 +387,26 @@ class SqliteTransaction(SqliteLocking, StampAndWatches, Transaction):
             self._fetch(missing[0])  # the point query
         elif missing:
             self._fetch_many(list(dict.fromkeys(missing)))
-        return [known[key] if key in known else self._get(key) for key in keys]
+        values = [known[key] if key in known else self._get(key) for key in keys]
+        if check and self._mode == "read":
+            fetched = self._fetched
+            self._checked.update(key for key in keys if key in fetched)
+        return values
 
     def _fetch_many(self, keys: List[bytes]) -> None:
-        """Read distinct ``keys`` from SQLite into the view (see ``_many_sql``)."""
+        """Read distinct ``keys`` from SQLite into the view (see ``many_sql``)."""
         conn = self._read_conn()
         known = self._known
-        for start in range(0, len(keys), _IN_CHUNK):
-            chunk = keys[start : start + _IN_CHUNK]
+        for start in range(0, len(keys), IN_CHUNK):
+            chunk = keys[start : start + IN_CHUNK]
             try:
-                found = dict(self._recorded(conn, _many_sql(len(chunk)), chunk))
+                found = dict(conn.execute(many_sql(len(chunk)), chunk).fetchall())
             except sqlite3.Error as exc:
                 raise self._sqlite_failure(exc) from exc
             for key in chunk:
                 known[key] = found.get(key)
+            if self._mode == "read":
+                self._fetched.update((key, found.get(key)) for key in chunk)
 
     def _apply_adds(self, key: bytes) -> Optional[bytes]:
         """Fold the buffered adds of ``key`` into its value (now a plain set)."""
@@ -421,7 +419,10 @@ class SqliteTransaction(SqliteLocking, StampAndWatches, Transaction):
         if type(key) is not bytes or len(key) > MAX_KEY_SIZE:
             key = check_key(key)
         self._ensure_usable()
-        return self._get(key)
+        value = self._get(key)
+        if self._mode == "read" and key in self._fetched:
+            self._checked.add(key)
+        return value
 
     def _resolve(self, conn: sqlite3.Connection, selector: KeySelector) -> bytes:
         key, or_equal, offset = selector.key, selector.or_equal, selector.offset
@@ -454,6 +455,13 @@ class SqliteTransaction(SqliteLocking, StampAndWatches, Transaction):
         self, begin: KeyOrSelector, end: KeyOrSelector, limit: int = 0, reverse: bool = False
     ) -> List[KeyValue]:
         """Rows with ``begin <= key < end`` (see ``ReadView.get_range``)."""
+        return self._read_range(begin, end, limit, reverse, check=True)
+
+    def _read_range(
+        self, begin: KeyOrSelector, end: KeyOrSelector, limit: int, reverse: bool, check: bool
+    ) -> List[KeyValue]:
+        """``get_range``; with ``check``, the query and its answer are
+        recorded (``_recorded``) for the stale snapshot's revalidation."""
         if limit < 0:
             raise ValueError(f"limit must be >= 0, got {limit}")
         begin_sel, end_sel = to_selector(begin), to_selector(end)
@@ -467,10 +475,10 @@ class SqliteTransaction(SqliteLocking, StampAndWatches, Transaction):
             if plain and self._buffered_within(low, high):
                 self._flush()  # SQLite must see the writes this read would see
             sql = SQL_RANGE_DESC if reverse else SQL_RANGE_ASC
+            params: Tuple[bytes, ...] = (low, high)
             if limit:
-                rows = self._recorded(conn, sql + " LIMIT ?", (low, high, limit))
-            else:
-                rows = self._recorded(conn, sql, (low, high))
+                sql, params = sql + " LIMIT ?", (low, high, limit)  # type: ignore[assignment]
+            rows = self._recorded(conn, sql, params) if check else conn.execute(sql, params).fetchall()
         except sqlite3.Error as exc:
             raise self._sqlite_failure(exc) from exc
         return [KeyValue(k, v) for k, v in rows]

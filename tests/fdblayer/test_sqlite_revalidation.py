@@ -107,6 +107,21 @@ class TestAStaleSnapshotWhoseReadsHold:
         tr.commit()
         assert store.get(b"done") == b"1" and store.get(b"r2") == b"mine"
 
+    def test_snapshot_reads_add_no_conflict(self, store, other):
+        """As on FoundationDB: what ``tr.snapshot`` read (a key, a range)
+        may change before the commit (a claim reads the queue this way, and
+        conflicts only on the job it takes)."""
+        store.set(b"q1", b"v")
+        tr = store.create_transaction()
+        assert tr.snapshot.get(b"a") is None
+        assert tr.snapshot.get_many([b"b", b"q1"]) == [None, b"v"]
+        assert len(tr.snapshot.get_range(b"q", b"r")) == 1
+        other.set(b"a", b"1")
+        other.set(b"q0", b"new")
+        tr.set(b"out", b"mine")
+        tr.commit()
+        assert store.get(b"out") == b"mine"
+
     def test_the_upgrade_waits_for_a_lock_held_elsewhere(self, store):
         """SQLite refuses the upgrade at once while another connection holds
         the lock; the transaction waits for it, checks its reads, commits."""
@@ -158,10 +173,12 @@ class TestAStaleSnapshotWhoseReadsChanged:
             tr.commit()
         assert store.get(b"out") is None
 
-    def test_a_snapshot_read_counts_as_a_read(self, store, other):
-        """Stricter than FoundationDB, never looser: a snapshot read is recorded too."""
+    def test_a_key_read_for_real_after_a_snapshot_read_of_it_conflicts(self, store, other):
+        """The second read is answered from the transaction's cache, yet
+        it is a read for real: the key is checked again."""
         tr = store.create_transaction()
         assert tr.snapshot.get(b"a") is None
+        assert tr.get(b"a") is None
         other.set(b"a", b"1")
         tr.set(b"out", b"mine")
         with pytest.raises(ConflictError):
