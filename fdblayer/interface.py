@@ -341,11 +341,12 @@ class Database(abc.ABC):
     Attributes:
         max_key_size: the longest key a caller may use (FoundationDB's 10,000
             bytes, less the subspace prefix on the FoundationDB backend).
-        key_conflicts: True when two transactions conflict only if one
-            wrote a key the other read (FoundationDB); False when any commit
-            since a transaction's snapshot makes its writes conflict (the
-            SQLite backend). Layers use it to decide whether spreading
-            concurrent writers over different keys buys anything.
+        key_conflicts: True when writers commit in parallel and two
+            transactions conflict only if one wrote a key the other read
+            (FoundationDB, PostgreSQL); False when one writer commits at a
+            time (the SQLite backend, whose conflicts are also per value
+            read). Layers use it to decide whether spreading concurrent
+            writers over different keys buys anything.
     """
 
     max_key_size: int = MAX_KEY_SIZE

@@ -10,16 +10,18 @@ Data model (one file ``<name>.db``, with ``-wal``, ``-shm``, ``-notify`` and
 
 Principle (serializable, provably): a transaction starts lazily. Its first
 read opens a deferred SQLite read transaction, a consistent snapshot. Its
-first write must hold SQLite's single write lock: a transaction that has read
-upgrades, and WAL mode refuses the upgrade (SQLITE_BUSY_SNAPSHOT) when anyone
-committed since the snapshot, or SQLITE_BUSY while another writer holds the
-lock; both become ``ConflictError``. So a transaction that writes has seen no
-commit between its first read and its commit: its reads are still true when it
-commits, which is serializability (stricter than FoundationDB's key-range
-conflicts: snapshot reads and read-conflict ranges are whole-store here).
-The upgrading write runs at once; later writes wait in the transaction's
-memory buffer, under the lock, and run in batches before COMMIT (see
-``sqlite_transaction``: point reads see the buffer, range reads flush it).
+writes wait in its memory buffer, and its first flush (at commit, or a read
+of a range it wrote) must hold SQLite's single write lock: a transaction that
+has read upgrades its snapshot. WAL mode refuses the upgrade
+(SQLITE_BUSY_SNAPSHOT) when anyone committed since the snapshot, or
+SQLITE_BUSY while another writer holds the lock; then the transaction takes
+the lock anew and reads again what it read for real (``sqlite_locking``):
+the same answers, and it commits under the lock; one different,
+``ConflictError``. So a transaction that writes commits only where its reads
+are still true, which is serializability. Conflicts are by value (a value
+written back as it was is none) and snapshot reads add none, as on
+FoundationDB (whose conflicts are by version). ``key_conflicts`` stays
+False: one writer at a time, so the queue gains nothing by spreading claims.
 A retried transaction is pessimistic: it takes the write lock
 (``BEGIN IMMEDIATE``) before its first read, so it cannot conflict again.
 
@@ -141,7 +143,7 @@ class SqliteDatabase(IdleConnections[sqlite3.Connection], Database):
         StoreUnavailable: when the file cannot be opened or set up.
     """
 
-    key_conflicts = False  # serializable by whole-database snapshot checks
+    key_conflicts = False  # one writer at a time: spreading claims buys nothing
 
     def __init__(
         self,

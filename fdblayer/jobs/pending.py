@@ -14,8 +14,8 @@ Concurrent workers must not all fight for the first row: ``dequeue`` reads
 up to :data:`RANGE_LIMIT` of the earliest rows at snapshot isolation, picks
 one at random and adds a read conflict on that row only. Two workers then
 conflict only when they pick the same row, and the loser retries. Where
-every concurrent commit conflicts anyway (``Database.key_conflicts`` False:
-the SQLite backend) the spread buys nothing, and ``dequeue`` reads only the
+writers commit one at a time anyway (``Database.key_conflicts`` False:
+the SQLite backend) the spread buys little, and ``dequeue`` reads only the
 earliest row (an accept on a deep queue no longer reads 256 rows). With
 ``no_schedule`` it does the same among the jobs scheduled at time 0. (It
 once picked the row nearest a random id instead, with two key-selector
