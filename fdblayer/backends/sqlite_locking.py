@@ -53,8 +53,8 @@ SQL_TAKE_WRITE_LOCK = "DELETE FROM meta WHERE 0"
 class SqliteLocking:
     """Beginning reads and writes; the transaction supplies ``_db``,
     ``deadline``, ``_conn``, ``_mode``, ``_gate_held``, ``_reads``,
-    ``_read_rows``, ``_fetched``, ``_checked``, ``_fail``, ``_release``
-    and ``_sqlite_failure``."""
+    ``_read_rows``, ``_fetched``, ``_checked``, ``_conflict_keys``,
+    ``_fail``, ``_release`` and ``_sqlite_failure``."""
 
     if TYPE_CHECKING:  # what the transaction supplies, for the type checker
         _db: SqliteDatabase
@@ -71,6 +71,7 @@ class SqliteLocking:
 
         _checked: Set[bytes]
         _fetched: Dict[bytes, Optional[bytes]]
+        _conflict_keys: Set[bytes]
 
     def _lock_deadline(self) -> float:
         if self.deadline is not None:
@@ -169,6 +170,7 @@ class SqliteLocking:
         except sqlite3.Error as exc:
             if not is_busy(exc) or self._reads is None:
                 raise self._sqlite_failure(exc) from exc
+            self._note_conflict_keys(conn)
             self._revalidate(conn)
         self._mode = "write"
 
@@ -207,6 +209,19 @@ class SqliteLocking:
             f"store {self._db.path}: the write lock is held by {holder} and was not released "
             f"in time (reads go on; writes wait for it to commit or exit)"
         )
+
+    def _note_conflict_keys(self, conn: sqlite3.Connection) -> None:
+        """Read the single-key read conflicts (``_conflict_keys``) on the
+        stale snapshot, still open, as checked point reads."""
+        keys = [key for key in self._conflict_keys if key not in self._fetched]
+        try:
+            for start in range(0, len(keys), IN_CHUNK):
+                chunk = keys[start : start + IN_CHUNK]
+                found = dict(conn.execute(many_sql(len(chunk)), chunk).fetchall())
+                self._fetched.update((key, found.get(key)) for key in chunk)
+        except sqlite3.Error as exc:
+            raise self._sqlite_failure(exc) from exc
+        self._checked.update(self._conflict_keys)
 
     def _points_changed(self, conn: sqlite3.Connection) -> bool:
         """True when a key read for real (not a snapshot read) holds another

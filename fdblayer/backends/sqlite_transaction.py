@@ -59,6 +59,7 @@ from fdblayer.backends.sqlite_sql import (
     SQL_CLEAR,
     SQL_CLEAR_RANGE,
     SQL_GET,
+    SQL_PIN_SNAPSHOT,
     SQL_RANGE_ASC,
     SQL_RANGE_DESC,
     SQL_SET,
@@ -132,6 +133,8 @@ class SqliteTransaction(SqliteLocking, StampAndWatches, Transaction):
         self._reads: Optional[List[Tuple[str, Sequence[object], List[object]]]] = []  # the snapshot's reads (_recorded)
         self._fetched: Dict[bytes, Optional[bytes]] = {}  # the values point reads found on the snapshot
         self._checked: Set[bytes] = set()  # of those, the keys read for real (not snapshot reads)
+        self._conflict_keys: Set[bytes] = set()  # read conflicts on single keys, read only if the upgrade is refused
+        self._pinned = False  # a read ran: the snapshot is fixed
         self._read_rows = 0
         #: Versionstamped writes, applied at commit once the lock is held (as
         #: on PostgreSQL, reads do not see them before): template -> value,
@@ -199,6 +202,7 @@ class SqliteTransaction(SqliteLocking, StampAndWatches, Transaction):
     def _read_conn(self) -> sqlite3.Connection:
         """The connection, for a read that runs at once (it pins the snapshot)."""
         if self._mode is not None and self._ok and self._epoch == ForkEpoch.value:
+            self._pinned = True
             return self._conn  # type: ignore[return-value]  # a mode means a connection
         self._ensure_usable()
         if self._mode is None:
@@ -207,6 +211,7 @@ class SqliteTransaction(SqliteLocking, StampAndWatches, Transaction):
             else:
                 self._begin_read()
         assert self._conn is not None
+        self._pinned = True
         return self._conn
 
     def _buffered_within(self, low: bytes, high: bytes) -> bool:
@@ -622,11 +627,20 @@ class SqliteTransaction(SqliteLocking, StampAndWatches, Transaction):
     def add_read_conflict_range(self, begin: bytes, end: bytes) -> None:
         """Make the commit fail if ``[begin, end)`` changes after this
         transaction's snapshot: its rows are read there and recorded, so
-        the upgrade checks them again (``SqliteLocking._revalidate``)."""
+        the upgrade checks them again (``SqliteLocking._revalidate``). A
+        single key (a claim's, one per job) is only noted: a refused upgrade
+        reads the noted keys on the stale snapshot, in one query, first."""
         check_key(begin), check_key(end)
+        pinned = self._pinned
         conn = self._read_conn()
-        if self._mode == "read" and begin < end:
-            try:
+        if self._mode != "read" or begin >= end:
+            return
+        try:
+            if not pinned:
+                conn.execute(SQL_PIN_SNAPSHOT).fetchall()  # a deferred BEGIN reads nothing yet
+            if end == begin + b"\x00":
+                self._conflict_keys.add(begin)
+            else:
                 self._recorded(conn, SQL_RANGE_ASC, (begin, min(end, END_OF_KEYSPACE)))
-            except sqlite3.Error as exc:
-                raise self._sqlite_failure(exc) from exc
+        except sqlite3.Error as exc:
+            raise self._sqlite_failure(exc) from exc

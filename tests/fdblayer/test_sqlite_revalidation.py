@@ -193,6 +193,20 @@ class TestAStaleSnapshotWhoseReadsChanged:
             tr.commit()
         assert store.get(b"out") is None
 
+    def test_a_read_conflict_key_after_reads_is_checked_on_the_stale_snapshot(self, store, other):
+        """A single key's conflict is only noted; a refused upgrade reads it
+        on the stale snapshot first, then again under the lock."""
+        store.set(b"claimed", b"pending")
+        tr = store.create_transaction()
+        assert tr.snapshot.get_range(b"c", b"d")[0].value == b"pending"
+        tr.add_read_conflict_key(b"claimed")
+        tr.clear(b"claimed")
+        other.set(b"claimed", b"taken elsewhere")
+        tr.set(b"out", b"mine")
+        with pytest.raises(ConflictError):
+            tr.commit()
+        assert store.get(b"claimed") == b"taken elsewhere" and store.get(b"out") is None
+
     def test_a_read_conflict_key_left_alone_commits(self, store, other):
         tr = store.create_transaction()
         tr.add_read_conflict_key(b"claimed")
