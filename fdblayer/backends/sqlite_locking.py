@@ -17,12 +17,13 @@ range, key-selector and conflict-range queries with their answers
 takes the lock as a write does, and reads them again: when every answer
 is the same, the transaction's view is the store's now, and it goes on
 under the lock; when one differs, ``ConflictError``. Snapshot reads
-(``tr.snapshot``) are not checked, as on FoundationDB. So a transaction conflicts only when
-something it read changed (as on FoundationDB, by value rather than by
-version: a value written back as it was is no conflict, which is still
-serializable, at the commit), and the common case (a commit of other
-keys meanwhile: a producer's enqueue beside the dispatcher's step) costs
-one lock hand-over and the re-reads, not a retry.
+(``tr.snapshot``) are not checked, as on FoundationDB (a snapshot
+``get_key`` is: stricter, never looser). So a transaction conflicts only
+when something it read changed (by value rather than by version: a value
+written back as it was is no conflict, which is still serializable, at
+the commit), and the common case (a commit of other keys meanwhile: a
+producer's enqueue beside the dispatcher's step) costs one lock
+hand-over and the re-reads, not a retry.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence,
 from fdblayer.backends import fairlock
 from fdblayer.exceptions import ConflictError, LockTimeout, StoreError
 from fdblayer.forks import ForkEpoch
-from fdblayer.backends.sqlite_sql import _BUSY_BACKOFF_MAX, _BUSY_BACKOFF_MIN, IN_CHUNK, is_busy, many_sql
+from fdblayer.backends.sqlite_sql import _BUSY_BACKOFF_MAX, _BUSY_BACKOFF_MIN, is_busy, read_keys
 
 if TYPE_CHECKING:
     from fdblayer.backends.sqlite_backend import SqliteDatabase
@@ -215,22 +216,14 @@ class SqliteLocking:
         stale snapshot, still open, as checked point reads."""
         keys = [key for key in self._conflict_keys if key not in self._fetched]
         try:
-            for start in range(0, len(keys), IN_CHUNK):
-                chunk = keys[start : start + IN_CHUNK]
-                found = dict(conn.execute(many_sql(len(chunk)), chunk).fetchall())
-                self._fetched.update((key, found.get(key)) for key in chunk)
+            found = read_keys(conn, keys)
         except sqlite3.Error as exc:
             raise self._sqlite_failure(exc) from exc
+        self._fetched.update((key, found.get(key)) for key in keys)
         self._checked.update(self._conflict_keys)
 
     def _points_changed(self, conn: sqlite3.Connection) -> bool:
         """True when a key read for real (not a snapshot read) holds another
         value now than the snapshot gave (under the lock, at revalidation)."""
-        keys = list(self._checked)
-        fetched = self._fetched
-        for start in range(0, len(keys), IN_CHUNK):
-            chunk = keys[start : start + IN_CHUNK]
-            found = dict(conn.execute(many_sql(len(chunk)), chunk).fetchall())
-            if any(found.get(key) != fetched[key] for key in chunk):
-                return True
-        return False
+        found = read_keys(conn, list(self._checked))
+        return any(found.get(key) != self._fetched[key] for key in self._checked)

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import functools
 import sqlite3
+from typing import Dict, Sequence
 
 from fdblayer.exceptions import ConflictError, DiskFull, ReadOnlyStore, StoreError, StoreUnavailable
 
-__all__ = ["SCHEMA", "map_sqlite_error", "is_busy", "many_sql"]
+__all__ = ["SCHEMA", "map_sqlite_error", "is_busy", "many_sql", "read_keys"]
 
 SCHEMA = (
     "CREATE TABLE IF NOT EXISTS kv (k BLOB PRIMARY KEY, v BLOB NOT NULL) WITHOUT ROWID",
@@ -46,6 +47,16 @@ def many_sql(count: int) -> str:
     if count <= _UNION_MAX:
         return " UNION ALL ".join(["SELECT k, v FROM kv WHERE k = ?"] * count)
     return "SELECT k, v FROM kv WHERE k IN ({})".format(", ".join("?" * count))
+
+
+def read_keys(conn: sqlite3.Connection, keys: Sequence[bytes]) -> Dict[bytes, bytes]:
+    """The stored values of distinct ``keys`` (absent keys left out), read
+    :data:`IN_CHUNK` at a time with :func:`many_sql`."""
+    found: Dict[bytes, bytes] = {}
+    for start in range(0, len(keys), IN_CHUNK):
+        chunk = keys[start : start + IN_CHUNK]
+        found.update(conn.execute(many_sql(len(chunk)), chunk).fetchall())
+    return found
 
 
 SQL_RANGE_ASC = "SELECT k, v FROM kv WHERE k >= ? AND k < ? ORDER BY k ASC"

@@ -63,9 +63,8 @@ from fdblayer.backends.sqlite_sql import (
     SQL_RANGE_ASC,
     SQL_RANGE_DESC,
     SQL_SET,
-    IN_CHUNK,
-    many_sql,
     map_sqlite_error,
+    read_keys,
 )
 from fdblayer.watches import Watch
 
@@ -75,6 +74,9 @@ if TYPE_CHECKING:
 __all__ = ["SqliteTransaction"]
 
 logger = logging.getLogger(__name__)
+
+#: Buffered writes a range read scans for one in its range; more, and it flushes them.
+_SCAN_MAX = 1024
 
 
 class _SnapshotView(ReadView):
@@ -220,7 +222,12 @@ class SqliteTransaction(SqliteLocking, StampAndWatches, Transaction):
         A range read flushes the buffer only then: a read of a range the
         transaction has not written is answered by its snapshot as it is, so
         a transaction that reads after writing elsewhere (a step: ends, then
-        claims) keeps its snapshot, and takes the lock only at commit."""
+        claims) keeps its snapshot, and takes the lock only at commit. A
+        buffer of more than ``_SCAN_MAX`` writes counts as within (flushed
+        as before): a loop of range reads and writes elsewhere (a prune)
+        must not rescan a growing buffer at every read."""
+        if len(self._pending) + len(self._adds) > _SCAN_MAX:
+            return True  # a large buffer is flushed, not scanned at every range read
         if any(low <= key < high for key in self._pending):
             return True
         return bool(self._adds) and any(low <= key < high for key in self._adds)
@@ -399,19 +406,16 @@ class SqliteTransaction(SqliteLocking, StampAndWatches, Transaction):
         return values
 
     def _fetch_many(self, keys: List[bytes]) -> None:
-        """Read distinct ``keys`` from SQLite into the view (see ``many_sql``)."""
+        """Read distinct ``keys`` from SQLite into the view (``read_keys``)."""
         conn = self._read_conn()
-        known = self._known
-        for start in range(0, len(keys), IN_CHUNK):
-            chunk = keys[start : start + IN_CHUNK]
-            try:
-                found = dict(conn.execute(many_sql(len(chunk)), chunk).fetchall())
-            except sqlite3.Error as exc:
-                raise self._sqlite_failure(exc) from exc
-            for key in chunk:
-                known[key] = found.get(key)
-            if self._mode == "read":
-                self._fetched.update((key, found.get(key)) for key in chunk)
+        try:
+            found = read_keys(conn, keys)
+        except sqlite3.Error as exc:
+            raise self._sqlite_failure(exc) from exc
+        values = [(key, found.get(key)) for key in keys]
+        self._known.update(values)
+        if self._mode == "read":
+            self._fetched.update(values)
 
     def _apply_adds(self, key: bytes) -> Optional[bytes]:
         """Fold the buffered adds of ``key`` into its value (now a plain set)."""
@@ -480,9 +484,9 @@ class SqliteTransaction(SqliteLocking, StampAndWatches, Transaction):
             if plain and self._buffered_within(low, high):
                 self._flush()  # SQLite must see the writes this read would see
             sql = SQL_RANGE_DESC if reverse else SQL_RANGE_ASC
-            params: Tuple[bytes, ...] = (low, high)
+            params: Tuple[object, ...] = (low, high)
             if limit:
-                sql, params = sql + " LIMIT ?", (low, high, limit)  # type: ignore[assignment]
+                sql, params = sql + " LIMIT ?", (low, high, limit)
             rows = self._recorded(conn, sql, params) if check else conn.execute(sql, params).fetchall()
         except sqlite3.Error as exc:
             raise self._sqlite_failure(exc) from exc

@@ -272,7 +272,7 @@ def test_a_lock_never_released_ends_the_transaction_with_lock_timeout(tmp_path):
         store.close()
 
 
-def test_a_cancelled_transaction_is_refused_after_a_revalidation(store, other):
+def test_a_transaction_committed_after_a_revalidation_is_closed(store, other):
     tr = store.create_transaction()
     assert tr.get(b"a") is None
     other.set(b"b", b"x")
