@@ -57,6 +57,7 @@ from fdblayer.interface import (
 )
 from fdblayer.backends.buffered import StampAndWatches
 from fdblayer.limits import apply_adds, check_versionstamp_template
+from fdblayer.backends import postgres_direct as direct
 from fdblayer.backends.postgres_arrays import ByteaArray
 from fdblayer.backends.postgres_sql import connection_is_broken, first_line, key_prefixes, map_pg_error
 from fdblayer.backends.postgres_own_writes import OwnWrites
@@ -74,13 +75,10 @@ __all__ = ["PostgresTransaction"]
 logger = logging.getLogger(__name__)
 
 
-def _answered(cur: Any) -> bool:
-    """True when the commit function's statement returned its row (a
-    failure after it was then the flush's)."""
-    try:
-        return cur is not None and cur.fetchone() is not None
-    except Exception:  # noqa: BLE001 - no result: the statement failed or never ran
-        return False
+def _answered(exc: BaseException, before: int) -> bool:
+    """True when the commit function's statement, after ``before`` others,
+    ran before ``exc`` (a failure after it was then the flush's)."""
+    return getattr(exc, "succeeded", 0) > before
 
 
 class _SnapshotView(ReadView):
@@ -220,16 +218,13 @@ class PostgresTransaction(ReadAhead, OwnWrites, CommitArgs, StampAndWatches, Tra
                 self._conn = self._db.checkout()
             conn = self._conn
             if self._mode == "snapshot":
-                rows = conn.execute(sql, params, binary=True).fetchall()
+                rows = direct.run(conn, sql, params)
             elif self._mode is None and self.lone:
-                rows = conn.execute(sql, params, binary=True).fetchall()
+                rows = direct.run(conn, sql, params)
                 self._mode = "lone"
             else:  # the first read, or a lone transaction's second
-                with conn.pipeline():
-                    conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
-                    cur = conn.execute(sql, params, binary=True)
+                rows = direct.run(conn, sql, params, before=(self._db.sql.begin,))
                 self._mode = "snapshot"
-                rows = cur.fetchall()
         except StoreError as exc:  # checkout failed
             self._error = exc
             raise
@@ -247,10 +242,12 @@ class PostgresTransaction(ReadAhead, OwnWrites, CommitArgs, StampAndWatches, Tra
             return
         reads, self._first_reads = self._first_reads, []
         try:
-            changed = self._conn.execute(
+            changed = direct.run(
+                self._conn,
                 self._db.sql.changed_since,
-                ([b for b, _ in reads], [e for _, e in reads], self._read_version, self._read_version),
-            ).fetchone()[0]
+                (ByteaArray(b for b, _ in reads), ByteaArray(e for _, e in reads), self._read_version)
+                + (self._read_version,),
+            )[0][0]
         except Exception as exc:
             raise self._failure(exc) from exc
         if changed:
@@ -304,34 +301,24 @@ class PostgresTransaction(ReadAhead, OwnWrites, CommitArgs, StampAndWatches, Tra
         """
         args = self._commit_args() + (note,)
         sql = self._db.sql
-        cur = None
+        before = ("ROLLBACK",) if self._mode == "snapshot" else ()
         try:
             if self._conn is None:
                 self._conn = self._db.checkout()
             conn = self._conn
-            if self._db.flush_apart:
-                with conn.pipeline():  # until COMMIT, one implicit transaction
-                    if self._mode == "snapshot":
-                        conn.execute("ROLLBACK")
-                    cur = conn.execute(sql.commit_unflushed, args, binary=True)
-                    # Never prepared: a conflict aborts the pipeline before these run, yet
-                    # psycopg counts them, and would take a prepare the server never saw as done.
-                    conn.execute("COMMIT", prepare=False)
-                    conn.execute(sql.flush, prepare=False)
-            elif self._mode == "snapshot":
-                with conn.pipeline():
-                    conn.execute("ROLLBACK")
-                    cur = conn.execute(sql.commit, args, binary=True)
+            if self._db.flush_apart:  # until COMMIT, one implicit transaction; then the flush
+                rows = direct.run(conn, sql.commit_unflushed, args, before=before, after=("COMMIT", sql.flush))
             else:
-                cur = conn.execute(sql.commit, args, binary=True)
+                rows = direct.run(conn, sql.commit, args, before=before)
             self._mode = None
-            version: int = cur.fetchone()[0]
+            version: int = rows[0][0]
         except StoreError as exc:  # checkout failed: nothing was sent
             self._error = exc
             raise
         except Exception as exc:
             self._mode = None
-            raise self._failure(exc, committing=True, unflushed=self._db.flush_apart and _answered(cur)) from exc
+            unflushed = self._db.flush_apart and _answered(exc, len(before))
+            raise self._failure(exc, committing=True, unflushed=unflushed) from exc
         self._conn = None
         self._db.checkin(conn, self._epoch)
         return version

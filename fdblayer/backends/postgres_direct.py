@@ -1,0 +1,198 @@
+"""The store's hot statements sent through libpq directly, in one round trip.
+
+Principle: psycopg's cursor adapts each parameter, finds or prepares the
+statement and drives its pipeline in Python: 90-150 us of client CPU a
+statement on this machine, several times what the server's answer costs
+to read, and a worker host's step runs five. The store's statements are
+few and fixed, and their parameters are five kinds (``bytes``, ``int``,
+``str``, and the binary arrays of :mod:`postgres_arrays`), so here each
+is encoded at once, each statement is prepared once per connection under
+a name of our own, and a statement with the ones it needs around it
+(``BEGIN``, ``ROLLBACK``, ``COMMIT``, a flush) goes out as one libpq
+pipeline. Rows are read by psycopg's own loaders (its C ``Transformer``),
+so they are what ``fetchall`` returns.
+
+What a caller can rely on: :func:`run` returns the rows of its statement,
+or raises the psycopg exception the server's error maps to (a
+``SerializationFailure`` for a conflict), or ``psycopg.OperationalError``
+when the connection was lost, its ``succeeded`` attribute the number of
+statements (of ``before``, the statement, ``after``) that ran before it
+failed (a commit that ran and whose flush failed is told from one that
+failed); a failed pipeline leaves the connection idle
+(outside pipeline mode) when it is still usable; a statement is marked
+prepared only once the server said so (a pipeline aborted before its
+``Parse`` leaves it to be prepared again).
+"""
+
+from __future__ import annotations
+
+import select
+import weakref
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from fdblayer.backends.postgres_arrays import BYTEA, BYTEA_ARRAY, INT4_ARRAY, ByteaArray, Int4Array
+from fdblayer.backends.postgres_arrays import encode_bytea, encode_int4
+
+__all__ = ["run"]
+
+INT8, TEXT, UNKNOWN = 20, 25, 0
+
+#: (statement text, parameter types) -> its name, per connection.
+_PREPARED: "weakref.WeakKeyDictionary[Any, Dict[Tuple[str, Tuple[int, ...]], bytes]]" = weakref.WeakKeyDictionary()
+_TRANSFORMERS: "weakref.WeakKeyDictionary[Any, Any]" = weakref.WeakKeyDictionary()
+#: psycopg's placeholders (``%s``, ``%b``) turned into ``$n``, per statement text.
+_NUMBERED: Dict[str, bytes] = {}
+
+
+def _numbered(sql: str) -> bytes:
+    """``sql`` with its ``%s``/``%b`` placeholders numbered (the store's
+    statements have no other ``%``)."""
+    text = _NUMBERED.get(sql)
+    if text is None:
+        parts = sql.replace("%b", "%s").split("%s")
+        numbered = parts[0] + "".join(f"${n}{part}" for n, part in enumerate(parts[1:], 1))
+        text = _NUMBERED[sql] = numbered.encode()
+    return text
+
+
+def _encode(params: Sequence[Any]) -> Tuple[List[Optional[bytes]], Tuple[int, ...]]:
+    """Each parameter in the binary wire format, and its type (``UNKNOWN``
+    for NULL: the server takes the type the statement gives it).
+
+    Raises:
+        TypeError: a parameter of a kind the store never sends.
+    """
+    values: List[Optional[bytes]] = []
+    types: List[int] = []
+    for value in params:
+        kind = type(value)
+        if value is None:
+            values.append(None)
+            types.append(UNKNOWN)
+        elif kind is bytes:
+            values.append(value)
+            types.append(BYTEA)
+        elif kind is ByteaArray:
+            values.append(encode_bytea(value))
+            types.append(BYTEA_ARRAY)
+        elif kind is Int4Array:
+            values.append(encode_int4(value))
+            types.append(INT4_ARRAY)
+        elif kind is int:
+            values.append(value.to_bytes(8, "big", signed=True))
+            types.append(INT8)
+        elif kind is str:
+            values.append(value.encode())
+            types.append(TEXT)
+        else:
+            raise TypeError(f"no direct encoding for a {kind.__name__} parameter")
+    return values, tuple(types)
+
+
+def run(conn: Any, sql: str, params: Sequence[Any], before: Sequence[str] = (), after: Sequence[str] = ()) -> List[Any]:
+    """Run the statements ``before`` (no parameters), ``sql`` with
+    ``params``, then ``after``, in one round trip; returns the rows of
+    ``sql`` (binary results, loaded as psycopg loads them).
+
+    Raises:
+        psycopg.Error: the first statement that failed, as psycopg maps the
+            server's error; ``psycopg.OperationalError`` when the
+            connection is lost.
+        TypeError: a parameter of a kind the store never sends.
+    """
+    import psycopg
+    from psycopg import pq
+
+    values, types = _encode(params)
+    pgconn = conn.pgconn
+    names = _PREPARED.get(conn)
+    if names is None:
+        names = _PREPARED[conn] = {}
+    key = (sql, types)
+    name = names.get(key)
+    fresh = name is None
+    if name is None:
+        name = f"otp_{len(names)}".encode()
+    n = len(values)
+    try:
+        pgconn.enter_pipeline_mode()
+        for statement in before:
+            pgconn.send_query_params(statement.encode(), None)
+        if fresh:
+            pgconn.send_prepare(name, _numbered(sql), param_types=types)
+        pgconn.send_query_prepared(name, values, param_formats=[1] * n, result_format=1)
+        for statement in after:
+            pgconn.send_query_params(statement.encode(), None)
+        pgconn.pipeline_sync()
+        _flush(pgconn)
+        results = _results(pgconn, len(before) + fresh + 1 + len(after))
+    except psycopg.Error:
+        raise
+    except Exception as exc:  # noqa: BLE001 - libpq's own failures: the connection is gone
+        raise psycopg.OperationalError(f"connection lost: {exc}") from exc
+    finally:
+        if pgconn.status == pq.ConnStatus.OK and pgconn.pipeline_status != pq.PipelineStatus.OFF:
+            try:
+                pgconn.exit_pipeline_mode()
+            except Exception:  # noqa: BLE001 - results left unread: the caller drops the connection
+                pass
+    if fresh and results[len(before)].status == pq.ExecStatus.COMMAND_OK:
+        names[key] = name
+    if fresh:
+        del results[len(before)]
+    for done, result in enumerate(results):
+        if result.status == pq.ExecStatus.FATAL_ERROR:
+            error = _error(result, pgconn)
+            error.succeeded = done  # type: ignore[attr-defined]
+            raise error
+    mine = results[len(before)]
+    tx = _TRANSFORMERS.get(conn)
+    if tx is None:
+        from psycopg.adapt import Transformer
+
+        tx = _TRANSFORMERS[conn] = Transformer(conn)
+    tx.set_pgresult(mine, set_loaders=True, format=pq.Format.BINARY)
+    return list(tx.load_rows(0, mine.ntuples, tuple))
+
+
+def _flush(pgconn: Any) -> None:
+    """Send everything queued; while the socket is full, read what the
+    server answers meanwhile (so neither side waits on the other)."""
+    poller = None
+    while pgconn.flush() == 1:
+        if poller is None:
+            poller = select.poll()
+            poller.register(pgconn.socket, select.POLLIN | select.POLLOUT)
+        if any(events & select.POLLIN for _, events in poller.poll()):
+            pgconn.consume_input()
+
+
+def _results(pgconn: Any, count: int) -> List[Any]:
+    """The result of each of ``count`` statements, then the sync's."""
+    from psycopg import pq
+
+    results = []
+    while True:
+        result = pgconn.get_result()
+        if result is None:
+            if pgconn.status != pq.ConnStatus.OK:
+                raise OSError(pgconn.error_message.decode(errors="replace").strip() or "connection lost")
+            continue  # the end of one statement's results
+        if result.status == pq.ExecStatus.PIPELINE_SYNC:
+            break
+        results.append(result)
+        if pgconn.status != pq.ConnStatus.OK:
+            break
+    if len(results) < count:  # the connection was lost on the way: the last result says why
+        results.extend([results[-1]] * (count - len(results)))
+    return results
+
+
+def _error(result: Any, pgconn: Any) -> Exception:
+    """The psycopg exception for a failed statement's result."""
+    import psycopg
+    from psycopg import errors
+
+    if pgconn.status != psycopg.pq.ConnStatus.OK or not result.error_field(psycopg.pq.DiagnosticField.SQLSTATE):
+        return psycopg.OperationalError(result.get_error_message("utf-8").strip() or "connection lost")
+    return errors.error_from_result(result, "utf-8")
