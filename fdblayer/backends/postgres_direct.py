@@ -36,6 +36,8 @@ from fdblayer.backends.postgres_arrays import encode_bytea, encode_int4
 __all__ = ["run"]
 
 INT8, TEXT, UNKNOWN = 20, 25, 0
+#: libpq's PGRES_COMMAND_OK and PGRES_TUPLES_OK: a statement that ran.
+_SUCCEEDED = (1, 2)
 
 #: (statement text, parameter types) -> its name, per connection.
 _PREPARED: "weakref.WeakKeyDictionary[Any, Dict[Tuple[str, Tuple[int, ...]], bytes]]" = weakref.WeakKeyDictionary()
@@ -136,16 +138,17 @@ def run(conn: Any, sql: str, params: Sequence[Any], before: Sequence[str] = (), 
                 pgconn.exit_pipeline_mode()
             except Exception:  # noqa: BLE001 - results left unread: the caller drops the connection
                 pass
-    if fresh and results[len(before)].status == pq.ExecStatus.COMMAND_OK:
+    prepared_at = len(before) if fresh else -1
+    if fresh and results[prepared_at].status == pq.ExecStatus.COMMAND_OK:
         names[key] = name
-    if fresh:
-        del results[len(before)]
-    for done, result in enumerate(results):
-        if result.status == pq.ExecStatus.FATAL_ERROR:
+    ran = 0
+    for at, result in enumerate(results):
+        if result.status not in _SUCCEEDED:
             error = _error(result, pgconn)
-            error.succeeded = done  # type: ignore[attr-defined]
+            error.succeeded = ran  # type: ignore[attr-defined]
             raise error
-    mine = results[len(before)]
+        ran += at != prepared_at
+    mine = results[len(before) + fresh]
     tx = _TRANSFORMERS.get(conn)
     if tx is None:
         from psycopg.adapt import Transformer
@@ -167,13 +170,25 @@ def _flush(pgconn: Any) -> None:
             pgconn.consume_input()
 
 
+def _next_result(pgconn: Any, poller: Any) -> Any:
+    """The connection's next result, waited for in ``poll`` (which lets
+    other threads run: libpq's own wait in ``get_result`` would hold the
+    GIL for the whole round trip)."""
+    while pgconn.is_busy():
+        poller.poll()
+        pgconn.consume_input()
+    return pgconn.get_result()
+
+
 def _results(pgconn: Any, count: int) -> List[Any]:
     """The result of each of ``count`` statements, then the sync's."""
     from psycopg import pq
 
+    poller = select.poll()
+    poller.register(pgconn.socket, select.POLLIN)
     results = []
     while True:
-        result = pgconn.get_result()
+        result = _next_result(pgconn, poller)
         if result is None:
             if pgconn.status != pq.ConnStatus.OK:
                 raise OSError(pgconn.error_message.decode(errors="replace").strip() or "connection lost")
@@ -193,6 +208,8 @@ def _error(result: Any, pgconn: Any) -> Exception:
     import psycopg
     from psycopg import errors
 
+    if result.status != psycopg.pq.ExecStatus.FATAL_ERROR:  # aborted with no error before it: never expected
+        return psycopg.OperationalError(f"statement not run (status {result.status})")
     if pgconn.status != psycopg.pq.ConnStatus.OK or not result.error_field(psycopg.pq.DiagnosticField.SQLSTATE):
         return psycopg.OperationalError(result.get_error_message("utf-8").strip() or "connection lost")
     return errors.error_from_result(result, "utf-8")

@@ -75,6 +75,10 @@ __all__ = ["PostgresTransaction"]
 logger = logging.getLogger(__name__)
 
 
+#: libpq's PQTRANS_IDLE: no transaction block open on the connection.
+_IDLE = 0
+
+
 def _answered(exc: BaseException, before: int) -> bool:
     """True when the commit function's statement, after ``before`` others,
     ran before ``exc`` (a failure after it was then the flush's)."""
@@ -193,7 +197,7 @@ class PostgresTransaction(ReadAhead, OwnWrites, CommitArgs, StampAndWatches, Tra
         if broken:
             self._db.discard(conn, self._epoch)
             return
-        if in_snapshot:
+        if in_snapshot or conn.pgconn.transaction_status != _IDLE:  # a first read's BEGIN, then its failure
             try:
                 conn.execute("ROLLBACK")
             except Exception:  # noqa: BLE001 - the connection is unusable: forget it
