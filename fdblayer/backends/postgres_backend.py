@@ -106,6 +106,7 @@ from fdblayer.backends.postgres_sql import (
     upgrade_sql,
 )
 from fdblayer.backends.pooling import IdleConnections
+from fdblayer.backends import postgres_direct as direct
 from fdblayer.backends.postgres_arrays import ByteaArray
 from fdblayer.backends.postgres_arrays import register as register_arrays
 from fdblayer.backends.postgres_transaction import PostgresTransaction
@@ -489,9 +490,7 @@ class _ValueReader:
         try:
             if self._conn is None:
                 self._conn = self._db.connect()
-            rows = self._conn.execute(
-                self._db.sql.watched, (key_prefixes(keys), ByteaArray(keys)), binary=True
-            ).fetchall()
+            rows = direct.run(self._conn, self._db.sql.watched, (key_prefixes(keys), ByteaArray(keys)))
         except Exception as exc:  # noqa: BLE001 - any failed read: the next wake-up reads again
             if self._conn is not None:
                 self._db.discard(self._conn, ForkEpoch.value)
