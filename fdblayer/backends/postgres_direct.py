@@ -39,9 +39,24 @@ INT8, TEXT, UNKNOWN = 20, 25, 0
 #: libpq's PGRES_COMMAND_OK and PGRES_TUPLES_OK: a statement that ran.
 _SUCCEEDED = (1, 2)
 
-#: (statement text, parameter types) -> its name, per connection.
-_PREPARED: "weakref.WeakKeyDictionary[Any, Dict[Tuple[str, Tuple[int, ...]], bytes]]" = weakref.WeakKeyDictionary()
-_TRANSFORMERS: "weakref.WeakKeyDictionary[Any, Any]" = weakref.WeakKeyDictionary()
+
+class _Connection:
+    """What this module keeps of one connection: its prepared statements
+    ((statement text, parameter types) -> name), its row loader and a
+    poller of its socket."""
+
+    __slots__ = ("names", "loader", "poller")
+
+    def __init__(self, conn: Any) -> None:
+        from psycopg.adapt import Transformer
+
+        self.names: Dict[Tuple[str, Tuple[int, ...]], bytes] = {}
+        self.loader = Transformer(conn)
+        self.poller = select.poll()
+        self.poller.register(conn.pgconn.socket, select.POLLIN)
+
+
+_STATE: "weakref.WeakKeyDictionary[Any, _Connection]" = weakref.WeakKeyDictionary()
 #: psycopg's placeholders (``%s``, ``%b``) turned into ``$n``, per statement text.
 _NUMBERED: Dict[str, bytes] = {}
 
@@ -107,11 +122,14 @@ def run(conn: Any, sql: str, params: Sequence[Any], before: Sequence[str] = (), 
 
     values, types = _encode(params)
     pgconn = conn.pgconn
-    names = _PREPARED.get(conn)
-    if names is None:
-        names = _PREPARED[conn] = {}
+    state = _STATE.get(conn)
+    if state is None:
+        state = _STATE[conn] = _Connection(conn)
+    names = state.names
     key = (sql, types)
     name = names.get(key)
+    if name is not None and not before and not after:
+        return _run_alone(state, pgconn, name, values)
     fresh = name is None
     if name is None:
         name = f"otp_{len(names)}".encode()
@@ -127,7 +145,7 @@ def run(conn: Any, sql: str, params: Sequence[Any], before: Sequence[str] = (), 
             pgconn.send_query_params(statement.encode(), None)
         pgconn.pipeline_sync()
         _flush(pgconn)
-        results = _results(pgconn, len(before) + fresh + 1 + len(after))
+        results = _results(pgconn, state.poller, len(before) + fresh + 1 + len(after))
     except psycopg.Error:
         raise
     except Exception as exc:  # noqa: BLE001 - libpq's own failures: the connection is gone
@@ -148,14 +166,38 @@ def run(conn: Any, sql: str, params: Sequence[Any], before: Sequence[str] = (), 
             error.succeeded = ran  # type: ignore[attr-defined]
             raise error
         ran += at != prepared_at
-    mine = results[len(before) + fresh]
-    tx = _TRANSFORMERS.get(conn)
-    if tx is None:
-        from psycopg.adapt import Transformer
+    return _rows(state, results[len(before) + fresh])
 
-        tx = _TRANSFORMERS[conn] = Transformer(conn)
-    tx.set_pgresult(mine, set_loaders=True, format=pq.Format.BINARY)
-    return list(tx.load_rows(0, mine.ntuples, tuple))
+
+def _run_alone(state: _Connection, pgconn: Any, name: bytes, values: List[Optional[bytes]]) -> List[Any]:
+    """:func:`run` of a prepared statement alone: no pipeline (its
+    entering, leaving and sync cost a third of a short statement)."""
+    import psycopg
+
+    try:
+        pgconn.send_query_prepared(name, values, param_formats=[1] * len(values), result_format=1)
+        _flush(pgconn)
+        result = _next_result(pgconn, state.poller)
+        while _next_result(pgconn, state.poller) is not None:  # the statement's end
+            pass
+    except psycopg.Error:
+        raise
+    except Exception as exc:  # noqa: BLE001 - libpq's own failures: the connection is gone
+        raise psycopg.OperationalError(f"connection lost: {exc}") from exc
+    if result is None or result.status not in _SUCCEEDED:
+        error = _error(result, pgconn) if result is not None else psycopg.OperationalError("no result")
+        error.succeeded = 0  # type: ignore[attr-defined]
+        raise error
+    return _rows(state, result)
+
+
+def _rows(state: _Connection, result: Any) -> List[Any]:
+    """The rows of a statement's binary result, as psycopg's ``fetchall``."""
+    from psycopg import pq
+
+    loader = state.loader
+    loader.set_pgresult(result, set_loaders=True, format=pq.Format.BINARY)
+    return list(loader.load_rows(0, result.ntuples, tuple))
 
 
 def _flush(pgconn: Any) -> None:
@@ -180,12 +222,10 @@ def _next_result(pgconn: Any, poller: Any) -> Any:
     return pgconn.get_result()
 
 
-def _results(pgconn: Any, count: int) -> List[Any]:
+def _results(pgconn: Any, poller: Any, count: int) -> List[Any]:
     """The result of each of ``count`` statements, then the sync's."""
     from psycopg import pq
 
-    poller = select.poll()
-    poller.register(pgconn.socket, select.POLLIN)
     results = []
     while True:
         result = _next_result(pgconn, poller)
