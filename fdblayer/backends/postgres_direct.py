@@ -18,10 +18,12 @@ or raises the psycopg exception the server's error maps to (a
 when the connection was lost, its ``succeeded`` attribute the number of
 statements (of ``before``, the statement, ``after``) that ran before it
 failed (a commit that ran and whose flush failed is told from one that
-failed); a failed pipeline leaves the connection idle
-(outside pipeline mode) when it is still usable; a statement is marked
-prepared only once the server said so (a pipeline aborted before its
-``Parse`` leaves it to be prepared again).
+failed); a failed pipeline leaves the connection out of pipeline mode
+when it is still usable (a transaction block that a ``before`` statement
+opened stays open, failed: its owner rolls it back); a statement is
+marked prepared only once the server said so (a pipeline aborted before
+its ``Parse`` leaves it to be prepared again); other threads run while
+one waits for the server.
 """
 
 from __future__ import annotations
