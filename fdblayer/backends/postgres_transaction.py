@@ -245,13 +245,10 @@ class PostgresTransaction(ReadAhead, OwnWrites, CommitArgs, StampAndWatches, Tra
         if not self._first_reads:
             return
         reads, self._first_reads = self._first_reads, []
+        first = self._read_version
+        params = (ByteaArray(b for b, _ in reads), ByteaArray(e for _, e in reads), first, first)
         try:
-            changed = direct.run(
-                self._conn,
-                self._db.sql.changed_since,
-                (ByteaArray(b for b, _ in reads), ByteaArray(e for _, e in reads), self._read_version)
-                + (self._read_version,),
-            )[0][0]
+            changed = direct.run(self._conn, self._db.sql.changed_since, params)[0][0]
         except Exception as exc:
             raise self._failure(exc) from exc
         if changed:

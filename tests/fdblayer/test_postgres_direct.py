@@ -120,3 +120,25 @@ def test_a_parameter_of_another_kind_is_refused_before_anything_is_sent(conn):
     with pytest.raises(TypeError, match="list"):
         direct.run(conn, "SELECT %s::bytea", ([b"a"],))
     assert direct.run(conn, "SELECT %s::bytea", (b"ok",)) == [(b"ok",)]
+
+
+def test_a_lone_reads_second_read_checks_what_its_first_read(pg_url):
+    """A lone transaction (the handle's own ``get``/``get_range``) reads
+    its first statement outside a snapshot; its second read fails only if
+    a key the first read was written in between (``changed_since``)."""
+    db, other = fdblayer.open(pg_url), fdblayer.open(pg_url)
+    try:
+        fdblayer.transactional(lambda tr: [tr.set(b"a%d" % i, b"x") for i in range(3)])(db)
+        for touched, conflicts in ((b"elsewhere", False), (b"a1", True)):
+            tr = db._transaction_class(db, lone=True)
+            assert tr.get(b"a1") == b"x"
+            fdblayer.transactional(lambda t, key=touched: t.set(key, b"y"))(other)
+            if conflicts:
+                with pytest.raises(fdblayer.ConflictError):
+                    tr.get(b"a2")
+            else:
+                assert tr.get(b"a2") == b"x"
+            tr.cancel()
+    finally:
+        db.close()
+        other.close()
