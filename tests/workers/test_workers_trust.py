@@ -758,8 +758,8 @@ def test_random_sigkills_of_workers_dispatchers_and_hosts_keep_every_invariant(
         run_log = trust_dir / "runs.jsonl"
         kill_times: dict[int, float] = {}  # pid -> time just before we SIGKILLed it (or its host)
         host_of: dict[int, int] = {}  # worker pid -> host slot
-        disturbed: dict[int, list] = {}  # host slot -> times its dispatcher or whole host was killed
-        dying: dict[int, list] = {}  # host slot -> (killed, seen gone) of its dispatcher or whole host
+        # host slot -> (time just before, time seen gone) of each kill of its dispatcher or whole host
+        disturbed: dict[int, list] = {}
         incidents: list = []
         slots: dict[int, Host] = {}
         conc = {slot: rng.randint(2, 4) for slot in range(3)}
@@ -895,18 +895,16 @@ def test_random_sigkills_of_workers_dispatchers_and_hosts_keep_every_invariant(
                             pid = None  # between two lives
                         if pid:
                             killed = time.time()
-                            disturbed.setdefault(slot, []).append(killed)
                             actions.append((killed, "dispatcher", slot, pid))
                             os.kill(pid, signal.SIGKILL)
-                            dying.setdefault(slot, []).append((killed, wait_gone([pid])))
+                            disturbed.setdefault(slot, []).append((killed, wait_gone([pid])))
                     else:
                         group = group_pids(host.node_pgid) | group_pids(host.proc.pid)
                         for pid in group:
                             kill_times.setdefault(pid, time.time())
-                        disturbed.setdefault(slot, []).append(time.time())
                         actions.append((time.time(), "host", slot, host.proc.pid))
                         killed = kill_host(host)
-                        dying.setdefault(slot, []).append((killed, wait_gone(group)))
+                        disturbed.setdefault(slot, []).append((killed, wait_gone(group)))
                         revive[slot] = time.time() + rng.uniform(1.0, 3.0)
                 next_kill = now + rng.uniform(0.8, 2.0)
             time.sleep(0.25)
@@ -974,7 +972,7 @@ def test_random_sigkills_of_workers_dispatchers_and_hosts_keep_every_invariant(
                 for r in rs
                 if any(
                     killed <= r["t"] + UNRECORDED_START and r["t"] <= dead
-                    for killed, dead in dying.get(host_of.get(r["pid"]), ())
+                    for killed, dead in disturbed.get(host_of.get(r["pid"]), ())
                 )
             ]
             if len(rs) - len(unrecorded) > max_attempts:
@@ -1001,7 +999,7 @@ def test_random_sigkills_of_workers_dispatchers_and_hosts_keep_every_invariant(
                 if late:
                     after_finish.append((job_id, round(late[0]["t"] - done_at, 2), late[0]["pid"]))
         extra_runs = []
-        all_kills = sorted(set(kill_times.values()) | {t for ts in disturbed.values() for t in ts})
+        all_kills = sorted(set(kill_times.values()) | {t for ts in disturbed.values() for t, _ in ts})
         for job_id, (state, record) in seen.items():
             rs = runs.get(job_id, [])
             if state == "finished" and rs and not kinds[job_id].get("poison"):
@@ -1012,7 +1010,7 @@ def test_random_sigkills_of_workers_dispatchers_and_hosts_keep_every_invariant(
                     r["pid"] not in kill_times
                     and r["pid"] not in deaths.died
                     and host_of.get(r["pid"]) is not None
-                    and not any(t >= rs[0]["t"] for t in disturbed.get(host_of[r["pid"]], ()))
+                    and not any(t >= rs[0]["t"] for t, _ in disturbed.get(host_of[r["pid"]], ()))
                     for r in rs
                 )
                 if untouched and (len(rs) != planned or record.outcome != work.SUCCEEDED):
@@ -1027,7 +1025,7 @@ def test_random_sigkills_of_workers_dispatchers_and_hosts_keep_every_invariant(
                     r["pid"] in kill_times
                     or r["pid"] in deaths.died
                     or slot is None
-                    or any(t >= r["t"] for t in disturbed.get(slot, ()))
+                    or any(t >= r["t"] for t, _ in disturbed.get(slot, ()))
                 )
                 honest.append(not ok_end or hit)
             # An attempt with no start in the ledger: its worker was killed between the start the
