@@ -184,6 +184,21 @@ class ReadView(abc.ABC):
         return self.get_range(prefix, end, limit=limit, reverse=reverse)
 
 
+class CommitInFlight:
+    """A commit already answered (what ``Transaction.start_commit`` returns
+    where commits are not sent apart)."""
+
+    def fileno(self) -> Optional[int]:
+        """A descriptor readable once the answer is there; None: answered."""
+        return None
+
+    def finish(self) -> None:
+        """Wait for the commit's answer (here: it has one)."""
+
+
+_COMMITTED = CommitInFlight()
+
+
 class Transaction(ReadView):
     """A serializable transaction: reads see one consistent state plus own writes.
 
@@ -256,6 +271,23 @@ class Transaction(ReadView):
             ConflictError: on a conflict (retryable).
             StoreUnavailable: when the store cannot be written.
         """
+
+    def start_commit(self) -> "CommitInFlight":
+        """Send the commit without waiting for its answer, where the store
+        answers over a connection (PostgreSQL); elsewhere commit now.
+        ``finish()`` on what it returns waits for the answer and ends as
+        :meth:`commit` does (raising what it raises); its ``fileno()`` is a
+        descriptor that turns readable when the answer is there (None: no
+        wait). Until ``finish`` has returned or raised, the transaction
+        serves nothing else; other transactions run meanwhile, and one
+        that began before this commit ended conflicts with its writes as
+        with any other commit's.
+
+        Raises:
+            StoreError: what :meth:`commit` raises, here or from ``finish``.
+        """
+        self.commit()
+        return _COMMITTED
 
     @abc.abstractmethod
     def cancel(self) -> None:
@@ -399,6 +431,7 @@ class Transactional(Protocol[T]):
     (its arguments are not checked: a Database may stand for ``tr``)."""
 
     __wrapped__: Callable[..., T]
+    retry_options: tuple[int, float]  #: ``(retry_limit, timeout)``
 
     def __call__(self, *args: Any, **kwargs: Any) -> T: ...
 
@@ -459,8 +492,9 @@ def transactional(
             return func(*args, **kwargs)
         if kind is not Database:
             raise TypeError(f"{func.__qualname__}() needs a Database or Transaction, got {type(target).__name__}")
-        return _run_retrying(func, target, index, args, kwargs, retry_limit, timeout)
+        return run_retrying(func, target, index, args, kwargs, retry_limit, timeout)
 
+    setattr(wrapper, "retry_options", (retry_limit, timeout))  # noqa: B010 - read by fdblayer.pipelined
     return cast(Transactional[T], wrapper)
 
 
@@ -491,7 +525,7 @@ def _kind(target: Any) -> Optional[type]:
     return kind
 
 
-def _run_retrying(
+def run_retrying(
     func: Callable[..., T],
     db: Database,
     index: int,
@@ -499,23 +533,25 @@ def _run_retrying(
     kwargs: dict[str, Any],
     retry_limit: int,
     timeout: float,
+    tr: Optional[Transaction] = None,
+    failed: Optional[BaseException] = None,
 ) -> T:
-    """The retry loop of ``transactional`` for one call given a database."""
-    tr = db.create_transaction()
-    started = time.monotonic()
-    tr.deadline = started + timeout
+    """The retry loop of ``transactional`` for one call of the undecorated
+    ``func`` given a database (its transaction argument at ``index``);
+    ``tr`` and ``failed``: a transaction of ``db`` whose first attempt of
+    this call failed so, to go on from (its ``deadline`` set)."""
+    if tr is None:
+        tr = db.create_transaction()
+        tr.deadline = time.monotonic() + timeout
+    started = cast(float, tr.deadline) - timeout
     attempts = counted = 0  # counted: the attempts that failed other than by an unreachable server
+    err = failed
     while True:
-        attempts += 1
-        call_args, call_kwargs = _with_tr(args, kwargs, index, tr)
-        try:
-            result = func(*call_args, **call_kwargs)
-            tr.commit()
-            return result
-        except BaseException as err:
+        if err is not None:
+            attempts = max(attempts, 1)
             if not is_retryable(err):
                 tr.cancel()
-                raise
+                raise err
             elapsed = time.monotonic() - started
             if not isinstance(err, ServerGone):  # waiting for the server is bounded by the deadline alone
                 counted += 1
@@ -529,6 +565,14 @@ def _run_retrying(
                 ) from err
             logger.debug("transaction_retry function=%s attempt=%d error=%s", func.__qualname__, attempts, err)
             tr.on_error(err)
+        attempts += 1
+        call_args, call_kwargs = _with_tr(args, kwargs, index, tr)
+        try:
+            result = func(*call_args, **call_kwargs)
+            tr.commit()
+            return result
+        except BaseException as exc:  # noqa: BLE001 - sorted at the top of the loop
+            err = exc
 
 
 def _with_tr(

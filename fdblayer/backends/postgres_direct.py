@@ -35,7 +35,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from fdblayer.backends.postgres_arrays import BYTEA, BYTEA_ARRAY, INT4_ARRAY, ByteaArray, Int4Array
 from fdblayer.backends.postgres_arrays import encode_bytea, encode_int4
 
-__all__ = ["run"]
+__all__ = ["run", "send", "Sent"]
 
 INT8, TEXT, UNKNOWN = 20, 25, 0
 #: libpq's PGRES_COMMAND_OK and PGRES_TUPLES_OK: a statement that ran.
@@ -119,8 +119,15 @@ def run(conn: Any, sql: str, params: Sequence[Any], before: Sequence[str] = (), 
             connection is lost.
         TypeError: a parameter of a kind the store never sends.
     """
+    return send(conn, sql, params, before, after).collect()
+
+
+def send(conn: Any, sql: str, params: Sequence[Any], before: Sequence[str] = (), after: Sequence[str] = ()) -> "Sent":
+    """:func:`run`'s first half: the statements are sent, not waited for.
+    The connection serves nothing else until :meth:`Sent.collect` has
+    returned or raised (what :func:`run` returns or raises); meanwhile
+    :meth:`Sent.fileno` is the socket to wait on for the answer."""
     import psycopg
-    from psycopg import pq
 
     values, types = _encode(params)
     pgconn = conn.pgconn
@@ -131,54 +138,102 @@ def run(conn: Any, sql: str, params: Sequence[Any], before: Sequence[str] = (), 
     key = (sql, types)
     name = names.get(key)
     if name is not None and not before and not after:
-        return _run_alone(state, pgconn, name, values)
+        try:
+            pgconn.send_query_prepared(name, values, param_formats=[1] * len(values), result_format=1)
+            _flush(pgconn)
+        except psycopg.Error:
+            raise
+        except Exception as exc:  # noqa: BLE001 - libpq's own failures: the connection is gone
+            raise psycopg.OperationalError(f"connection lost: {exc}") from exc
+        return Sent(state, pgconn, None, 0, -1)
     fresh = name is None
     if name is None:
         name = f"otp_{len(names)}".encode()
-    n = len(values)
     try:
         pgconn.enter_pipeline_mode()
         for statement in before:
             pgconn.send_query_params(statement.encode(), None)
         if fresh:
             pgconn.send_prepare(name, _numbered(sql), param_types=types)
-        pgconn.send_query_prepared(name, values, param_formats=[1] * n, result_format=1)
+        pgconn.send_query_prepared(name, values, param_formats=[1] * len(values), result_format=1)
         for statement in after:
             pgconn.send_query_params(statement.encode(), None)
         pgconn.pipeline_sync()
         _flush(pgconn)
-        results = _results(pgconn, state.poller, len(before) + fresh + 1 + len(after))
     except psycopg.Error:
+        _leave_pipeline(pgconn)
         raise
     except Exception as exc:  # noqa: BLE001 - libpq's own failures: the connection is gone
+        _leave_pipeline(pgconn)
         raise psycopg.OperationalError(f"connection lost: {exc}") from exc
-    finally:
-        if pgconn.status == pq.ConnStatus.OK and pgconn.pipeline_status != pq.PipelineStatus.OFF:
-            try:
-                pgconn.exit_pipeline_mode()
-            except Exception:  # noqa: BLE001 - results left unread: the caller drops the connection
-                pass
-    prepared_at = len(before) if fresh else -1
-    if fresh and results[prepared_at].status == pq.ExecStatus.COMMAND_OK:
-        names[key] = name
-    ran = 0
-    for at, result in enumerate(results):
-        if result.status not in _SUCCEEDED:
-            error = _error(result, pgconn)
-            error.succeeded = ran  # type: ignore[attr-defined]
-            raise error
-        ran += at != prepared_at
-    return _rows(state, results[len(before) + fresh])
+    prepared = (key, name, len(before)) if fresh else None
+    return Sent(state, pgconn, prepared, len(before), len(before) + fresh + 1 + len(after))
 
 
-def _run_alone(state: _Connection, pgconn: Any, name: bytes, values: List[Optional[bytes]]) -> List[Any]:
-    """:func:`run` of a prepared statement alone: no pipeline (its
-    entering, leaving and sync cost a third of a short statement)."""
+class Sent:
+    """Statements sent by :func:`send`, their answer not yet read."""
+
+    __slots__ = ("_state", "_pgconn", "_prepared", "_at", "_count")
+
+    def __init__(self, state: _Connection, pgconn: Any, prepared: Any, at: int, count: int) -> None:
+        # prepared: (key, name, index of its result) of a statement prepared in
+        # this pipeline; at: the index of the statement's result; count: the
+        # pipeline's statements (-1: a statement alone, no pipeline).
+        self._state, self._pgconn, self._prepared, self._at, self._count = state, pgconn, prepared, at, count
+
+    def fileno(self) -> int:
+        """The connection's socket: readable once the server answers."""
+        return int(self._pgconn.socket)
+
+    def collect(self) -> List[Any]:
+        """Wait for the answer: the rows of the statement, or the error
+        :func:`run` raises."""
+        if self._count < 0:
+            return _collect_alone(self._state, self._pgconn)
+        import psycopg
+
+        pgconn = self._pgconn
+        try:
+            results = _results(pgconn, self._state.poller, self._count)
+        except psycopg.Error:
+            raise
+        except Exception as exc:  # noqa: BLE001 - libpq's own failures: the connection is gone
+            raise psycopg.OperationalError(f"connection lost: {exc}") from exc
+        finally:
+            _leave_pipeline(pgconn)
+        prepared_at = -1
+        if self._prepared is not None:
+            key, name, prepared_at = self._prepared
+            if results[prepared_at].status == 1:  # COMMAND_OK: the server has it
+                self._state.names[key] = name
+        ran = 0
+        for at, result in enumerate(results):
+            if result.status not in _SUCCEEDED:
+                error = _error(result, pgconn)
+                error.succeeded = ran  # type: ignore[attr-defined]
+                raise error
+            ran += at != prepared_at
+        return _rows(self._state, results[self._at + (prepared_at >= 0)])
+
+
+def _leave_pipeline(pgconn: Any) -> None:
+    """Leave pipeline mode if the connection is usable and in it (results
+    left unread: the caller drops the connection)."""
+    from psycopg import pq
+
+    if pgconn.status == pq.ConnStatus.OK and pgconn.pipeline_status != pq.PipelineStatus.OFF:
+        try:
+            pgconn.exit_pipeline_mode()
+        except Exception:  # noqa: BLE001 - results left unread: the caller drops the connection
+            pass
+
+
+def _collect_alone(state: _Connection, pgconn: Any) -> List[Any]:
+    """:meth:`Sent.collect` of a prepared statement sent alone: no pipeline
+    (its entering, leaving and sync cost a third of a short statement)."""
     import psycopg
 
     try:
-        pgconn.send_query_prepared(name, values, param_formats=[1] * len(values), result_format=1)
-        _flush(pgconn)
         result = _next_result(pgconn, state.poller)
         while _next_result(pgconn, state.poller) is not None:  # the statement's end
             pass

@@ -43,16 +43,18 @@ __all__ = [
     "PRUNE_EVERY",
 ]
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 #: Older stores a program of this version upgrades when it opens them. They
 #: gain this version's commit function: it checks the guesses of
 #: ``expect_many`` (since version 2), its notification names the keys a
-#: commit changed (version 3), and its versions never go back after a
-#: server crash (version 4: see ``_COMMIT_FUNCTION``). It is an overload:
-#: the older one stays for older programs still running, whose empty
-#: notifications make every hub read. The atomic add is replaced in place
+#: commit changed (version 3), its versions never go back after a
+#: server crash (version 4: see ``_COMMIT_FUNCTION``), and its conflict
+#: check joins keys by hash (version 5: the same answers, so it replaces
+#: version 4's in place). Version 3's is an overload: the older one stays
+#: for older programs still running, whose empty notifications make every
+#: hub read. The atomic add is replaced in place
 #: (faster in version 3, the same results).
-UPGRADABLE_FROM = (1, 2, 3)
+UPGRADABLE_FROM = (1, 2, 3, 4)
 #: Bytes of a key in the index's ordering column (btree entries must stay
 #: under a third of a page); longer keys add their sha256 for uniqueness.
 KEY_PREFIX_BYTES = 1024
@@ -198,8 +200,18 @@ BEGIN
     IF rv < (SELECT value FROM {meta} WHERE name = 'pruned_version') THEN
       RAISE EXCEPTION 'transaction too old' USING ERRCODE = '40001', HINT = 'too_old';
     END IF;
-    IF EXISTS (SELECT 1 FROM {writes} w, unnest(rb, re) AS r(b, e)
-               WHERE w.version > rv AND w.b < r.e AND w.e > r.b) THEN
+    -- Two ranges overlap when they start alike, or one is more than a key
+    -- and overlaps the other: a hash join for the keys, pairs only for the
+    -- few ranges (every pair cost 80 ms a commit when a step read 1,000
+    -- keys beside another step's 1,300 writes).
+    IF EXISTS (
+        WITH w AS MATERIALIZED (SELECT b, e FROM {writes} WHERE version > rv),
+             r AS MATERIALIZED (SELECT b, e FROM unnest(rb, re) AS r(b, e)),
+             wr AS MATERIALIZED (SELECT b, e FROM w WHERE e <> b || '\\x00'::bytea),
+             rr AS MATERIALIZED (SELECT b, e FROM r WHERE e <> b || '\\x00'::bytea)
+        SELECT 1 FROM w JOIN r ON w.b = r.b
+        UNION ALL SELECT 1 FROM w, rr WHERE w.b < rr.e AND w.e > rr.b
+        UNION ALL SELECT 1 FROM wr, r WHERE wr.b < r.e AND wr.e > r.b) THEN
       RAISE EXCEPTION 'conflict' USING ERRCODE = '40001', HINT = 'conflict';
     END IF;
   END IF;

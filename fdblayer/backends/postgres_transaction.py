@@ -62,6 +62,7 @@ from fdblayer.backends.postgres_arrays import ByteaArray
 from fdblayer.backends.postgres_sql import connection_is_broken, first_line, key_prefixes, map_pg_error
 from fdblayer.backends.postgres_own_writes import OwnWrites
 from fdblayer.backends.postgres_commit_args import CommitArgs
+from fdblayer.backends.postgres_in_flight import CommitSent
 from fdblayer.backends.postgres_read_ahead import MANY, SLACK, ReadAhead
 from fdblayer.selectors import END_OF_KEYSPACE, KeyOrSelector, KeySelector, KeyValue, to_selector
 from fdblayer.forks import ForkEpoch
@@ -265,17 +266,27 @@ class PostgresTransaction(ReadAhead, OwnWrites, CommitArgs, StampAndWatches, Tra
 
     def commit(self) -> None:
         """Commit; resolve the versionstamp and arm the watches (see ``Transaction``)."""
+        self.start_commit().finish()
+
+    def start_commit(self) -> CommitSent:
+        """Send the commit (see ``Transaction.start_commit``): one round
+        trip whose answer ``finish()`` reads."""
         self._ensure_usable()
         watched = [(w, self._view_value(w.key)) for w in self._watches] if self._watches else None
         wrote = bool(self._sets or self._adds or self._cleared or self._stamped_keys or self._stamped_values)
         if self._expected and not wrote:
             self._check_expected()
-        note = change_note(self._changed_keys()) if wrote else ""
-        version = self._send_commit(note) if wrote else None
         if not wrote:
             self._drop_connection(broken=False)
+            return CommitSent(self, None, "", watched)
+        note = change_note(self._changed_keys())
+        return CommitSent(self, self._send_commit(note), note, watched)
+
+    def _committed(self, version: Optional[int], note: str, watched: Optional[list[Any]]) -> None:
+        """What follows a commit's answer: the versionstamp resolved, the
+        watches armed, a note that names no keys sent apart."""
         self._closed = "committed"
-        if wrote and note == UNKNOWN_CHANGES:  # a note that names the keys reaches the hub by its NOTIFY
+        if version is not None and note == UNKNOWN_CHANGES:  # a note that names the keys reaches the hub by its NOTIFY
             self._db.notify_commit()
         if self._stamp is not None:
             if version is not None:
@@ -291,14 +302,13 @@ class PostgresTransaction(ReadAhead, OwnWrites, CommitArgs, StampAndWatches, Tra
         """True when this transaction wrote ``key`` (its watch's value is then the commit's)."""
         return key in self._sets or key in self._adds or key in self._stamped_values or self._in_cleared(key)
 
-    def _send_commit(self, note: str) -> int:
-        """Run the commit function: one round trip (with the end of the
-        snapshot, and with ``flush=apart`` the flush after the commit).
+    def _send_commit(self, note: str) -> Any:
+        """Send the commit function: one round trip (with the end of the
+        snapshot, and with ``flush=apart`` the flush after the commit);
+        :meth:`_commit_answer` reads its answer.
 
         Raises:
-            CommitUnknownResult: the connection was lost, or (``flush=apart``)
-                the commit ended and its flush failed: a server crash may
-                still take it back.
+            StoreError: the commit could not be sent (nothing was written).
         """
         args = self._commit_args() + (note,)
         sql = self._db.sql
@@ -308,17 +318,32 @@ class PostgresTransaction(ReadAhead, OwnWrites, CommitArgs, StampAndWatches, Tra
                 self._conn = self._db.checkout()
             conn = self._conn
             if self._db.flush_apart:  # until COMMIT, one implicit transaction; then the flush
-                rows = direct.run(conn, sql.commit_unflushed, args, before=before, after=("COMMIT", sql.flush))
-            else:
-                rows = direct.run(conn, sql.commit, args, before=before)
-            self._mode = None
-            version: int = rows[0][0]
+                return direct.send(conn, sql.commit_unflushed, args, before=before, after=("COMMIT", sql.flush))
+            return direct.send(conn, sql.commit, args, before=before)
         except StoreError as exc:  # checkout failed: nothing was sent
             self._error = exc
             raise
         except Exception as exc:
             self._mode = None
-            unflushed = self._db.flush_apart and _answered(exc, len(before))
+            raise self._failure(exc, committing=True) from exc
+
+    def _commit_answer(self, sent: Any) -> int:
+        """The commit's version, once the server answered :meth:`_send_commit`.
+
+        Raises:
+            CommitUnknownResult: the connection was lost, or (``flush=apart``)
+                the commit ended and its flush failed: a server crash may
+                still take it back.
+        """
+        before = 1 if self._mode == "snapshot" else 0
+        conn = self._conn
+        try:
+            rows = sent.collect()
+            self._mode = None
+            version: int = rows[0][0]
+        except Exception as exc:
+            self._mode = None
+            unflushed = self._db.flush_apart and _answered(exc, before)
             raise self._failure(exc, committing=True, unflushed=unflushed) from exc
         self._conn = None
         self._db.checkin(conn, self._epoch)

@@ -11,7 +11,7 @@ exactly what the claim will read (``work.prefetch_step``).
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Collection, Optional
 
 from fdblayer.interface import Transaction, strinc
 from fdblayer.jobs import pending
@@ -21,11 +21,13 @@ __all__ = ["due_keys", "due_range", "later_range", "next_due", "claim_spread", "
 
 
 def due_keys(
-    tr: Transaction, layout: Layout, job_type: JobType, now: int, limit: int, rng: Any
+    tr: Transaction, layout: Layout, job_type: JobType, now: int, limit: int, rng: Any, skip: Collection[bytes] = ()
 ) -> tuple[list[tuple[bytes, int]], Optional[list[int]]]:
     """``(key, prefix length)`` of up to ``limit`` due pending jobs, lower
     priorities first (see :func:`fdblayer.jobs.work.claim`), and the priorities 1-9 with pending
-    jobs if it had to read them (None if priority 0 was enough)."""
+    jobs if it had to read them (None if priority 0 was enough). Keys in
+    ``skip`` (taken by a claim whose commit this transaction's reads may
+    not see yet) are passed over."""
     spread = tr.db.key_conflicts
     out: list[tuple[bytes, int]] = []
     queues = iter([0])
@@ -39,8 +41,10 @@ def due_keys(
             queues = iter(read)
             continue
         want = limit - len(out)
-        prefix, end, read_limit = due_range(tr, layout, job_type, now, priority, want)
+        prefix, end, read_limit = due_range(tr, layout, job_type, now, priority, want, len(skip))
         keys = [kv.key for kv in tr.snapshot.get_range(prefix, end, limit=read_limit)]
+        if skip:
+            keys = [key for key in keys if key not in skip]
         if spread and len(keys) > want:
             keys = rng.sample(keys, want)
         out += [(key, len(prefix)) for key in keys]
@@ -48,12 +52,13 @@ def due_keys(
 
 
 def due_range(
-    tr: Transaction, layout: Layout, job_type: JobType, now: int, priority: int, want: int
+    tr: Transaction, layout: Layout, job_type: JobType, now: int, priority: int, want: int, skipped: int = 0
 ) -> tuple[bytes, bytes, int]:
     """``(begin, end, limit)`` a claim reads for ``want`` due jobs of
     ``priority``: where the store has per-key conflicts, up to
-    :func:`claim_spread` of them, to pick among at random."""
-    limit = claim_spread(want) if tr.db.key_conflicts else want
+    :func:`claim_spread` of them, to pick among at random; ``skipped`` more
+    when it passes over that many keys."""
+    limit = (claim_spread(want) if tr.db.key_conflicts else want) + skipped
     return layout.pending_prefix(job_type, priority), layout.pending_end(job_type, now, priority), limit
 
 

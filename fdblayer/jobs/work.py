@@ -125,6 +125,8 @@ class ClaimResult(NamedTuple):
     next_due: Optional[int]
     watch: Optional[Watch]
     paused: bool = False
+    #: the pending keys the claim took out of the queue (claimed, exhausted or corrupt)
+    keys: tuple[bytes, ...] = ()
 
 
 class OutcomeKind(str, Enum):
@@ -212,6 +214,7 @@ def claim(
     worker: str,
     default_max: int,
     rng: Optional[random.Random] = None,
+    skip: Collection[bytes] = (),
 ) -> ClaimResult:
     """Make up to ``limit`` due pending jobs running, each under a new lock.
 
@@ -222,11 +225,13 @@ def claim(
     :data:`pending.RANGE_LIMIT`). Priority 0 jobs
     come first, then those of priority 1, 2... (each queue in due order).
     A paused type claims nothing (read with a conflict: a claim that
-    commits after a pause has seen it).
+    commits after a pause has seen it). Pending keys in ``skip`` are not
+    taken (see :func:`step`).
     """
     if tr.get(layout.paused_key(job_type)) is not None:
         return ClaimResult([], [], None, pending.watch_pending(tr, layout, job_type), paused=True)
-    due, queues = due_keys(tr, layout, job_type, int(now), limit, rng or random)
+    due, queues = due_keys(tr, layout, job_type, int(now), limit, rng or random, skip)
+    taken = tuple(key for key, _ in due)
     claimed: list[Claimed] = []
     exhausted: list[str] = []
     if due:
@@ -243,12 +248,13 @@ def claim(
         tally.bump(job_type, "claimed", len(claimed))
         tally.write()
     if len(due) >= limit:
-        return ClaimResult(claimed, exhausted, None, None)
+        return ClaimResult(claimed, exhausted, None, None, keys=taken)
     return ClaimResult(
         claimed,
         exhausted,
         next_due(tr, layout, job_type, int(now), queues),
         pending.watch_pending(tr, layout, job_type),
+        keys=taken,
     )
 
 
@@ -336,7 +342,12 @@ def _exhaust(
 
 
 def prefetch_step(
-    tr: Transaction, layout: Layout, jobs: Iterable[Job], claims: Iterable[tuple[JobType, int]], now: float
+    tr: Transaction,
+    layout: Layout,
+    jobs: Iterable[Job],
+    claims: Iterable[tuple[JobType, int]],
+    now: float,
+    skipped: int = 0,
 ) -> None:
     """Read at once what :func:`mark_started` and :func:`complete` of
     ``jobs`` and :func:`claim` of ``claims`` = ``[(type, limit)]`` at ``now``
@@ -344,12 +355,12 @@ def prefetch_step(
     where reads are round trips): the jobs' rows; each type's pause key, the
     pending watch a claim arms when the queue runs dry, its due jobs of
     priority 0, whether it has jobs of other priorities, and its next due
-    job of priority 0."""
+    job of priority 0 (``skipped``: the claims pass over that many keys)."""
     keys = [k for j in jobs for k in (layout.data_key(j.type, j.id), layout.work_key(j.type, j.id))]
     ranges = []
     for job_type, limit in claims:  # the same ranges as the claim's reads, so that they hit
         keys += [layout.paused_key(job_type), layout.watches_pending_key(job_type)]
-        ranges.append(due_range(tr, layout, job_type, int(now), 0, limit))
+        ranges.append(due_range(tr, layout, job_type, int(now), 0, limit, skipped))
         ranges.append(pending.priorities_probe(layout, job_type))
         ranges.append(later_range(layout, job_type, int(now), 0))
     tr.prefetch(keys, ranges)
@@ -365,6 +376,7 @@ def step(
     now: float,
     worker: str,
     held: Optional[Callable[[], Collection[str]]] = None,
+    skip: Collection[bytes] = (),
 ) -> tuple[list[Job], list[ClaimResult]]:
     """A worker host's step, one transaction: record ``starts`` (:func:`mark_started`),
     end ``outcomes`` (:func:`complete`) and claim for ``claims`` = ``[(type,
@@ -375,16 +387,21 @@ def step(
     first puts back, uncounted, the jobs of the claimed types that
     ``worker`` holds claimed and not started and that are neither among
     ``held()`` (the ids the caller holds) nor this step's: the lost attempt's claims, which
-    the caller never saw and nobody would run before their leases ran out."""
+    the caller never saw and nobody would run before their leases ran out.
+
+    ``skip``: pending keys the claims pass over, those another step took
+    whose commit may be in flight (:class:`fdblayer.pipelined.Pipelined`):
+    this step's reads may not see it, and taking them again would only
+    conflict. The caller keeps that step's other jobs out of this one."""
     jobs = [job for job, _ in starts] + [o.job for o in outcomes]
     if tr.maybe_committed and held is not None:
         known = set(held()) | {job.id for job in jobs}  # this step's outcomes are no longer held by the caller
         for job_type, _, _ in claims:
             activity.release_strays(tr, layout, job_type, worker, known)
-    prefetch_step(tr, layout, jobs, [(t, limit) for t, limit, _ in claims], now)
+    prefetch_step(tr, layout, jobs, [(t, limit) for t, limit, _ in claims], now, len(skip))
     lost = mark_started(tr, layout, starts) if starts else []
     lost += complete(tr, layout, outcomes, now) if outcomes else []
-    results = [claim(tr, layout, t, now, limit, worker, default_max) for t, limit, default_max in claims]
+    results = [claim(tr, layout, t, now, limit, worker, default_max, None, skip) for t, limit, default_max in claims]
     return lost, results
 
 

@@ -53,13 +53,14 @@ def _set_back(pg_server, prefix: str, version: int) -> None:
         )
 
 
-@pytest.mark.parametrize("version", [1, 2, 3])
+@pytest.mark.parametrize("version", [1, 2, 3, 4])
 def test_an_older_store_is_upgraded_when_opened_and_keeps_its_data(pg_server, pg_url, version):
     """A store made by version 1 (its commit function without the checked
-    guesses), 2 (without the fast add) or 3 (versions counted from 0 again
-    after a crash) gets this version's functions when this version opens
-    it; its data stay, guesses are checked, adds take the fast path and
-    versions start from the server's start time from then on."""
+    guesses), 2 (without the fast add), 3 (versions counted from 0 again
+    after a crash) or 4 (its conflict check comparing every pair of ranges)
+    gets this version's functions when this version opens it; its data
+    stay, guesses are checked, adds take the fast path, versions start from
+    the server's start time from then on, and the conflict check joins."""
     db = fdblayer.open(pg_url)
     db.set(b"kept", b"v")
     db.set(b"n", (2**32 - 1).to_bytes(8, "little"))
@@ -70,8 +71,11 @@ def test_an_older_store_is_upgraded_when_opened_and_keeps_its_data(pg_server, pg
     try:
         with psycopg.connect(pg_server.conninfo(), autocommit=True) as conn:
             row = conn.execute(f"SELECT value FROM \"{prefix}_meta\" WHERE name = 'schema_version'").fetchone()
-        assert row[0] == SCHEMA_VERSION == 4
+        assert row[0] == SCHEMA_VERSION == 5
         assert db.get(b"kept") == b"v"
+        with psycopg.connect(pg_server.conninfo(), autocommit=True) as conn:
+            bodies = conn.execute("SELECT prosrc FROM pg_proc WHERE proname = %s", (f"{prefix}_commit",)).fetchall()
+        assert len(bodies) == 1 and "JOIN r ON w.b = r.b" in bodies[0][0]
         tr = db.create_transaction()
         assert tr.expect_many([b"kept"], [b"wrong"]) == [b"wrong"]
         tr.set(b"out", b"x")
