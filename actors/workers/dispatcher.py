@@ -104,10 +104,10 @@ from actors.handlers import is_async, resolve
 from actors.workers.protocol import Drain, GetStatus, RunJob, RunJobs, TakeBack
 from actors.workers.attempts import AttemptEnds
 from actors.workers.drain import Draining
+from actors.workers.stepping import Flight, Stepping
 from actors.workers.pool import PoolKeeping
 from actors.workers.runs import (
     DEFAULT_BACKOFF,
-    STEP_RETRY,
     Running,
     Slot,
     TypeSlot,
@@ -136,7 +136,16 @@ WATCH_RUNS = 0.02
 
 
 class Dispatcher(
-    AttemptEnds, PoolKeeping, HostLeases, Pruning, Heartbeat, PeriodicTicks, TypeWakeups, Draining, GenServer
+    AttemptEnds,
+    PoolKeeping,
+    HostLeases,
+    Pruning,
+    Heartbeat,
+    PeriodicTicks,
+    TypeWakeups,
+    Draining,
+    Stepping,
+    GenServer,
 ):
     """The dispatcher of one worker host (see the module docstring)."""
 
@@ -179,6 +188,7 @@ class Dispatcher(
         self.run_seconds: Optional[float] = None  # a moving average of handler run times (None: not measured)
         self.prefetch = 1  # until measured, one job a worker: assume slow
         self.flush_queued = False
+        self.flight: Optional[Flight] = None  # the step whose commit is in flight
         self.watching_runs = False
         self.draining = False
         self.drain_from: Any = None
@@ -339,6 +349,7 @@ class Dispatcher(
     def _give_back_type(self, job_type: Any) -> None:
         """A paused type starts nothing more here: its claimed jobs go back to
         the queue (uncounted), those queued in workers once they hand them back."""
+        self._settle()  # the step in flight first (see actors.workers.stepping)
         mine = [r for r in self.buffer if r.claimed.job.type == job_type]
         self.buffer = collections.deque(r for r in self.buffer if r.claimed.job.type != job_type)
         self._release([r.claimed.job for r in mine if not r.lost])
@@ -420,76 +431,15 @@ class Dispatcher(
             self._find_replacements(40)
         self._check_drained()
 
-    # ---------------------------------------------------------------- the step
-    def _kick(self) -> None:
-        """Ask for one step, after what is ready to be read (the channels
-        and messages its loop has yet to take in: their outcomes join it)."""
-        if not self.flush_queued:
-            self.flush_queued = True
-            self.stepper.wake()
-
-    def _step_due(self) -> None:
-        """The stepper's callback: the step :meth:`_kick` asked for."""
-        self.flush_queued = False
-        self._flush()
-
+    # ---------------------------------------------------------------- the step (see actors.workers.stepping)
     def _limits(self) -> planner.Limits:
         return planner.Limits(self.concurrency, self.prefetch, self.async_limit, self.run_seconds, self.any_async)
-
-    def _wants(self) -> dict:
-        """``{False: sync want, True: async want}``: jobs to claim (:func:`planner.wants`)."""
-        buffered_async = sum(1 for r in self.buffer if self.types[r.claimed.job.type].is_async) if self.any_async else 0
-        return planner.wants(
-            [slot.load() for _, slot in self.slots.items()],
-            len(self.buffer) - buffered_async,
-            buffered_async,
-            self._limits(),
-            time.monotonic(),
-            active=not self.draining and self.pool is not None,
-        )
 
     def _starts_due(self) -> list:
         """Starts to write in this step, taken off ``to_mark``: those older
         than MARK_AFTER (a brief run's start is written with its end)."""
         marks = ((token, r.seen, r.lost) for token, r in self.to_mark.items())
         return [self.to_mark.pop(token) for token in planner.starts_due(marks, time.monotonic())]
-
-    def _flush(self) -> None:
-        claims = planner.claims(self.order, self.types, self._wants())
-        starts = self._starts_due()
-        if not claims and not self.outcomes and not starts:
-            return
-        outcomes, self.outcomes = self.outcomes, []
-        now = time.time()
-        try:
-            t0 = time.perf_counter()
-            lost, results = work.step(
-                self.db,
-                DEFAULT_LAYOUT,
-                outcomes,
-                [(r.claimed.job, r.started) for r in starts],
-                claims,
-                now,
-                self.host,
-                self._held_ids,
-            )
-            self.stats["steps"] += 1
-            self.stats["step_ms"] += (time.perf_counter() - t0) * 1000
-        except Exception as exc:  # noqa: BLE001 - a store error (disk full, busy) delays the step
-            self.outcomes = outcomes + self.outcomes  # nothing was written: try again shortly
-            for r in starts:
-                self.to_mark.setdefault(r.token, r)
-            log.warning("step_failed host=%s error=%r (retrying in %.1fs)", self.host, exc, STEP_RETRY)
-            self.start_timer(STEP_RETRY, self._kick, real=True)
-            return
-        for job in lost:
-            log.info("job_outcome_discarded host=%s type=%s job=%s reason=lock_lost", self.host, job.type, job.id)
-        for (job_type, limit, _), result in zip(claims, results, strict=True):
-            self._claimed(job_type, limit, result, now)
-        self.order = self.order[1:] + self.order[:1]  # the next step asks another type first
-        self._hand_out()
-        if planner.step_again(bool(self.outcomes), self.types, self._wants()):
-            self._kick()
 
     def _claimed(self, job_type: Any, limit: int, result: work.ClaimResult, now: float) -> None:
         slot = self.types[job_type]
@@ -572,6 +522,7 @@ class Dispatcher(
             self.send(slot.addr, RunJobs(tuple(runs), self.store, str(slot.channel.path), self.async_limit))
 
     def terminate(self, reason: Any) -> None:
+        self._settle()  # the step in flight first (see actors.workers.stepping)
         self._complete_now("stop")
         try:
             hosts.forget(self.db, DEFAULT_LAYOUT, self.host)  # a clean stop: no stale beat left behind

@@ -62,6 +62,7 @@ class Draining(DispatcherState):
         self._release([r.claimed.job for r in runs])
 
     def _drain(self, msg: Drain, from_: Any) -> Any:
+        self._settle()  # the step in flight first (see actors.workers.stepping)
         self.draining = True
         self._publish_draining()
         waiting = [r.claimed.job for r in self.buffer if not r.lost]
@@ -116,6 +117,7 @@ class Draining(DispatcherState):
         dead), then put those jobs back in the queue. In this order, no late
         handler still runs when its job can be claimed again; a run that
         ends meanwhile is discarded (its job goes back all the same)."""
+        self._settle()  # the step in flight first (see actors.workers.stepping)
         self.drain_timer = None
         for _, slot in list(self.slots.items()):  # runs that ended while this actor was busy are not late
             self._read_channel(slot)
@@ -156,6 +158,7 @@ class Draining(DispatcherState):
         """Write the outcomes not yet written, outside a step (the host
         ``during`` a drain or a stop: their jobs must not run again); on a
         store error the jobs come back when their leases run out."""
+        self._settle()  # the step in flight first (see actors.workers.stepping)
         if not self.outcomes:
             return
         outcomes, self.outcomes = self.outcomes, []

@@ -42,6 +42,7 @@ class HostLeases(DispatcherState):
 
     def _renew(self) -> None:
         """Renew the lease of every job held and not lost, then arm the next renewal."""
+        self._settle()  # the step in flight first (see actors.workers.stepping)
         held = [r for r in self._held() + list(self.buffer) if not r.lost]
         try:
             if held:
@@ -79,6 +80,7 @@ class HostLeases(DispatcherState):
     def _lifeline(self, job_type: Any) -> None:
         """Re-enqueue the type's jobs whose lease expired (their host or
         dispatcher died): the activity monitor's check, run by every host."""
+        self._settle()  # the step in flight first (see actors.workers.stepping)
         slot = self.types[job_type]
         try:
             slot.lifeline_vs, ids = activity.check_inactive(

@@ -55,6 +55,7 @@ class Pruning(DispatcherState):
         the dispatcher's time, so that a backlog goes in bounded
         transactions with claims and finishes between them and yields to
         the queue's work."""
+        self._settle()  # the step in flight first (see actors.workers.stepping)
         from fdblayer.jobs import retention
 
         if all(seconds is None for seconds in self.keep.values()):

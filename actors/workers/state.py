@@ -5,7 +5,7 @@ a class and the mixins of its concepts (:mod:`~actors.workers.pool`,
 :mod:`~actors.workers.leases`, :mod:`~actors.workers.heartbeat`,
 :mod:`~actors.workers.pruning`, :mod:`~actors.workers.ticks`,
 :mod:`~actors.workers.wakeups`, :mod:`~actors.workers.drain`,
-:mod:`~actors.workers.attempts`); its
+:mod:`~actors.workers.attempts`, :mod:`~actors.workers.stepping`); its
 decisions are pure functions of :mod:`~actors.workers.planner`.
 :class:`DispatcherState` is the base of
 each: it declares the state they share (set by ``Dispatcher.init``) and the
@@ -55,6 +55,7 @@ class DispatcherState(GenServer):
     run_seconds: Optional[float]
     prefetch: int
     flush_queued: bool
+    flight: Any  #: the step whose commit is in flight (``stepping.Flight``), or None
     watching_runs: bool
     draining: bool
     drain_from: Any
@@ -74,6 +75,9 @@ class DispatcherState(GenServer):
         raise NotImplementedError
 
     def _flush(self) -> None:
+        raise NotImplementedError
+
+    def _settle(self) -> None:
         raise NotImplementedError
 
     def _hand_out(self, idle_only: bool = False) -> None:
