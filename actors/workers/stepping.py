@@ -133,6 +133,7 @@ class Stepping(DispatcherState):
             return
         built_ms = (time.perf_counter() - t0) * 1000
         if flight is not None:
+            self.stats["overlapped"] += 1  # built while the server committed the last one
             self._settle()
         tentative = step.tentative
         taken = frozenset(k for r in tentative[1] for k in r.keys) if tentative is not None else frozenset()

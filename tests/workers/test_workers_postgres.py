@@ -15,7 +15,9 @@ import pytest
 
 import fdblayer
 from actors import jobs
+from fdblayer.jobs import hosts
 from fdblayer.jobs.job import JobState
+from fdblayer.jobs.keys import DEFAULT_LAYOUT
 from tests.workers.hosts import Host, write_handlers
 
 pytestmark = pytest.mark.slow
@@ -110,3 +112,30 @@ def test_the_command_line_works_on_the_postgres_store(pg_url, db, tmp_path):
     assert removed.returncode == 0, removed.stderr
     with pytest.raises(jobs.NotFound):
         jobs.get_job(db, "cli", "j1")
+
+
+def test_a_host_building_steps_while_others_commit_runs_each_job_once(machines, db):
+    """Stepping on PostgreSQL (``actors.workers.stepping``): with many jobs
+    due, a step is built while the last one's commit is in flight (the
+    host's published counts say how many were); every job still runs once,
+    at its first attempt, and succeeds."""
+    dirs, start = machines
+    ids = [f"j{n:05d}" for n in range(3000)]
+    jobs.set_type_timeout(db, "noop", 30)
+    jobs.add_many(db, "noop", {i: {} for i in ids})
+    host = start(dirs[0], ["noop=handlers_mod:noop"], concurrency=4)
+    assert all(jobs.result(db, "noop", i, timeout=120) is None for i in ids)
+    statuses = [jobs.status(db, "noop", i) for i in ids]
+    assert {(s.state, s.outcome, s.attempt) for s in statuses} == {(JobState.FINISHED, "succeeded", 1)}
+
+    def counts() -> dict:
+        listed = hosts.list_hosts(db, DEFAULT_LAYOUT, time.time())
+        return listed[0].get("counts", {}) if listed else {}
+
+    deadline = time.time() + 3 * hosts.BEAT
+    while counts().get("succeeded", 0) < len(ids) and time.time() < deadline:
+        time.sleep(0.2)
+    done = counts()
+    assert done.get("succeeded") == len(ids)
+    assert done.get("overlapped", 0) > 0, done
+    assert host.terminate() == 0
