@@ -11,7 +11,7 @@ instead, by the dumpers :func:`register` installs on a connection.
 from __future__ import annotations
 
 import struct
-from typing import Any, Optional, Sequence
+from typing import Any, Optional, Sequence, cast
 
 __all__ = ["ByteaArray", "Int4Array", "register"]
 
@@ -37,9 +37,15 @@ def encode_bytea(items: Sequence[Optional[bytes]]) -> bytes:
     """The binary wire format of a one-dimensional ``bytea[]``."""
     if not items:
         return _EMPTY.pack(0, 0, BYTEA)
-    pack = _LENGTH.pack
-    body = b"".join(_NULL if e is None else pack(len(e)) + e for e in items)
-    return _HEADER.pack(1, None in items, BYTEA, len(items), 1) + body
+    if None in items:
+        pack = _LENGTH.pack
+        body = b"".join(_NULL if e is None else pack(len(e)) + e for e in items)
+        return _HEADER.pack(1, 1, BYTEA, len(items), 1) + body
+    present = cast(Sequence[bytes], items)  # no None among them
+    parts: list[bytes] = [b""] * (2 * len(present))  # each length then its bytes, interleaved in C
+    parts[0::2] = map(_LENGTH.pack, map(len, present))
+    parts[1::2] = present
+    return _HEADER.pack(1, 0, BYTEA, len(items), 1) + b"".join(parts)
 
 
 def encode_int4(items: Sequence[int]) -> bytes:

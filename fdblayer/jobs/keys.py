@@ -245,14 +245,13 @@ class Layout:
         versionstamp's last two bytes) tells apart the jobs one transaction
         accepts or updates, as erlfdb's per-transaction ids do in the seed.
         """
+        base: bytes = self._stamped_activity(job_type)
         if user_version == 0:
-            return self._stamped_activity(job_type)
-        return cast(
-            bytes,
-            fdb.tuple.pack_with_versionstamp(
-                (new_versionstamp(user_version),), prefix=self._type_prefix(ACTIVITY, job_type)
-            ),
-        )
+            return base
+        if not 0 < user_version <= 0xFFFF:
+            new_versionstamp(user_version)  # raises as the bindings do
+        # the packed stamp's last two bytes (before the 4-byte position) are the user version, big-endian
+        return base[:-6] + user_version.to_bytes(2, "big") + base[-4:]
 
     def _pack_stamped_activity(self, job_type: JobType) -> bytes:
         stamp = (new_versionstamp(),)

@@ -202,7 +202,7 @@ def with_error(
 
 def _errors(value: Any) -> tuple[dict[str, Any], ...]:
     """A stored error history, its malformed entries dropped."""
-    if not isinstance(value, list):
+    if not value or not isinstance(value, list):  # most records have none: no generator made
         return ()
     return tuple(e for e in value[-ERRORS_KEPT:] if isinstance(e, dict))
 

@@ -9,6 +9,7 @@ type's ranges.
 from __future__ import annotations
 
 import fdb.tuple
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -58,6 +59,21 @@ def test_activity_keys_sort_by_versionstamp(tr_version, user_version):
     stamped = layout.activity_key_stamped("t")
     assert stamped.startswith(layout.activity_prefix("t"))
     assert int.from_bytes(stamped[-4:], "little") == len(layout.activity_prefix("t")) + 1
+
+
+@given(st.one_of(st.text(min_size=1, max_size=20), st.integers(-(2**40), 2**40)), st.integers(0, 0xFFFF))
+def test_a_stamped_activity_key_is_the_bindings_packing(job_type, user_version):
+    layout = keys.DEFAULT_LAYOUT
+    expected = fdb.tuple.pack_with_versionstamp(
+        (fdb.tuple.Versionstamp(user_version=user_version),), prefix=layout.activity_prefix(job_type)
+    )
+    assert layout.activity_key_stamped(job_type, user_version) == expected
+
+
+def test_a_user_version_out_of_range_is_refused_as_by_the_bindings():
+    for bad in (-1, 0x10000):
+        with pytest.raises(ValueError):
+            keys.DEFAULT_LAYOUT.activity_key_stamped("t", bad)
 
 
 @given(
