@@ -36,6 +36,7 @@ __all__ = [
     "DirectoryNotifier",
     "FALLBACK_POLL_INTERVAL",
     "UNKNOWN_CHANGES",
+    "UNKNOWN_VALUE",
     "change_note",
     "note_names",
 ]
@@ -129,6 +130,26 @@ class Watch:
             callback(self)
         except Exception:  # a bad callback must not break the hub thread
             logger.exception("watch_callback_failed key=%r", self.key)
+
+
+class _UnknownValue(bytes):
+    """See :data:`UNKNOWN_VALUE`."""
+
+    def __eq__(self, other: object) -> bool:
+        return False
+
+    def __ne__(self, other: object) -> bool:
+        return True
+
+    __hash__ = bytes.__hash__
+
+
+#: The value to register a watch with when the transaction cannot say which
+#: value its key had in what it read (a SQLite snapshot gone stale, then
+#: upgraded: its view spans two states): equal to no value, so the hub's
+#: first read of the key fires the watch. A spurious wake-up costs a
+#: watcher one more look; a missed one strands its work.
+UNKNOWN_VALUE: bytes = _UnknownValue(b"")
 
 
 # --------------------------------------------------------------------------- change notes

@@ -53,7 +53,7 @@ SQL_TAKE_WRITE_LOCK = "DELETE FROM meta WHERE 0"
 
 class SqliteLocking:
     """Beginning reads and writes; the transaction supplies ``_db``,
-    ``deadline``, ``_conn``, ``_mode``, ``_gate_held``, ``_reads``,
+    ``deadline``, ``_conn``, ``_mode``, ``_gate_held``, ``_revalidated``, ``_reads``,
     ``_read_rows``, ``_fetched``, ``_checked``, ``_conflict_keys``,
     ``_fail``, ``_release`` and ``_sqlite_failure``."""
 
@@ -63,6 +63,7 @@ class SqliteLocking:
         _conn: Optional[sqlite3.Connection]
         _mode: Optional[str]
         _gate_held: bool
+        _revalidated: bool
         _reads: Optional[List[Tuple[str, Sequence[Any], List[Any]]]]
         _read_rows: int
 
@@ -180,6 +181,7 @@ class SqliteLocking:
         then ``BEGIN IMMEDIATE``), and run the recorded reads again: the
         same answers, or ``ConflictError``."""
         reads, self._reads = self._reads or [], None
+        self._revalidated = True
         try:
             conn.execute("ROLLBACK")
         except sqlite3.Error as exc:

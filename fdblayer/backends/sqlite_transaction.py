@@ -29,12 +29,7 @@ import logging
 import sqlite3
 from typing import TYPE_CHECKING, Collection, Dict, List, Optional, Sequence, Set, Tuple
 
-from fdblayer.exceptions import (
-    InvalidTransactionState,
-    NoCommitVersion,
-    StoreError,
-    TransactionTooLarge,
-)
+from fdblayer.exceptions import InvalidTransactionState, NoCommitVersion, StoreError, TransactionTooLarge
 from fdblayer.interface import (
     MAX_KEY_SIZE,
     MAX_TRANSACTION_SIZE,
@@ -66,7 +61,7 @@ from fdblayer.backends.sqlite_sql import (
     map_sqlite_error,
     read_keys,
 )
-from fdblayer.watches import Watch
+from fdblayer.watches import UNKNOWN_VALUE, Watch
 
 if TYPE_CHECKING:
     from fdblayer.backends.sqlite_backend import SqliteDatabase
@@ -120,6 +115,7 @@ class SqliteTransaction(SqliteLocking, StampAndWatches, Transaction):
         self._epoch = ForkEpoch.value  # of the checkout of ``_conn``
         self._mode: Optional[str] = None  # None, "read" or "write"
         self._gate_held = False
+        self._revalidated = False  # a stale snapshot was upgraded (``SqliteLocking._revalidate``)
         self._version: Optional[int] = None
         self._size = 0
         self._watches: List[Watch] = []
@@ -312,7 +308,11 @@ class SqliteTransaction(SqliteLocking, StampAndWatches, Transaction):
                 hub.register(watch.key, value, watch)
 
     def _watched_values(self) -> list[tuple[Watch, Optional[bytes]]]:
-        """The value each watched key has at commit (what its watch compares with)."""
+        """The value each watched key has at commit (what its watch compares
+        with); ``UNKNOWN_VALUE`` once a stale snapshot was revalidated (its
+        reads span two states: a change between them must fire the watch)."""
+        if self._revalidated:
+            return [(w, UNKNOWN_VALUE) for w in self._watches]
         if self._mode is None:
             self._read_conn()
         return [(w, self._get(w.key)) for w in self._watches]

@@ -75,6 +75,37 @@ class TestAStaleSnapshotWhoseReadsHold:
         tr.commit()
         assert store.get(b"out") == b"x"
 
+    def test_a_watch_of_a_key_changed_since_the_stale_snapshot_fires(self, store, other):
+        """A worker host's claim reads the queue on its snapshot (empty),
+        an enqueue commits (the queue's watch key bumped), the claim writes
+        (revalidated when it reads over its own writes: nothing it read with
+        a conflict changed) and watches the key: the watch must fire, or the enqueued job waits for the
+        next enqueue (a stream's last jobs stayed pending for good). It
+        compared with the key's value at commit, which already had the
+        enqueue's bump."""
+        store.set(b"bump", b"\x00")
+        store.set(b"queue/a", b"")
+        tr = store.create_transaction()
+        assert [kv.key for kv in tr.snapshot.get_range(b"queue/", b"queue0")] == [b"queue/a"]
+        other.set(b"queue/job", b"")
+        other.set(b"bump", b"\x01")  # after the snapshot: the enqueue's wake-up
+        tr.clear(b"queue/a")  # the claim takes the job it saw
+        tr.snapshot.get_range(b"queue/", b"queue0")  # a read over its own write: the write lock, revalidated
+        watch = tr.watch(b"bump")
+        tr.commit()
+        assert watch.wait(timeout=WAIT)
+
+    def test_a_watch_of_a_snapshot_that_held_fires_only_on_a_change(self, store, other):
+        store.set(b"bump", b"\x00")
+        tr = store.create_transaction()
+        assert tr.get(b"bump") == b"\x00"
+        tr.set(b"out", b"mine")
+        watch = tr.watch(b"bump")
+        tr.commit()
+        assert not watch.wait(timeout=0.3)
+        other.set(b"bump", b"\x01")
+        assert watch.wait(timeout=WAIT)
+
     def test_a_versionstamped_write_after_a_stale_snapshot_gets_a_later_version(self, store, other):
         tr0 = other.create_transaction()
         tr0.set_versionstamped_value(b"first", b"\x00" * 10 + b"\x00\x00\x00\x00")
