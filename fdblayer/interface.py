@@ -280,8 +280,9 @@ class Transaction(ReadView):
         descriptor that turns readable when the answer is there (None: no
         wait). Until ``finish`` has returned or raised, the transaction
         serves nothing else; other transactions run meanwhile, and one
-        that began before this commit ended conflicts with its writes as
-        with any other commit's.
+        that began before this commit was answered and commits after it
+        conflicts with its writes as with any other commit's (two commits
+        sent at once may be made in either order).
 
         Raises:
             StoreError: what :meth:`commit` raises, here or from ``finish``.

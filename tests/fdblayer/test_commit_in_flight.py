@@ -4,8 +4,8 @@ the conflicts between a commit in flight and a transaction begun
 meanwhile, on every backend (``conftest.py``).
 
 What a caller relies on: ``finish()`` ends as ``commit`` does; a
-transaction that began before a commit was answered conflicts with its
-writes as with any other commit's (on PostgreSQL the commit is held on
+transaction that began before a commit was answered, and commits after
+it, conflicts with its writes as with any other commit's (on PostgreSQL the commit is held on
 the server here, by a lock on its commit-order row, so that the later
 transaction's reads do come first); ``Pipelined.wait`` returns the result
 of the attempt that committed, retrying as ``transactional`` does.
@@ -78,8 +78,8 @@ def test_a_transaction_begun_while_a_commit_is_in_flight_conflicts_with_its_writ
             second = other.create_transaction()
             seen = second.get(b"shared")
             second.set(b"elsewhere", b"second")
-            later = second.start_commit()
         flight.finish()
+        later = second.start_commit()  # after the first's answer (two commits sent at once may go in either order)
         assert seen == b"old" or not held  # held: the second's reads came first
         if seen == b"old":  # its reads came before the first commit: they conflict
             with pytest.raises(ConflictError):
@@ -106,9 +106,8 @@ def test_a_transaction_begun_meanwhile_that_reads_other_keys_commits(db, store_u
             assert second.get(b"a\x00") is None  # the key after "a": no overlap
             assert second.get_range(b"r0", b"r1") == []  # the range after the clear's
             second.set(b"b", b"2")
-            later = second.start_commit()
         flight.finish()
-        later.finish()
+        second.start_commit().finish()
     finally:
         other.close()
     assert db.get(b"a") == b"1" and db.get(b"b") == b"2"
