@@ -348,12 +348,14 @@ def main() -> int:
                         except wp.PeerUnavailable as exc:
                             unavailable[peer] = exc.reason
                             continue
-                        except Exception as exc:  # one broken run is reported, the rest go on
+                        except Exception as exc:  # one broken run is reported (its logs' tail too), the rest go on
+                            print(f"  {peer} {scenario} {durability} failed: {exc}", file=sys.stderr, flush=True)
                             row = dict(
                                 peer=peer,
                                 scenario=scenario,
                                 handler=handler,
                                 workers=workers,
+                                jobs=args.jobs,
                                 durability=durability,
                                 error=f"failed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
                             )
