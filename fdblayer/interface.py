@@ -51,9 +51,11 @@ from fdblayer.watches import Watch
 __all__ = [
     "Database",
     "Transaction",
+    "CommitInFlight",
     "ReadView",
     "VersionstampFuture",
     "transactional",
+    "run_retrying",
     "kind_of",
     "MAX_KEY_SIZE",
     "MAX_VALUE_SIZE",

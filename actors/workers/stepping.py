@@ -28,6 +28,7 @@ step is answered as it is sent, and settled at once.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from dataclasses import dataclass, field
@@ -54,8 +55,9 @@ PIPELINE_MIN = 8
 
 @dataclass
 class Flight:
-    """A step whose commit is in flight: what it was built from, and what
-    the next step keeps away from."""
+    """A step whose commit is in flight: what it was built from, and (read
+    only when the next step is built beside it) what that one keeps away
+    from."""
 
     step: Pipelined[Any]
     claims: list
@@ -63,11 +65,20 @@ class Flight:
     outcomes: list
     now: float
     wants: dict  #: what it asked for, by kind (the next step asks for less)
-    busy: frozenset  #: ids of the jobs whose rows it writes (starts and ends)
-    taken: frozenset  #: the pending keys its claims took
     built_ms: float
     fd: Optional[int] = None
     sent_at: float = field(default_factory=time.perf_counter)
+
+    @functools.cached_property
+    def busy(self) -> frozenset:
+        """The ids of the jobs whose rows it writes (their starts and ends)."""
+        return frozenset(o.job.id for o in self.outcomes) | frozenset(r.claimed.job.id for r in self.starts)
+
+    @functools.cached_property
+    def taken(self) -> frozenset:
+        """The pending keys its claims took (as first built)."""
+        tentative = self.step.tentative
+        return frozenset(k for r in tentative[1] for k in r.keys) if tentative is not None else frozenset()
 
 
 class Stepping(DispatcherState):
@@ -135,18 +146,22 @@ class Stepping(DispatcherState):
         if flight is not None:
             self.stats["overlapped"] += 1  # built while the server committed the last one
             self._settle()
-        tentative = step.tentative
-        taken = frozenset(k for r in tentative[1] for k in r.keys) if tentative is not None else frozenset()
-        busy = frozenset(o.job.id for o in outcomes) | frozenset(r.claimed.job.id for r in starts)
         step.send()
-        self.flight = Flight(step, claims, starts, outcomes, now, wants, busy, taken, built_ms)
+        self.flight = Flight(step, claims, starts, outcomes, now, wants, built_ms)
         fd = step.fileno()
-        claimed = sum(len(r.claimed) for r in tentative[1]) if tentative is not None else 0
-        if fd is None or len(busy) + claimed < PIPELINE_MIN:
+        if fd is None or self._small(step, len(outcomes) + len(starts)):
             self._settle()
             return
         self.flight.fd = fd
         self.watch_fd(fd, self._settle)
+
+    @staticmethod
+    def _small(step: Pipelined[Any], written: int) -> bool:
+        """Whether a step of ``written`` ends and starts claims so few jobs
+        besides that it is waited for at once (:data:`PIPELINE_MIN`)."""
+        tentative = step.tentative
+        claimed = sum(len(r.claimed) for r in tentative[1]) if tentative is not None else 0
+        return written + claimed < PIPELINE_MIN
 
     def _keep_apart(self, busy: frozenset, starts: list, outcomes: list) -> tuple[list, list]:
         """The starts and outcomes a step built beside the one in flight

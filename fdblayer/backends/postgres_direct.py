@@ -38,8 +38,10 @@ from fdblayer.backends.postgres_arrays import encode_bytea, encode_int4
 __all__ = ["run", "send", "Sent"]
 
 INT8, TEXT, UNKNOWN = 20, 25, 0
-#: libpq's PGRES_COMMAND_OK and PGRES_TUPLES_OK: a statement that ran.
-_SUCCEEDED = (1, 2)
+#: libpq's PGRES_COMMAND_OK (a statement without rows that ran, a ``Parse``
+#: among them) and PGRES_TUPLES_OK: a statement that ran.
+_COMMAND_OK = 1
+_SUCCEEDED = (_COMMAND_OK, 2)
 
 
 class _Connection:
@@ -173,13 +175,15 @@ def send(conn: Any, sql: str, params: Sequence[Any], before: Sequence[str] = (),
 class Sent:
     """Statements sent by :func:`send`, their answer not yet read."""
 
-    __slots__ = ("_state", "_pgconn", "_prepared", "_at", "_count")
+    __slots__ = ("_state", "_pgconn", "_prepared", "before", "_count")
 
-    def __init__(self, state: _Connection, pgconn: Any, prepared: Any, at: int, count: int) -> None:
+    def __init__(self, state: _Connection, pgconn: Any, prepared: Any, before: int, count: int) -> None:
         # prepared: (key, name, index of its result) of a statement prepared in
-        # this pipeline; at: the index of the statement's result; count: the
-        # pipeline's statements (-1: a statement alone, no pipeline).
-        self._state, self._pgconn, self._prepared, self._at, self._count = state, pgconn, prepared, at, count
+        # this pipeline; count: the pipeline's statements (-1: a statement
+        # alone, no pipeline).
+        self._state, self._pgconn, self._prepared, self._count = state, pgconn, prepared, count
+        #: statements sent before this one (a failure's ``succeeded`` above it: this one ran)
+        self.before = before
 
     def fileno(self) -> int:
         """The connection's socket: readable once the server answers."""
@@ -204,7 +208,7 @@ class Sent:
         prepared_at = -1
         if self._prepared is not None:
             key, name, prepared_at = self._prepared
-            if results[prepared_at].status == 1:  # COMMAND_OK: the server has it
+            if results[prepared_at].status == _COMMAND_OK:  # the server has it
                 self._state.names[key] = name
         ran = 0
         for at, result in enumerate(results):
@@ -213,7 +217,7 @@ class Sent:
                 error.succeeded = ran  # type: ignore[attr-defined]
                 raise error
             ran += at != prepared_at
-        return _rows(self._state, results[self._at + (prepared_at >= 0)])
+        return _rows(self._state, results[self.before + (prepared_at >= 0)])
 
 
 def _leave_pipeline(pgconn: Any) -> None:

@@ -335,7 +335,6 @@ class PostgresTransaction(ReadAhead, OwnWrites, CommitArgs, StampAndWatches, Tra
                 the commit ended and its flush failed: a server crash may
                 still take it back.
         """
-        before = 1 if self._mode == "snapshot" else 0
         conn = self._conn
         try:
             rows = sent.collect()
@@ -343,7 +342,7 @@ class PostgresTransaction(ReadAhead, OwnWrites, CommitArgs, StampAndWatches, Tra
             version: int = rows[0][0]
         except Exception as exc:
             self._mode = None
-            unflushed = self._db.flush_apart and _answered(exc, before)
+            unflushed = self._db.flush_apart and _answered(exc, sent.before)
             raise self._failure(exc, committing=True, unflushed=unflushed) from exc
         self._conn = None
         self._db.checkin(conn, self._epoch)
