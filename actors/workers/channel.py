@@ -35,7 +35,7 @@ from typing import Any, Iterator, NamedTuple, Optional
 
 import msgpack
 
-__all__ = ["START", "END", "RELEASED", "HELLO", "Record", "Channel", "Writer", "clear_stale"]
+__all__ = ["START", "END", "RELEASED", "HELLO", "Record", "Channel", "Writer", "clear_stale", "stale_prefix"]
 
 log = logging.getLogger("otpjobs.workers")
 
@@ -75,7 +75,7 @@ class Channel:
     """
 
     def __init__(self, directory: Path, name: str) -> None:
-        self.path = Path(directory) / f"{_PREFIX}{os.getpid()}-{name}"
+        self.path = Path(directory) / f"{stale_prefix()}{name}"
         os.mkfifo(self.path, 0o600)
         self.fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
         self._keep = os.open(self.path, os.O_WRONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
@@ -222,6 +222,12 @@ class Writer:
         """Close this end (records written so far stay readable)."""
         with self._lock:
             self.close_locked()
+
+
+def stale_prefix() -> str:
+    """The start of the name of a pipe this process makes: :func:`clear_stale`
+    removes it once the process is gone."""
+    return f"{_PREFIX}{os.getpid()}-"
 
 
 def clear_stale(directory: Path) -> int:

@@ -10,7 +10,9 @@ polling loop.
 
 It knows what each worker does, exactly: a worker writes a record on its
 report channel (:mod:`actors.workers.channel`) before each handler call
-and after it, and the records outlive the worker. So a worker that dies
+and after it, and the records outlive the worker; it tells each worker
+what to run and what to stop on a pipe of their own, in order
+(:mod:`actors.workers.commands`). So a worker that dies
 (SIGKILL, OOM, ``os._exit``) fails the attempt of the one run it was in
 (retried at once, or failed for good when its attempts are used up), the
 runs it ended keep their outcomes, and the runs it never started go to
@@ -271,8 +273,10 @@ class Dispatcher(
             elif record.kind == channel.RELEASED:
                 released = True
                 self._runs_released(slot, record.value)
-            elif record.kind == channel.HELLO:
+            elif record.kind == channel.HELLO:  # it has both pipes open: their names can go
                 self._watch_process(slot, record.token)
+                if slot.commands is not None:
+                    slot.commands.unlink()
         if ended and self.run_seconds is not None:
             self.prefetch = prefetch_for(self.run_seconds)
         if ended or released:
@@ -357,7 +361,7 @@ class Dispatcher(
             queued = [r for r in slot.runs.values() if r.started is None and r.claimed.job.type == job_type]
             if queued and not slot.owes_release:
                 slot.owes_release += 1
-                self.send(slot.addr, TakeBack())
+                self._tell(slot, TakeBack())
 
     def _watch_runs(self) -> None:
         """Every WATCH_RUNS while handlers run: hold runs to their time
@@ -378,7 +382,7 @@ class Dispatcher(
             if queued:
                 slot.owes_release += 1
                 self.stats["taken_back"] += queued
-                self.send(slot.addr, TakeBack())
+                self._tell(slot, TakeBack())
         if plan.write_starts or self.outcomes or self._claims_wanted():
             self._kick()
         self.watching_runs = plan.busy
@@ -397,6 +401,8 @@ class Dispatcher(
             slot.pidfd = None
         self._read_channel(slot)  # everything it wrote before it died
         slot.channel.close()
+        if slot.commands is not None:
+            slot.commands.close()
         started = [r for r in slot.runs.values() if r.started is not None]  # the sync one, the async ones
         unstarted = [r for r in slot.runs.values() if r.started is None and not r.lost]
         if any(r.killing for r in started):  # this host killed it for a run past its limit: the others are bystanders
@@ -519,7 +525,7 @@ class Dispatcher(
             )
         for slot, runs in batches.values():
             self.stats["run_msgs"] += 1
-            self.send(slot.addr, RunJobs(tuple(runs), self.store, str(slot.channel.path), self.async_limit))
+            self._tell(slot, RunJobs(tuple(runs), self.store, str(slot.channel.path), self.async_limit))
 
     def terminate(self, reason: Any) -> None:
         self._settle()  # the step in flight first (see actors.workers.stepping)
@@ -532,6 +538,8 @@ class Dispatcher(
             self.demonitor(slot.ref)
             self.unwatch_fd(slot.channel.fd)
             slot.channel.close()
+            if slot.commands is not None:
+                slot.commands.close()
         for slot in self.types.values():
             for watch in (slot.watch, slot.pause_watch):
                 if watch is not None:

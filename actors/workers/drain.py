@@ -72,7 +72,7 @@ class Draining(DispatcherState):
         for _, slot in self.slots.items():
             if slot.runs:
                 slot.owes_release += 1
-                self.send(slot.addr, Release())
+                self._tell(slot, Release())
         log.info(
             "workers_draining host=%s held=%d released=%d grace=%.1fs",
             self.host,

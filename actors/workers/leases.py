@@ -62,8 +62,9 @@ class HostLeases(DispatcherState):
             if (j.type, j.id, j.lock) in lost:
                 running.lost = True
                 log.info("job_lost host=%s type=%s job=%s (removed or re-enqueued)", self.host, j.type, j.id)
-                if running.worker is not None:
-                    self.send(running.worker, StopJob(running.token))
+                slot = self.slots.get(running.worker) if running.worker is not None else None
+                if slot is not None:
+                    self._tell(slot, StopJob(running.token))
         self.buffer = collections.deque(r for r in self.buffer if not r.lost)
 
     def _supersede(self, job_type: Any, ids: set) -> None:

@@ -1,7 +1,8 @@
 """A worker host's pool as its dispatcher keeps it: adopting workers, seeing them die, time limits.
 
 Principle: the dispatcher adopts every worker the pool starts (a report
-channel each, :mod:`actors.workers.channel`) and sees each one die twice
+channel each, :mod:`actors.workers.channel`, and a command pipe,
+:mod:`actors.workers.commands`) and sees each one die twice
 over: by the supervisor's notice and by a pidfd of its process, since
 Thespian's notice can be lost on a loaded machine and a death unseen would
 hold its jobs for ever. A run past its time limit is told to stop; past
@@ -21,7 +22,8 @@ from supervision.messages import WhereIs
 from supervision.supervisor import StartChild, TerminateChild, WhichChildren
 
 from actors.workers.channel import Channel
-from actors.workers.protocol import StopJob
+from actors.workers.commands import CommandPipe
+from actors.workers.protocol import StopJob, UsePipe
 from actors.workers.state import DispatcherState
 from actors.workers.planner import LimitAction, limit_action
 from actors.workers.runs import CALL_TIMEOUT, Running, Slot
@@ -87,11 +89,27 @@ class PoolKeeping(DispatcherState):
         if addr is None or addr in self.slots:
             return
         self.slot_count += 1
-        slot = Slot(addr, self.monitor(addr), Channel(self.rundir, str(self.slot_count)), self.slot_count)
+        n = self.slot_count
+        commands = CommandPipe(self.rundir, f"cmd{n}")
+        slot = Slot(addr, self.monitor(addr), Channel(self.rundir, str(n)), n, commands=commands)
         self.slots[addr] = slot
         self.watch_fd(slot.channel.fd, lambda: self._read_channel(slot))
+        self.send(addr, UsePipe(str(commands.path)))  # the one message: every command goes on the pipe
         self._hand_out()
         self._kick()
+
+    def _tell(self, slot: Slot, msg: Any) -> None:
+        """Send the worker of ``slot`` a command on its pipe. A worker whose
+        pipe stays full (it reads nothing: stopped, or its actor wedged) is
+        stopped and replaced, its runs ended as any dead worker's."""
+        commands = slot.commands
+        if commands is None or commands.fd is None:
+            return  # given up on already: its replacement is on its way
+        if commands.send(msg):
+            return
+        log.warning("worker_unresponsive host=%s worker=%d reason=command_not_written", self.host, slot.n)
+        commands.close()
+        self.call_async(self.pool, TerminateChild(slot.addr), lambda _r, _e: self._add_worker(), CALL_TIMEOUT)
 
     def _watch_process(self, slot: Slot, pid: int) -> None:
         """Watch the worker's process itself: Thespian's notice of a child's
@@ -172,7 +190,7 @@ class PoolKeeping(DispatcherState):
                 limit,
                 self.grace,
             )
-            self.send(slot.addr, StopJob(running.token))
+            self._tell(slot, StopJob(running.token))
         elif action is LimitAction.CANCEL:
             running.cancelled = True  # the worker's other async runs go on
             log.warning(
@@ -181,7 +199,7 @@ class PoolKeeping(DispatcherState):
                 running.claimed.job.type,
                 running.claimed.job.id,
             )
-            self.send(slot.addr, StopJob(running.token, cancel=True))
+            self._tell(slot, StopJob(running.token, cancel=True))
         elif action is LimitAction.KILL:
             running.killing = True
             log.warning(

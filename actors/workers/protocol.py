@@ -1,9 +1,10 @@
 """Messages between a worker host's dispatcher, its workers and its clients.
 
 Plain frozen dataclasses, pickled across processes. The dispatcher sends a
-worker :class:`RunJobs`, :class:`StopJob`, :class:`TakeBack` and
-:class:`Release`; a worker answers on its report channel
-(:mod:`actors.workers.channel`), not with messages. Clients call the
+worker :class:`UsePipe` once (a Thespian message), then
+:class:`RunJobs`, :class:`StopJob`, :class:`TakeBack` and :class:`Release`
+on that pipe (:mod:`actors.workers.commands`); a worker answers on its
+report channel (:mod:`actors.workers.channel`), not with messages. Clients call the
 dispatcher with :class:`Drain` and :class:`GetStatus`.
 """
 
@@ -12,7 +13,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["RunJob", "RunJobs", "StopJob", "TakeBack", "Release", "Drain", "GetStatus"]
+__all__ = ["UsePipe", "RunJob", "RunJobs", "StopJob", "TakeBack", "Release", "Drain", "GetStatus"]
+
+
+@dataclass(frozen=True)
+class UsePipe:
+    """Info to a worker: read every command from the pipe named ``path``
+    (:class:`~actors.workers.commands.CommandReader`), from now on."""
+
+    path: str
 
 
 @dataclass(frozen=True, repr=False)

@@ -18,6 +18,7 @@ from fdblayer.jobs import work
 
 from actors.settings.schema import known
 from actors.workers.channel import Channel
+from actors.workers.commands import CommandPipe
 from actors.workers.planner import (
     CANCEL_WAIT,
     LONG_RUN,
@@ -72,8 +73,8 @@ class Slot:
     """One worker as the dispatcher sees it: its runs in the order it runs
     them (the first sync one may be in its handler: ``current``; the async
     ones started are in ``inflight``, ``async_held`` counts its async runs),
-    its channel, and whether it owes a RELEASED record (a take-back or
-    release was sent)."""
+    its report channel and its command pipe, and whether it owes a RELEASED
+    record (a take-back or release was sent)."""
 
     addr: Any
     ref: Any
@@ -85,6 +86,7 @@ class Slot:
     inflight: dict = field(default_factory=dict)  # token -> Running: async runs started, not ended
     async_held: int = 0  # async runs in runs (queued or started)
     pidfd: Optional[int] = None  # the worker's process, once it said hello
+    commands: Optional[CommandPipe] = None  # the pipe every command to the worker goes through
 
     def load(self) -> WorkerLoad:
         """This worker as the planner (:mod:`actors.workers.planner`) sees it."""

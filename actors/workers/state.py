@@ -95,6 +95,9 @@ class DispatcherState(GenServer):
     def _read_channel(self, slot: Slot) -> None:
         raise NotImplementedError
 
+    def _tell(self, slot: Slot, msg: Any) -> None:
+        raise NotImplementedError
+
     def _pool_cleared(self) -> None:
         raise NotImplementedError
 

@@ -5,7 +5,8 @@ Principle: the handler runs in a thread so the actor's message loop stays
 free: a :class:`~actors.workers.protocol.StopJob` reaches the handler at
 once (``ctx.stopping``) and a shutdown is answered while a handler still
 runs. The dispatcher hands a worker a few jobs at once (they run one after
-the other, with no message between them). Every run handed to a worker
+the other, with no message between them), on the worker's command pipe
+(:mod:`actors.workers.commands`), as it sends every other command. Every run handed to a worker
 is answered exactly once on its report channel
 (:mod:`actors.workers.channel`): ended, or released unstarted when the
 dispatcher takes it back (:class:`TakeBack`, a drain's :class:`Release`).
@@ -49,7 +50,8 @@ from supervision import GenServer
 from actors.workers.channel import Writer
 from actors.handlers import JobContext, resolve
 from actors.workers.context import describe_error, encode_result, pool_context
-from actors.workers.protocol import Release, RunJobs, StopJob, TakeBack
+from actors.workers.commands import CommandReader
+from actors.workers.protocol import Release, RunJobs, StopJob, TakeBack, UsePipe
 
 __all__ = ["Worker"]
 
@@ -72,8 +74,38 @@ class Worker(GenServer):
         self.async_runs: dict = {}  # token -> _AsyncRun: async handlers started, not ended
         self.async_limit = 100
         self.loop: Optional[asyncio.AbstractEventLoop] = None  # started with the first async run
+        self.commands: Optional[CommandReader] = None  # the dispatcher's pipe (UsePipe)
 
     def handle_info(self, msg: Any) -> None:
+        if isinstance(msg, UsePipe):
+            self._use_pipe(msg.path)
+        else:
+            super().handle_info(msg)
+
+    def _use_pipe(self, path: str) -> None:
+        """Read the dispatcher's commands from the pipe at ``path`` from now on
+        (an unopenable pipe crashes this worker: the dispatcher replaces it)."""
+        if self.commands is not None:
+            self._close_commands()
+        self.commands = CommandReader(path)
+        self.watch_fd(self.commands.fd, self._read_commands)
+
+    def _read_commands(self) -> None:
+        """Act on every command the pipe holds, in the order they were sent."""
+        commands = self.commands
+        assert commands is not None
+        for msg in commands.read():
+            self._command(msg)
+        if commands.ended and commands is self.commands:  # the dispatcher is gone: its successor stops us
+            self._close_commands()
+
+    def _close_commands(self) -> None:
+        assert self.commands is not None
+        self.unwatch_fd(self.commands.fd)
+        self.commands.close()
+        self.commands = None
+
+    def _command(self, msg: Any) -> None:
         if isinstance(msg, RunJobs):
             self._take(msg)
         elif isinstance(msg, StopJob):
@@ -83,7 +115,7 @@ class Worker(GenServer):
         elif isinstance(msg, Release):
             self._give_back(stop_current=True)
         else:
-            super().handle_info(msg)
+            log.warning("command_unknown type=%s", type(msg).__name__)
 
     def _take(self, batch: RunJobs) -> None:
         with self.cv:
