@@ -168,7 +168,11 @@ class Writer:
         self.broken = False
         self._lock = threading.Lock()
         try:
-            self._fd: Optional[int] = os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            # Not blocking while it opens: a pipe nobody reads (its dispatcher died) is
+            # refused (ENXIO) instead of holding this worker's actor until a reader
+            # comes; then records are written whole, waiting for room.
+            self._fd: Optional[int] = os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+            os.set_blocking(self._fd, True)
         except OSError as exc:
             log.warning("channel_unavailable path=%s error=%r", path, exc)
             self._fd, self.broken = None, True

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import signal
 import struct
+import time
 
 from actors.workers import channel
 from actors.workers.channel import Channel, Writer
@@ -107,3 +108,24 @@ def test_a_writer_whose_dispatcher_is_gone_drops_records_without_raising(tmp_pat
     assert w.start(3, 1.0) is False
     missing = Writer(str(tmp_path / "missing"))
     assert missing.broken and missing.start(1, 1.0) is False
+
+
+def test_a_writer_of_a_pipe_nobody_reads_is_broken_at_once(tmp_path):
+    """A worker handed runs by a dispatcher that died since: opening its
+    channel is refused (it would otherwise wait for a reader for ever)."""
+    path = tmp_path / "ch-orphan"
+    os.mkfifo(path, 0o600)
+    pid = os.fork()
+    if pid == 0:  # a child, so that a blocking open cannot hang the test run
+        w = Writer(str(path))
+        os._exit(0 if w.broken and not w.start(1, 1.0) else 3)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            assert os.waitstatus_to_exitcode(status) == 0
+            return
+        time.sleep(0.01)
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    raise AssertionError("opening a pipe nobody reads blocked")
