@@ -74,7 +74,7 @@ class CommandPipe:
             return False
         data = pickle.dumps(msg, protocol=pickle.HIGHEST_PROTOCOL)
         view = memoryview(_LENGTH.pack(len(data)) + data)
-        deadline = None
+        deadline, poller = None, None
         while view:
             try:
                 view = view[os.write(self.fd, view) :]
@@ -83,7 +83,10 @@ class CommandPipe:
                 deadline = now + wait if deadline is None else deadline
                 if now >= deadline:
                     return False
-                select.select([], [self.fd], [], deadline - now)
+                if poller is None:  # poll, not select: a host of many workers has descriptors past 1024
+                    poller = select.poll()
+                    poller.register(self.fd, select.POLLOUT)
+                poller.poll((deadline - now) * 1000)
             except OSError as exc:
                 log.warning("command_write_failed path=%s error=%r", self.path, exc)
                 return False
