@@ -35,7 +35,18 @@ from typing import Any, Iterator, NamedTuple, Optional
 
 import msgpack
 
-__all__ = ["START", "END", "RELEASED", "HELLO", "Record", "Channel", "Writer", "clear_stale", "stale_prefix"]
+__all__ = [
+    "START",
+    "END",
+    "RELEASED",
+    "HELLO",
+    "Record",
+    "NamedPipe",
+    "Channel",
+    "Writer",
+    "clear_stale",
+    "stale_prefix",
+]
 
 log = logging.getLogger("otpjobs.workers")
 
@@ -67,8 +78,13 @@ class Record(NamedTuple):
     value: Any
 
 
-class Channel:
-    """The dispatcher's end of one worker's pipe, made in ``directory``.
+class NamedPipe:
+    """A pipe a dispatcher makes in ``directory`` for one worker (mode 0600,
+    named so that :func:`clear_stale` removes it once the dispatcher is
+    gone) and holds both ends of, non-blocking: a read never sees
+    end-of-file and a write never fails for want of the worker's end. The
+    report channel (:class:`Channel`) and the command pipe
+    (:class:`~actors.workers.commands.CommandPipe`) are each one.
 
     Raises:
         OSError: the pipe cannot be made (the directory is not writable).
@@ -77,14 +93,45 @@ class Channel:
     def __init__(self, directory: Path, name: str) -> None:
         self.path = Path(directory) / f"{stale_prefix()}{name}"
         os.mkfifo(self.path, 0o600)
-        self.fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
-        self._keep = os.open(self.path, os.O_WRONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
+        flags = os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
+        self.read_end = os.open(self.path, os.O_RDONLY | flags)
+        self.write_end = os.open(self.path, os.O_WRONLY | flags)
         try:
-            fcntl.fcntl(self.fd, _F_SETPIPE_SZ, PIPE_SIZE)
+            fcntl.fcntl(self.read_end, _F_SETPIPE_SZ, PIPE_SIZE)
         except OSError:
             pass  # the system's limit is lower: the default size works, only slower
-        self._buf = bytearray()
+        self.closed = False
         self._named = True
+
+    def unlink(self) -> None:
+        """Remove the pipe's name (it stays usable through the open ends)."""
+        if self._named:
+            self._named = False
+            try:
+                os.unlink(self.path)
+            except FileNotFoundError:
+                pass
+
+    def close(self) -> None:
+        """Close both ends and remove the name (again: nothing)."""
+        self.unlink()
+        if self.closed:
+            return
+        self.closed = True
+        for fd in (self.read_end, self.write_end):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+class Channel(NamedPipe):
+    """The dispatcher's end of one worker's report pipe (:class:`NamedPipe`): ``fd`` is read."""
+
+    def __init__(self, directory: Path, name: str) -> None:
+        super().__init__(directory, name)
+        self.fd = self.read_end
+        self._buf = bytearray()
 
     def read(self) -> list[Record]:
         """Every whole record written so far (a partial one waits for its rest)."""
@@ -116,24 +163,6 @@ class Channel:
             if record is not None:
                 yield record
         del buf[:pos]
-
-    def unlink(self) -> None:
-        """Remove the pipe's name (it stays usable through the open ends)."""
-        self._named = False
-        try:
-            os.unlink(self.path)
-        except FileNotFoundError:
-            pass
-
-    def close(self) -> None:
-        """Close both ends and remove the name."""
-        if self._named:
-            self.unlink()
-        for fd in (self.fd, self._keep):
-            try:
-                os.close(fd)
-            except OSError:
-                pass
 
 
 def _decode(kind: int, token: int, payload: bytes) -> Optional[Record]:

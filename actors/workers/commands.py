@@ -25,59 +25,41 @@ user.
 
 from __future__ import annotations
 
-import fcntl
 import logging
 import os
 import pickle
 import select
 import struct
 import time
-from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
-from actors.workers.channel import PIPE_SIZE, stale_prefix
+from actors.workers.channel import PIPE_SIZE, NamedPipe
 
 __all__ = ["CommandPipe", "CommandReader", "FULL_WAIT"]
 
 log = logging.getLogger("otpjobs.workers")
 
 _LENGTH = struct.Struct("<I")
-_F_SETPIPE_SZ = 1031
 #: How long a write waits for room in a full pipe (its worker reads
 #: nothing: stopped, or its actor wedged) before the write gives up.
 FULL_WAIT = 1.0
 
 
-class CommandPipe:
-    """The dispatcher's end of one worker's command pipe, made in ``directory``.
-
-    Raises:
-        OSError: the pipe cannot be made (the directory is not writable).
-    """
-
-    def __init__(self, directory: Path, name: str) -> None:
-        self.path = Path(directory) / f"{stale_prefix()}{name}"
-        os.mkfifo(self.path, 0o600)
-        self._keep: Optional[int] = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
-        self.fd: Optional[int] = os.open(self.path, os.O_WRONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
-        try:
-            fcntl.fcntl(self.fd, _F_SETPIPE_SZ, PIPE_SIZE)
-        except OSError:
-            pass  # the system's limit is lower: the default size holds a few hundred runs
-        self._named = True
+class CommandPipe(NamedPipe):
+    """The dispatcher's end of one worker's command pipe (:class:`~actors.workers.channel.NamedPipe`): written."""
 
     def send(self, msg: Any, wait: float = FULL_WAIT) -> bool:
         """Write one command whole; False when it could not be (the pipe
         stayed full for ``wait`` seconds, or is closed): a frame may then be
         cut short, so the worker must be replaced, never written to again."""
-        if self.fd is None:
+        if self.closed:
             return False
         data = pickle.dumps(msg, protocol=pickle.HIGHEST_PROTOCOL)
         view = memoryview(_LENGTH.pack(len(data)) + data)
         deadline, poller = None, None
         while view:
             try:
-                view = view[os.write(self.fd, view) :]
+                view = view[os.write(self.write_end, view) :]
             except BlockingIOError:
                 now = time.monotonic()
                 deadline = now + wait if deadline is None else deadline
@@ -85,32 +67,12 @@ class CommandPipe:
                     return False
                 if poller is None:  # poll, not select: a host of many workers has descriptors past 1024
                     poller = select.poll()
-                    poller.register(self.fd, select.POLLOUT)
+                    poller.register(self.write_end, select.POLLOUT)
                 poller.poll((deadline - now) * 1000)
             except OSError as exc:
                 log.warning("command_write_failed path=%s error=%r", self.path, exc)
                 return False
         return True
-
-    def unlink(self) -> None:
-        """Remove the pipe's name (the worker has it open: no one else needs it)."""
-        if self._named:
-            self._named = False
-            try:
-                os.unlink(self.path)
-            except FileNotFoundError:
-                pass
-
-    def close(self) -> None:
-        """Close both ends and remove the name; later sends return False."""
-        self.unlink()
-        for fd in (self.fd, self._keep):
-            if fd is not None:
-                try:
-                    os.close(fd)
-                except OSError:
-                    pass
-        self.fd = self._keep = None
 
 
 class CommandReader:

@@ -103,7 +103,7 @@ class PoolKeeping(DispatcherState):
         pipe stays full (it reads nothing: stopped, or its actor wedged) is
         stopped and replaced, its runs ended as any dead worker's."""
         commands = slot.commands
-        if commands is None or commands.fd is None:
+        if commands is None or commands.closed:
             return  # given up on already: its replacement is on its way
         if commands.send(msg):
             return

@@ -43,8 +43,7 @@ def test_a_command_split_across_reads_arrives_whole(tmp_path):
     reader = CommandReader(str(pipe.path))
     try:
         assert pipe.send(_runs(1000, b"x" * 200))  # far more than one atomic pipe write
-        assert pipe.fd is not None
-        os.write(pipe.fd, b"\x05\x00")  # the first half of the next frame's length
+        os.write(pipe.write_end, b"\x05\x00")  # the first half of the next frame's length
         (big,) = reader.read()
         assert len(big.runs) == 1000 and big.runs[999].data == b"x" * 200
         assert reader.read() == []  # the partial frame waits for its rest
@@ -76,7 +75,7 @@ def test_the_worker_sees_the_end_once_the_dispatcher_is_gone(tmp_path):
     try:
         assert pipe.send(TakeBack())
         pid = os.fork()
-        if pid == 0:  # a process holding no end of the pipe exits: no effect
+        if pid == 0:  # a forked process's copies of the ends close when it exits: no end for the worker
             os._exit(0)
         os.waitpid(pid, 0)
         assert reader.read() == [TakeBack()] and not reader.ended
