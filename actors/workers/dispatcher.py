@@ -244,8 +244,15 @@ class Dispatcher(
         return [r for _, slot in self.slots.items() for r in slot.runs.values()]
 
     def _held_ids(self) -> set:
-        """The ids of every job this host holds: buffered, or handed to a worker."""
-        return {r.claimed.job.id for r in self.buffer} | {r.claimed.job.id for r in self._held()}
+        """The ids of every job this host holds: buffered, handed to a worker,
+        or ended with its outcome not yet written (waiting for a step, or in
+        the step in flight): a retried step must never put those back."""
+        ended = self.outcomes + (self.flight.outcomes if self.flight is not None else [])
+        return (
+            {r.claimed.job.id for r in self.buffer}
+            | {r.claimed.job.id for r in self._held()}
+            | {o.job.id for o in ended}
+        )
 
     # ---------------------------------------------------------------- messages
     def handle_info(self, msg: Any) -> None:
