@@ -48,6 +48,7 @@ from thespian.actors import (
 from . import messages as m
 from .addrmap import AddrMap, AddrSet
 from .clock import Clock, make_clock
+from .deaths import DeathWatch
 from .exceptions import BadCall, BadCast, BadInfo
 from .logs import log_directly
 from .reasons import KILLED, NOPROC, NORMAL, SHUTDOWN, is_normal, portable
@@ -145,6 +146,7 @@ class GenServer(Calls, Timers, Actor):  # type: ignore[misc]  # Actor: thespian 
         self._stop_reason: Any = None
         self._starter: Any = None
         self._fd_watches: dict[int, Callable[[], None]] = {}
+        self._deaths: DeathWatch | None = None
 
     def receiveMessage(self, msg: Any, sender: Any) -> Any:  # noqa: N802 - Thespian API
         """Thespian entry point: routes messages; never lets an exception escape."""
@@ -184,7 +186,6 @@ class GenServer(Calls, Timers, Actor):  # type: ignore[misc]  # Actor: thespian 
             self._exit(SHUTDOWN, thespian_exiting=True)
         elif isinstance(msg, ChildActorExited):
             self._on_exit_notice(msg.childAddress, sender)
-            self._check_silent_children()
         elif isinstance(msg, WakeupMessage):
             self._on_wakeup(msg.payload)
         elif isinstance(msg, WatchMessage):
@@ -400,6 +401,7 @@ class GenServer(Calls, Timers, Actor):  # type: ignore[misc]  # Actor: thespian 
         if child is not None:
             child["pid"] = msg.pid
             child["start"] = start_time(msg.pid)  # a later kill_child signals this process only
+            self._watch_death(msg.addr, child)
             self.child_started(msg.addr, msg.pid)
 
     def _on_start_failed(self, msg: m.StartFailed) -> None:
@@ -447,24 +449,40 @@ class GenServer(Calls, Timers, Actor):  # type: ignore[misc]  # Actor: thespian 
         child = self._children.pop(addr, None)
         if child is None:
             return  # Thespian reports each exit twice; the second is a duplicate.
+        if self._deaths is not None:
+            self._deaths.forget(child.get("pidfd"))
         reason = self._exit_reasons.pop(addr, KILLED)
         if reason == KILLED:
             self._notify_for_dead_child(addr, child)
         self._withdraw_watchers(addr, child)
         self.child_exited(addr, reason)
 
-    def _check_silent_children(self) -> None:
-        """Thespian loses the exit notice of a child that dies while it handles
-        another child's: its bookkeeping then forgets every dead child at once
-        (``_childExited``), and the SIGCHLD check that follows finds nothing.
-        So on each exit notice, any other child whose process is gone is
-        given ``LOST_EXIT_GRACE`` seconds for its own notice (and its last
-        Exit message) to arrive, and is treated as exited after that."""
-        for addr, child in self._children.items():
-            pid = child.get("pid")
-            if pid and not child.get("lost_check") and not pid_alive(pid):
-                child["lost_check"] = True
-                self.start_timer(LOST_EXIT_GRACE, functools.partial(self._lost_exit, addr, pid), real=True)
+    def _watch_death(self, addr: Any, child: dict[str, Any]) -> None:
+        """Learn of the child's death from the kernel (a pidfd), not only from
+        Thespian's exit notice, which it loses for a child that dies while it
+        handles another child's (its bookkeeping then forgets every dead child
+        at once) and, rarely, otherwise."""
+        if self._deaths is None:
+            self._deaths = DeathWatch()
+            self.watch_fd(self._deaths.fileno(), self._on_deaths)
+        self._deaths.forget(child.get("pidfd"))  # a second Started: one pidfd a child
+        child["pidfd"] = self._deaths.watch(child["pid"], child["start"], addr)
+        if child["pidfd"] is None:
+            self._process_gone(addr)  # dead before it could be watched
+
+    def _on_deaths(self) -> None:
+        assert self._deaths is not None
+        for addr in self._deaths.gone():
+            self._process_gone(addr)
+
+    def _process_gone(self, addr: Any) -> None:
+        """A child's process has exited: its exit notice (and its last Exit
+        message) get ``LOST_EXIT_GRACE`` seconds to arrive; after that the
+        child is taken as exited all the same."""
+        child = self._children.get(addr)
+        if child is not None and not child.get("lost_check"):
+            child["lost_check"] = True
+            self.start_timer(LOST_EXIT_GRACE, functools.partial(self._lost_exit, addr, child["pid"]), real=True)
 
     def _lost_exit(self, addr: Any, pid: int) -> None:
         child = self._children.get(addr)
@@ -561,7 +579,7 @@ class GenServer(Calls, Timers, Actor):  # type: ignore[misc]  # Actor: thespian 
 
         Thespian keeps its own list of children, pruned only by the exit
         notices it receives, and it loses some (see
-        ``_check_silent_children``). A recursive exit request makes it send
+        ``_watch_death``). A recursive exit request makes it send
         an exit request to each child on that list and wait for their
         notices; for children already dead it waits forever (its error
         callback closes over the loop variable, so only the last one is ever

@@ -166,6 +166,19 @@ class KillingSup(Sup):
         super().child_exited(addr, reason)
 
 
+class DeafSup(Sup):
+    """A Sup that never hears Thespian's exit notices (``ChildActorExited``):
+    Thespian's loss of one, made certain. Its children's deaths reach it
+    only from the kernel."""
+
+    def receiveMessage(self, msg: Any, sender: Any) -> Any:  # noqa: N802 - Thespian API
+        from thespian.actors import ChildActorExited, ThespianWatch
+
+        if isinstance(msg, ChildActorExited):
+            return ThespianWatch(list(self._fd_watches)) if self._fd_watches else None  # keep watching
+        return super().receiveMessage(msg, sender)
+
+
 class Probe(Worker):
     """A Worker that sets up links and monitors synchronously, and spawns
     manual-clock children.

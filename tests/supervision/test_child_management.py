@@ -10,7 +10,7 @@ import pytest
 
 from supervision import AlreadyStarted, BadChildSpec, ChildSpec, NoProc, StartError, SupervisionError, SupFlags
 from tests.supervision.conftest import alive, wait_until
-from tests.supervision.fixtures import KillingSup, Worker
+from tests.supervision.fixtures import DeafSup, KillingSup, Worker
 
 ONE = {"strategy": "one_for_one", "intensity": 10, "period": 10}
 
@@ -166,6 +166,25 @@ def test_a_supervisor_ends_although_thespian_lost_its_children_exits(tree):
     )
     tree.c.terminate_child(tree.root, spec.id)
     wait_until(lambda: not alive(pid), 3, "the supervisor's process to end")
+
+
+def test_a_child_whose_exit_notice_is_lost_is_restarted_all_the_same(tree):
+    """Thespian can lose a child's exit notice with no other exit to reveal
+    it (DeafSup loses them all): the kernel's word (a pidfd) is enough for
+    the supervisor to restart the child, more than once."""
+    spec = ChildSpec(
+        f"deaf-{os.getpid()}",
+        DeafSup,
+        {"id": "deaf", "log": str(tree.log), "flags": ONE, "specs": [tree.w("d")]},
+        restart="temporary",
+        type="supervisor",
+    )
+    sup = tree.c.start_child(tree.root, spec)
+    for _ in range(2):
+        old = tree.kids(sup)["d"].pid
+        os.kill(old, signal.SIGKILL)
+        wait_until(lambda: (new := tree.kids(sup)["d"].pid) != old and alive(new), 5, "d restarted")
+    tree.c.terminate_child(tree.root, spec.id)
 
 
 def test_worker_within_its_shutdown_runs_terminate(tree):

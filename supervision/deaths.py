@@ -1,0 +1,97 @@
+"""Which of a set of processes have exited, through one pollable descriptor.
+
+Thespian reports a child's death with an exit notice it can lose (see
+``GenServer._lost_exit``), and a lost notice used to be noticed only when
+another one arrived. A :class:`DeathWatch` holds a pidfd per watched
+process in one epoll set; the set's descriptor turns readable when any of
+them exits, so an actor watches that single descriptor however many
+children it has, and learns of every death from the kernel.
+
+Every descriptor here is closed in a process forked from this one (the
+actors' children are forked, not exec'd): a child never holds its
+siblings' pidfds.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import weakref
+from typing import Any
+
+from .procs import open_process
+
+_live: weakref.WeakSet[DeathWatch] = weakref.WeakSet()
+
+
+class DeathWatch:
+    """A set of watched processes, each named by a key of the caller's."""
+
+    def __init__(self) -> None:
+        self._epoll = select.epoll()
+        self._keys: dict[int, Any] = {}
+        _live.add(self)
+
+    def fileno(self) -> int:
+        """The descriptor that is readable while a watched process has exited."""
+        return self._epoll.fileno()
+
+    def watch(self, pid: int | None, start: int | None, key: Any) -> int | None:
+        """Watch process ``pid`` that started at ``start``; ``gone`` will name it
+        by ``key``. Returns a token for :meth:`forget`, or None if that process
+        is already gone (or its number now names another process)."""
+        fd = open_process(pid, start)
+        if fd is None:
+            return None
+        self._epoll.register(fd, select.EPOLLIN)
+        self._keys[fd] = key
+        return fd
+
+    def forget(self, token: int | None) -> None:
+        """Stop watching (idempotent; None is ignored)."""
+        if token is None or self._keys.pop(token, None) is None:
+            return
+        self._epoll.unregister(token)
+        os.close(token)
+
+    def gone(self) -> list[Any]:
+        """The keys of the watched processes that have exited since the last
+        call; each is forgotten as it is returned. Never blocks."""
+        out = []
+        for fd, _ in self._epoll.poll(0):
+            key = self._keys.get(fd)
+            if key is not None:
+                out.append(key)
+                self.forget(fd)
+        return out
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def close(self) -> None:
+        """Close every descriptor (idempotent)."""
+        for fd in list(self._keys):
+            self.forget(fd)
+        self._epoll.close()
+
+    def _drop_after_fork(self) -> None:
+        for fd in self._keys:
+            _close_quietly(fd)
+        self._keys.clear()
+        self._epoll.close()
+
+
+def _close_quietly(fd: int) -> None:
+    try:
+        os.close(fd)
+    except OSError:
+        pass
+
+
+def _after_fork_in_child() -> None:
+    for watch in list(_live):
+        watch._drop_after_fork()
+    _live.clear()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)

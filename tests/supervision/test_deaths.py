@@ -1,0 +1,87 @@
+"""DeathWatch: the kernel's word on which watched processes have exited."""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import subprocess
+
+from supervision.deaths import DeathWatch
+from supervision.procs import start_time
+
+
+def _sleeper() -> subprocess.Popen:
+    return subprocess.Popen(["sleep", "30"])
+
+
+def test_the_descriptor_turns_readable_when_a_watched_process_exits_and_names_it():
+    watch = DeathWatch()
+    a, b = _sleeper(), _sleeper()
+    try:
+        watch.watch(a.pid, start_time(a.pid), "a")
+        watch.watch(b.pid, start_time(b.pid), "b")
+        assert select.select([watch], [], [], 0)[0] == [] and watch.gone() == []
+        a.kill()
+        assert select.select([watch], [], [], 5)[0] == [watch]
+        assert watch.gone() == ["a"] and len(watch) == 1, "named once, then forgotten"
+        assert watch.gone() == []
+    finally:
+        for p in (a, b):
+            p.kill()
+            p.wait()
+        watch.close()
+
+
+def test_a_process_already_gone_or_replaced_is_not_watched():
+    watch = DeathWatch()
+    p = _sleeper()
+    start = start_time(p.pid)
+    p.kill()
+    p.wait()
+    assert watch.watch(p.pid, start, "p") is None
+    assert watch.watch(os.getpid(), (start_time(os.getpid()) or 0) + 1, "me") is None, "another start time"
+    watch.close()
+
+
+def test_a_forgotten_process_is_never_named():
+    watch = DeathWatch()
+    p = _sleeper()
+    token = watch.watch(p.pid, start_time(p.pid), "p")
+    watch.forget(token)
+    watch.forget(token)  # idempotent
+    p.kill()
+    p.wait()
+    assert watch.gone() == [] and len(watch) == 0
+    watch.close()
+
+
+def test_a_forked_child_holds_none_of_the_watch_descriptors():
+    watch = DeathWatch()
+    p = _sleeper()
+    token = watch.watch(p.pid, start_time(p.pid), "p")
+    held = [token, watch.fileno()]
+    r, w = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover - the forked child
+        open_now = [fd for fd in held if _is_open(fd)]
+        os.write(w, repr(open_now).encode())
+        os._exit(0)
+    os.close(w)
+    try:
+        assert os.read(r, 100) == b"[]"
+        assert os.waitpid(child, 0)[1] == 0
+        assert all(_is_open(fd) for fd in held), "the parent keeps its own"
+    finally:
+        os.close(r)
+        p.send_signal(signal.SIGKILL)
+        p.wait()
+        watch.close()
+
+
+def _is_open(fd: int) -> bool:
+    try:
+        os.fstat(fd)
+        return True
+    except OSError:
+        return False
