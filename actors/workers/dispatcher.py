@@ -185,6 +185,7 @@ class Dispatcher(
         self.slot_count = 0
         self.buffer: collections.deque = collections.deque()  # claimed, waiting for a worker
         self.outcomes: list = []
+        self.building: list = []
         self.to_mark: dict = {}  # token -> Running started, its start not yet written
         self.tokens = 0
         self.run_seconds: Optional[float] = None  # a moving average of handler run times (None: not measured)
@@ -245,9 +246,10 @@ class Dispatcher(
 
     def _held_ids(self) -> set:
         """The ids of every job this host holds: buffered, handed to a worker,
-        or ended with its outcome not yet written (waiting for a step, or in
-        the step in flight): a retried step must never put those back."""
-        ended = self.outcomes + (self.flight.outcomes if self.flight is not None else [])
+        or ended with its outcome not yet written (waiting for a step, in the
+        step being built or in the one in flight): a retried step must never
+        put those back."""
+        ended = self.outcomes + self.building + (self.flight.outcomes if self.flight is not None else [])
         return (
             {r.claimed.job.id for r in self.buffer}
             | {r.claimed.job.id for r in self._held()}

@@ -50,6 +50,7 @@ class DispatcherState(GenServer):
     slot_count: int
     buffer: collections.deque
     outcomes: list
+    building: list  #: the outcomes of the step built while the one in flight settles
     to_mark: dict
     tokens: int
     run_seconds: Optional[float]

@@ -145,7 +145,11 @@ class Stepping(DispatcherState):
         built_ms = (time.perf_counter() - t0) * 1000
         if flight is not None:
             self.stats["overlapped"] += 1  # built while the server committed the last one
-            self._settle()
+            self.building = outcomes  # held: a retry of the step in flight must not put these back
+            try:
+                self._settle()
+            finally:
+                self.building = []
         step.send()
         self.flight = Flight(step, claims, starts, outcomes, now, wants, built_ms)
         fd = step.fileno()

@@ -31,12 +31,11 @@ def cutter(own_pg):  # noqa: F811
     db.close()
 
 
-def _flow_and_cut(proxy, url, db, runlog, hosts, cuts=3):  # noqa: ANN001, F811
-    """40 jobs of 0.25 s on 2 workers; ``cuts`` of the dispatcher's commits lose their answers."""
+def _flow_and_cut(proxy, url, db, runlog, hosts, count=40, seconds=0.25):  # noqa: ANN001, F811
+    """``count`` jobs of ``seconds`` on 2 workers; three of the dispatcher's commits lose their answers."""
     host = hosts(["q=p2_mod:nap"], store=url, concurrency=2, run_log=runlog.path, extra=["--max-attempts", "5"])
-    ids = [f"j{n:03d}" for n in range(40)]
-    for n, i in enumerate(ids):
-        jobs.enqueue(db, "q", {"s": 0.25, "n": n}, id=i)
+    ids = [f"j{n:04d}" for n in range(count)]
+    jobs.add_many(db, "q", {i: {"s": seconds, "n": n} for n, i in enumerate(ids)})
     dpid = dispatcher_pid(host, db)
     t0 = time.time()
     while len(runlog("end")) < 4 and time.time() - t0 < 15:
@@ -81,10 +80,15 @@ def test_jobs_claimed_by_a_commit_whose_answer_was_lost_are_not_stranded(cutter,
     )
 
 
-def test_jobs_claimed_by_a_commit_whose_answer_was_lost_are_not_blamed(cutter, runlog, hosts):  # noqa: F811
+@pytest.mark.parametrize(
+    "count,seconds",
+    [(40, 0.25), (3000, 0.001)],
+    ids=["long_runs", "brief_runs"],  # brief: ended before their start was written, outcomes waiting for a step
+)
+def test_jobs_claimed_by_a_commit_whose_answer_was_lost_are_not_blamed(cutter, runlog, hosts, count, seconds):  # noqa: F811
     proxy, url, db = cutter
     jobs.set_type_timeout(db, "q", 5)  # lease and lifeline: 5 s
-    ids, host = _flow_and_cut(proxy, url, db, runlog, hosts)
+    ids, host = _flow_and_cut(proxy, url, db, runlog, hosts, count, seconds)
     results = {}
     for i in ids:
         try:
