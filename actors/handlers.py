@@ -10,7 +10,6 @@ loop of workers.
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import importlib
 import inspect
@@ -27,6 +26,8 @@ from fdblayer.jobs.exceptions import Halt, InvalidArgument
 from actors.errors import ActorsError
 
 if TYPE_CHECKING:
+    import asyncio
+
     from actors.scheduler.model import JobSpec
 
 __all__ = [
@@ -157,6 +158,8 @@ class StopSignal:
         """:meth:`wait` without blocking the running event loop."""
         if self._event.is_set():
             return True
+        import asyncio  # loaded by then (a coroutine runs); not at import: 36 ms of a sync worker's start
+
         loop = asyncio.get_running_loop()
         woken = loop.create_future()
 
@@ -369,6 +372,8 @@ class JobContext:
         runs in a thread (``asyncio.to_thread``), so the event loop and the
         other async jobs of the worker go on meanwhile. Raises as
         :meth:`progress`."""
+        import asyncio  # loaded by then, as in wait_async
+
         return await asyncio.to_thread(self.progress, **fields)
 
     # --------------------------------------------------- a scheduler job

@@ -34,14 +34,13 @@ that process exits at once, before it could run a queued job or report.
 
 from __future__ import annotations
 
-import asyncio
 import collections
 import inspect
 import logging
 import os
 import threading
 import time
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import fdblayer
 from fdblayer.jobs.codec import decode_data
@@ -52,6 +51,9 @@ from actors.handlers import JobContext, resolve
 from actors.workers.context import describe_error, encode_result, pool_context
 from actors.workers.commands import CommandReader
 from actors.workers.protocol import Release, RunJobs, StopJob, TakeBack, UsePipe
+
+if TYPE_CHECKING:
+    import asyncio
 
 __all__ = ["Worker"]
 
@@ -231,6 +233,8 @@ class Worker(GenServer):
             ctx.data = decode_data(run.data)
             value = resolve(run.handler)(ctx)
             if inspect.isawaitable(value):  # a sync callable that returned a coroutine: await it here
+                import asyncio
+
                 value = asyncio.run_coroutine_threadsafe(_awaited(value), self._event_loop()).result()
             if os.getpid() != self.pid:
                 os._exit(0)
@@ -242,7 +246,10 @@ class Worker(GenServer):
 
     # ---------------------------------------------------------------- async handlers
     def _event_loop(self) -> asyncio.AbstractEventLoop:
-        """The event loop of async handlers, running in its own thread (started on first use)."""
+        """The event loop of async handlers, running in its own thread (started on
+        first use: asyncio is imported then, not at a sync worker's start)."""
+        import asyncio
+
         with self.cv:
             if self.loop is None:
                 self.loop = asyncio.new_event_loop()
@@ -273,6 +280,8 @@ class Worker(GenServer):
         started = time.monotonic()
         try:
             if entry.cancel_asked:
+                import asyncio  # loaded: this is a coroutine on its loop
+
                 raise asyncio.CancelledError("cancelled past its time limit")
             ctx.data = decode_data(run.data)
             value = resolve(run.handler)(ctx)
