@@ -70,3 +70,19 @@ def test_two_incomplete_versionstamps_are_refused_as_by_the_bindings():
 def test_activity_key_is_the_tuple_packing(vs, job_type):
     prefix = DEFAULT_LAYOUT._type_prefix(ACTIVITY, job_type)
     assert DEFAULT_LAYOUT.activity_key(job_type, vs) == fdb.tuple.pack((vs,), prefix=prefix)
+
+
+@given(st.integers(0, 0xFFFF), st.sampled_from([b"\xff" * 10, b"\x00" * 10, b"\xff" * 9 + b"\xfe"]))
+def test_an_unpacked_versionstamp_is_the_bindings_own(user_version, tr_version):
+    raw = b"\x33" + tr_version + user_version.to_bytes(2, "big")  # incomplete (all 0xff) too, as from_bytes reads it
+    (ours,), (theirs,) = fasttuple.unpack(raw), fdb.tuple.unpack(raw)
+    assert type(ours) is type(theirs) and ours == theirs and hash(ours) == hash(theirs)
+    assert (ours.tr_version, ours.user_version, ours.is_complete()) == (
+        theirs.tr_version,
+        theirs.user_version,
+        theirs.is_complete(),
+    )
+    with pytest.raises(ValueError):
+        fdb.tuple.unpack(raw[:-1])
+    with pytest.raises(ValueError):
+        fasttuple.unpack(raw[:-1])  # a truncated stamp: refused as by the bindings
