@@ -19,7 +19,7 @@ import select
 import weakref
 from typing import Any
 
-from .procs import open_process
+from .procs import start_time
 
 _live: weakref.WeakSet[DeathWatch] = weakref.WeakSet()
 
@@ -36,33 +36,52 @@ class DeathWatch:
         """The descriptor that is readable while a watched process has exited."""
         return self._epoll.fileno()
 
-    def watch(self, pid: int | None, start: int | None, key: Any) -> int | None:
-        """Watch process ``pid`` that started at ``start``; ``gone`` will name it
-        by ``key``. Returns a token for :meth:`forget`, or None if that process
-        is already gone (or its number now names another process)."""
-        fd = open_process(pid, start)
-        if fd is None:
+    def watch(self, pid: int, start: int | None, key: Any) -> int | None:
+        """Watch process ``pid`` that started at ``start`` (None: unknown, not
+        checked); :meth:`gone` will name it by ``key``. Returns a token for
+        :meth:`forget`, or None if that process has already exited (or its
+        number now names another process).
+
+        Raises:
+            OSError: the process cannot be watched (no pidfds on this kernel
+                or in this sandbox, no descriptor left): the caller must learn
+                of its death another way.
+        """
+        try:
+            fd = os.pidfd_open(pid)
+        except ProcessLookupError:
             return None
-        self._epoll.register(fd, select.EPOLLIN)
+        now = start_time(pid)  # None: a zombie, or /proc unreadable (the pidfd says which)
+        if (start is not None and now is not None and now != start) or _exited(fd):
+            os.close(fd)
+            return None
+        try:
+            self._epoll.register(fd, select.EPOLLIN)
+        except OSError:
+            os.close(fd)
+            raise
         self._keys[fd] = key
         return fd
 
-    def forget(self, token: int | None) -> None:
-        """Stop watching (idempotent; None is ignored)."""
-        if token is None or self._keys.pop(token, None) is None:
+    def forget(self, token: int | None, key: Any) -> None:
+        """Stop watching the process ``watch`` gave ``token`` for under ``key``
+        (idempotent; a token that now belongs to another key is left alone:
+        a descriptor's number is reused once :meth:`gone` has closed it)."""
+        if token is None or token not in self._keys or self._keys[token] != key:
             return
+        del self._keys[token]
         self._epoll.unregister(token)
         os.close(token)
 
     def gone(self) -> list[Any]:
         """The keys of the watched processes that have exited since the last
-        call; each is forgotten as it is returned. Never blocks."""
+        call; each is forgotten (its token closed) as it is returned. Never blocks."""
         out = []
         for fd, _ in self._epoll.poll(0):
-            key = self._keys.get(fd)
-            if key is not None:
+            if fd in self._keys:
+                key = self._keys[fd]
                 out.append(key)
-                self.forget(fd)
+                self.forget(fd, key)
         return out
 
     def __len__(self) -> int:
@@ -70,8 +89,8 @@ class DeathWatch:
 
     def close(self) -> None:
         """Close every descriptor (idempotent)."""
-        for fd in list(self._keys):
-            self.forget(fd)
+        for fd, key in list(self._keys.items()):
+            self.forget(fd, key)
         self._epoll.close()
 
     def _drop_after_fork(self) -> None:
@@ -79,6 +98,13 @@ class DeathWatch:
             _close_quietly(fd)
         self._keys.clear()
         self._epoll.close()
+
+
+def _exited(pidfd: int) -> bool:
+    """Whether the process of ``pidfd`` has exited (its pidfd is readable)."""
+    poller = select.poll()
+    poller.register(pidfd, select.POLLIN)
+    return bool(poller.poll(0))
 
 
 def _close_quietly(fd: int) -> None:

@@ -25,7 +25,6 @@ What a caller can rely on:
 
 from __future__ import annotations
 
-import functools
 import logging
 import multiprocessing
 import os
@@ -48,7 +47,7 @@ from thespian.actors import (
 from . import messages as m
 from .addrmap import AddrMap, AddrSet
 from .clock import Clock, make_clock
-from .deaths import DeathWatch
+from .child_deaths import LOST_EXIT_GRACE as LOST_EXIT_GRACE, ChildDeaths  # noqa: F401 - re-exported
 from .exceptions import BadCall, BadCast, BadInfo
 from .logs import log_directly
 from .reasons import KILLED, NOPROC, NORMAL, SHUTDOWN, is_normal, portable
@@ -66,8 +65,6 @@ NOREPLY = object()
 #: Returned by ``init`` of an actor that finishes starting later by calling
 #: :meth:`GenServer.start_complete` or :meth:`GenServer.start_failed`.
 DEFER_START = object()
-#: Seconds a dead child's own exit notice may take before it counts as lost.
-LOST_EXIT_GRACE = 0.5
 
 
 def adopt_actor_logging() -> None:
@@ -87,7 +84,7 @@ def adopt_actor_logging() -> None:
             logger.parent = root
 
 
-class GenServer(Calls, Timers, Actor):  # type: ignore[misc]  # Actor: thespian has no types
+class GenServer(Calls, Timers, ChildDeaths, Actor):  # type: ignore[misc]  # Actor: thespian has no types
     """A supervised actor with gen_server callbacks. See the module docstring."""
 
     #: Trap exit signals from linked actors (receive them as ``Exit`` messages).
@@ -146,7 +143,7 @@ class GenServer(Calls, Timers, Actor):  # type: ignore[misc]  # Actor: thespian 
         self._stop_reason: Any = None
         self._starter: Any = None
         self._fd_watches: dict[int, Callable[[], None]] = {}
-        self._deaths: DeathWatch | None = None
+        self._deaths = None  # a DeathWatch once a child has started (ChildDeaths)
 
     def receiveMessage(self, msg: Any, sender: Any) -> Any:  # noqa: N802 - Thespian API
         """Thespian entry point: routes messages; never lets an exception escape."""
@@ -186,6 +183,7 @@ class GenServer(Calls, Timers, Actor):  # type: ignore[misc]  # Actor: thespian 
             self._exit(SHUTDOWN, thespian_exiting=True)
         elif isinstance(msg, ChildActorExited):
             self._on_exit_notice(msg.childAddress, sender)
+            self._check_silent_children()
         elif isinstance(msg, WakeupMessage):
             self._on_wakeup(msg.payload)
         elif isinstance(msg, WatchMessage):
@@ -450,45 +448,12 @@ class GenServer(Calls, Timers, Actor):  # type: ignore[misc]  # Actor: thespian 
         if child is None:
             return  # Thespian reports each exit twice; the second is a duplicate.
         if self._deaths is not None:
-            self._deaths.forget(child.get("pidfd"))
+            self._deaths.forget(child.get("pidfd"), addr)
         reason = self._exit_reasons.pop(addr, KILLED)
         if reason == KILLED:
             self._notify_for_dead_child(addr, child)
         self._withdraw_watchers(addr, child)
         self.child_exited(addr, reason)
-
-    def _watch_death(self, addr: Any, child: dict[str, Any]) -> None:
-        """Learn of the child's death from the kernel (a pidfd), not only from
-        Thespian's exit notice, which it loses for a child that dies while it
-        handles another child's (its bookkeeping then forgets every dead child
-        at once) and, rarely, otherwise."""
-        if self._deaths is None:
-            self._deaths = DeathWatch()
-            self.watch_fd(self._deaths.fileno(), self._on_deaths)
-        self._deaths.forget(child.get("pidfd"))  # a second Started: one pidfd a child
-        child["pidfd"] = self._deaths.watch(child["pid"], child["start"], addr)
-        if child["pidfd"] is None:
-            self._process_gone(addr)  # dead before it could be watched
-
-    def _on_deaths(self) -> None:
-        assert self._deaths is not None
-        for addr in self._deaths.gone():
-            self._process_gone(addr)
-
-    def _process_gone(self, addr: Any) -> None:
-        """A child's process has exited: its exit notice (and its last Exit
-        message) get ``LOST_EXIT_GRACE`` seconds to arrive; after that the
-        child is taken as exited all the same."""
-        child = self._children.get(addr)
-        if child is not None and not child.get("lost_check"):
-            child["lost_check"] = True
-            self.start_timer(LOST_EXIT_GRACE, functools.partial(self._lost_exit, addr, child["pid"]), real=True)
-
-    def _lost_exit(self, addr: Any, pid: int) -> None:
-        child = self._children.get(addr)
-        if child is not None and child.get("pid") == pid:
-            log.warning("child_exit_notice_lost child=%s pid=%s", addr, pid)
-            self._on_child_actor_exited(addr)
 
     def _notify_for_dead_child(self, addr: Any, child: dict[str, Any]) -> None:
         """Send the Exit/Down a SIGKILLed child (and its subtree, which the

@@ -132,7 +132,7 @@ def _read_element(raw: bytes, pos: int) -> tuple[Any, int]:
     if code == 0x27:
         return True, pos
     if code == 0x33 and pos + 12 <= len(raw):
-        return _versionstamp(raw[pos : pos + 10], raw[pos + 10] << 8 | raw[pos + 11]), pos + 12
+        return _versionstamp(bytes(raw[pos : pos + 10]), raw[pos + 10] << 8 | raw[pos + 11]), pos + 12
     raise _Unsupported
 
 

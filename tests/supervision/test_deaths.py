@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import select
 import signal
 import subprocess
+import sys
 
 from supervision.deaths import DeathWatch
 from supervision.procs import start_time
@@ -48,8 +50,8 @@ def test_a_forgotten_process_is_never_named():
     watch = DeathWatch()
     p = _sleeper()
     token = watch.watch(p.pid, start_time(p.pid), "p")
-    watch.forget(token)
-    watch.forget(token)  # idempotent
+    watch.forget(token, "p")
+    watch.forget(token, "p")  # idempotent
     p.kill()
     p.wait()
     assert watch.gone() == [] and len(watch) == 0
@@ -85,3 +87,67 @@ def _is_open(fd: int) -> bool:
         return True
     except OSError:
         return False
+
+
+def test_a_stale_token_never_closes_the_watch_that_took_its_number():
+    """gone() closes a dead process's pidfd; the next watch may get the same
+    descriptor number, and a late forget of the dead one must leave it be."""
+    watch = DeathWatch()
+    a, b = _sleeper(), _sleeper()
+    try:
+        token_a = watch.watch(a.pid, start_time(a.pid), "a")
+        a.kill()
+        a.wait()
+        assert select.select([watch], [], [], 5)[0] and watch.gone() == ["a"]
+        token_b = watch.watch(b.pid, start_time(b.pid), "b")
+        assert token_b == token_a, "the kernel reuses the lowest free number"
+        watch.forget(token_a, "a")  # the dead child's exit handled late
+        assert len(watch) == 1 and _is_open(token_b)
+        b.kill()
+        assert select.select([watch], [], [], 5)[0] and watch.gone() == ["b"]
+    finally:
+        for p in (a, b):
+            p.kill()
+            p.wait()
+        watch.close()
+
+
+def test_a_process_whose_start_is_unknown_is_watched_all_the_same():
+    watch = DeathWatch()
+    p = _sleeper()
+    try:
+        assert watch.watch(p.pid, None, "p") is not None
+        p.kill()
+        assert select.select([watch], [], [], 5)[0] and watch.gone() == ["p"]
+    finally:
+        p.kill()
+        p.wait()
+        watch.close()
+
+
+def test_a_process_that_cannot_be_watched_is_an_error_not_a_death():
+    """No descriptor left (or no pidfds at all): watch raises, so the caller
+    does not take a live child for a dead one."""
+    code = """
+import resource, subprocess
+from supervision.deaths import DeathWatch
+from supervision.procs import start_time
+watch = DeathWatch()
+p = subprocess.Popen(["sleep", "30"])
+start = start_time(p.pid)
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+import os
+used = len(os.listdir("/proc/self/fd"))
+resource.setrlimit(resource.RLIMIT_NOFILE, (used - 1, hard))
+try:
+    watch.watch(p.pid, start, "p")
+    print("watched")
+except OSError as exc:
+    print("raised", exc.errno)
+finally:
+    resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    p.kill()
+    p.wait()
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
+    assert out.stdout.strip() == f"raised {errno.EMFILE}", out.stderr

@@ -89,6 +89,7 @@ def test_jobs_claimed_by_a_commit_whose_answer_was_lost_are_not_blamed(cutter, r
     proxy, url, db = cutter
     jobs.set_type_timeout(db, "q", 5)  # lease and lifeline: 5 s
     ids, host = _flow_and_cut(proxy, url, db, runlog, hosts, count, seconds)
+    assert proxy.cut_done == 3, "three commit answers were lost while jobs flowed"
     results = {}
     for i in ids:
         try:
