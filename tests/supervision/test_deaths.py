@@ -9,60 +9,121 @@ import signal
 import subprocess
 import sys
 
+import pytest
+
 from supervision.deaths import DeathWatch
 from supervision.procs import start_time
 
 
-def _sleeper() -> subprocess.Popen:
-    return subprocess.Popen(["sleep", "30"])
+@pytest.fixture
+def watch():
+    w = DeathWatch()
+    yield w
+    w.close()
 
 
-def test_the_descriptor_turns_readable_when_a_watched_process_exits_and_names_it():
-    watch = DeathWatch()
-    a, b = _sleeper(), _sleeper()
-    try:
-        watch.watch(a.pid, start_time(a.pid), "a")
-        watch.watch(b.pid, start_time(b.pid), "b")
-        assert select.select([watch], [], [], 0)[0] == [] and watch.gone() == []
-        a.kill()
-        assert select.select([watch], [], [], 5)[0] == [watch]
-        assert watch.gone() == ["a"] and len(watch) == 1, "named once, then forgotten"
-        assert watch.gone() == []
-    finally:
-        for p in (a, b):
-            p.kill()
-            p.wait()
-        watch.close()
+@pytest.fixture
+def sleeper():
+    """Start ``sleep 30`` processes; each is killed and reaped after the test."""
+    started: list[subprocess.Popen] = []
+
+    def start() -> subprocess.Popen:
+        started.append(subprocess.Popen(["sleep", "30"]))
+        return started[-1]
+
+    yield start
+    for p in started:
+        p.kill()
+        p.wait()
 
 
-def test_a_process_already_gone_or_replaced_is_not_watched():
-    watch = DeathWatch()
-    p = _sleeper()
+def _exited(watch: DeathWatch) -> list:
+    """What ``gone`` names once the watch's descriptor turns readable (5 s at most)."""
+    assert select.select([watch], [], [], 5)[0] == [watch], "the descriptor turned readable"
+    return watch.gone()
+
+
+def test_the_descriptor_turns_readable_when_a_watched_process_exits_and_names_it(watch, sleeper):
+    a, b = sleeper(), sleeper()
+    watch.watch(a.pid, start_time(a.pid), "a")
+    watch.watch(b.pid, start_time(b.pid), "b")
+    assert select.select([watch], [], [], 0)[0] == [] and watch.gone() == []
+    a.kill()
+    assert _exited(watch) == ["a"] and len(watch) == 1, "named once, then forgotten"
+    assert watch.gone() == []
+
+
+def test_a_process_already_gone_or_replaced_is_not_watched(watch, sleeper):
+    p = sleeper()
     start = start_time(p.pid)
     p.kill()
     p.wait()
     assert watch.watch(p.pid, start, "p") is None
     assert watch.watch(os.getpid(), (start_time(os.getpid()) or 0) + 1, "me") is None, "another start time"
-    watch.close()
 
 
-def test_a_forgotten_process_is_never_named():
-    watch = DeathWatch()
-    p = _sleeper()
+def test_a_forgotten_process_is_never_named(watch, sleeper):
+    p = sleeper()
     token = watch.watch(p.pid, start_time(p.pid), "p")
     watch.forget(token, "p")
     watch.forget(token, "p")  # idempotent
     p.kill()
     p.wait()
     assert watch.gone() == [] and len(watch) == 0
-    watch.close()
 
 
-def test_a_forked_child_holds_none_of_the_watch_descriptors():
-    watch = DeathWatch()
-    p = _sleeper()
-    token = watch.watch(p.pid, start_time(p.pid), "p")
-    held = [token, watch.fileno()]
+def test_a_stale_token_never_closes_the_watch_that_took_its_number(watch, sleeper):
+    """gone() closes a dead process's pidfd; the next watch may get the same
+    descriptor number, and a late forget of the dead one must leave it be."""
+    a, b = sleeper(), sleeper()
+    token_a = watch.watch(a.pid, start_time(a.pid), "a")
+    a.kill()
+    a.wait()
+    assert _exited(watch) == ["a"]
+    token_b = watch.watch(b.pid, start_time(b.pid), "b")
+    assert token_b == token_a, "the kernel reuses the lowest free number"
+    watch.forget(token_a, "a")  # the dead child's exit handled late
+    assert len(watch) == 1 and _is_open(token_b)
+    b.kill()
+    assert _exited(watch) == ["b"]
+
+
+def test_a_process_whose_start_is_unknown_is_watched_all_the_same(watch, sleeper):
+    p = sleeper()
+    assert watch.watch(p.pid, None, "p") is not None
+    p.kill()
+    assert _exited(watch) == ["p"]
+
+
+def test_a_process_that_cannot_be_watched_is_an_error_not_a_death():
+    """No descriptor left (or no pidfds at all): watch raises, so the caller
+    does not take a live child for a dead one."""
+    code = """
+import os, resource, subprocess
+from supervision.deaths import DeathWatch
+from supervision.procs import start_time
+watch = DeathWatch()
+p = subprocess.Popen(["sleep", "30"])
+start = start_time(p.pid)
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (len(os.listdir("/proc/self/fd")) - 1, hard))
+try:
+    watch.watch(p.pid, start, "p")
+    print("watched")
+except OSError as exc:
+    print("raised", exc.errno)
+finally:
+    resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    p.kill()
+    p.wait()
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
+    assert out.stdout.strip() == f"raised {errno.EMFILE}", out.stderr
+
+
+def test_a_forked_child_holds_none_of_the_watch_descriptors(watch, sleeper):
+    p = sleeper()
+    held = [watch.watch(p.pid, start_time(p.pid), "p"), watch.fileno()]
     r, w = os.pipe()
     child = os.fork()
     if child == 0:  # pragma: no cover - the forked child
@@ -77,8 +138,6 @@ def test_a_forked_child_holds_none_of_the_watch_descriptors():
     finally:
         os.close(r)
         p.send_signal(signal.SIGKILL)
-        p.wait()
-        watch.close()
 
 
 def _is_open(fd: int) -> bool:
@@ -87,67 +146,3 @@ def _is_open(fd: int) -> bool:
         return True
     except OSError:
         return False
-
-
-def test_a_stale_token_never_closes_the_watch_that_took_its_number():
-    """gone() closes a dead process's pidfd; the next watch may get the same
-    descriptor number, and a late forget of the dead one must leave it be."""
-    watch = DeathWatch()
-    a, b = _sleeper(), _sleeper()
-    try:
-        token_a = watch.watch(a.pid, start_time(a.pid), "a")
-        a.kill()
-        a.wait()
-        assert select.select([watch], [], [], 5)[0] and watch.gone() == ["a"]
-        token_b = watch.watch(b.pid, start_time(b.pid), "b")
-        assert token_b == token_a, "the kernel reuses the lowest free number"
-        watch.forget(token_a, "a")  # the dead child's exit handled late
-        assert len(watch) == 1 and _is_open(token_b)
-        b.kill()
-        assert select.select([watch], [], [], 5)[0] and watch.gone() == ["b"]
-    finally:
-        for p in (a, b):
-            p.kill()
-            p.wait()
-        watch.close()
-
-
-def test_a_process_whose_start_is_unknown_is_watched_all_the_same():
-    watch = DeathWatch()
-    p = _sleeper()
-    try:
-        assert watch.watch(p.pid, None, "p") is not None
-        p.kill()
-        assert select.select([watch], [], [], 5)[0] and watch.gone() == ["p"]
-    finally:
-        p.kill()
-        p.wait()
-        watch.close()
-
-
-def test_a_process_that_cannot_be_watched_is_an_error_not_a_death():
-    """No descriptor left (or no pidfds at all): watch raises, so the caller
-    does not take a live child for a dead one."""
-    code = """
-import resource, subprocess
-from supervision.deaths import DeathWatch
-from supervision.procs import start_time
-watch = DeathWatch()
-p = subprocess.Popen(["sleep", "30"])
-start = start_time(p.pid)
-soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-import os
-used = len(os.listdir("/proc/self/fd"))
-resource.setrlimit(resource.RLIMIT_NOFILE, (used - 1, hard))
-try:
-    watch.watch(p.pid, start, "p")
-    print("watched")
-except OSError as exc:
-    print("raised", exc.errno)
-finally:
-    resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
-    p.kill()
-    p.wait()
-"""
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
-    assert out.stdout.strip() == f"raised {errno.EMFILE}", out.stderr
