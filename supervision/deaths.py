@@ -1,7 +1,7 @@
 """Which of a set of processes have exited, through one pollable descriptor.
 
 Thespian reports a child's death with an exit notice it can lose (see
-``GenServer._lost_exit``), and a lost notice used to be noticed only when
+``supervision.child_deaths``), and a lost notice used to be noticed only when
 another one arrived. A :class:`DeathWatch` holds a pidfd per watched
 process in one epoll set; the set's descriptor turns readable when any of
 them exits, so an actor watches that single descriptor however many

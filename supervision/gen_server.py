@@ -47,7 +47,7 @@ from thespian.actors import (
 from . import messages as m
 from .addrmap import AddrMap, AddrSet
 from .clock import Clock, make_clock
-from .child_deaths import LOST_EXIT_GRACE as LOST_EXIT_GRACE, ChildDeaths  # noqa: F401 - re-exported
+from .child_deaths import LOST_EXIT_GRACE, ChildDeaths
 from .exceptions import BadCall, BadCast, BadInfo
 from .logs import log_directly
 from .reasons import KILLED, NOPROC, NORMAL, SHUTDOWN, is_normal, portable

@@ -171,12 +171,11 @@ class DeafSup(Sup):
     Thespian's loss of one, made certain. Its children's deaths reach it
     only from the kernel."""
 
-    def receiveMessage(self, msg: Any, sender: Any) -> Any:  # noqa: N802 - Thespian API
-        from thespian.actors import ChildActorExited, ThespianWatch
+    def _route(self, msg: Any, sender: Any) -> None:
+        from thespian.actors import ChildActorExited
 
-        if isinstance(msg, ChildActorExited):
-            return ThespianWatch(list(self._fd_watches)) if self._fd_watches else None  # keep watching
-        return super().receiveMessage(msg, sender)
+        if not isinstance(msg, ChildActorExited):  # every one dropped, and the checks it would start
+            super()._route(msg, sender)
 
 
 class Probe(Worker):
