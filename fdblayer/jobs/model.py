@@ -129,13 +129,16 @@ def add(
             the type's declared one, :func:`stored_priority`, for both).
         type_default: read the type's declared priority with the job and
             its type timeout (one round trip) when ``priority`` is None.
-        new_id: ``job_id`` was made just now for this add (no job can have
-            it, so a job found is this add's own: :class:`AddedBefore`
-            is raised, nothing written): with ``type_default``, the job row is taken to be absent and
-            the type's rows to be what this process last saw, checked when
-            the transaction commits (``Transaction.expect_many``: no read
-            round trip on PostgreSQL; a wrong guess fails the commit and the
-            retry reads).
+        new_id: ``job_id`` was made just now for this add, so no job can
+            have it: its row is not read and the job is counted as one
+            fresh enqueue (``counts.FRESH``: one add where three counters
+            take one each), except on a retry after an unknown commit
+            (``tr.maybe_committed``), which reads it: a job found is this
+            add's own, :class:`AddedBefore` is raised and nothing written.
+            With ``type_default`` the type's rows are taken to be what
+            this process last saw, checked when the transaction commits
+            (``Transaction.expect_many``: no read round trip on
+            PostgreSQL; a wrong guess fails the commit and the retry reads).
 
     Returns:
         The job's DATA row as it will be committed.
@@ -144,11 +147,16 @@ def add(
         NoTypeTimeout: ``job_type`` has no type timeout.
     """
     key = layout.data_key(job_type, job_id)
+    # A new id on a first attempt names no job: its row is not read, and the
+    # job is counted as one fresh enqueue. A retry after an unknown commit
+    # reads it: the first attempt may have added it (AddedBefore).
+    fresh = new_id and not tr.maybe_committed
     if priority is None and type_default:  # one round trip for the three, or none
-        timeout, raw, declared = _type_and_job_rows(
-            tr, layout.activity_timeout_key(job_type), key, layout.type_priority_key(job_type), new_id
-        )
+        timeout_key, priority_key = layout.activity_timeout_key(job_type), layout.type_priority_key(job_type)
+        timeout, raw, declared = _type_and_job_rows(tr, timeout_key, None if fresh else key, priority_key, new_id)
         priority = stored_priority(declared)
+    elif fresh:
+        timeout, raw = tr.get(layout.activity_timeout_key(job_type)), None
     else:
         timeout, raw = tr.get_many([layout.activity_timeout_key(job_type), key])  # one round trip
     if timeout is None:
@@ -162,6 +170,11 @@ def add(
         raise AddedBefore(current)
     if current is not None:
         return _resubmit(tr, layout, job_type, job_id, key, current, sched_time, data, priority)
+    if fresh:
+        value = JobValue(PENDING_SEQ, None, sched_time, False, data, priority or 0)
+        rows.set_job_val(tr, key, value)
+        pending.enqueue_fresh(tr, layout, job_type, sched_time, job_id, priority or 0)
+        return value
     bump(tr, layout, job_type, "jobs")
     bump(tr, layout, job_type, "added")
     return rows.maybe_enqueue(tr, layout, job_type, job_id, sched_time, True, data, key, priority=priority or 0)
@@ -174,22 +187,23 @@ _SEEN_MAX = 4096
 
 
 def _type_and_job_rows(
-    tr: Transaction, timeout_key: bytes, key: bytes, priority_key: bytes, new_id: bool
+    tr: Transaction, timeout_key: bytes, key: Optional[bytes], priority_key: bytes, new_id: bool
 ) -> list[Optional[bytes]]:
-    """The type's timeout row, the job's row and the type's priority row:
-    guessed (the job absent, the type's rows as last seen here, when the type
-    was seen declared) for a new id, else read; remembered for the next add."""
+    """The type's timeout row, the job's row (None when ``key`` is: not
+    read) and the type's priority row: guessed (the job absent, the type's
+    rows as last seen here, when the type was seen declared) for a new id,
+    else read; remembered for the next add."""
     seen = _SEEN.get(tr.db)
     if seen is None or len(seen) > _SEEN_MAX:
         seen = _SEEN[tr.db] = {}
     guess = seen.get(timeout_key)
-    keys = [timeout_key, key, priority_key]
+    keys = [timeout_key, priority_key] if key is None else [timeout_key, priority_key, key]
     if new_id and guess is not None and priority_key in seen:
-        values = tr.expect_many(keys, [guess, None, seen[priority_key]])
+        values = tr.expect_many(keys, [guess, seen[priority_key], None][: len(keys)])
     else:
         values = tr.get_many(keys)
-    seen[timeout_key], seen[priority_key] = values[0], values[2]
-    return values
+    seen[timeout_key], seen[priority_key] = values[0], values[1]
+    return [values[0], values[2] if key is not None else None, values[1]]
 
 
 def stored_priority(raw: Optional[bytes]) -> int:

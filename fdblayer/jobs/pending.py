@@ -39,12 +39,13 @@ from fdblayer.interface import Transaction, strinc
 from fdblayer.jobs import fasttuple
 from fdblayer.jobs.codec import report_bad_row
 from fdblayer.jobs.keys import JobType, Layout
-from fdblayer.jobs.tally import Tally, bump
+from fdblayer.jobs.tally import FRESH, PACK, Tally, bump
 from fdblayer.watches import Watch
 
 __all__ = [
     "RANGE_LIMIT",
     "enqueue",
+    "enqueue_fresh",
     "enqueue_many",
     "dequeue",
     "remove",
@@ -63,6 +64,7 @@ logger = logging.getLogger(__name__)
 # FoundationDB, where only that row conflicts. (On SQLite any concurrent
 # commit conflicts, so the spread buys nothing there.)
 RANGE_LIMIT = 256
+_ONE = PACK.pack(1)
 
 
 def enqueue(
@@ -89,6 +91,17 @@ def enqueue(
     tr.set(layout.pending_key(job_type, sched_time, job_id, priority), b"")
     tally.enqueue(job_type)
     tally.bump(job_type, "pending")
+
+
+def enqueue_fresh(
+    tr: Transaction, layout: Layout, job_type: JobType, sched_time: int, job_id: str, priority: int = 0
+) -> None:
+    """:func:`enqueue` of a job just added under a new id, counted as one
+    fresh job (``counts.FRESH``: the job, its pending row and its ``added``
+    event in one add) and waking the type's watchers."""
+    tr.set(layout.pending_key(job_type, sched_time, job_id, priority), b"")
+    tr.add(layout.watches_pending_key(job_type), _ONE)
+    tr.add(layout.count_key(job_type, FRESH), _ONE)
 
 
 def enqueue_many(tr: Transaction, layout: Layout, job_type: JobType, sched_time: int, job_ids: list[str]) -> None:

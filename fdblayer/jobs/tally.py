@@ -21,11 +21,14 @@ import fdb.tuple
 from fdblayer.interface import Transaction
 from fdblayer.jobs.keys import JobType, Layout, new_versionstamp
 
-__all__ = ["RUN_BUCKETS", "Tally", "bump", "stamp_watch", "observe_run"]
+__all__ = ["FRESH", "RUN_BUCKETS", "Tally", "bump", "stamp_watch", "observe_run"]
 
 #: Upper bounds (seconds) of the run-time histogram of the pools' handler calls.
 RUN_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 3600.0)
 PACK = struct.Struct("<q")
+#: The counter of fresh enqueues: each is one job, one pending row and one
+#: ``added`` event (see :mod:`fdblayer.jobs.counts`).
+FRESH = "fresh"
 # The value of a WATCHES_ACTIVITY key: a lone versionstamp, the same bytes
 # for every write (the store fills the placeholder in at commit).
 _STAMPED_WATCH_VALUE = fdb.tuple.pack_with_versionstamp((new_versionstamp(),))

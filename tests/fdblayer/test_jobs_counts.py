@@ -1,7 +1,7 @@
 """Per-type counts stay exact through every transition: after each of a
 long random run of operations (the couch_jobs API, the worker pools' batch
-transitions, re-enqueues of silent jobs) the counters read what counting
-the rows says. A real SQLite store; the clock is the store's, no sleep."""
+transitions, re-enqueues of silent jobs, fresh enqueues counted by one
+add) the counters read what counting the rows says. A real SQLite store; the clock is the store's, no sleep."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import fdblayer
 from fdblayer.jobs import activity, api, counts, finished, model, overview, retention, work
 from fdblayer.jobs.codec import encode_data
 from fdblayer.jobs.exceptions import Halt, NotFound
+from fdblayer.jobs.ids import new_job_id
 from fdblayer.jobs.keys import DEFAULT_LAYOUT as L
 from fdblayer.jobs.job import JobState
 from fdblayer.jobs.work_record import FAILED, SUCCEEDED
@@ -78,6 +79,7 @@ def _ids(rng: random.Random) -> str:
 def test_counts_match_the_rows_after_every_operation(db, seed):
     rng = random.Random(seed)
     held: list = []  # jobs accepted through the couch_jobs API
+    fresh: list = []  # ids made for their enqueue (counted as fresh jobs)
     claimed: list = []  # jobs claimed by the worker pools' batch transition
     _check(db)  # the first read counts and marks
     for _ in range(600):
@@ -92,6 +94,10 @@ def test_counts_match_the_rows_after_every_operation(db, seed):
                 "update",
                 "resubmit",
                 "enqueue",
+                "enqueue_fresh",
+                "enqueue_fresh_retried",
+                "remove_fresh",
+                "add_fresh_again",
                 "add_pool",
                 "remove_pool",
                 "claim",
@@ -124,6 +130,19 @@ def test_counts_match_the_rows_after_every_operation(db, seed):
                 held[i] = api.resubmit(db, held[i])
             elif op == "enqueue":
                 work.enqueue(db, L, T, f"w{rng.randrange(6)}", encode_data({}), 0, 2)
+            elif op == "enqueue_fresh":
+                fresh.append(new_job_id())
+                work.enqueue(db, L, T, fresh[-1], encode_data({}), 0, rng.choice([None, 2]), new_id=True)
+            elif op == "enqueue_fresh_retried":  # the retry of an attempt whose commit answer was lost
+                fresh.append(new_job_id())
+                tr = db.create_transaction()
+                tr.maybe_committed = 1
+                work.enqueue(tr, L, T, fresh[-1], encode_data({}), 0, None, new_id=True)
+                tr.commit()
+            elif op == "remove_fresh" and fresh:
+                api.remove(db, T, rng.choice(fresh))
+            elif op == "add_fresh_again" and fresh:
+                api.add(db, T, rng.choice(fresh), {"again": 1})
             elif op == "add_pool":  # the couch_jobs add of a pool job: a finished one runs again
                 api.add(db, T, f"w{rng.randrange(6)}", {})
             elif op == "remove_pool":
@@ -171,10 +190,32 @@ def test_a_store_without_counters_is_counted_once_on_first_read(db):
     tr = db.create_transaction()
     tr.clear_range_startswith(L.counts_prefix(T))  # as a store written before the counters
     tr.commit()
+    _add_fresh(db)  # counted by its own add, which the recount must not count again
     got = overview.type_counts(db, L, T, time.time())
-    assert (got["jobs"], got["pending"], got["running"], got["finished"]) == (5, 4, 1, 0)
+    assert (got["jobs"], got["pending"], got["running"], got["finished"]) == (6, 5, 1, 0)
     api.add(db, T, "new", {})
-    assert overview.type_counts(db, L, T, time.time())["pending"] == 5
+    _add_fresh(db)
+    assert overview.type_counts(db, L, T, time.time())["pending"] == 7
+
+
+def _add_fresh(db) -> str:
+    job_id = new_job_id()
+    work.enqueue(db, L, T, job_id, encode_data({}), 0, None, new_id=True)
+    return job_id
+
+
+def test_a_fresh_enqueue_counts_as_one_job_added_and_pending_until_it_leaves(db):
+    ids = {_add_fresh(db) for _ in range(3)}
+    got = overview.type_counts(db, L, T, time.time())
+    assert (got["jobs"], got["pending"], got["finished"]) == (3, 3, 0)
+    claimed = work.claim(db, L, T, time.time(), 2, "host", 1).claimed
+    (left,) = ids - {c.job.id for c in claimed}
+    work.complete(db, L, [work.Outcome(claimed[0].job, "ok", b"\x01")], time.time())
+    api.remove(db, T, left)
+    got = overview.type_counts(db, L, T, time.time())
+    assert (got["jobs"], got["pending"], got["claimed"], got["finished"]) == (2, 0, 1, 1)
+    assert counts.read_events(db, L, T)["added"] == 3
+    _check(db)
 
 
 def test_scheduled_counts_the_jobs_not_yet_due(db):

@@ -1128,16 +1128,25 @@ def test_the_retry_of_an_enqueue_that_had_committed_does_not_resubmit_its_job(db
     commit answer (``CommitUnknownResult``) runs again. If the first attempt
     had committed and a host claimed the job meanwhile, the retry found the
     job and resubmitted it: it would run twice. The retry of a made-up id
-    now finds its own job and writes nothing."""
+    now finds its own job and writes nothing: the retry reads the row the
+    first attempt took to be absent. The retry is the store's own
+    (``run_retrying`` going on from a commit whose answer was lost)."""
     from actors.workers.client import _declare_and_enqueue
+    from fdblayer.exceptions import CommitUnknownResult
+    from fdblayer.interface import run_retrying
     from fdblayer.jobs.codec import encode_data
 
     jobs.set_type_timeout(db, "t", 30)
     job_id, data = "0" * 32, encode_data({})
-    _declare_and_enqueue(db, "t", job_id, data, 0, None, new_id=True)  # the attempt that committed
+    tr = db.create_transaction()
+    tr.deadline = time.monotonic() + 30
+    _declare_and_enqueue(tr, "t", job_id, data, 0, None, new_id=True)
+    tr.commit()  # the attempt that committed, whose answer is lost
     claimed = work.claim(db, DEFAULT_LAYOUT, "t", time.time(), 1, "host-a", 3).claimed
     assert [c.job.id for c in claimed] == [job_id]
-    _declare_and_enqueue(db, "t", job_id, data, 0, None, new_id=True)  # its retry
+    body, args = _declare_and_enqueue.__wrapped__, (db, "t", job_id, data, 0, None)
+    lost = CommitUnknownResult("the commit's answer was lost")
+    run_retrying(body, db, 0, args, {"new_id": True}, 10, 30, tr=tr, failed=lost)  # its retry
     st = jobs.status(db, "t", job_id)
     assert (st.state.value, st.attempt) == ("claimed", 1), st
     work.complete(db, DEFAULT_LAYOUT, [work.Outcome(claimed[0].job, work.OutcomeKind.OK, None)], time.time())
