@@ -71,7 +71,11 @@ def poison(db) -> None:
         tr.set(L.schedule_key("echo"), raw)
         tr.set(L.watches_pending_key("echo"), raw)
         tr.set(L.watches_activity_key("echo"), raw)
+        tr.set(L.count_key("good", f"bad{n}"), raw)  # a counter no reader knows
         tr.set(docs.model._key(docs.REPLICATOR_DB, job_id), raw)  # noqa: SLF001 - below the API on purpose
+    for name, raw in (("fresh", b"\xff" * 3), ("jobs", b"\x00" * 7), ("pending", b"\xff" * 8), ("counted", b"1")):
+        tr.set(L.count_key("echo", name), raw)  # counters cut short or below zero
+    tr.set(L.count_key("good", "fresh"), b"\xff" * 7 + b"\x7f")  # the largest count there is
     tr.commit()
     schedules.set_schedule(db, L, "good", "not a cron expression", b"", int(time.time()))
 
@@ -163,7 +167,7 @@ def test_the_worst_stored_values_do_not_stop_a_node(node):
         assert jobs.result(db, job_type, job_id, timeout=30) == {"n": job_type}, job_type
     with pytest.raises(CorruptValue):
         jobs.status(db, "echo", "bad1")  # asked for by name: a clear error, not a crash
-    for path in ("/_up", "/_scheduler/docs", "/_scheduler/jobs"):
+    for path in ("/_up", "/_scheduler/docs", "/_scheduler/jobs", "/_jobs", "/_jobs/echo", "/_node/_local/_prometheus"):
         assert _up(http_port, path), path
     # Every bad value the node read was logged and skipped (by other processes: polled).
     wait_until(
