@@ -85,11 +85,20 @@ class Worker(GenServer):
             super().handle_info(msg)
 
     def _use_pipe(self, path: str) -> None:
-        """Read the dispatcher's commands from the pipe at ``path`` from now on
-        (an unopenable pipe crashes this worker: the dispatcher replaces it)."""
+        """Read the dispatcher's commands from the pipe at ``path`` from now on.
+
+        A pipe whose name is gone was removed by its dispatcher on its way
+        out (a host stopped while it adopted this worker): logged, and the
+        worker waits for its successor's pipe (a successor restarts the
+        pool's workers anyway). Any other unopenable pipe crashes this
+        worker: the dispatcher replaces it."""
         if self.commands is not None:
             self._close_commands()
-        self.commands = CommandReader(path)
+        try:
+            self.commands = CommandReader(path)
+        except FileNotFoundError:
+            log.info("worker_pipe_gone pid=%s path=%s reason=dispatcher_stopped", self.pid, path)
+            return
         self.watch_fd(self.commands.fd, self._read_commands)
 
     def _read_commands(self) -> None:

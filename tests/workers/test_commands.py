@@ -96,3 +96,52 @@ def test_names_are_those_clear_stale_removes_once_their_maker_is_gone(tmp_path):
         assert pipe.send(StopJob(3))  # the open ends outlive the name
     finally:
         pipe.close()
+
+
+def _reads(pid: int, path: str) -> bool:
+    """Whether process ``pid`` holds ``path`` open."""
+    fds = f"/proc/{pid}/fd"
+    for fd in os.listdir(fds):
+        try:
+            if os.readlink(f"{fds}/{fd}") == path:
+                return True
+        except OSError:
+            pass
+    return False
+
+
+def test_a_worker_told_of_a_pipe_already_removed_waits_for_the_next(tmp_path):
+    """A host stopped while its dispatcher adopted a worker: the dispatcher
+    removed the pipe it had named in ``UsePipe`` before the worker opened
+    it. The worker logs that and keeps waiting (no crash, no restart), and
+    reads the next pipe it is given. A real node; the worker a real actor."""
+    from supervision import ChildSpec, start_node
+    from supervision.testing import free_port
+    from tests.procs import wait_until
+
+    from actors.workers.protocol import UsePipe
+    from actors.workers.worker import Worker
+
+    log_path = tmp_path / "node.log"
+    config = {
+        "version": 1,
+        "formatters": {"line": {"format": "%(levelname)s %(message)s"}},
+        "handlers": {"f": {"class": "logging.FileHandler", "filename": str(log_path), "formatter": "line"}},
+        "root": {"handlers": ["f"], "level": "INFO"},
+    }
+    flags = {"strategy": "one_for_one", "intensity": 10, "period": 10}
+    node = start_node(free_port(), flags, [ChildSpec("w", Worker, None, name="w")], log_config=config, timeout=20)
+    pipe = CommandPipe(tmp_path, "cmd1")
+    try:
+        client = node.client()
+        pid = client.get_pid("w", 5)
+        client.send("w", UsePipe(str(tmp_path / "cmd-gone")))
+        wait_until(lambda: "worker_pipe_gone" in log_path.read_text(), 10, "the gone pipe logged")
+        client.send("w", UsePipe(str(pipe.path)))
+        wait_until(lambda: _reads(pid, str(pipe.path)), 10, "the worker reading the next pipe")
+        assert client.get_pid("w", 5) == pid  # never restarted
+        text = log_path.read_text()
+        assert "crash" not in text and "child_exited" not in text, text
+    finally:
+        pipe.close()
+        node.stop()
