@@ -24,8 +24,8 @@ counters existed (or repaired by hand) has no mark: the first read
 mark. A fresh enqueue (``model.add`` of an id made for it) makes one add
 to ``fresh`` where an add of a known id makes three (``jobs``, ``pending``
 and the ``added`` event); the reads below fold ``fresh`` into all three, and
-a recount moves it into ``added`` and zeroes it. ``finished`` is ``jobs - pending - running``; :func:`shown` shows
-``running - claimed`` as running; ``scheduled`` (pending, not yet due)
+a recount moves it into ``added`` and zeroes it. ``finished`` is ``jobs -
+pending - running``; :func:`shown` shows ``running - claimed`` as running; ``scheduled`` (pending, not yet due)
 is counted from the pending index, which is ordered by time, up to
 :data:`SCHEDULED_CAP`. This module is the counters' record, below the
 transitions; the recount from the rows is beside the views, in

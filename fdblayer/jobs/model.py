@@ -55,7 +55,7 @@ from fdblayer.jobs.codec import (
 from fdblayer.jobs.exceptions import CorruptValue, JobsError, NotFound, NoTypeTimeout
 from fdblayer.jobs.job import Job, JobInfo, JobState, job_state
 from fdblayer.jobs.keys import DATA, JobType, Layout
-from fdblayer.jobs.tally import Tally, bump
+from fdblayer.jobs.tally import FRESH, Tally, bump
 from fdblayer.jobs.work_record import FAILED, WorkRecord, claimed_only
 
 __all__ = [
@@ -153,7 +153,7 @@ def add(
     fresh = new_id and not tr.maybe_committed
     if priority is None and type_default:  # one round trip for the three, or none
         timeout_key, priority_key = layout.activity_timeout_key(job_type), layout.type_priority_key(job_type)
-        timeout, raw, declared = _type_and_job_rows(tr, timeout_key, None if fresh else key, priority_key, new_id)
+        timeout, declared, raw = _type_and_job_rows(tr, timeout_key, priority_key, None if fresh else key, new_id)
         priority = stored_priority(declared)
     elif fresh:
         timeout, raw = tr.get(layout.activity_timeout_key(job_type)), None
@@ -170,14 +170,11 @@ def add(
         raise AddedBefore(current)
     if current is not None:
         return _resubmit(tr, layout, job_type, job_id, key, current, sched_time, data, priority)
-    if fresh:
-        value = JobValue(PENDING_SEQ, None, sched_time, False, data, priority or 0)
-        rows.set_job_val(tr, key, value)
-        pending.enqueue_fresh(tr, layout, job_type, sched_time, job_id, priority or 0)
-        return value
-    bump(tr, layout, job_type, "jobs")
-    bump(tr, layout, job_type, "added")
-    return rows.maybe_enqueue(tr, layout, job_type, job_id, sched_time, True, data, key, priority=priority or 0)
+    if not fresh:  # a fresh job is counted by its one FRESH add
+        bump(tr, layout, job_type, "jobs")
+        bump(tr, layout, job_type, "added")
+    counter = FRESH if fresh else "pending"
+    return rows.maybe_enqueue(tr, layout, job_type, job_id, sched_time, True, data, key, None, priority or 0, counter)
 
 
 #: A type's timeout and declared priority rows as this process last saw them,
@@ -187,23 +184,23 @@ _SEEN_MAX = 4096
 
 
 def _type_and_job_rows(
-    tr: Transaction, timeout_key: bytes, key: Optional[bytes], priority_key: bytes, new_id: bool
-) -> list[Optional[bytes]]:
-    """The type's timeout row, the job's row (None when ``key`` is: not
-    read) and the type's priority row: guessed (the job absent, the type's
-    rows as last seen here, when the type was seen declared) for a new id,
-    else read; remembered for the next add."""
+    tr: Transaction, timeout_key: bytes, priority_key: bytes, key: Optional[bytes], new_id: bool
+) -> tuple[Optional[bytes], Optional[bytes], Optional[bytes]]:
+    """The type's timeout row, its priority row and the job's row (None
+    when ``key`` is: not read): guessed (the type's rows as last seen here,
+    when the type was seen declared, and the job absent) for a new id,
+    else read; the type's rows remembered for the next add."""
     seen = _SEEN.get(tr.db)
     if seen is None or len(seen) > _SEEN_MAX:
         seen = _SEEN[tr.db] = {}
     guess = seen.get(timeout_key)
-    keys = [timeout_key, priority_key] if key is None else [timeout_key, priority_key, key]
+    keys = [timeout_key, priority_key] + ([] if key is None else [key])
     if new_id and guess is not None and priority_key in seen:
         values = tr.expect_many(keys, [guess, seen[priority_key], None][: len(keys)])
     else:
         values = tr.get_many(keys)
     seen[timeout_key], seen[priority_key] = values[0], values[1]
-    return [values[0], values[2] if key is not None else None, values[1]]
+    return values[0], values[1], values[2] if key is not None else None
 
 
 def stored_priority(raw: Optional[bytes]) -> int:

@@ -39,13 +39,12 @@ from fdblayer.interface import Transaction, strinc
 from fdblayer.jobs import fasttuple
 from fdblayer.jobs.codec import report_bad_row
 from fdblayer.jobs.keys import JobType, Layout
-from fdblayer.jobs.tally import FRESH, PACK, Tally, bump
+from fdblayer.jobs.tally import Tally, bump
 from fdblayer.watches import Watch
 
 __all__ = [
     "RANGE_LIMIT",
     "enqueue",
-    "enqueue_fresh",
     "enqueue_many",
     "dequeue",
     "remove",
@@ -64,7 +63,6 @@ logger = logging.getLogger(__name__)
 # FoundationDB, where only that row conflicts. (On SQLite any concurrent
 # commit conflicts, so the spread buys nothing there.)
 RANGE_LIMIT = 256
-_ONE = PACK.pack(1)
 
 
 def enqueue(
@@ -75,6 +73,7 @@ def enqueue(
     job_id: str,
     tally: Optional[Tally] = None,
     priority: int = 0,
+    counter: str = "pending",
 ) -> None:
     """Put a job in its type's pending queue and wake the type's watchers.
 
@@ -86,22 +85,14 @@ def enqueue(
         job_id: The job id.
         tally: Bump the counter and the watch through it (None: at once).
         priority: The job's priority (0 to 9).
+        counter: The counter the new pending row bumps: ``pending``, or
+            ``counts.FRESH`` for a job just added under a new id (its job,
+            pending row and ``added`` event in that one add).
     """
     tally = tally or Tally(tr, layout, deferred=False)
     tr.set(layout.pending_key(job_type, sched_time, job_id, priority), b"")
     tally.enqueue(job_type)
-    tally.bump(job_type, "pending")
-
-
-def enqueue_fresh(
-    tr: Transaction, layout: Layout, job_type: JobType, sched_time: int, job_id: str, priority: int = 0
-) -> None:
-    """:func:`enqueue` of a job just added under a new id, counted as one
-    fresh job (``counts.FRESH``: the job, its pending row and its ``added``
-    event in one add) and waking the type's watchers."""
-    tr.set(layout.pending_key(job_type, sched_time, job_id, priority), b"")
-    tr.add(layout.watches_pending_key(job_type), _ONE)
-    tr.add(layout.count_key(job_type, FRESH), _ONE)
+    tally.bump(job_type, counter)
 
 
 def enqueue_many(tr: Transaction, layout: Layout, job_type: JobType, sched_time: int, job_ids: list[str]) -> None:

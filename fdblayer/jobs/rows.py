@@ -72,15 +72,17 @@ def maybe_enqueue(
     key: Optional[bytes] = None,
     tally: Optional[Tally] = None,
     priority: int = 0,
+    counter: str = "pending",
 ) -> JobValue:
-    """Write the job as pending (and enqueue it, at ``priority``) or as
-    finished (counters and watches bumped at once, or by ``tally``)."""
+    """Write the job as pending (and enqueue it, at ``priority``, bumping
+    ``counter``: see ``pending.enqueue``) or as finished (counters and
+    watches bumped at once, or by ``tally``)."""
     if key is None:
         key = layout.data_key(job_type, job_id)
     if enqueue:
         value = JobValue(PENDING_SEQ, None, sched_time, False, data, priority)
         set_job_val(tr, key, value)
-        pending.enqueue(tr, layout, job_type, sched_time, job_id, tally, priority)
+        pending.enqueue(tr, layout, job_type, sched_time, job_id, tally, priority, counter)
     else:
         value = JobValue(None, None, sched_time, False, data, priority)
         set_job_val(tr, key, value)

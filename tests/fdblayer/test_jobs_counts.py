@@ -1,7 +1,8 @@
 """Per-type counts stay exact through every transition: after each of a
 long random run of operations (the couch_jobs API, the worker pools' batch
 transitions, re-enqueues of silent jobs, fresh enqueues counted by one
-add) the counters read what counting the rows says. A real SQLite store; the clock is the store's, no sleep."""
+add) the counters read what counting the rows says. A real SQLite store;
+the clock is the store's, no sleep."""
 
 from __future__ import annotations
 
