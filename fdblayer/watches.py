@@ -283,7 +283,9 @@ class DirectoryNotifier:
 
 # --------------------------------------------------------------------------- hub
 
-#: ``read(keys, force)`` -> current values by key, or None when nothing changed.
+#: ``read(keys, force)`` -> current values by key, or None when nothing changed;
+#: raises when it could not read (the store away, its connection lost): the
+#: hub then reads again, forced, ``READ_RETRY_FIRST`` later and backing off.
 ValueReader = Callable[[List[bytes], bool], Optional[Dict[bytes, Optional[bytes]]]]
 
 
@@ -311,6 +313,12 @@ class WatchHub:
     #: late. A read that fired a watch (or armed new ones) starts no pause,
     #: so a key changed again and again wakes its waiters at once.
     MIN_CHECK_INTERVAL = 0.005
+    #: Seconds before a failed read is tried again, doubled after each
+    #: failure up to ``READ_RETRY_MAX``. A failed read is never dropped: the
+    #: commit it was to compare with may have been the last one for a long
+    #: time (its notification missed while the listener was away).
+    READ_RETRY_FIRST = 0.05
+    READ_RETRY_MAX = 1.0
 
     def __init__(
         self,
@@ -331,6 +339,7 @@ class WatchHub:
         self._closed = False
         self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self._thread: Optional[threading.Thread] = None
+        self._read_failures = 0
         self.mode = "not started"
 
     def register(self, key: bytes, value: Optional[bytes], watch: Watch, version: Optional[int] = None) -> None:
@@ -516,6 +525,8 @@ class WatchHub:
             checked_at = time.monotonic()
             if not self._check():  # only a read that served no watch starts a pause
                 last_check = checked_at
+            if self._read_failures:
+                recheck_at = checked_at + self._retry_delay()
 
     @staticmethod
     def _wait(notifier: Optional[Notifier], recheck_at: Optional[float]) -> Optional[float]:
@@ -533,6 +544,26 @@ class WatchHub:
         except BlockingIOError:
             pass
 
+    def _read_failed(self, exc: Exception) -> None:
+        """A read failed: the next one is forced (it compares every value,
+        whatever the store's version says); the first failure of a run is
+        logged as a warning, the others at debug."""
+        with self._lock:
+            self._dirty = True
+        self._read_failures += 1
+        level = logging.WARNING if self._read_failures == 1 else logging.DEBUG
+        logger.log(
+            level,
+            "store_watch_read_failed store=%s error=%s retry_in_ms=%.0f",
+            self._name,
+            str(exc).splitlines()[0] if str(exc) else type(exc).__name__,
+            self._retry_delay() * 1000,
+        )
+
+    def _retry_delay(self) -> float:
+        """Seconds before the next try after ``_read_failures`` failed reads."""
+        return float(min(self.READ_RETRY_MAX, self.READ_RETRY_FIRST * 2 ** max(0, self._read_failures - 1)))
+
     def _check(self) -> bool:
         """Read the watched keys and fire the watches whose value changed.
 
@@ -543,10 +574,18 @@ class WatchHub:
         """
         with self._lock:
             if not self._watches:
+                self._read_failures = 0  # nothing to read: no retry is due
                 return False
             keys = list(self._watches)
             force, self._dirty = self._dirty, False
-        values = self._read_values(keys, force)
+        try:
+            values = self._read_values(keys, force)
+        except Exception as exc:  # noqa: BLE001 - any failed read is tried again (see READ_RETRY_FIRST)
+            self._read_failed(exc)
+            return True
+        if self._read_failures:
+            logger.info("store_watch_read_back store=%s failures=%d", self._name, self._read_failures)
+            self._read_failures = 0
         if values is None:
             return force
         fired: List[Watch] = []

@@ -491,12 +491,11 @@ class _ValueReader:
             if self._conn is None:
                 self._conn = self._db.connect()
             rows = direct.run(self._conn, self._db.sql.watched, (key_prefixes(keys), ByteaArray(keys)))
-        except Exception as exc:  # noqa: BLE001 - any failed read: the next wake-up reads again
+        except Exception:  # the hub reads again shortly (``WatchHub.READ_RETRY_FIRST``), on a new connection
             if self._conn is not None:
                 self._db.discard(self._conn, ForkEpoch.value)
             self._conn, self._version = None, None
-            logger.debug("store_watch_read_failed store=%s error=%s", self._db.where, first_line(exc))
-            return None
+            raise
         version = next((row[2] for row in rows if row[0] is None), None)
         if version == self._version and not force:
             return None

@@ -117,7 +117,13 @@ def test_a_server_crash_is_survived_by_the_node_and_the_workers(server, tmp_path
         server.launch()
         after = [jobs.enqueue(db, "sleepy", {"s": 0.05}) for _ in range(20)]
         for job_id in before + after:
-            assert jobs.result(db, "sleepy", job_id, timeout=90) == "slept"
+            try:
+                assert jobs.result(db, "sleepy", job_id, timeout=90) == "slept"
+            except TimeoutError:
+                pytest.fail(
+                    f"job {job_id} not done (host exit code {host.proc.poll()}, node's {node.poll()});"
+                    f" the host's log ends with:\n{host.log()[-6000:]}"
+                )
         assert node.poll() is None and host.proc.poll() is None
         assert overlapping_runs(run_log) == [], "no job ran twice at once"
     finally:

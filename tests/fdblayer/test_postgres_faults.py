@@ -7,6 +7,7 @@ import subprocess
 import sys
 import time
 
+import psycopg
 import pytest
 
 import fdblayer
@@ -83,3 +84,33 @@ def test_a_commit_in_another_process_wakes_a_watch_here(server):
         assert time.monotonic() - started < 5
     finally:
         db.close()
+
+
+def test_a_watch_fires_when_its_listener_and_reader_lose_their_backends_as_the_key_changes(server):
+    """The backends of a handle's listener and of its watch reader are
+    terminated, and the watched key changes before the listener has
+    reconnected: its notification is missed, the read after the reconnection
+    finds its connection dead. The hub must read again (on a new connection)
+    rather than wait for a next commit that may never come."""
+    url = server.url(prefix="r")
+    db, other = fdblayer.open(url), fdblayer.open(url)
+    admin = psycopg.connect(server.conninfo(), autocommit=True)
+    try:
+        db.set(b"watched", b"0")
+        other.set(b"unrelated", b"0")  # its connection is made
+        tr = db.create_transaction()
+        tr.get(b"watched")
+        watch = tr.watch(b"watched")
+        tr.commit()
+        time.sleep(0.3)  # the hub's first read of the watched key is done
+        killed = admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE pid <> pg_backend_pid() AND (query LIKE 'LISTEN%%' OR query LIKE '%%UNION ALL SELECT k, v, NULL%%')"
+        ).fetchall()
+        other.set(b"watched", b"1")
+        assert len(killed) >= 2, "the listener's backend and the reader's"
+        assert watch.wait(5), "the change was seen once the hub read again"
+    finally:
+        admin.close()
+        db.close()
+        other.close()
