@@ -458,6 +458,7 @@ class Dispatcher(
 
     def _claimed(self, job_type: Any, limit: int, result: work.ClaimResult, now: float) -> None:
         slot = self.types[job_type]
+        rechecking, slot.rechecking = slot.rechecking, False
         self._pause_seen(job_type, result.paused)
         if result.paused:
             slot.maybe_work = False
@@ -465,6 +466,8 @@ class Dispatcher(
             return
         if result.claimed:
             self._supersede(job_type, {c.job.id for c in result.claimed})
+            if rechecking:
+                log.info("jobs_found_without_wakeup host=%s type=%s count=%d", self.host, job_type, len(result.claimed))
         for claimed in result.claimed:
             self.tokens += 1
             self.buffer.append(Running(claimed, self.tokens))

@@ -9,7 +9,8 @@ lost (removed, or re-enqueued elsewhere) is marked lost and its worker
 told to stop; its late outcome is discarded. Every type timeout the host
 also runs the lifeline: it re-enqueues the jobs of its types whose lease
 expired (a host or dispatcher that died), with the activity monitor's
-serializable check, so of two hosts exactly one does it. A store error
+serializable check, so of two hosts exactly one does it, and looks for
+pending work its watch may have missed. A store error
 delays either and is logged; it never stops the host. A mixin of the
 dispatcher, whose state it reads.
 """
@@ -91,6 +92,13 @@ class HostLeases(DispatcherState):
         except Exception as exc:  # noqa: BLE001 - a store hiccup delays the check, never stops the host
             log.warning("lifeline_failed host=%s type=%s error=%r", self.host, job_type, exc)
             ids = []
+        if not slot.maybe_work and not slot.paused:
+            # Its pending watch is the host's one way to learn of new jobs:
+            # a wake-up lost on its way (a notification missed while the
+            # store's listener was away, a failed read) would strand them.
+            # Looking once a type timeout bounds that to one timeout.
+            slot.maybe_work = slot.rechecking = True
+            self._kick()
         if ids:
             self.stats["reenqueued"] += len(ids)
             log.warning(

@@ -129,6 +129,7 @@ class TypeSlot:
     tick_timer: Optional[int] = None
     tick_at: Optional[float] = None
     fired: bool = field(default=False)
+    rechecking: bool = False  # the lifeline asked for this claim, no watch did
     lifeline_vs: Any = None
     paused: bool = False
     pause_watch: Any = None  # fires when the type's pause is set or cleared

@@ -10,7 +10,9 @@ work and runs a step. A type whose next job is scheduled later gets a
 timer at that time. Each served type's pause key is watched the same way
 for as long as the host runs, so a pause takes back the jobs the host holds
 claimed and not started at once, even while it claims nothing (its workers
-busy with long runs). A mixin of the dispatcher, whose state it reads.
+busy with long runs). Should a wake-up be lost on its way all the same,
+the lifeline (:mod:`actors.workers.leases`) looks for each type's pending
+work once a type timeout. A mixin of the dispatcher, whose state it reads.
 """
 
 from __future__ import annotations

@@ -4,12 +4,14 @@ many short jobs: each job runs to success once, none left held, attempts right."
 
 from __future__ import annotations
 
+import random
 import time
 
 import pytest
 
 from actors import jobs
 from fdblayer.jobs.job import JobState
+from tests.procs import group_pids
 from tests.workers.pg_faults import own_pg, pdb, per_id, pg_store, runlog, terminate_backends  # noqa: F401
 
 pytestmark = pytest.mark.slow
@@ -116,3 +118,24 @@ def test_handler_progress_across_a_7s_server_outage_is_not_blamed(own_pg, pg_sto
     assert jobs.result(pdb, "q", job_id, timeout=30) == 7
     st = jobs.status(pdb, "q", job_id)
     assert st.attempt == 1 and not st.errors, (st.attempt, [(e.get("type"), e.get("message")[:200]) for e in st.errors])
+
+
+def test_a_job_added_as_the_hosts_backends_die_starts_promptly(own_pg, pg_store, pdb, runlog, hosts):  # noqa: F811
+    """The backends of an idle host (its store listener and watch reader
+    among them) terminated, and a job added at once from another process,
+    before the host's listener is back: the job still starts within
+    seconds, far below the type timeout after which the host's lifeline
+    would find it anyway. No wake-up is lost across a reconnection."""
+    jobs.set_type_timeout(pdb, "q", 60)
+    host = hosts(["q=p2_mod:nap"], store=pg_store, concurrency=2, run_log=runlog.path)
+    assert host.node_pgid
+    rng = random.Random(7)
+    for n in range(12):
+        time.sleep(0.3)  # idle again: its pending watch armed, its hub's reads done
+        assert terminate_backends(own_pg, group_pids(host.node_pgid)) >= 2, "the listener and the reader at least"
+        time.sleep(rng.choice([0, 0, 0.001, 0.005]))
+        job_id = jobs.enqueue(pdb, "q", {"s": 0.001, "n": n})
+        try:
+            assert jobs.result(pdb, "q", job_id, timeout=6) == n
+        except TimeoutError:
+            pytest.fail(f"job {n} added after the termination never started:\n{host.log()[-4000:]}")

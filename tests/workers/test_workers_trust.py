@@ -281,6 +281,33 @@ def test_jobs_of_a_killed_host_or_dispatcher_finish_without_a_node(victim, n_hos
 
 
 @pytest.mark.slow
+def test_a_job_whose_wake_up_was_lost_still_runs_within_a_type_timeout(hosts, db, trust_dir):
+    """Item 1, a wake-up lost on its way (a notification missed while a
+    listener was away, a read that failed, any bug between a commit and the
+    dispatcher): this enqueue leaves the type's pending watch key as it found
+    it, so the idle host's watch never fires. The host still finds the job:
+    every type timeout it looks for work in each type it serves, as it looks
+    for dead hosts' jobs."""
+    jobs.set_type_timeout(db, "batch", 1)
+    host = hosts(["batch=trust_mod:run"], concurrency=1)
+    assert jobs.result(db, "batch", jobs.enqueue(db, "batch", {}, id="warm"), timeout=20) == {"attempt": 1}
+    time.sleep(0.3)  # idle: its pending watch armed
+    watch_key = DEFAULT_LAYOUT.watches_pending_key("batch")
+
+    @fdblayer.transactional
+    def enqueue_unseen(tr) -> None:  # noqa: ANN001
+        before = tr.get(watch_key)
+        jobs.enqueue(tr, "batch", {}, id="unseen")
+        tr.set(watch_key, before) if before is not None else tr.clear(watch_key)
+
+    before = db.get(watch_key)
+    enqueue_unseen(db)
+    assert db.get(watch_key) == before, "the enqueue woke no watch"
+    assert jobs.result(db, "batch", "unseen", timeout=8) == {"attempt": 1}
+    assert "jobs_found_without_wakeup" in host.log(), "found by the look once a type timeout"
+
+
+@pytest.mark.slow
 def test_a_worker_never_starts_a_run_once_its_dispatcher_is_gone(hosts, db, trust_dir):
     """A worker whose dispatcher was SIGKILLed starts none of the runs queued
     in it: their start could not be recorded (the channel's reader died with
