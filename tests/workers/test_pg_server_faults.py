@@ -4,13 +4,17 @@ many short jobs: each job runs to success once, none left held, attempts right."
 
 from __future__ import annotations
 
+import os
 import random
+import signal
 import time
 
 import pytest
 
 from actors import jobs
 from fdblayer.jobs.job import JobState
+import psycopg
+
 from tests.procs import group_pids
 from tests.workers.pg_faults import own_pg, pdb, per_id, pg_store, runlog, terminate_backends  # noqa: F401
 
@@ -139,3 +143,47 @@ def test_a_job_added_as_the_hosts_backends_die_starts_promptly(own_pg, pg_store,
             assert jobs.result(pdb, "q", job_id, timeout=6) == n
         except TimeoutError:
             pytest.fail(f"job {n} added after the termination never started:\n{host.log()[-4000:]}")
+
+
+def _backends_of(server, pids) -> list:  # noqa: ANN001
+    """The server's backend pids serving connections of processes ``pids``."""
+    with psycopg.connect(server.conninfo(), autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT pid, application_name FROM pg_stat_activity WHERE backend_type = 'client backend'"
+        ).fetchall()
+    names = {f"otpjobs[{p}]" for p in pids}
+    return [pid for pid, app in rows if app in names]
+
+
+def test_jobs_finish_once_across_stopped_backends(own_pg, pg_store, pdb, runlog, hosts):  # noqa: F811
+    """The backends serving a host stop (SIGSTOP: a backend stuck on I/O or
+    descheduled) for 2 s, three times, while jobs flow, one of them perhaps
+    in the middle of a commit holding the store's order: each job still runs
+    to success once, and once the backends go on, the rest are done."""
+    jobs.set_type_timeout(pdb, "q", 10)
+    host = hosts(["q=p2_mod:nap"], store=pg_store, concurrency=3, run_log=runlog.path, extra=["--max-attempts", "5"])
+    ids = [f"j{n:04d}" for n in range(N)]
+    for n, i in enumerate(ids):
+        jobs.enqueue(pdb, "q", {"s": 0.01, "n": n}, id=i)
+    stops = 0
+    deadline = time.time() + 30
+    while time.time() < deadline and stops < 3:
+        if len(runlog("end")) >= 50 * (stops + 1):
+            stopped = _backends_of(own_pg, group_pids(host.node_pgid))
+            assert stopped, "the host has backends"
+            for pid in stopped:
+                os.kill(pid, signal.SIGSTOP)
+            try:
+                time.sleep(2)
+            finally:
+                for pid in stopped:
+                    os.kill(pid, signal.SIGCONT)
+            stops += 1
+        time.sleep(0.01)
+    assert stops == 3, f"only {stops} stops"
+    left = _wait_all(pdb, ids, 40)
+    bad = _summary(pdb, ids, runlog)
+    assert not left and not bad, (
+        f"{len(left)} not finished ({left[:5]}); wrong (state, outcome, attempt, errors, starts, ends): "
+        f"{dict(list(bad.items())[:8])}\n{host.log()[-3000:]}"
+    )
