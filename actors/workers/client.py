@@ -416,10 +416,18 @@ def result(db: Any, type: Any, id: str, timeout: Optional[float] = None) -> Any:
             return _finished_value(st)
         try:
             left = None if deadline is None else deadline - time.monotonic()
-            if left is not None and (left <= 0 or not watch.wait(left)):
+            if (left is not None and left <= 0) or not _waited(watch, left, deadline):
                 raise TimeoutError(f"job {id!r} of type {type!r} is still {st.state.value} after {timeout}s")
         finally:
             watch.cancel()
+
+
+def _waited(watch: Any, left: Optional[float], deadline: Optional[float]) -> bool:
+    """Wait on ``watch`` (at most ``left`` s; None: for as long as it takes).
+    False only when the deadline passed; a watch the store cancelled (its
+    watch thread stopped) counts as a change: the caller reads again."""
+    watch.wait(left)
+    return deadline is None or watch.fired() or time.monotonic() < deadline
 
 
 def _finished_value(st: JobStatus) -> Any:

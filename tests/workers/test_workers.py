@@ -35,6 +35,20 @@ def test_a_job_runs_and_its_result_and_progress_are_kept(hosts, db, workdir):
     assert st.progress == {"half": True} and st.attempt == 1
 
 
+def test_result_without_a_timeout_waits_on_the_store_not_in_a_loop(hosts, db):
+    """``result`` with no timeout blocks on the job's watch until the job is
+    done: it neither returns early nor reads the store again and again (it
+    did: 100% of a CPU while a job ran)."""
+    hosts(["sleepy=handlers_mod:sleepy"])
+    job_id = jobs.enqueue(db, "sleepy", {"s": 1.5})
+    wait_for(lambda: jobs.status(db, "sleepy", job_id).state is JobState.RUNNING, 20, "the job to start")
+    cpu, wall = time.process_time(), time.monotonic()
+    assert jobs.result(db, "sleepy", job_id) == "slept"
+    waited, used = time.monotonic() - wall, time.process_time() - cpu
+    assert waited > 0.5, "it waited for the job"
+    assert used < 0.25 * waited, f"{used:.2f} s of CPU over a {waited:.2f} s wait"
+
+
 def test_many_jobs_each_finish_once_with_their_result(hosts, db, workdir):
     run_log = workdir / "runs.jsonl"
     hosts(["sum=handlers_mod:add"], concurrency=4, run_log=run_log)
