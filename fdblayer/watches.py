@@ -21,6 +21,7 @@ import enum
 import errno
 import hashlib
 import logging
+import math
 import os
 import re
 import select
@@ -281,6 +282,18 @@ class DirectoryNotifier:
             self.fd = -1
 
 
+def _readable(fds: List[int], timeout: Optional[float]) -> List[int]:
+    """The descriptors among ``fds`` readable (or hung up) within ``timeout``
+    seconds (None: until one is). ``poll``, not ``select``: a process may
+    hold more than 1,024 descriptors (a server's sockets), and ``select``
+    refuses a descriptor numbered 1,024 or more."""
+    poller = select.poll()
+    for fd in fds:
+        poller.register(fd, select.POLLIN)
+    ms = None if timeout is None else max(0, math.ceil(timeout * 1000))
+    return [fd for fd, _ in poller.poll(ms)]
+
+
 # --------------------------------------------------------------------------- hub
 
 #: ``read(keys, force)`` -> current values by key, or None when nothing changed;
@@ -319,6 +332,9 @@ class WatchHub:
     #: time (its notification missed while the listener was away).
     READ_RETRY_FIRST = 0.05
     READ_RETRY_MAX = 1.0
+    #: Seconds a loop must run before its failure counts as a new incident
+    #: (logged as a warning again, its backoff from the start).
+    LOOP_QUIET_RESET = 60.0
 
     def __init__(
         self,
@@ -464,21 +480,33 @@ class WatchHub:
         return notifier
 
     def _run(self) -> None:
-        notifier = self._open_notifier()
-        try:
-            self._loop(notifier)
-        except Exception:  # the thread's outer boundary: log, then cancel the watches
-            logger.exception("store_watch_thread_failed store=%s action=cancel_watches", self._name)
+        """The thread: the loop, started again (watches kept, the next read
+        forced) if it ever raises, so a bug in it costs wake-ups a backoff
+        late, never a waiter left waiting on a cancelled or dead watch."""
+        failures = 0
+        while not self._closed:
+            notifier = self._open_notifier()
+            started = time.monotonic()
+            try:
+                self._loop(notifier)
+                return
+            except Exception:  # noqa: BLE001 - the thread's outer boundary
+                if time.monotonic() - started > self.LOOP_QUIET_RESET:
+                    failures = 0  # a new incident: logged again
+                failures += 1
+                if failures == 1:
+                    logger.exception("store_watch_loop_failed store=%s action=restart_forced", self._name)
+                else:
+                    logger.debug("store_watch_loop_failed store=%s failures=%d", self._name, failures, exc_info=True)
+            finally:
+                if notifier is not None:
+                    notifier.close()
+            time.sleep(min(self.READ_RETRY_MAX, self.READ_RETRY_FIRST * 2 ** (failures - 1)))
             with self._lock:
-                pending = [e[1] for entries in self._watches.values() for e in entries]
-                self._watches.clear()
-                self._digests.clear()
-                self._thread = None
-            for watch in pending:
-                watch.cancel()
-        finally:
-            if notifier is not None:
-                notifier.close()
+                if self._closed:
+                    return
+                self._dirty = True
+            self._check()  # served at the backoff's pace even if the loop keeps failing
 
     def _loop(self, notifier: Optional[Notifier]) -> None:
         """Read the watched keys when told of a commit (``MIN_CHECK_INTERVAL``
@@ -498,11 +526,11 @@ class WatchHub:
             # or have none for a while (-1: its server is away; polled below).
             live = notifier is not None and notifier.fd >= 0
             fds = [self._wake_r] + ([notifier.fd] if live else [])  # type: ignore[union-attr]
-            ready, _, _ = select.select(fds, [], [], self._wait(notifier, recheck_at))
+            ready = _readable(fds, self._wait(notifier, recheck_at))
             pause = last_check + self.MIN_CHECK_INTERVAL - time.monotonic()
             if pause > 0:  # a stream of commits: let more of them join the next read
                 time.sleep(pause)
-                ready, _, _ = select.select(fds, [], [], 0)
+                ready = _readable(fds, 0)
             due = notifier is None  # polling: every timeout is a check
             if self._wake_r in ready:
                 self._drain_pipe()
@@ -530,7 +558,7 @@ class WatchHub:
 
     @staticmethod
     def _wait(notifier: Optional[Notifier], recheck_at: Optional[float]) -> Optional[float]:
-        """The select timeout: the poll interval, the time to a due recheck, or none."""
+        """The wait's timeout: the poll interval, the time to a due recheck, or none."""
         timeout = None if notifier is not None and notifier.fd >= 0 else FALLBACK_POLL_INTERVAL
         if recheck_at is not None:
             left = max(0.0, recheck_at - time.monotonic())

@@ -487,9 +487,7 @@ class _ValueReader:
                     values.update(rows.fetchall())
             finally:
                 conn.execute("COMMIT")
-        except sqlite3.Error as exc:
-            if is_busy(exc):
-                return None if not force else self._read(keys, force)
+        except sqlite3.Error as exc:  # busy too: the hub reads again, forced, after a backoff
             raise map_sqlite_error(exc, self._db.path) from exc
         self._version = version
         return values
