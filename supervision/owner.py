@@ -29,13 +29,12 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import select
 import signal
 import threading
 import time
 from typing import Any, Callable, Iterator, Optional
 
-from .procs import open_process
+from .procs import open_process, readable
 
 __all__ = [
     "STOP_SIGNALS",
@@ -182,7 +181,7 @@ def _die_with(pid: int, start: Optional[int]) -> None:
     """Wait for the owner's death (a pidfd turns readable), then kill the node."""
     fd = open_process(pid, start)
     if fd is not None:
-        select.select([fd], [], [])
+        readable([fd])
     time.sleep(OWNER_DOWN_GRACE)
     kill_node_group()
 

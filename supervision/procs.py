@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import math
 import os
+import select
 import signal
 from typing import Iterable, NamedTuple
 
@@ -203,3 +205,15 @@ def install_fork_hygiene() -> None:
     if not _fork_hygiene_installed:
         os.register_at_fork(after_in_child=_close_siblings_sentinels)
         _fork_hygiene_installed = True
+
+
+def readable(fds: Iterable[int], timeout: float | None = None) -> list[int]:
+    """The descriptors among ``fds`` (pidfds, a signal pipe) readable or hung
+    up within ``timeout`` seconds (None: until one is). ``poll``, not
+    ``select``: the process may hold more than 1,024 descriptors (a caller's
+    sockets), and ``select`` refuses one numbered 1,024 or more."""
+    poller = select.poll()
+    for fd in fds:
+        poller.register(fd, select.POLLIN)
+    ms = None if timeout is None else max(0, math.ceil(timeout * 1000))
+    return [fd for fd, _ in poller.poll(ms)]

@@ -47,7 +47,6 @@ import json
 import logging
 import os
 import secrets
-import select
 import signal
 import stat
 import tempfile
@@ -57,7 +56,17 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from .exceptions import RuntimeDirError
-from .procs import boot_id, file_holders, group_members, held_file, pid_alive, proc_stat, same_process, start_time
+from .procs import (
+    boot_id,
+    file_holders,
+    group_members,
+    held_file,
+    pid_alive,
+    proc_stat,
+    readable,
+    same_process,
+    start_time,
+)
 
 log = logging.getLogger(__name__)
 
@@ -417,7 +426,7 @@ def _proven(entry: Entry, holders: set[int], spare: set[int]) -> dict[int, int]:
                 members[pid] = fd
             elif fd is not None:
                 os.close(fd)
-        if any(not select.select([fd], [], [], 0)[0] for fd in holder_fds):  # a holder outlived the census
+        if any(not readable([fd], 0) for fd in holder_fds):  # a holder outlived the census
             proven.update(members)
         else:
             for fd in members.values():

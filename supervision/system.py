@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import logging
 import os
-import select
 import socket
 import threading
 import time
@@ -44,7 +43,7 @@ from . import logs, runtime  # noqa: E402
 from .childspec import SupFlags, check_specs  # noqa: E402
 from .client import Client  # noqa: E402
 from .exceptions import NodeDown, StartError, SupervisionError  # noqa: E402
-from .procs import pid_alive, proc_stat, start_time  # noqa: E402
+from .procs import pid_alive, proc_stat, readable, start_time  # noqa: E402
 from .registry import NodeSupervisor  # noqa: E402
 from .runtime import read_runtime, runtime_dir, runtime_file  # noqa: E402,F401 - also imported from here
 from .owner import StopCatcher, catching_stops, forking_node  # noqa: E402
@@ -387,7 +386,7 @@ def wait_for_stop(node: Node, caught: StopCatcher | None = None) -> str:
         pidfd = None
     try:
         while not caught.received and pidfd is not None:
-            ready, _, _ = select.select([caught.fd, pidfd], [], [])
+            ready = readable([caught.fd, pidfd])
             if not caught.received and pidfd in ready:
                 return "supervisor_exited"
         return caught.received[0] if caught.received else "supervisor_exited"

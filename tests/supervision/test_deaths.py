@@ -146,3 +146,43 @@ def _is_open(fd: int) -> bool:
         return True
     except OSError:
         return False
+
+
+_MANY_DESCRIPTORS = r"""
+import os, resource, select, subprocess, sys
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 4096), hard))
+filler = [os.open("/dev/null", os.O_RDONLY) for _ in range(1100)]
+from supervision.procs import readable
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.3)"])
+pidfd = os.pidfd_open(child.pid)
+assert pidfd >= 1024, pidfd
+try:
+    select.select([pidfd], [], [], 0)
+    print("select took it")
+except ValueError:
+    print("select refused it")
+print("before exit", readable([pidfd], 0))
+print("after exit", readable([pidfd], 10) == [pidfd])
+child.wait()
+"""
+
+
+def test_readable_takes_descriptors_past_1024():
+    """``select`` refuses a descriptor numbered 1,024 or more; the waits on
+    pidfds (a node's owner, a stop's census) must work in a process that
+    holds more (a caller's sockets)."""
+    import resource
+
+    if resource.getrlimit(resource.RLIMIT_NOFILE)[1] < 1200:
+        pytest.skip("the hard limit on open files is under 1,200: no descriptor past 1,024 can be opened")
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    out = subprocess.run(
+        [sys.executable, "-c", _MANY_DESCRIPTORS],
+        env=dict(os.environ, PYTHONPATH=root),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split("\n")[:3] == ["select refused it", "before exit []", "after exit True"]
