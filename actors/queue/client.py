@@ -270,7 +270,9 @@ def subscribe(
         return None, info.state, info.data
     client, notifier = _notifier(node, type, timeout)
     inbox = _inbox(client)
-    ref = client.call(notifier, Subscribe(job_id, info.state.value, info.seq, inbox.address, confirms=True), timeout)
+    # one subscriber per thread: the threads of this process share its inbox
+    msg = Subscribe(job_id, info.state.value, info.seq, inbox.address, confirms=True, thread=threading.get_ident())
+    ref = client.call(notifier, msg, timeout)
     return Subscription(ref, type, job_id, notifier, client.port), info.state, info.data
 
 

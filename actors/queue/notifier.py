@@ -75,6 +75,7 @@ class Notifier(GenServer):
         self.db = fdblayer.open(args["store"])
         self.subs: dict[str, dict[str, list]] = {}  # job id -> ref -> [subscriber, state, seq]
         self.refs: dict[str, str] = {}  # ref -> job id
+        self.threads: dict[str, Any] = {}  # ref -> its subscribing thread (a process's inbox shares one address)
         self.outboxes: dict[str, Outbox] = {}  # str(subscriber address) -> its outbox, for confirming ones
         self.stall_timer: Any = None
         vs = activity.get_activity_vs(self.db, DEFAULT_LAYOUT, self.type)
@@ -131,12 +132,14 @@ class Notifier(GenServer):
     def _subscribe(self, msg: Subscribe) -> str:
         refs = self.subs.setdefault(msg.job_id, {})
         for ref, sub in refs.items():
-            if sub[0] == msg.subscriber:
+            if sub[0] == msg.subscriber and self.threads.get(ref) == msg.thread:
                 refs[ref] = [msg.subscriber, msg.state, msg.seq]
                 return ref
         ref = uuid.uuid4().hex
         refs[ref] = [msg.subscriber, msg.state, msg.seq]
         self.refs[ref] = msg.job_id
+        if msg.thread is not None:
+            self.threads[ref] = msg.thread
         if msg.confirms:
             key = str(msg.subscriber)
             self.outboxes.setdefault(key, Outbox(msg.subscriber)).refs.add(ref)
@@ -155,6 +158,7 @@ class Notifier(GenServer):
 
     def _unsubscribe(self, ref: str, drop_held: bool = True) -> None:
         job_id = self.refs.pop(ref, None)
+        self.threads.pop(ref, None)
         if job_id is None:
             return
         refs = self.subs.get(job_id, {})

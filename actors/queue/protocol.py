@@ -47,6 +47,12 @@ class Subscribe:
     #: notifier then keeps only a few of its events in flight, so that a
     #: subscriber that stops reading cannot hold up anyone else.
     confirms: bool = False
+    #: The subscribing thread, when ``subscriber`` is a process's inbox
+    #: (its threads share it; each of them is a subscriber of its own, as an
+    #: Erlang process is); None for an actor. The calls of one subscriber
+    #: and thread for one job share one ref, as couch_jobs' calls of one
+    #: process do.
+    thread: Any = None
 
 
 @dataclass(frozen=True)
