@@ -414,7 +414,7 @@ class Dispatcher(
             slot.commands.close()
         started = [r for r in slot.runs.values() if r.started is not None]  # the sync one, the async ones
         unstarted = [r for r in slot.runs.values() if r.started is None and not r.lost]
-        if any(r.killing for r in started):  # this host killed it for a run past its limit: the others are bystanders
+        if slot.killing:  # this host killed it for a run past its limit: the others are bystanders
             bystanders = [r for r in started if not r.killing and not r.timed_out and not r.lost]
             started = [r for r in started if r not in bystanders]
             self._give_back_bystanders(bystanders)
@@ -513,7 +513,7 @@ class Dispatcher(
         """:meth:`_hand_out` of what the buffer holds."""
         if not self.buffer:
             return
-        slots = {slot.n: slot for _, slot in self.slots.items()}
+        slots = {slot.n: slot for _, slot in self.slots.items() if not slot.killing}
         plan = planner.hand_out(
             (None if r.lost else self.types[r.claimed.job.type].is_async for r in self.buffer),
             [slot.load() for slot in slots.values()],

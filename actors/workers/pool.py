@@ -201,7 +201,7 @@ class PoolKeeping(DispatcherState):
             )
             self._tell(slot, StopJob(running.token, cancel=True))
         elif action is LimitAction.KILL:
-            running.killing = True
+            running.killing = slot.killing = True
             log.warning(
                 "job_killed host=%s type=%s job=%s reason=time_limit",
                 self.host,

@@ -87,6 +87,10 @@ class Slot:
     async_held: int = 0  # async runs in runs (queued or started)
     pidfd: Optional[int] = None  # the worker's process, once it said hello
     commands: Optional[CommandPipe] = None  # the pipe every command to the worker goes through
+    #: the host is stopping it (a run past its limit and the grace): it gets
+    #: no more jobs, and what it runs beside that run is put back uncounted
+    #: when it dies, even if that run ended before the kill landed
+    killing: bool = False
 
     def load(self) -> WorkerLoad:
         """This worker as the planner (:mod:`actors.workers.planner`) sees it."""

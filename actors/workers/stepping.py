@@ -101,7 +101,7 @@ class Stepping(DispatcherState):
         (:func:`planner.wants`), less what the step in flight asked for."""
         buffered_async = sum(1 for r in self.buffer if self.types[r.claimed.job.type].is_async) if self.any_async else 0
         wants = planner.wants(
-            [slot.load() for _, slot in self.slots.items()],
+            [slot.load() for _, slot in self.slots.items() if not slot.killing],
             len(self.buffer) - buffered_async,
             buffered_async,
             self._limits(),

@@ -311,6 +311,27 @@ def test_worker_killed_among_quick_jobs_blames_at_most_the_running_one(hosts, db
     assert len(blamed) <= 1, blamed
 
 
+@pytest.mark.slow
+def test_a_worker_being_killed_for_a_run_that_then_ends_gets_no_new_job(hosts, db, ledger):
+    """Found by a review (reproduced): a run past its limit and the grace
+    has its worker killed; when the run ends just before the kill lands,
+    its worker looked idle and was given a new job, which the kill then
+    failed as WorkerDied. Ten runs end a few milliseconds either side of
+    their kills; the quick jobs queued behind them must all succeed."""
+    hosts(["t=stops_mod:nap"], concurrency=10, run_log=ledger.path, extra=["--grace", "0.5"])
+    longs = [jobs.enqueue(db, "t", {"s": 1.5 + 0.003 * i}, timeout=1.0, max_attempts=1) for i in range(10)]
+    wait_for(lambda: len(ledger("start")) >= 10, 20, "the ten long runs to start")
+    quick = [jobs.enqueue(db, "t", {"s": 0.3, "n": n}, max_attempts=1) for n in range(10)]
+    for n, job_id in enumerate(quick):
+        try:
+            assert jobs.result(db, "t", job_id, timeout=30) == n
+        except jobs.JobFailed as exc:
+            pytest.fail(f"a quick job failed for another run's kill: {exc.error_type}: {exc.error_message}")
+        assert jobs.status(db, "t", job_id).attempt == 1
+    for job_id in longs:  # each long run ended on its own or was killed: once, never retried
+        assert jobs.status(db, "t", job_id).attempt == 1
+
+
 # ------------------------------------------------------------------ a time limit while the host drains
 @pytest.mark.slow
 def test_job_with_time_limit_stopped_by_drain_is_put_back_unblamed(hosts, db, ledger):
