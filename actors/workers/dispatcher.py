@@ -329,6 +329,7 @@ class Dispatcher(
         running = slot.runs.pop(token, None)
         if running is None:
             return False
+        running.late = False  # ended before its worker was stopped: its outcome counts
         if running.is_async:
             slot.inflight.pop(token, None)
             slot.async_held -= 1
@@ -412,8 +413,9 @@ class Dispatcher(
         slot.channel.close()
         if slot.commands is not None:
             slot.commands.close()
-        started = [r for r in slot.runs.values() if r.started is not None]  # the sync one, the async ones
-        unstarted = [r for r in slot.runs.values() if r.started is None and not r.lost]
+        # the sync one, the async ones; a run late at a drain's end goes back with the others (_give_back_late)
+        started = [r for r in slot.runs.values() if r.started is not None and not r.late]
+        unstarted = [r for r in slot.runs.values() if r.started is None and not r.lost and not r.late]
         if slot.killing:  # this host killed it for a run past its limit: the others are bystanders
             bystanders = [r for r in started if not r.killing and not r.timed_out and not r.lost]
             started = [r for r in started if r not in bystanders]

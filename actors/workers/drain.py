@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from typing import Any, Optional
 
 from fdblayer.jobs.keys import DEFAULT_LAYOUT
@@ -25,7 +26,7 @@ from supervision.supervisor import TerminateChild
 from fdblayer.jobs import hosts, work
 
 from actors.workers.protocol import Drain, Release
-from actors.workers.runs import CALL_TIMEOUT
+from actors.workers.runs import CALL_TIMEOUT, Slot
 from actors.workers.state import DispatcherState
 
 __all__ = ["Draining"]
@@ -114,9 +115,12 @@ class Draining(DispatcherState):
     def _grace_over(self) -> None:
         """The grace is over: stop the workers still running handlers (their
         supervisor kills them, ``brutal_kill``, and answers once they are
-        dead), then put those jobs back in the queue. In this order, no late
-        handler still runs when its job can be claimed again; a run that
-        ends meanwhile is discarded (its job goes back all the same)."""
+        dead), then put the jobs still late back in the queue. In this
+        order, no late handler still runs when its job can be claimed again;
+        a run whose end is read before its worker is gone keeps its outcome
+        (its job is not run again). A worker whose stop fails may still run
+        its handlers: their jobs are not released but left to the lifeline
+        (their leases are no longer renewed)."""
         self._settle()  # the step in flight first (see actors.workers.stepping)
         self.drain_timer = None
         for _, slot in list(self.slots.items()):  # runs that ended while this actor was busy are not late
@@ -125,23 +129,50 @@ class Draining(DispatcherState):
             return
         late = [r for r in self._held() if not r.lost]
         for running in late:
-            running.lost = True
-        addrs = [slot.addr for _, slot in self.slots.items() if any(r in late for r in slot.runs.values())]
-        self.workers_stopping = len(addrs)  # busy until they are gone
+            running.late = True
+        doomed = [slot for _, slot in self.slots.items() if slot.runs]
+        self.workers_stopping = len(doomed)  # busy until they are gone
 
-        def stopped(_answer: Any, _error: Any) -> None:
-            self.workers_stopping -= 1
-            if self.workers_stopping == 0:
-                self._give_back_late(late)
+        def stopped_for(slot: Slot) -> Callable[[Any, Optional[Exception]], None]:
+            runs = list(slot.runs.values())
 
-        for addr in addrs:
-            self.call_async(self.pool, TerminateChild(addr), stopped, CALL_TIMEOUT)
-        if not addrs:
+            def stopped(_answer: Any, error: Optional[Exception]) -> None:
+                if error is not None:  # perhaps still running them: not released for another host to run
+                    self._leave_held(runs, error)
+                elif self.slots.get(slot.addr) is slot:  # gone, its death not yet seen: what it wrote
+                    self._read_channel(slot)  # before it died is all there is
+                self.workers_stopping -= 1
+                if self.workers_stopping == 0:
+                    self._give_back_late(late)
+
+            return stopped
+
+        for slot in doomed:
+            self.call_async(self.pool, TerminateChild(slot.addr), stopped_for(slot), CALL_TIMEOUT)
+        if not doomed:
             self._give_back_late(late)
 
+    def _leave_held(self, runs: list, error: Exception) -> None:
+        """The stop of the worker of ``runs`` failed: it may still run them,
+        so their jobs are not released but left to the lifeline (their
+        leases are no longer renewed), each logged."""
+        for running in runs:
+            if running.late:
+                running.late, running.lost = False, True
+                job = running.claimed.job
+                log.warning(
+                    "job_left_held host=%s type=%s job=%s reason=worker_stop_failed error=%r",
+                    self.host,
+                    job.type,
+                    job.id,
+                    error,
+                )
+
     def _give_back_late(self, late: list) -> None:
-        """Put the runs left at the end of the grace back in the queue, uncounted, and answer."""
-        self._put_back(late, "grace_over", logging.WARNING)
+        """Put the runs still late back in the queue, uncounted, and answer."""
+        self._put_back([r for r in late if r.late], "grace_over", logging.WARNING)
+        for running in late:
+            running.late = False
         for _, slot in self.slots.items():
             slot.runs.clear()
             slot.current = None

@@ -66,6 +66,10 @@ class Running:
     killing: bool = False  # past its limit and the grace: its worker is being stopped
     is_async: bool = False  # an async handler's run (set when handed to a worker)
     cancelled: bool = False  # an async run past its limit and the grace: its task was cancelled
+    #: still held at the end of a drain's grace: its worker is being stopped.
+    #: An end read before the worker's death is kept (the run is no longer
+    #: late); a run still late once its worker is gone goes back uncounted.
+    late: bool = False
 
 
 @dataclass

@@ -332,6 +332,27 @@ def test_a_worker_being_killed_for_a_run_that_then_ends_gets_no_new_job(hosts, d
         assert jobs.status(db, "t", job_id).attempt == 1
 
 
+@pytest.mark.slow
+def test_a_handler_ending_as_the_grace_runs_out_is_recorded_once(hosts, db, ledger):
+    """Found by a review (reproduced): at the end of a drain's grace the
+    late runs were all marked lost before their workers were stopped, one
+    after another; a handler that returned meanwhile had its success
+    discarded and its job put back, to run again. Sixteen runs end a few
+    milliseconds either side of the grace's end: each one whose handler
+    ended is finished, the others are pending again, uncounted."""
+    host = hosts(["t=stops_mod:nap"], concurrency=16, run_log=ledger.path, extra=["--grace", "1"])
+    ids = [jobs.enqueue(db, "t", {"s": 1.5 + 0.006 * i, "n": i}, max_attempts=1) for i in range(16)]
+    wait_for(lambda: len(ledger("start")) >= 16, 20, "the sixteen runs to start")
+    time.sleep(max(0.0, ledger("start")[0]["t"] + 0.5 - time.time()))
+    assert host.terminate() == 0
+    for job_id in ids:
+        st = jobs.status(db, "t", job_id)
+        if ledger("end", job_id):
+            assert (st.state, st.outcome) == (JobState.FINISHED, "succeeded"), (job_id, st, host.log()[-3000:])
+        else:
+            assert (st.state, st.attempt, st.errors) == (JobState.PENDING, 0, ()), (job_id, st)
+
+
 # ------------------------------------------------------------------ a time limit while the host drains
 @pytest.mark.slow
 def test_job_with_time_limit_stopped_by_drain_is_put_back_unblamed(hosts, db, ledger):
