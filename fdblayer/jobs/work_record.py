@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import math
 from typing import Any, NamedTuple, Optional, cast
 
 import msgpack
@@ -111,7 +112,7 @@ class WorkRecord(NamedTuple):
         try:
             d = _UNPACKB(raw)
             record = cls(
-                int(d.get("a") or 0),
+                _count(d.get("a")),
                 _opt_int(d.get("m")),
                 _opt_str(d.get("o")),
                 _opt_bytes(d.get("r")),
@@ -232,8 +233,23 @@ _PACKB = functools.partial(msgpack.packb, use_bin_type=True)  # a Packer is not 
 _UNPACKB = functools.partial(msgpack.unpackb, raw=False)
 
 
+#: The largest count a stored record may hold: bounded where read, so that a
+#: record written by anything else cannot make its next write unencodable.
+_COUNT_MAX = 2**31 - 1
+
+
+def _count(v: Any) -> int:
+    """A stored attempt count; ValueError (the record reads as fresh) unless
+    an int from 0 to ``_COUNT_MAX``."""
+    if v is None:
+        return 0
+    if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= _COUNT_MAX:
+        raise ValueError(f"attempt count {v!r:.40}")
+    return v
+
+
 def _opt_int(v: Any) -> Optional[int]:
-    return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else None
+    return v if isinstance(v, int) and not isinstance(v, bool) and 0 < v <= _COUNT_MAX else None
 
 
 def _opt_str(v: Any) -> Optional[str]:
@@ -245,4 +261,12 @@ def _opt_bytes(v: Any) -> Optional[bytes]:
 
 
 def _opt_float(v: Any) -> Optional[float]:
-    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+    """A stored time or duration: a finite number (inf, nan or an int too
+    large for a float read as missing)."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return None
+    try:
+        value = float(v)
+    except OverflowError:
+        return None
+    return value if math.isfinite(value) else None

@@ -90,3 +90,25 @@ def test_a_new_job_without_options_stores_no_record_and_a_re_added_one_starts_af
     assert WorkRecord.unpack(_work_row(db, "plain")).outcome == "failed"
     work.enqueue(db, L, "w", "plain", encode_data({}), 0, None)
     assert WorkRecord.unpack(_work_row(db, "plain")) == WorkRecord(), "the old attempt's record is reset"
+
+
+def test_out_of_range_stored_numbers_read_so_the_record_can_be_written_again():
+    """Found by a review (reproduced): an attempt count of 1e300 read back,
+    then its next write (msgpack) raised, so every step of the host failed
+    while that job waited; an ended time of inf made removes and pruning
+    raise. Numbers out of range read as missing, or the record as fresh."""
+    poisoned = [
+        ({"a": 1e300}, lambda r: r.attempt == 0),
+        ({"a": 2**63}, lambda r: r.attempt == 0),
+        ({"a": -3}, lambda r: r.attempt == 0),
+        ({"a": 2, "m": 2**63}, lambda r: (r.attempt, r.max_attempts) == (2, None)),
+        (
+            {"a": 1, "f": float("inf"), "s": float("nan"), "k": -float("inf")},
+            lambda r: (r.ended, r.started, r.claimed) == (None, None, None),
+        ),
+        ({"a": 1, "t": float("inf")}, lambda r: r.time_limit is None),
+    ]
+    for stored, expected in poisoned:
+        record = WorkRecord.unpack(msgpack.packb(stored), "j")
+        assert expected(record), (stored, record)
+        assert WorkRecord.unpack(record.begin_attempt("h", 1.0).pack(), "j").attempt == record.attempt + 1
