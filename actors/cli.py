@@ -40,6 +40,8 @@ from actors.cli_parser import build_parser
 def cmd_worker(args: argparse.Namespace) -> int:
     from actors.workers import host
 
+    if args.port is not None and not 1 <= args.port <= 65535:
+        return _fail(f"--port must be a TCP port from 1 to 65535, not {args.port}", 2)
     cfg = config_mod.load(args.config, {("node", "store"): args.store, ("node", "log_level"): args.log_level})
     level = getattr(logging, cfg.node.log_level.upper())
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s pid=%(process)d %(message)s")
@@ -177,8 +179,13 @@ def _data_text(spec: str) -> str:
     if spec == "-":
         return sys.stdin.read()
     if spec.startswith("@"):
-        with open(spec[1:]) as f:
-            return f.read()
+        try:
+            with open(spec[1:], encoding="utf-8") as f:
+                return f.read()
+        except (OSError, UnicodeDecodeError) as exc:  # a directory, no permission, not UTF-8 text
+            from fdblayer.jobs.exceptions import InvalidArgument
+
+            raise InvalidArgument(f"job data file {spec[1:]!r}: {exc}") from None
     return spec
 
 

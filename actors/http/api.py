@@ -47,6 +47,7 @@ from http import HTTPStatus
 from typing import Any, Callable, Iterable
 from urllib.parse import parse_qsl, urlencode
 
+from fdblayer.exceptions import KeyTooLarge
 from supervision.exceptions import CallFailed, CallTimeout, NoProc, NodeDown
 from supervision.reports import report
 
@@ -125,6 +126,8 @@ class App:
             status, payload, headers = exc.status, exc.body(), exc.headers
             if exc.status == 401 and req.segments[:1] == ["_utils"]:  # let a browser ask for credentials
                 headers = headers + [("WWW-Authenticate", 'Basic realm="otpjobs", charset="UTF-8"')]
+        except KeyTooLarge as exc:  # a name in the request (type, id, database) past the store's key limit
+            status, payload = 400, {"error": "bad_request", "reason": str(exc)}
         except (NoProc, CallTimeout, CallFailed, NodeDown) as exc:
             log.warning("http_scheduler_unavailable method=%s path=%s reason=%r", req.method, req.path, exc)
             status, payload = 503, {"error": "service_unavailable", "reason": "the scheduler did not answer"}

@@ -339,3 +339,27 @@ def test_the_readme_says_how_to_run_the_command_and_what_files_the_store_makes()
     assert ". .venv/bin/activate" in readme and "prefix" in readme
     assert "*.db-lock" in readme and "*.db-notify" in readme and ".gitignore" in readme
     assert "*.db-lock" in (ROOT / ".gitignore").read_text() and "*.db-notify" in (ROOT / ".gitignore").read_text()
+
+
+def test_job_data_from_a_file_that_cannot_be_read_is_a_clear_error(store, tmp_path):
+    """Found by a review: ``@DIR`` printed an IsADirectoryError traceback."""
+    url, db = store
+    jobs.set_type_timeout(db, "mail", 30)
+    latin = tmp_path / "latin1.json"
+    latin.write_bytes(b'{"name": "\xe9"}')  # not UTF-8
+    for spec in (f"@{tmp_path}", f"@{latin}"):
+        out = cli("jobs", "add", "mail", "m1", spec, "--store", url)
+        assert out.returncode == 2, out
+        assert "job data file" in out.stderr and "Traceback" not in out.stderr
+    with pytest.raises(jobs.NotFound):
+        jobs.get_job_state(db, "mail", "m1")
+
+
+@pytest.mark.parametrize("port", ["0", "-1", "65536", "99999"])
+def test_a_worker_port_out_of_range_is_refused(store, port):
+    """Found by a review: --port 99999 started on 99999 mod 65536, -1 and
+    65536 ended in tracebacks."""
+    url, _ = store
+    out = cli("worker", "--store", url, "--port", port, "mail=json:dumps", timeout=30)
+    assert out.returncode == 2, out
+    assert "--port must be a TCP port" in out.stderr and "Traceback" not in out.stderr

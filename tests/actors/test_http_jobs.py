@@ -115,6 +115,10 @@ def test_one_job_whole(filled):
         ("/_jobs/mail?limit=5000", 400, "limit must be between"),
         ("/_jobs/mail?skip=x", 400, "skip must be an integer"),
         ("/_jobs/mail/due0/extra", 404, "missing"),
+        # names past the store's key limit (found by a review: 500 KeyTooLarge before)
+        ("/_jobs/" + "x" * 20000, 400, "exceeds the limit"),
+        ("/_jobs/mail/" + "x" * 20000, 400, "exceeds the limit"),
+        ("/_utils/jobs/mail/" + "x" * 20000, 400, "exceeds the limit"),
     ],
 )
 def test_bad_requests_say_what_is_wrong(filled, path, status, words):
