@@ -12,6 +12,7 @@ import time
 from typing import Any, Mapping
 from urllib.parse import quote
 
+from actors.http.jsonable import jsonable
 from actors.http.status_page import MAX_SHOWN, STYLE, TITLE, _attempt, _when, esc, job_path
 
 __all__ = ["job_page", "missing_job_page", "NOTICES"]
@@ -44,7 +45,10 @@ NOTICES = {
 
 
 def _pretty(value: Any) -> str:
-    text = json.dumps(value, indent=2, sort_keys=True, default=str, ensure_ascii=False)
+    try:
+        text = json.dumps(value, indent=2, sort_keys=True, default=str, ensure_ascii=False)
+    except (TypeError, ValueError):  # bytes keys beside text ones (a stored value another writer left)
+        text = json.dumps(jsonable(value), indent=2, sort_keys=True, ensure_ascii=False)
     if len(text) > MAX_SHOWN:
         text = text[:MAX_SHOWN] + "\n... (cut: the whole value is in the JSON view)"
     return f"<pre>{esc(text)}</pre>"

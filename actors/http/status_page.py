@@ -33,6 +33,8 @@ import time
 from typing import Any, Iterable, Mapping, Sequence
 from urllib.parse import quote, urlencode
 
+from actors.http.jsonable import jsonable
+
 #: History entries shown per job (newest first).
 RECENT_HISTORY = 5
 TITLE = "otpjobs status"
@@ -74,7 +76,10 @@ def esc(value: Any) -> str:
     if value is None:
         return "&#8212;"
     if isinstance(value, (dict, list)):
-        value = json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
+        try:
+            value = json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
+        except (TypeError, ValueError):  # bytes keys beside text ones (a stored value another writer left)
+            value = json.dumps(jsonable(value), sort_keys=True, separators=(",", ":"))
     return html.escape(str(value), quote=True)
 
 

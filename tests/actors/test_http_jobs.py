@@ -328,3 +328,26 @@ def test_a_scheduler_job_entry_carries_the_seed_documents_top_level_fields():
     )
     assert (entry["checkpointed_source_seq"], entry["source_seq"]) == ("42", "50")
     assert entry["info"]["docs_read"] == 10, "info keeps every reported stat"
+
+
+def test_a_stored_record_with_bytes_and_infinities_still_shows_as_json(n):
+    """Found by a review (reproduced): a work record another writer left
+    with bytes keys or values (msgpack keeps them) made its job's page, and
+    its whole type's listing, a 500; an ``inf`` time came out as
+    ``Infinity``, which is not JSON."""
+    import json
+
+    import msgpack
+
+    node, db = n
+    jobs.set_type_timeout(db, "odd", 30)
+    job_id = jobs.enqueue(db, "odd", {"x": 1})
+    record = {"a": 1, "o": "succeeded", "p": {b"k": b"\xff", "ok": 1}, "e": {b"type": b"X"}, "f": 1.0}
+    db.set(L.work_key("odd", job_id), msgpack.packb(record, use_bin_type=True))
+    for path in (f"/_jobs/odd/{job_id}", "/_jobs/odd", f"/_utils/jobs/odd/{job_id}"):
+        reply = node.request("GET", path)
+        assert reply.status == 200, (path, reply.status)
+        if path.startswith("/_jobs"):
+            json.loads(reply.body, parse_constant=lambda c: pytest.fail(f"{path}: {c} is not JSON"))
+    shown = node.request("GET", f"/_jobs/odd/{job_id}").json()
+    assert shown["progress"] == {"k": "\\xff", "ok": 1}
