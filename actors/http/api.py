@@ -39,7 +39,6 @@ first), and one naming what the policy does not allow is a 403
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import threading
 import time
@@ -51,9 +50,8 @@ from fdblayer.exceptions import KeyTooLarge
 from supervision.exceptions import CallFailed, CallTimeout, NoProc, NodeDown
 from supervision.reports import report
 
-from actors.http import job_page, metrics, monitoring, queue_routes, status_page
+from actors.http import job_page, jsonable, metrics, monitoring, queue_routes, status_page
 from actors.http import request as request_mod
-from actors.http.jsonable import jsonable
 from actors.http.request import FormHtml, HttpError, Html, Request, Text, not_allowed, refuse_cross_site
 from actors.http.auth import COOKIE_NAME, Auth
 from actors.settings.config import RUNTIME_KEYS, ConfigError, ConfigWriteError, format_value, parse_runtime_value
@@ -146,7 +144,7 @@ class App:
                 status_page.FORM_SECURITY_HEADERS if isinstance(payload, FormHtml) else status_page.SECURITY_HEADERS
             )
         else:
-            body, ctype = _json_body(payload), "application/json"
+            body, ctype = (jsonable.dumps(payload, separators=(",", ":")) + "\n").encode(), "application/json"
         headers = [
             ("Content-Type", ctype),
             ("Content-Length", str(len(body))),
@@ -645,16 +643,3 @@ class App:
                 "the form's CSRF token is missing, wrong or expired: reload the job's page and try again",
             )
         return form
-
-
-def _json_body(payload: Any) -> bytes:
-    """``payload`` as a JSON body. A stored value another writer left with
-    bytes (keys or values) or a non-finite number, which JSON cannot
-    carry, is shown as the nearest JSON (bytes as text, with escapes where
-    not UTF-8; such a number as null): one bad row must not make its whole
-    page, or its type's listing, an error."""
-    try:
-        text = json.dumps(payload, separators=(",", ":"), allow_nan=False)
-    except (TypeError, ValueError):
-        text = json.dumps(jsonable(payload), separators=(",", ":"), allow_nan=False)
-    return (text + "\n").encode()

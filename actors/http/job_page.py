@@ -7,12 +7,11 @@ policy, :mod:`actors.http.status_page`, whose parts it shares).
 
 from __future__ import annotations
 
-import json
 import time
 from typing import Any, Mapping
 from urllib.parse import quote
 
-from actors.http.jsonable import jsonable
+from actors.http.jsonable import dumps
 from actors.http.status_page import MAX_SHOWN, STYLE, TITLE, _attempt, _when, esc, job_path
 
 __all__ = ["job_page", "missing_job_page", "NOTICES"]
@@ -45,10 +44,7 @@ NOTICES = {
 
 
 def _pretty(value: Any) -> str:
-    try:
-        text = json.dumps(value, indent=2, sort_keys=True, default=str, ensure_ascii=False)
-    except (TypeError, ValueError):  # bytes keys beside text ones (a stored value another writer left)
-        text = json.dumps(jsonable(value), indent=2, sort_keys=True, ensure_ascii=False)
+    text = dumps(value, indent=2, sort_keys=True, default=str, ensure_ascii=False)
     if len(text) > MAX_SHOWN:
         text = text[:MAX_SHOWN] + "\n... (cut: the whole value is in the JSON view)"
     return f"<pre>{esc(text)}</pre>"

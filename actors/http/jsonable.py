@@ -7,10 +7,21 @@ HTTP views show the nearest JSON instead of failing the whole page.
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
-__all__ = ["jsonable"]
+__all__ = ["dumps", "jsonable"]
+
+
+def dumps(value: Any, **options: Any) -> str:
+    """``json.dumps(value, **options)`` (never ``NaN`` or ``Infinity``), or,
+    only when that fails, the same of :func:`jsonable` of ``value``: one
+    bad stored row must not make its page, or its type's listing, an error."""
+    try:
+        return json.dumps(value, allow_nan=False, **options)
+    except (TypeError, ValueError):
+        return json.dumps(jsonable(value), allow_nan=False, **options)
 
 
 def jsonable(value: Any) -> Any:

@@ -28,12 +28,11 @@ from __future__ import annotations
 import base64
 import hashlib
 import html
-import json
 import time
 from typing import Any, Iterable, Mapping, Sequence
 from urllib.parse import quote, urlencode
 
-from actors.http.jsonable import jsonable
+from actors.http.jsonable import dumps
 
 #: History entries shown per job (newest first).
 RECENT_HISTORY = 5
@@ -76,10 +75,7 @@ def esc(value: Any) -> str:
     if value is None:
         return "&#8212;"
     if isinstance(value, (dict, list)):
-        try:
-            value = json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
-        except (TypeError, ValueError):  # bytes keys beside text ones (a stored value another writer left)
-            value = json.dumps(jsonable(value), sort_keys=True, separators=(",", ":"))
+        value = dumps(value, sort_keys=True, separators=(",", ":"), default=str)
     return html.escape(str(value), quote=True)
 
 

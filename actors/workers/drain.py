@@ -171,8 +171,6 @@ class Draining(DispatcherState):
     def _give_back_late(self, late: list) -> None:
         """Put the runs still late back in the queue, uncounted, and answer."""
         self._put_back([r for r in late if r.late], "grace_over", logging.WARNING)
-        for running in late:
-            running.late = False
         for _, slot in self.slots.items():
             slot.runs.clear()
             slot.current = None

@@ -261,12 +261,7 @@ def _opt_bytes(v: Any) -> Optional[bytes]:
 
 
 def _opt_float(v: Any) -> Optional[float]:
-    """A stored time or duration: a finite number (inf, nan or an int too
-    large for a float read as missing)."""
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
+    """A stored time or duration: a finite number (inf or nan read as missing)."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
         return None
-    try:
-        value = float(v)
-    except OverflowError:
-        return None
-    return value if math.isfinite(value) else None
+    return float(v)

@@ -11,18 +11,10 @@ from __future__ import annotations
 import time
 
 import fdblayer
+from tests.fdblayer.watching import arm
 from fdblayer.watches import WatchHub
 
 WAIT = 10.0
-
-
-def _arm(db, key: bytes):
-    @fdblayer.transactional
-    def arm(tr):
-        tr.get(key)
-        return tr.watch(key)
-
-    return arm(db)
 
 
 def _count_reads(db) -> list:
@@ -43,7 +35,7 @@ def test_a_stream_of_commits_is_served_by_spaced_reads(tmp_path):
     db = fdblayer.open(f"sqlite:///{tmp_path}/s.db?synchronous=NORMAL")
     try:
         reads = _count_reads(db)
-        watch = _arm(db, b"\x01watched")
+        watch = arm(db, b"\x01watched")
         deadline = time.monotonic() + WAIT
         while not reads and time.monotonic() < deadline:  # the new watch's own first read
             time.sleep(0.001)
@@ -71,7 +63,7 @@ def test_a_key_changed_again_and_again_wakes_its_waiter_at_once(tmp_path):
         reads = _count_reads(db)
         latencies = []
         for i in range(50):
-            watch = _arm(db, b"\x01hot")
+            watch = arm(db, b"\x01hot")
             changed = time.monotonic()
             db.set(b"\x01hot", b"%d" % i)
             assert watch.wait(WAIT)
@@ -88,7 +80,7 @@ def test_a_change_after_a_stream_still_fires_its_watch(tmp_path):
     commits is seen, whenever it falls in the pause."""
     db = fdblayer.open(f"sqlite:///{tmp_path}/s.db?synchronous=NORMAL")
     try:
-        watch = _arm(db, b"\x01watched")
+        watch = arm(db, b"\x01watched")
         for i in range(200):
             db.set(b"\x01other%05d" % i, b"v")
         db.set(b"\x01watched", b"new")  # at once after the stream: inside a pause
