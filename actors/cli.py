@@ -32,6 +32,7 @@ import sys
 import time
 from typing import Any, Callable, Sequence
 
+from actors import jsonable
 from actors.settings import config as config_mod
 
 from actors.cli_parser import build_parser
@@ -212,7 +213,7 @@ def cmd_jobs_result(args: argparse.Namespace) -> int:
         return _fail(exc.message, 1)
     except TimeoutError as exc:
         return _fail(str(exc), 1)
-    print(json.dumps(value))
+    print(jsonable.dumps(value))
     return 0
 
 
@@ -258,7 +259,7 @@ def cmd_jobs_show(args: argparse.Namespace) -> int:
     view = overview.job_view(_db(args, existing=True), DEFAULT_LAYOUT, job_type, args.job_id)
     if view is None:
         return _fail(f"no job {args.job_id!r} of type {job_type!r}", 1)
-    print(json.dumps(dict(view, type=job_type), default=str, indent=2))
+    print(jsonable.dumps(dict(view, type=job_type), indent=2))
     return 0
 
 
@@ -285,7 +286,7 @@ def cmd_jobs_list(args: argparse.Namespace) -> int:
 
     job_type = _job_type(args.type) if args.type is not None else None
     for info in jobs.get_jobs(_db(args, existing=True), job_type):
-        print(json.dumps(_info_dict(info), default=str))
+        print(jsonable.dumps(_info_dict(info)))
     return 0
 
 
@@ -373,7 +374,7 @@ def cmd_jobs_stats(args: argparse.Namespace) -> int:
     from fdblayer.jobs.keys import DEFAULT_LAYOUT
 
     for entry in overview.types_overview(_db(args, existing=True), DEFAULT_LAYOUT, time.time()):
-        print(json.dumps(entry, default=list))
+        print(jsonable.dumps(entry))
     return 0
 
 
@@ -383,7 +384,7 @@ def cmd_jobs_schedules(args: argparse.Namespace) -> int:
 
     for entry in client.schedules(_db(args, existing=True)):
         print(
-            json.dumps(
+            jsonable.dumps(
                 {
                     "type": entry["type"],
                     "cron": entry["cron"],
@@ -422,7 +423,7 @@ def cmd_workers_list(args: argparse.Namespace) -> int:
     from fdblayer.jobs.keys import DEFAULT_LAYOUT
 
     for entry in hosts.list_hosts(_db(args, existing=True), DEFAULT_LAYOUT, time.time()):
-        print(json.dumps(entry, default=str))
+        print(jsonable.dumps(entry))
     return 0
 
 
@@ -452,7 +453,7 @@ def cmd_docs_get(args: argparse.Namespace) -> int:
     from actors import docs
 
     doc = docs.get(_db(args, existing=True), args.db, args.doc_id)
-    print(json.dumps(dict(docs.view(doc), rev=doc.rev, body=doc.body)))
+    print(jsonable.dumps(dict(docs.view(doc), rev=doc.rev, body=doc.body)))
     return 0
 
 
@@ -470,7 +471,7 @@ def cmd_docs_list(args: argparse.Namespace) -> int:
     states = None if args.states is None else [s.strip() for s in args.states.split(",") if s.strip()]
     total, page = docs.list_docs(_db(args, existing=True), args.db, limit=args.limit, skip=args.skip, states=states)
     for doc in page:
-        print(json.dumps(docs.view(doc)))
+        print(jsonable.dumps(docs.view(doc)))
     print(json.dumps({"total_rows": total, "offset": args.skip}), file=sys.stderr)
     return 0
 

@@ -50,7 +50,8 @@ from fdblayer.exceptions import KeyTooLarge
 from supervision.exceptions import CallFailed, CallTimeout, NoProc, NodeDown
 from supervision.reports import report
 
-from actors.http import job_page, jsonable, metrics, monitoring, queue_routes, status_page
+from actors import jsonable
+from actors.http import job_page, metrics, monitoring, queue_routes, status_page
 from actors.http import request as request_mod
 from actors.http.request import FormHtml, HttpError, Html, Request, Text, not_allowed, refuse_cross_site
 from actors.http.auth import COOKIE_NAME, Auth

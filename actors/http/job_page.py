@@ -11,7 +11,7 @@ import time
 from typing import Any, Mapping
 from urllib.parse import quote
 
-from actors.http.jsonable import dumps
+from actors.jsonable import dumps
 from actors.http.status_page import MAX_SHOWN, STYLE, TITLE, _attempt, _when, esc, job_path
 
 __all__ = ["job_page", "missing_job_page", "NOTICES"]

@@ -32,7 +32,7 @@ import time
 from typing import Any, Iterable, Mapping, Sequence
 from urllib.parse import quote, urlencode
 
-from actors.http.jsonable import dumps
+from actors.jsonable import dumps
 
 #: History entries shown per job (newest first).
 RECENT_HISTORY = 5

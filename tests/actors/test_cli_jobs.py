@@ -363,3 +363,45 @@ def test_a_worker_port_out_of_range_is_refused(store, port):
     out = cli("worker", "--store", url, "--port", port, "mail=json:dumps", timeout=30)
     assert out.returncode == 2, out
     assert "--port must be a TCP port" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_stored_values_with_bytes_and_infinities_print_as_json(store):
+    """Found by a review (session 30, left then; reproduced): msgpack keeps
+    bytes keys and values, so a work record, a heartbeat or a document
+    another writer left with them made ``jobs show``, ``jobs list``,
+    ``workers list`` and ``docs get`` print a traceback; an ``inf`` came out
+    as ``Infinity``, which is not JSON. They print the nearest JSON, as the
+    HTTP views do."""
+    import msgpack
+
+    from fdblayer.docs import model as docs_model
+    from fdblayer.jobs.keys import DEFAULT_LAYOUT as L
+    from fdblayer.jobs.keys import HOSTS, pack_element
+
+    url, db = store
+    jobs.set_type_timeout(db, "odd", 30)
+    job_id = jobs.enqueue(db, "odd", {"x": 1})
+    record = {"a": 1, "o": "succeeded", "p": {b"k": b"\xff", "ok": 1}, "e": {b"type": b"X"}, "f": 1.0}
+    db.set(L.work_key("odd", job_id), msgpack.packb(record, use_bin_type=True))
+    beat = {"b": time.time(), "i": {"host": "h1", b"odd": b"\xfe", "load": float("inf")}}
+    db.set(L.subspace(HOSTS) + pack_element("h1"), msgpack.packb(beat, use_bin_type=True))
+    doc = {"rev": "1-a", "body": {b"k": b"\xff", "n": float("inf")}, "state": "pending", "error_count": 0}
+    db.set(docs_model._key("_replicator", "d1"), msgpack.packb(doc, use_bin_type=True))
+    for args in (
+        ("jobs", "show", "odd", job_id),
+        ("jobs", "list", "odd"),
+        ("workers", "list"),
+        ("docs", "get", "d1"),
+        ("docs", "list"),
+    ):
+        out = cli(*args, "--store", url)
+        assert out.returncode == 0, (args, out.stderr[-400:])
+        assert "Traceback" not in out.stderr, args
+        text = out.stdout
+        lines = [text] if args[1] == "show" else text.splitlines()
+        for line in lines:
+            json.loads(line, parse_constant=lambda c: pytest.fail(f"{args}: {c} is not JSON"))
+    shown = json.loads(cli("jobs", "show", "odd", job_id, "--store", url).stdout)
+    assert shown["progress"] == {"k": "\\xff", "ok": 1}
+    [host] = [json.loads(x) for x in cli("workers", "list", "--store", url).stdout.splitlines()]
+    assert host["odd"] == "\\xfe" and host["load"] is None

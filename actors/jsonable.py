@@ -2,7 +2,8 @@
 
 A stored value another writer left with bytes (msgpack keeps them, as
 keys or values) or a non-finite number cannot be written as JSON; the
-HTTP views show the nearest JSON instead of failing the whole page.
+HTTP views and the command line show the nearest JSON instead of failing
+the whole page or command.
 """
 
 from __future__ import annotations
