@@ -142,7 +142,7 @@ class GenServer(Calls, Timers, ChildDeaths, Actor):  # type: ignore[misc]  # Act
         self._init_calls()
         self._stop_reason: Any = None
         self._starter: Any = None
-        self._fd_watches: dict[int, Callable[[], None]] = {}
+        self._fd_watches: dict[int, Callable[[], object]] = {}
         self._deaths = None  # a DeathWatch once a child has started (ChildDeaths)
 
     def receiveMessage(self, msg: Any, sender: Any) -> Any:  # noqa: N802 - Thespian API
@@ -160,8 +160,8 @@ class GenServer(Calls, Timers, ChildDeaths, Actor):  # type: ignore[misc]  # Act
             return ThespianWatch(list(self._fd_watches))
         return None
 
-    def watch_fd(self, fd: int, callback: Callable[[], None]) -> None:
-        """Run ``callback`` (inside this actor) whenever ``fd`` is readable.
+    def watch_fd(self, fd: int, callback: Callable[[], object]) -> None:
+        """Run ``callback`` (inside this actor, its result ignored) whenever ``fd`` is readable.
 
         This is how an actor waits on something outside Thespian (a store
         watch signalling a pipe) without blocking its message loop.

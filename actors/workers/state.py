@@ -78,7 +78,7 @@ class DispatcherState(GenServer):
     def _flush(self) -> None:
         raise NotImplementedError
 
-    def _settle(self) -> None:
+    def _settle(self) -> bool:
         raise NotImplementedError
 
     def _hand_out(self, idle_only: bool = False) -> None:

@@ -16,7 +16,9 @@ What keeps two steps apart: a step built while another is in flight
 reads the store as it was before that commit, so it writes nothing for
 the jobs the other one touches (their starts and ends wait for the next
 step), claims none of the pending keys the other took (``work.step``'s
-``skip``), and asks for fewer jobs by what the other asked for. Anything
+``skip``; should the other fail, its types are claimed again after this
+one, since no watch fires for jobs still pending), and asks for fewer
+jobs by what the other asked for. Anything
 else they share is caught by the store as a conflict, and the later step
 runs again. A step's jobs reach the workers only once its commit is
 answered; every other use of the store by the dispatcher (renewals, the
@@ -66,6 +68,9 @@ class Flight:
     now: float
     wants: dict  #: what it asked for, by kind (the next step asks for less)
     built_ms: float
+    #: the types whose claims passed over the keys of a step that then
+    #: failed (those jobs are still pending): they may have work after it
+    recheck: tuple = ()
     fd: Optional[int] = None
     sent_at: float = field(default_factory=time.perf_counter)
 
@@ -143,15 +148,17 @@ class Stepping(DispatcherState):
             self._step_failed(outcomes, starts, exc)
             return
         built_ms = (time.perf_counter() - t0) * 1000
+        recheck: tuple = ()
         if flight is not None:
             self.stats["overlapped"] += 1  # built while the server committed the last one
             self.building = outcomes  # held: a retry of the step in flight must not put these back
             try:
-                self._settle()
+                if not self._settle():
+                    recheck = tuple(job_type for job_type, _, _ in flight.claims)
             finally:
                 self.building = []
         step.send()
-        self.flight = Flight(step, claims, starts, outcomes, now, wants, built_ms)
+        self.flight = Flight(step, claims, starts, outcomes, now, wants, built_ms, recheck)
         fd = step.fileno()
         if fd is None or self._small(step, len(outcomes) + len(starts)):
             self._settle()
@@ -179,29 +186,33 @@ class Stepping(DispatcherState):
         self.outcomes = later + self.outcomes
         return [r for r in starts if r.claimed.job.id not in busy], [o for o in outcomes if o.job.id not in busy]
 
-    def _settle(self) -> None:
+    def _settle(self) -> bool:
         """Wait for the step in flight (none: nothing to do), then take in
-        what it did: the jobs it claimed are handed out."""
+        what it did: the jobs it claimed are handed out. False when it
+        failed (nothing of it was written)."""
         flight, self.flight = self.flight, None
         if flight is None:
-            return
+            return True
         if flight.fd is not None:
             self.unwatch_fd(flight.fd)
         try:
             lost, results = flight.step.wait()
         except Exception as exc:  # noqa: BLE001 - a store error (disk full, busy) delays the step
             self._step_failed(flight.outcomes, flight.starts, exc)
-            return
+            return False
         self.stats["steps"] += 1
         self.stats["step_ms"] += flight.built_ms + (time.perf_counter() - flight.sent_at) * 1000
         for job in lost:
             log.info("job_outcome_discarded host=%s type=%s job=%s reason=lock_lost", self.host, job.type, job.id)
         for (job_type, limit, _), result in zip(flight.claims, results, strict=True):
             self._claimed(job_type, limit, result, flight.now)
+        for job_type in flight.recheck:  # what it passed over is pending still: no watch fires for it
+            self.types[job_type].maybe_work = True
         self.order = self.order[1:] + self.order[:1]  # the next step asks another type first
         self._hand_out()
         if planner.step_again(bool(self.outcomes), self.types, self._wants()):
             self._kick()
+        return True
 
     def _step_failed(self, outcomes: list, starts: list, exc: BaseException) -> None:
         """Nothing of a step was written: its outcomes and starts wait for a
