@@ -7,7 +7,9 @@ the type's backoff); this part applies it. It queues the outcome in
 ``outcomes`` for the dispatcher's next step (nothing is written here),
 counts it and logs the attempts that did not succeed. A run whose lock
 was lost has nothing to say, and a run the host's drain stopped goes back
-to the queue uncounted. A mixin of the dispatcher.
+to the queue uncounted. The ends a predecessor read (or not) and never
+wrote, the journal of its workers gives back to its successor
+(:meth:`AttemptEnds._end_from_journal`). A mixin of the dispatcher.
 """
 
 from __future__ import annotations
@@ -17,8 +19,11 @@ import time
 from typing import Optional
 
 from fdblayer.jobs import work
+from fdblayer.jobs.job import Job
+from fdblayer.jobs.keys import DEFAULT_LAYOUT
 
 from actors.workers import planner
+from actors.workers.journal import Ended
 from actors.workers.planner import End
 from actors.workers.runs import Running, short
 from actors.workers.state import DispatcherState
@@ -26,6 +31,15 @@ from actors.workers.state import DispatcherState
 __all__ = ["AttemptEnds"]
 
 log = logging.getLogger("otpjobs.workers")
+
+#: Outcomes a predecessor's journal gives back, written so many to a transaction.
+_JOURNAL_BATCH = 200
+_KIND_OF_END = {
+    End.OK: work.OutcomeKind.OK,
+    End.SNOOZE: work.OutcomeKind.SNOOZE,
+    End.RETRY: work.OutcomeKind.RETRY,
+    End.FAIL: work.OutcomeKind.FAIL,
+}
 
 
 class AttemptEnds(DispatcherState):
@@ -77,6 +91,34 @@ class AttemptEnds(DispatcherState):
             self.stats["failed"] += 1
             outcome = work.Outcome(job, work.OutcomeKind.FAIL, None, error, seconds=seconds, started=started)
         self.outcomes.append(outcome)
+
+    def _end_from_journal(self, ended: list[Ended]) -> None:
+        """End, as their handlers did, the runs of a dead predecessor's
+        workers that its journal holds: only those still held under their
+        run's lock are written (the rest its predecessor had written, or
+        their jobs moved on); a store error leaves them all to
+        :meth:`_recover`, as without a journal."""
+        now = time.time()
+        outcomes = []
+        for e in ended:
+            job = Job(*e.job)
+            slot = self.types.get(job.type)
+            backoff = slot.backoff if slot is not None else self.backoff
+            end = planner.attempt_end(e.error, e.attempt, e.max_attempts, backoff, now)
+            kind = _KIND_OF_END[end.kind]
+            result = e.result if end.kind is End.OK else None
+            error = None if end.kind in (End.OK, End.SNOOZE) else e.error
+            outcomes.append(work.Outcome(job, kind, result, error, end.retry_at, e.seconds, e.started))
+        if not outcomes:
+            return
+        kept = 0
+        try:
+            for at in range(0, len(outcomes), _JOURNAL_BATCH):
+                batch = outcomes[at : at + _JOURNAL_BATCH]
+                kept += len(batch) - len(work.complete(self.db, DEFAULT_LAYOUT, batch, now))
+        except Exception as exc:  # noqa: BLE001 - a store error: the take-back puts them back, as before journals
+            log.warning("journal_not_applied host=%s error=%r", self.host, exc)
+        log.warning("jobs_ended_from_journal host=%s count=%d read=%d", self.host, kept, len(outcomes))
 
     def _log_end(self, claimed: work.Claimed, end: planner.AttemptEnd, error: dict) -> None:
         """The event of an attempt that did not succeed: snoozed, retried or failed."""

@@ -100,7 +100,9 @@ from supervision.addrmap import AddrMap
 from supervision.runtime import runtime_dir
 from supervision.waker import Waker
 
-from actors.workers import channel
+from supervision.procs import pid_alive
+
+from actors.workers import channel, journal
 from actors.workers.control import handler_options
 from actors.handlers import is_async, resolve
 from actors.workers.protocol import Drain, GetStatus, RunJob, RunJobs, TakeBack
@@ -155,6 +157,7 @@ class Dispatcher(
         self.store = args["store"]
         self.db = fdblayer.open(self.store)
         self.host = args.get("host") or f"{os.uname().nodename}:{os.getpid()}"
+        self.host_key = journal.host_key(self.host)
         self.concurrency = int(args["concurrency"])
         self.backoff = tuple(args.get("backoff") or DEFAULT_BACKOFF)
         self.pool_name = args["pool"]
@@ -226,8 +229,11 @@ class Dispatcher(
         # The first worker's start is asked for first: its process forks while
         # the store work below runs. Its answer, and with it the first claim,
         # is read only after this method returns.
+        ended = journal.collect(self.rundir, self.host_key, pid_alive)  # before this one's workers exist
+        journal.clear_old(self.rundir, self.host_key, pid_alive)
         self._resume_drain()
         self._start_workers(self.concurrency)
+        self._end_from_journal(ended)  # what the predecessor's handlers did, it had not written
         self._recover()  # only now: no worker of a predecessor still runs a handler
         self.start_timer(self.renew_interval, self._renew, real=True)
         self._watch_pauses(list(self.types))

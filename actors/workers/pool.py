@@ -94,7 +94,8 @@ class PoolKeeping(DispatcherState):
         slot = Slot(addr, self.monitor(addr), Channel(self.rundir, str(n)), n, commands=commands)
         self.slots[addr] = slot
         self.watch_fd(slot.channel.fd, lambda: self._read_channel(slot))
-        self.send(addr, UsePipe(str(commands.path)))  # the one message: every command goes on the pipe
+        # the one message: every command goes on the pipe
+        self.send(addr, UsePipe(str(commands.path), str(self.rundir), self.host_key))
         self._hand_out()
         self._kick()
 

@@ -19,9 +19,13 @@ __all__ = ["UsePipe", "RunJob", "RunJobs", "StopJob", "TakeBack", "Release", "Dr
 @dataclass(frozen=True)
 class UsePipe:
     """Info to a worker: read every command from the pipe named ``path``
-    (:class:`~actors.workers.commands.CommandReader`), from now on."""
+    (:class:`~actors.workers.commands.CommandReader`), from now on; keep the
+    journal of ended runs (:mod:`actors.workers.journal`) in ``journal_dir``
+    under ``host_key`` (none when empty)."""
 
     path: str
+    journal_dir: str = ""
+    host_key: str = ""
 
 
 @dataclass(frozen=True, repr=False)

@@ -34,6 +34,7 @@ class DispatcherState(GenServer):
     store: str
     db: Any
     host: str
+    host_key: str  #: names the journals of this host's workers (``journal.host_key``)
     concurrency: int
     backoff: tuple
     pool_name: str

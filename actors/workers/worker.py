@@ -47,6 +47,7 @@ from fdblayer.jobs.codec import decode_data
 from supervision import GenServer
 
 from actors.workers.channel import Writer
+from actors.workers.journal import JournalWriter
 from actors.handlers import JobContext, resolve
 from actors.workers.context import describe_error, encode_result, pool_context
 from actors.workers.commands import CommandReader
@@ -77,9 +78,12 @@ class Worker(GenServer):
         self.async_limit = 100
         self.loop: Optional[asyncio.AbstractEventLoop] = None  # started with the first async run
         self.commands: Optional[CommandReader] = None  # the dispatcher's pipe (UsePipe)
+        self.journal: Optional[JournalWriter] = None  # ended runs, for a dispatcher's successor (UsePipe)
 
     def handle_info(self, msg: Any) -> None:
         if isinstance(msg, UsePipe):
+            if msg.journal_dir and self.journal is None:
+                self.journal = JournalWriter(msg.journal_dir, msg.host_key)
             self._use_pipe(msg.path)
         else:
             super().handle_info(msg)
@@ -225,7 +229,8 @@ class Worker(GenServer):
                 self.current = (run, ctx)
                 writer = self.writer
             assert writer is not None  # set before any run is queued
-            if not writer.start(run.token, time.time()):  # before the call: a death from here on is this run's
+            wall = time.time()
+            if not writer.start(run.token, wall):  # before the call: a death from here on is this run's
                 self._unrecorded(run, writer)
                 continue
             started = time.monotonic()
@@ -233,7 +238,14 @@ class Worker(GenServer):
             seconds = time.monotonic() - started
             with self.cv:
                 self.current = None
-            writer.end(run.token, seconds, result, error)
+            self._ended(writer, run, wall, seconds, result, error)
+
+    def _ended(self, writer: Writer, run: Any, wall: float, seconds: float, result: Any, error: Any) -> None:
+        """Record the end of ``run``: in the journal (for a successor of a
+        dispatcher that dies before writing it), then on the channel."""
+        if self.journal is not None:
+            self.journal.ended(run, wall, seconds, result, error)
+        writer.end(run.token, seconds, result, error)
 
     def _call(self, run: Any, ctx: JobContext) -> tuple:
         """``(encoded result, None)`` or ``(None, error)``; in a process forked
@@ -277,7 +289,8 @@ class Worker(GenServer):
                 self.async_runs[run.token] = entry
                 writer, loop = self.writer, self.loop
             assert writer is not None and loop is not None  # set before any async run is queued; this is its thread
-            if not writer.start(run.token, time.time()):  # before the call: a death from here on is this run's
+            entry.wall = time.time()
+            if not writer.start(run.token, entry.wall):  # before the call: a death from here on is this run's
                 self._unrecorded(run, writer)
                 return
             entry.task = loop.create_task(self._run_async(entry, writer))
@@ -307,7 +320,7 @@ class Worker(GenServer):
         entry.ended = True
         with self.cv:
             self.async_runs.pop(run.token, None)
-        writer.end(run.token, seconds, result, error)
+        self._ended(writer, run, entry.wall, seconds, result, error)
         self._start_async()
 
     def _cancel(self, entry: "_AsyncRun") -> None:
@@ -328,7 +341,7 @@ class Worker(GenServer):
 class _AsyncRun:
     """An async run started on the worker's event loop."""
 
-    __slots__ = ("run", "ctx", "task", "running", "ended", "cancel_asked")
+    __slots__ = ("run", "ctx", "task", "running", "ended", "cancel_asked", "wall")
 
     def __init__(self, run: Any, ctx: JobContext) -> None:
         self.run = run
@@ -337,6 +350,7 @@ class _AsyncRun:
         self.running = False
         self.ended = False
         self.cancel_asked = False
+        self.wall = 0.0  #: when its start was recorded (epoch s)
 
 
 async def _awaited(awaitable: Any) -> Any:

@@ -1,0 +1,101 @@
+"""The workers' journal of ended runs (``actors.workers.journal``): what a
+successor reads back, what a death mid-write leaves, how far it grows."""
+
+from __future__ import annotations
+
+import os
+
+from actors.workers import journal
+from actors.workers.protocol import RunJob
+from fdblayer.jobs.job import Job
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _run(n: int) -> RunJob:
+    return RunJob(n, Job("t", f"j{n}", f"lock{n}", 5, False), b"", 2, 3, "m:f")
+
+
+def _dead(pid: int) -> bool:
+    return False
+
+
+def test_a_successor_reads_every_end_back_and_the_files_go(tmp_path):
+    writer = journal.JournalWriter(str(tmp_path), "k1")
+    writer.ended(_run(1), 10.5, 0.25, b"\x01result", None)
+    writer.ended(_run(2), 11.0, 0.5, None, {"type": "ValueError", "message": "no"})
+    writer.close()
+    other = journal.JournalWriter(str(tmp_path), "k2")
+    other.ended(_run(3), 12.0, 0.1, None, None)
+    other.close()
+    ended = journal.collect(tmp_path, "k1", _dead)
+    assert [e.job for e in ended] == [("t", "j1", "lock1", 5, False), ("t", "j2", "lock2", 5, False)]
+    assert (ended[0].attempt, ended[0].max_attempts, ended[0].started, ended[0].seconds) == (2, 3, 10.5, 0.25)
+    assert ended[0].result == b"\x01result" and ended[1].error == {"type": "ValueError", "message": "no"}
+    assert [p.name for p in tmp_path.iterdir()] == [f"jr-k2-{os.getpid()}-1"], "only the other host's is left"
+    assert journal.collect(tmp_path, "k1", _dead) == []
+
+
+def test_the_journal_of_a_live_worker_is_left_alone(tmp_path):
+    writer = journal.JournalWriter(str(tmp_path), "k")
+    writer.ended(_run(1), 1.0, 0.1, None, None)
+    assert journal.collect(tmp_path, "k", lambda pid: pid == os.getpid()) == []
+    assert len(journal.collect(tmp_path, "k", _dead)) == 1
+
+
+def test_a_record_cut_short_or_unreadable_is_skipped(tmp_path):
+    writer = journal.JournalWriter(str(tmp_path), "k")
+    writer.ended(_run(1), 1.0, 0.1, None, None)
+    writer.ended(_run(2), 1.0, 0.1, None, None)
+    writer.close()
+    [path] = tmp_path.iterdir()
+    data = path.read_bytes()
+    first = int.from_bytes(data[:4], "little") + 4
+    garbage = (3).to_bytes(4, "little") + b"\xc1\xc1\xc1"  # 0xc1: never valid msgpack
+    path.write_bytes(data[:first] + garbage + data[first:-3])  # the last record cut short
+    assert [e.job[1] for e in journal.collect(tmp_path, "k", _dead)] == ["j1"]
+
+
+def test_a_journal_keeps_two_generations_and_rotates_only_when_full_and_old(tmp_path, monkeypatch):
+    monkeypatch.setattr(journal, "ROTATE_BYTES", 200)
+    clock = Clock()
+    writer = journal.JournalWriter(str(tmp_path), "k", clock=clock)
+    for n in range(20):  # full, but young: one generation
+        writer.ended(_run(n), 1.0, 0.1, None, None)
+    assert len(list(tmp_path.iterdir())) == 1
+    for n in range(20, 60):
+        clock.now += journal.ROTATE_AGE
+        writer.ended(_run(n), 1.0, 0.1, None, None)
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert len(names) == 2, names
+    kept = [e.job[1] for e in journal.collect(tmp_path, "k", _dead)]
+    assert kept == [f"j{n}" for n in range(60 - len(kept), 60)], "the newest ends, in order"
+
+
+def test_old_journals_of_other_dead_hosts_are_cleared(tmp_path):
+    for key in ("mine", "other"):
+        writer = journal.JournalWriter(str(tmp_path), key)
+        writer.ended(_run(1), 1.0, 0.1, None, None)
+        writer.close()
+    now = os.path.getmtime(next(tmp_path.iterdir())) + journal.FORGET_AFTER + 1
+    assert journal.clear_old(tmp_path, "mine", lambda pid: True, now) == 0, "a live writer's stays"
+    assert journal.clear_old(tmp_path, "mine", _dead, now - 2) == 0, "a young one stays"
+    assert journal.clear_old(tmp_path, "mine", _dead, now) == 1
+    assert [p.name.split("-")[1] for p in tmp_path.iterdir()] == ["mine"]
+
+
+def test_a_failed_write_loses_the_record_not_the_run(tmp_path, monkeypatch):
+    """A full disk (injected: the runtime directory is a tmpfs here)."""
+    writer = journal.JournalWriter(str(tmp_path), "k")
+
+    def refuse(fd: int, data: bytes) -> int:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(journal.os, "write", refuse)
+    writer.ended(_run(1), 1.0, 0.1, None, None)  # no exception
