@@ -293,12 +293,37 @@ class Dispatcher(
                 if slot.commands is not None:
                     slot.commands.unlink()
         if ended and self.run_seconds is not None:
-            self.prefetch = prefetch_for(self.run_seconds)
+            prefetch, self.prefetch = self.prefetch, prefetch_for(self.run_seconds)
+            if self.prefetch < prefetch:
+                self._trim_buffer()
         if ended or released:
             self._hand_out(idle_only=not released)  # an idle worker need not wait for the step
             if released or not self._ends_can_wait():
                 self._kick()
             self._check_drained()
+
+    def _trim_buffer(self) -> None:
+        """The prefetch shrank (handlers run longer than measured): put back
+        the buffered sync jobs beyond what the workers want soon, more than
+        one a worker, the worst priority and latest claimed first. Held
+        here, they would wait for this host's workers while other hosts
+        could run them, and a more urgent job added meanwhile would wait
+        behind them all."""
+        if self.flight is not None or self.draining:
+            return  # the next end tries again, with a settled count
+        excess = -self._wants()[False]
+        if excess <= self.concurrency:
+            return
+        extra: list = []
+        for running in reversed(self.buffer):  # sorted: lower priority first, then claim order
+            if len(extra) == excess:
+                break
+            if not running.lost and not self.types[running.claimed.job.type].is_async:
+                extra.append(running)
+        tokens = {r.token for r in extra}
+        self.buffer = collections.deque(r for r in self.buffer if r.token not in tokens)
+        log.info("jobs_released host=%s count=%d reason=prefetch_shrank", self.host, len(extra))
+        self._release([r.claimed.job for r in extra])
 
     def _ends_can_wait(self) -> bool:
         """True when the step after an end may wait for the run watch's next
