@@ -205,6 +205,7 @@ class Dispatcher(
         self.waker = Waker(self, self._watch_fired)
         self.stepper = Waker(self, self._step_due)
         self.renew_interval = planner.renew_interval(s.timeout for s in self.types.values())
+        self.renew_timer: Optional[int] = None
         self._start_pool()
         return None
 
@@ -235,10 +236,12 @@ class Dispatcher(
         self._start_workers(self.concurrency)
         self._end_from_journal(ended)  # what the predecessor's handlers did, it had not written
         self._recover()  # only now: no worker of a predecessor still runs a handler
-        self.start_timer(self.renew_interval, self._renew, real=True)
+        self.renew_timer = self.start_timer(self.renew_interval, self._renew, real=True)
         self._watch_pauses(list(self.types))
+        self._watch_timeouts(list(self.types))
         for job_type in self.types:
             self._lifeline(job_type)
+        self._watch_schedules(list(self.types))
         self._check_schedules()
         self._prune()
         self._beat()

@@ -3,8 +3,9 @@
 Principle: a job a host claimed is its own only while its lease holds, so
 the dispatcher renews the lease of every job it holds (handed to a worker
 or buffered) in one transaction per interval (the planner's
-:func:`~actors.workers.planner.renew_interval`, sooner again after a store
-error: :func:`~actors.workers.planner.renew_delay`). A job whose lock is
+:func:`~actors.workers.planner.renew_interval` of the served types'
+timeouts, which it watches: a lowered one quickens the renewals at once;
+sooner again after a store error: :func:`~actors.workers.planner.renew_delay`). A job whose lock is
 lost (removed, or re-enqueued elsewhere) is marked lost and its worker
 told to stop; its late outcome is discarded. Every type timeout the host
 also runs the lifeline: it re-enqueues the jobs of its types whose lease
@@ -25,6 +26,7 @@ from typing import Any
 from fdblayer.jobs import activity, work
 from fdblayer.jobs.keys import DEFAULT_LAYOUT
 
+from actors.workers import planner
 from actors.workers.planner import renew_delay
 from actors.workers.protocol import StopJob
 from actors.workers.runs import short
@@ -51,9 +53,23 @@ class HostLeases(DispatcherState):
                 self._lost({(j.type, j.id, j.lock) for j in lost_jobs}, held)
         except Exception as exc:  # noqa: BLE001 - a lease has four renewals of slack: try again soon
             log.warning("renew_failed host=%s held=%d error=%r", self.host, len(held), exc)
-            self.start_timer(renew_delay(self.renew_interval, failed=True), self._renew, real=True)
+            self.renew_timer = self.start_timer(renew_delay(self.renew_interval, failed=True), self._renew, real=True)
             return
-        self.start_timer(renew_delay(self.renew_interval, failed=False), self._renew, real=True)
+        self.renew_timer = self.start_timer(renew_delay(self.renew_interval, failed=False), self._renew, real=True)
+
+    def _lease_timeouts_seen(self) -> None:
+        """The served types' timeouts as last read (their watch fired, or at
+        the start): renew at the pace of the shortest; a pace quicker than
+        before renews now. A host checking with a lowered timeout must not
+        find a lease this host renews at the old pace silent."""
+        interval = planner.renew_interval(
+            s.lease_timeout if s.lease_timeout is not None else s.timeout for s in self.types.values()
+        )
+        quicker, self.renew_interval = interval < self.renew_interval, interval
+        if quicker and self.renew_timer is not None:
+            log.info("lease_renewal_quicker host=%s interval=%.2fs", self.host, interval)
+            self.cancel_timer(self.renew_timer)
+            self._renew()
 
     def _lost(self, lost: set, held: list) -> None:
         """Mark the ``held`` runs whose ``(type, id, lock)`` is in ``lost``;

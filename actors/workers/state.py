@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import collections
 import logging
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from supervision import Down
 from supervision.gen_server import GenServer
@@ -66,6 +66,7 @@ class DispatcherState(GenServer):
     superseded: dict
     stats: Any  #: a Counter of events, and step_ms a float sum of milliseconds
     renew_interval: float
+    renew_timer: Optional[int]  #: the next renewal's timer
     waker: Any  #: wakes the actor from the store's watch thread
     stepper: Any  #: a pipe to itself that runs one step (``_kick``)
 
@@ -89,6 +90,18 @@ class DispatcherState(GenServer):
         raise NotImplementedError
 
     def _give_back_type(self, job_type: Any) -> None:
+        raise NotImplementedError
+
+    def _lease_timeouts_seen(self) -> None:
+        raise NotImplementedError
+
+    def _wake_on(self, watch: Any, mark: Callable[[], None]) -> None:
+        raise NotImplementedError
+
+    def _watch_schedules(self, job_types: list) -> None:
+        raise NotImplementedError
+
+    def _read_schedules(self) -> None:
         raise NotImplementedError
 
     def _status(self) -> dict:

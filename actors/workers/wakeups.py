@@ -22,7 +22,7 @@ import logging
 import time
 from typing import Any, Callable
 
-from fdblayer.jobs import type_controls
+from fdblayer.jobs import activity, type_controls
 from fdblayer.jobs.keys import DEFAULT_LAYOUT
 
 from actors.workers.runs import STEP_RETRY, TypeSlot
@@ -89,6 +89,25 @@ class TypeWakeups(DispatcherState):
             self._wake_on(watch, functools.partial(setattr, slot, "pause_fired", True))
             self._pause_seen(job_type, paused)
 
+    def _watch_timeouts(self, job_types: list) -> None:
+        """Read the types' timeouts, renew the leases at their pace
+        (:meth:`_lease_timeouts_seen`) and watch them (a store error: tried
+        again shortly; the lifeline reads them meanwhile)."""
+        try:
+            found = activity.watch_type_timeouts(self.db, DEFAULT_LAYOUT, job_types)
+        except Exception as exc:  # noqa: BLE001 - a store error: the lifeline still reads the timeouts
+            log.warning("timeout_watch_failed host=%s error=%r (retrying in %.1fs)", self.host, exc, STEP_RETRY)
+            self.start_timer(STEP_RETRY, lambda: self._watch_timeouts(job_types), real=True)
+            return
+        for job_type, (timeout, watch) in found.items():
+            slot = self.types[job_type]
+            if slot.timeout_watch is not None:
+                slot.timeout_watch.cancel()
+            slot.timeout_watch = watch
+            self._wake_on(watch, functools.partial(setattr, slot, "timeout_fired", True))
+            slot.lease_timeout = timeout
+        self._lease_timeouts_seen()
+
     def _pause_seen(self, job_type: Any, paused: bool) -> None:
         """The type is paused (its claimed jobs go back to the queue) or not
         (it may have work again), as a claim or the pause watch read it."""
@@ -110,6 +129,17 @@ class TypeWakeups(DispatcherState):
             for job_type in changed:
                 self.types[job_type].pause_fired = False
             self._watch_pauses(changed)
+        changed = [t for t, slot in self.types.items() if slot.timeout_fired]
+        if changed:
+            for job_type in changed:
+                self.types[job_type].timeout_fired = False
+            self._watch_timeouts(changed)
+        changed = [t for t, slot in self.types.items() if slot.schedule_fired]
+        if changed:
+            for job_type in changed:
+                self.types[job_type].schedule_fired = False
+            self._watch_schedules(changed)
+            self._read_schedules()
         for slot in self.types.values():
             if slot.fired:
                 slot.fired = False

@@ -25,8 +25,19 @@ from fdblayer.jobs.codec import encode_data, report_bad_row
 from fdblayer.jobs.exceptions import NoTypeTimeout
 from fdblayer.jobs.keys import SCHEDULES, JobType, Layout
 from fdblayer.jobs.work import enqueue
+from fdblayer.watches import Watch
 
-__all__ = ["Schedule", "set_schedule", "clear_schedule", "get_schedules", "fire_tick", "FIRED", "SEEN", "CHANGED"]
+__all__ = [
+    "Schedule",
+    "set_schedule",
+    "clear_schedule",
+    "get_schedules",
+    "watch_schedules",
+    "fire_tick",
+    "FIRED",
+    "SEEN",
+    "CHANGED",
+]
 
 #: What :func:`fire_tick` did: added the tick's job; found it (or a later
 #: tick) added already; found the schedule changed or removed.
@@ -102,6 +113,16 @@ def get_schedules(tr: Transaction, layout: Layout) -> dict[Any, Schedule]:
         if schedule is not None:
             out[job_type] = schedule
     return out
+
+
+@transactional
+def watch_schedules(tr: Transaction, layout: Layout, job_types: list[JobType]) -> dict[JobType, Watch]:
+    """A watch per type that fires when its schedule is set, changed,
+    removed or fired (armed when ``tr`` commits): a worker host reads the
+    schedules again at once, instead of at its next periodic read."""
+    keys = [layout.schedule_key(t) for t in job_types]
+    tr.get_many(keys)
+    return {t: tr.watch(k) for t, k in zip(job_types, keys, strict=True)}
 
 
 @transactional

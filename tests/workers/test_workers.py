@@ -422,6 +422,24 @@ def test_periodic_ticks_are_enqueued_once_with_two_hosts(hosts, db, workdir):
 
 
 @pytest.mark.slow
+def test_a_schedule_set_while_a_host_runs_takes_effect_at_once(hosts, db, workdir):
+    """Found by a review (session 31, 5 of 5): a host read the schedules
+    only every SCHEDULE_CHECK (10) seconds, so a schedule set while it ran
+    lost its first ticks (only the latest missed one was fired, late). Hosts
+    now watch their types' schedules: every tick after the set is one job."""
+    jobs.set_type_timeout(db, "tick", 30)
+    run_log = workdir / "runs.jsonl"
+    host = hosts(["tick=handlers_mod:tick"], run_log=run_log)
+    jobs.schedule(db, "tick", "* * * * * *")
+    [entry] = jobs.schedules(db)
+    set_at = entry["last_tick"]
+    wait_for(lambda: any(tick_of(j.id) >= set_at + 4 for j in jobs.get_jobs(db, "tick")), 30, "four ticks")
+    assert host.terminate() == 0
+    stamps = check_tick_jobs(db, run_log)
+    assert stamps[:4] == [set_at + 1, set_at + 2, set_at + 3, set_at + 4], f"ticks lost: {stamps} (set at {set_at})"
+
+
+@pytest.mark.slow
 def test_missed_ticks_are_not_replayed(db, hosts, workdir):
     """Five ticks passed while no host ran: when one starts, only the latest
     of them is enqueued (no tick from before its start), and a re-read of
