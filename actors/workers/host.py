@@ -30,7 +30,7 @@ from actors.workers.runs import DEFAULT_BACKOFF, worker_default
 from actors.workers.sup import workers_children
 from fdblayer.urls import redact_url
 
-__all__ = ["HostSpec", "spec_from_config", "check", "prepare", "host_args", "run", "drain"]
+__all__ = ["HostSpec", "spec_from_config", "check", "prepare", "host_name", "host_args", "run", "drain"]
 
 log = logging.getLogger("otpjobs.workers")
 
@@ -184,11 +184,20 @@ def prepare(spec: HostSpec) -> None:
             close()
 
 
+def host_name() -> str:
+    """This host's name in the store: ``<machine>:<pid>-<6 random hex>``,
+    its command's for its whole life (a restarted dispatcher takes back what
+    its predecessor held under it). Unique to the run: a container restarted
+    with the same hostname and pid 1, or two such containers at once, must
+    not take each other's jobs back, nor resume another run's drain."""
+    return f"{socket.gethostname()}:{os.getpid()}-{os.urandom(3).hex()}"
+
+
 def host_args(spec: HostSpec) -> dict:
     """The worker tree's args for :func:`~actors.workers.sup.workers_children`."""
     return {
         "store": spec.store,
-        "host": f"{socket.gethostname()}:{os.getpid()}",  # kept by a restarted dispatcher
+        "host": host_name(),  # kept by a restarted dispatcher
         "concurrency": spec.concurrency,
         "async_concurrency": spec.async_concurrency,
         "max_attempts": spec.max_attempts,

@@ -302,3 +302,19 @@ def test_a_handler_that_returns_when_told_keeps_its_result(commands, workdir, st
     assert node.proc.wait(60) == 0
     assert jobs.result(db, "long", job_id, timeout=1) == "stopped"
     assert "shutdown_error" not in node.log()
+
+
+def test_a_host_name_is_unique_to_its_run_even_with_the_same_machine_and_pid():
+    """Found by a review (session 31, 3 of 3 on SQLite, 2 of 2 on
+    PostgreSQL): a host was named ``<machine>:<pid>``, which a container
+    restarted with the same hostname gets again (its command is pid 1). The
+    new run then resumed the killed run's drain from its status row and
+    claimed nothing, ever; two such containers at once took back each
+    other's running jobs (WorkerLost, run twice)."""
+    import socket
+
+    from actors.workers.host import host_name
+
+    names = {host_name() for _ in range(50)}
+    assert len(names) == 50
+    assert all(n.startswith(f"{socket.gethostname()}:{os.getpid()}-") for n in names)
