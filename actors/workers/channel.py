@@ -69,7 +69,8 @@ class Record(NamedTuple):
     ``START``: ``value`` is the wall time the handler started. ``END``:
     ``value`` is ``(seconds, result bytes or None, error dict or None)``.
     ``RELEASED``: ``value`` is the tuple of tokens given back unstarted
-    (``token`` is 0). ``HELLO``: the worker's first record, ``token`` its
+    (``token`` is 0 when the dispatcher asked for them, 1 when the worker
+    gave them back on its own: too late to start). ``HELLO``: the worker's first record, ``token`` its
     process id (so the dispatcher can watch the process itself).
     """
 
@@ -221,10 +222,11 @@ class Writer:
         payload = msgpack.packb((seconds, result, error), use_bin_type=True, default=str)
         self._write(_HEADER.pack(END, token, len(payload)) + payload)
 
-    def released(self, tokens: tuple) -> None:
-        """Record the runs handed back without starting them."""
+    def released(self, tokens: tuple, late: bool = False) -> None:
+        """Record the runs handed back without starting them (``late``: not
+        asked for, their time to start had passed)."""
         payload = msgpack.packb(list(tokens))
-        self._write(_HEADER.pack(RELEASED, 0, len(payload)) + payload)
+        self._write(_HEADER.pack(RELEASED, int(late), len(payload)) + payload)
 
     def _write(self, data: bytes) -> bool:
         """Write one record whole; False when it was dropped."""

@@ -206,6 +206,7 @@ class Dispatcher(
         self.stepper = Waker(self, self._step_due)
         self.renew_interval = planner.renew_interval(s.timeout for s in self.types.values())
         self.renew_timer: Optional[int] = None
+        self.renewed_at = time.monotonic()
         self._start_pool()
         return None
 
@@ -290,7 +291,7 @@ class Dispatcher(
                 ended = self._run_ended(slot, record.token, *record.value) or ended
             elif record.kind == channel.RELEASED:
                 released = True
-                self._runs_released(slot, record.value)
+                self._runs_released(slot, record.value, asked=record.token == 0)
             elif record.kind == channel.HELLO:  # it has both pipes open: their names can go
                 self._watch_process(slot, record.token)
                 if slot.commands is not None:
@@ -376,11 +377,13 @@ class Dispatcher(
         self._end_attempt(running, error, result, seconds=seconds)
         return True
 
-    def _runs_released(self, slot: Slot, tokens: tuple) -> None:
-        """A worker gave back runs it had not started: to other workers, or
-        back to the queue (uncounted) when the host drains, their type is
-        paused or the job is lost."""
-        slot.owes_release = max(0, slot.owes_release - 1)
+    def _runs_released(self, slot: Slot, tokens: tuple, asked: bool = True) -> None:
+        """A worker gave back runs it had not started (``asked``: as told to;
+        else too late to start them): to other workers, or back to the queue
+        (uncounted) when the host drains, their type is paused or the job is
+        lost."""
+        if asked:
+            slot.owes_release = max(0, slot.owes_release - 1)
         popped = [r for r in (slot.runs.pop(t, None) for t in tokens) if r is not None]
         slot.async_held -= sum(1 for r in popped if r.is_async)
         back = [r for r in popped if not r.lost]
@@ -531,6 +534,10 @@ class Dispatcher(
         runs of a job at once."""
         if not self.buffer or self.draining:
             return
+        if time.monotonic() - self.renewed_at > 2 * self.renew_interval:
+            self._renew_now()  # overdue (the host was frozen, or busy): lost jobs out of the buffer first
+            if not self.buffer:
+                return
         if self.superseded:  # forget the superseded runs that have ended
             live = {r.token for r in self._held()}
             self.superseded = {key: r for key, r in self.superseded.items() if r.token in live}
@@ -560,16 +567,19 @@ class Dispatcher(
         taken = [self.buffer.popleft() for _ in range(plan.taken)]
         self.buffer.extendleft(taken[position] for position in reversed(plan.kept))
         batches: dict = {}
+        now = time.time()
         for position, n in plan.to:
             running, slot = taken[position], slots[n]
             c = running.claimed
-            kind = self.types[c.job.type].is_async
+            spec = self.types[c.job.type]
+            kind = spec.is_async
             running.worker, running.is_async = slot.addr, kind
             slot.runs[running.token] = running
             if kind:
                 slot.async_held += 1
+            start_by = now + (spec.lease_timeout or spec.timeout) / 2  # its lease holds that long unrenewed
             batches.setdefault(n, (slot, []))[1].append(
-                RunJob(running.token, c.job, c.data, c.attempt, c.max_attempts, self.types[c.job.type].handler, kind)
+                RunJob(running.token, c.job, c.data, c.attempt, c.max_attempts, spec.handler, kind, start_by)
             )
         for slot, runs in batches.values():
             self.stats["run_msgs"] += 1

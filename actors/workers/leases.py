@@ -21,6 +21,7 @@ from __future__ import annotations
 import collections
 import logging
 import random
+import time
 from typing import Any
 
 from fdblayer.jobs import activity, work
@@ -45,6 +46,7 @@ class HostLeases(DispatcherState):
 
     def _renew(self) -> None:
         """Renew the lease of every job held and not lost, then arm the next renewal."""
+        self.renewed_at = time.monotonic()
         self._settle()  # the step in flight first (see actors.workers.stepping)
         held = [r for r in self._held() + list(self.buffer) if not r.lost]
         try:
@@ -68,8 +70,13 @@ class HostLeases(DispatcherState):
         quicker, self.renew_interval = interval < self.renew_interval, interval
         if quicker and self.renew_timer is not None:
             log.info("lease_renewal_quicker host=%s interval=%.2fs", self.host, interval)
+            self._renew_now()
+
+    def _renew_now(self) -> None:
+        """Renew now, not at the armed renewal's time."""
+        if self.renew_timer is not None:
             self.cancel_timer(self.renew_timer)
-            self._renew()
+        self._renew()
 
     def _lost(self, lost: set, held: list) -> None:
         """Mark the ``held`` runs whose ``(type, id, lock)`` is in ``lost``;

@@ -39,6 +39,9 @@ class RunJob:
     max_attempts: int
     handler: str
     is_async: bool = False  #: an ``async def`` handler: awaited on the worker's event loop
+    #: wall time (epoch s) after which the run must not start (its lease may
+    #: have run out: the host was frozen); the worker hands it back. 0: none.
+    start_by: float = 0.0
 
     def __repr__(self) -> str:
         return f"RunJob(token={self.token}, attempt={self.attempt})"

@@ -67,6 +67,7 @@ class DispatcherState(GenServer):
     stats: Any  #: a Counter of events, and step_ms a float sum of milliseconds
     renew_interval: float
     renew_timer: Optional[int]  #: the next renewal's timer
+    renewed_at: float  #: when the last renewal began (monotonic)
     waker: Any  #: wakes the actor from the store's watch thread
     stepper: Any  #: a pipe to itself that runs one step (``_kick``)
 
@@ -93,6 +94,9 @@ class DispatcherState(GenServer):
         raise NotImplementedError
 
     def _lease_timeouts_seen(self) -> None:
+        raise NotImplementedError
+
+    def _renew_now(self) -> None:
         raise NotImplementedError
 
     def _wake_on(self, watch: Any, mark: Callable[[], None]) -> None:

@@ -188,6 +188,20 @@ class Worker(GenServer):
             for ctx in running:
                 ctx.request_stop()
 
+    def _too_late(self, run: Any, writer: Writer, wall: float) -> bool:
+        """Whether ``run`` is past its ``start_by`` (this process was frozen,
+        or waited that long): then its lease may have run out and another
+        host may run it, so it is handed back unstarted (the dispatcher
+        renews, and drops it if it is lost)."""
+        if not run.start_by or wall <= run.start_by:
+            return False
+        with self.cv:
+            if self.current is not None and self.current[0] is run:
+                self.current = None
+        writer.released((run.token,), late=True)
+        log.info("run_not_started token=%s reason=start_by_passed late=%.3fs", run.token, wall - run.start_by)
+        return True
+
     def _unrecorded(self, run: Any, writer: Writer) -> None:
         """The start of ``run`` could not be recorded on ``writer``: it never
         runs. When ``writer`` is still this worker's channel, its reader (the
@@ -230,6 +244,8 @@ class Worker(GenServer):
                 writer = self.writer
             assert writer is not None  # set before any run is queued
             wall = time.time()
+            if self._too_late(run, writer, wall):
+                continue
             if not writer.start(run.token, wall):  # before the call: a death from here on is this run's
                 self._unrecorded(run, writer)
                 continue
@@ -290,6 +306,10 @@ class Worker(GenServer):
                 writer, loop = self.writer, self.loop
             assert writer is not None and loop is not None  # set before any async run is queued; this is its thread
             entry.wall = time.time()
+            if self._too_late(run, writer, entry.wall):
+                with self.cv:
+                    self.async_runs.pop(run.token, None)
+                continue
             if not writer.start(run.token, entry.wall):  # before the call: a death from here on is this run's
                 self._unrecorded(run, writer)
                 return
