@@ -8,7 +8,8 @@ reachable, as with the rest of :mod:`actors.jobs`::
 
 ``enqueue`` follows the queue's rules for an id that exists (a pending job
 is rescheduled, a finished one runs again with a fresh attempt count, a
-running one runs again once its attempt ends), and works before any worker
+running one runs again once its attempt ends; each with this enqueue's
+data, options and priority), and works before any worker
 host ever ran: a type with no activity timeout yet is declared with
 ``[worker] type_timeout``'s default (30 s) in the enqueue's own transaction.
 (The couch_jobs-level ``add`` keeps the seed's rule: ``NoTypeTimeout``.) Scheduled times are whole

@@ -179,9 +179,11 @@ def enqueue(
     work record (with the job's own ``max_attempts`` and ``time_limit``; a
     new job without them gets no stored record, which reads the same).
 
-    A job that is running keeps its record (it is flagged resubmitted and
-    starts afresh when its attempt ends, see :func:`complete`). ``new_id``:
-    ``job_id`` was made for this add (see ``model.add``).
+    A job that is running is flagged resubmitted and starts afresh when its
+    attempt ends (see :func:`complete`): with this add's data, options and
+    priority (a pool's handler never writes its job's data, so the new data
+    is the next run's; the running handler keeps what it was given).
+    ``new_id``: ``job_id`` was made for this add (see ``model.add``).
 
     Returns:
         The job's state after the add.
@@ -194,10 +196,17 @@ def enqueue(
     except model.AddedBefore as before:  # this add committed already: its record may have moved on since
         return job_state(before.value.lock, before.value.seq)
     state = job_state(value.lock, value.seq)
-    if state is not JobState.RUNNING:
-        record = WorkRecord(max_attempts=max_attempts, time_limit=time_limit)
-        if not (new_id and record == _FRESH):  # a new job's fresh record is no row: it reads as fresh
-            tr.set(layout.work_key(job_type, job_id), record.pack())
+    work_key = layout.work_key(job_type, job_id)
+    if state is JobState.RUNNING:  # the next run's data and options, read when this attempt ends
+        if value.data != data:
+            rows.set_job_val(tr, layout.data_key(job_type, job_id), value._replace(data=data))
+        record = WorkRecord.unpack(tr.get(work_key))
+        if (record.max_attempts, record.time_limit) != (max_attempts, time_limit):
+            tr.set(work_key, record._replace(max_attempts=max_attempts, time_limit=time_limit).pack())
+        return state
+    record = WorkRecord(max_attempts=max_attempts, time_limit=time_limit)
+    if not (new_id and record == _FRESH):  # a new job's fresh record is no row: it reads as fresh
+        tr.set(work_key, record.pack())
     return state
 
 
