@@ -123,7 +123,7 @@ from actors.workers.planner import prefetch_for, run_mean
 from actors.workers.heartbeat import Heartbeat
 from actors.workers.leases import HostLeases
 from actors.workers.pruning import Pruning, retention_of
-from actors.workers.ticks import PeriodicTicks
+from actors.workers.ticks import SCHEDULE_CHECK, PeriodicTicks
 from actors.workers.wakeups import TypeWakeups
 
 __all__ = ["Dispatcher"]
@@ -238,12 +238,10 @@ class Dispatcher(
         self._end_from_journal(ended)  # what the predecessor's handlers did, it had not written
         self._recover()  # only now: no worker of a predecessor still runs a handler
         self.renew_timer = self.start_timer(self.renew_interval, self._renew, real=True)
-        self._watch_pauses(list(self.types))
-        self._watch_timeouts(list(self.types))
+        self._watch_controls(list(self.types))  # and reads the schedules
         for job_type in self.types:
             self._lifeline(job_type)
-        self._watch_schedules(list(self.types))
-        self._check_schedules()
+        self.start_timer(SCHEDULE_CHECK, self._check_schedules, real=True)
         self._prune()
         self._beat()
 
@@ -599,7 +597,7 @@ class Dispatcher(
             if slot.commands is not None:
                 slot.commands.close()
         for slot in self.types.values():
-            for watch in (slot.watch, slot.pause_watch):
+            for watch in (slot.watch, *slot.control_watches):
                 if watch is not None:
                     watch.cancel()
         self.waker.close()

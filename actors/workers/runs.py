@@ -136,16 +136,12 @@ class TypeSlot:
     schedule: Optional[str] = None
     tick_timer: Optional[int] = None
     tick_at: Optional[float] = None
-    schedule_watch: Any = None  # fires when the type's schedule is set, changed, removed or fired
-    schedule_fired: bool = False
     fired: bool = field(default=False)
     rechecking: bool = False  # the lifeline asked for this claim, no watch did
     lifeline_vs: Any = None
     paused: bool = False
-    pause_watch: Any = None  # fires when the type's pause is set or cleared
-    pause_fired: bool = False
-    timeout_watch: Any = None  # fires when the type's timeout is set or cleared
-    timeout_fired: bool = False
+    control_watches: tuple = ()  # fire when its pause, timeout or schedule changes (type_controls.Controls)
+    controls_fired: bool = False
     lease_timeout: Optional[float] = None  # the timeout the leases are renewed for, as last read
     is_async: bool = False  # an async def handler: many runs at once per worker
 

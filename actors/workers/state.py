@@ -102,9 +102,6 @@ class DispatcherState(GenServer):
     def _wake_on(self, watch: Any, mark: Callable[[], None]) -> None:
         raise NotImplementedError
 
-    def _watch_schedules(self, job_types: list) -> None:
-        raise NotImplementedError
-
     def _read_schedules(self) -> None:
         raise NotImplementedError
 

@@ -4,7 +4,8 @@ Principle: the schedules live in the store (:mod:`fdblayer.jobs.schedules`);
 every host serving a type arms a timer at its next tick and fires it with
 one serializable transaction, so of several hosts exactly one enqueues the
 tick's job (id ``tick-<epoch>``). Each served type's schedule key is
-watched, so a schedule set, changed or removed takes effect at once; the
+watched (:meth:`~actors.workers.wakeups.TypeWakeups._watch_controls`), so
+a schedule set, changed or removed takes effect at once; the
 schedules are also read again every :data:`SCHEDULE_CHECK` seconds (a
 watch lost on its way). Ticks missed while no host ran are not replayed
 (only the latest). A mixin of the dispatcher, whose state it reads.
@@ -12,7 +13,6 @@ watch lost on its way). Ticks missed while no host ran are not replayed
 
 from __future__ import annotations
 
-import functools
 import logging
 import time
 from typing import Any
@@ -39,22 +39,6 @@ class PeriodicTicks(DispatcherState):
     def _check_schedules(self) -> None:
         self._read_schedules()
         self.start_timer(SCHEDULE_CHECK, self._check_schedules, real=True)
-
-    def _watch_schedules(self, job_types: list) -> None:
-        """Watch the schedules of ``job_types`` (before reading them: a change
-        in between fires the watch); a store error leaves them to the
-        periodic read."""
-        try:
-            watches = periodic.watch_schedules(self.db, DEFAULT_LAYOUT, job_types)
-        except Exception as exc:  # noqa: BLE001 - the periodic read still sees a change
-            log.warning("schedule_watch_failed host=%s error=%r", self.host, exc)
-            return
-        for job_type, watch in watches.items():
-            slot = self.types[job_type]
-            if slot.schedule_watch is not None:
-                slot.schedule_watch.cancel()
-            slot.schedule_watch = watch
-            self._wake_on(watch, functools.partial(setattr, slot, "schedule_fired", True))
 
     def _read_schedules(self) -> None:
         """Read the served types' schedules: arm each type's next tick (a

@@ -22,7 +22,7 @@ import logging
 import time
 from typing import Any, Callable
 
-from fdblayer.jobs import activity, type_controls
+from fdblayer.jobs import type_controls
 from fdblayer.jobs.keys import DEFAULT_LAYOUT
 
 from actors.workers.runs import STEP_RETRY, TypeSlot
@@ -72,41 +72,30 @@ class TypeWakeups(DispatcherState):
 
         slot.due_timer = self.start_timer(max(0.0, due - time.time()) + 0.001, on_due, real=True)
 
-    def _watch_pauses(self, job_types: list) -> None:
-        """Read whether ``job_types`` are paused, act on it (:meth:`_pause_seen`)
-        and watch their pause keys (a store error: tried again shortly)."""
+    def _watch_controls(self, job_types: list) -> None:
+        """Read the types' pauses and timeouts and watch them and their
+        schedules (one round trip), then act on what was read: a pause
+        (:meth:`_pause_seen`), the leases' pace (:meth:`_lease_timeouts_seen`)
+        and the schedules (read again). A store error: tried again shortly
+        (the claims read the pause, the lifeline the timeouts and the
+        periodic read the schedules meanwhile)."""
         try:
-            found = type_controls.watch_paused(self.db, DEFAULT_LAYOUT, job_types)
-        except Exception as exc:  # noqa: BLE001 - a store error: the claims still read the pause meanwhile
-            log.warning("pause_watch_failed host=%s error=%r (retrying in %.1fs)", self.host, exc, STEP_RETRY)
-            self.start_timer(STEP_RETRY, lambda: self._watch_pauses(job_types), real=True)
+            found = type_controls.watch_controls(self.db, DEFAULT_LAYOUT, job_types)
+        except Exception as exc:  # noqa: BLE001 - a store error: tried again shortly
+            log.warning("controls_watch_failed host=%s error=%r (retrying in %.1fs)", self.host, exc, STEP_RETRY)
+            self.start_timer(STEP_RETRY, lambda: self._watch_controls(job_types), real=True)
             return
-        for job_type, (paused, watch) in found.items():
+        for job_type, controls in found.items():
             slot = self.types[job_type]
-            if slot.pause_watch is not None:
-                slot.pause_watch.cancel()
-            slot.pause_watch = watch
-            self._wake_on(watch, functools.partial(setattr, slot, "pause_fired", True))
-            self._pause_seen(job_type, paused)
-
-    def _watch_timeouts(self, job_types: list) -> None:
-        """Read the types' timeouts, renew the leases at their pace
-        (:meth:`_lease_timeouts_seen`) and watch them (a store error: tried
-        again shortly; the lifeline reads them meanwhile)."""
-        try:
-            found = activity.watch_type_timeouts(self.db, DEFAULT_LAYOUT, job_types)
-        except Exception as exc:  # noqa: BLE001 - a store error: the lifeline still reads the timeouts
-            log.warning("timeout_watch_failed host=%s error=%r (retrying in %.1fs)", self.host, exc, STEP_RETRY)
-            self.start_timer(STEP_RETRY, lambda: self._watch_timeouts(job_types), real=True)
-            return
-        for job_type, (timeout, watch) in found.items():
-            slot = self.types[job_type]
-            if slot.timeout_watch is not None:
-                slot.timeout_watch.cancel()
-            slot.timeout_watch = watch
-            self._wake_on(watch, functools.partial(setattr, slot, "timeout_fired", True))
-            slot.lease_timeout = timeout
+            for old in slot.control_watches:
+                old.cancel()
+            slot.control_watches = (controls.pause_watch, controls.timeout_watch, controls.schedule_watch)
+            for watch in slot.control_watches:
+                self._wake_on(watch, functools.partial(setattr, slot, "controls_fired", True))
+            slot.lease_timeout = controls.timeout
+            self._pause_seen(job_type, controls.paused)
         self._lease_timeouts_seen()
+        self._read_schedules()
 
     def _pause_seen(self, job_type: Any, paused: bool) -> None:
         """The type is paused (its claimed jobs go back to the queue) or not
@@ -124,22 +113,11 @@ class TypeWakeups(DispatcherState):
     def _watch_fired(self) -> None:
         """The waker's callback, in the actor: the flagged types may have
         work, or their pause changed."""
-        changed = [t for t, slot in self.types.items() if slot.pause_fired]
+        changed = [t for t, slot in self.types.items() if slot.controls_fired]
         if changed:
             for job_type in changed:
-                self.types[job_type].pause_fired = False
-            self._watch_pauses(changed)
-        changed = [t for t, slot in self.types.items() if slot.timeout_fired]
-        if changed:
-            for job_type in changed:
-                self.types[job_type].timeout_fired = False
-            self._watch_timeouts(changed)
-        changed = [t for t, slot in self.types.items() if slot.schedule_fired]
-        if changed:
-            for job_type in changed:
-                self.types[job_type].schedule_fired = False
-            self._watch_schedules(changed)
-            self._read_schedules()
+                self.types[job_type].controls_fired = False
+            self._watch_controls(changed)
         for slot in self.types.values():
             if slot.fired:
                 slot.fired = False

@@ -29,7 +29,7 @@ from fdblayer.jobs.work_record import claimed_only
 from fdblayer.watches import Watch
 
 __all__ = [
-    "watch_type_timeouts",
+    "unpack_timeout",
     "set_type_timeout",
     "clear_type_timeout",
     "get_type_timeout",
@@ -71,32 +71,18 @@ def read_type_timeout(tr: Transaction, layout: Layout, job_type: JobType) -> Opt
     """:func:`get_type_timeout` for a transaction (no ``transactional`` wrapper:
     every add calls it)."""
     raw = tr.snapshot.get(layout.activity_timeout_key(job_type))
-    return None if raw is None else _unpack_timeout(raw)
-
-
-@transactional
-def watch_type_timeouts(
-    tr: Transaction, layout: Layout, job_types: list[JobType]
-) -> dict[JobType, tuple[Optional[float], Watch]]:
-    """Each of ``job_types``' timeout now (None if unset), and a watch that
-    fires when it is set or cleared (armed when ``tr`` commits): a worker
-    host renews its leases at the new timeout's pace at once."""
-    keys = [layout.activity_timeout_key(t) for t in job_types]
-    return {
-        t: (None if raw is None else _unpack_timeout(raw), tr.watch(k))
-        for t, k, raw in zip(job_types, keys, tr.get_many(keys), strict=True)
-    }
+    return None if raw is None else unpack_timeout(raw)
 
 
 def _timeout_now(tr: Transaction, layout: Layout, job_type: JobType) -> Optional[float]:
     """The type's timeout, read with a conflict: a change committed before
     ``tr`` commits makes it retry."""
     raw = tr.get(layout.activity_timeout_key(job_type))
-    return None if raw is None else _unpack_timeout(raw)
+    return None if raw is None else unpack_timeout(raw)
 
 
 @functools.lru_cache(maxsize=1024)
-def _unpack_timeout(raw: bytes) -> Optional[float]:
+def unpack_timeout(raw: bytes) -> Optional[float]:
     """A stored timeout as a reader can use it: bounded to
     :data:`MAX_TYPE_TIMEOUT`; None (logged) when it is no positive number."""
     try:

@@ -25,14 +25,12 @@ from fdblayer.jobs.codec import encode_data, report_bad_row
 from fdblayer.jobs.exceptions import NoTypeTimeout
 from fdblayer.jobs.keys import SCHEDULES, JobType, Layout
 from fdblayer.jobs.work import enqueue
-from fdblayer.watches import Watch
 
 __all__ = [
     "Schedule",
     "set_schedule",
     "clear_schedule",
     "get_schedules",
-    "watch_schedules",
     "fire_tick",
     "FIRED",
     "SEEN",
@@ -113,16 +111,6 @@ def get_schedules(tr: Transaction, layout: Layout) -> dict[Any, Schedule]:
         if schedule is not None:
             out[job_type] = schedule
     return out
-
-
-@transactional
-def watch_schedules(tr: Transaction, layout: Layout, job_types: list[JobType]) -> dict[JobType, Watch]:
-    """A watch per type that fires when its schedule is set, changed,
-    removed or fired (armed when ``tr`` commits): a worker host reads the
-    schedules again at once, instead of at its next periodic read."""
-    keys = [layout.schedule_key(t) for t in job_types]
-    tr.get_many(keys)
-    return {t: tr.watch(k) for t, k in zip(job_types, keys, strict=True)}
 
 
 @transactional

@@ -4,7 +4,7 @@ jobs enqueued without one. Claims and enqueues read them (:mod:`.work`)."""
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import NamedTuple, Optional
 
 import fdb.tuple
 
@@ -16,7 +16,15 @@ from fdblayer.jobs.keys import PAUSED, JobType, Layout
 from fdblayer.jobs.tally import Tally
 from fdblayer.watches import Watch
 
-__all__ = ["type_priority", "set_type_priority", "declare_types", "set_paused", "paused_types", "watch_paused"]
+__all__ = [
+    "type_priority",
+    "set_type_priority",
+    "declare_types",
+    "set_paused",
+    "paused_types",
+    "Controls",
+    "watch_controls",
+]
 
 
 def type_priority(tr: Transaction, layout: Layout, job_type: JobType) -> int:
@@ -81,13 +89,35 @@ def set_paused(tr: Transaction, layout: Layout, job_type: JobType, paused: bool)
     return was
 
 
+class Controls(NamedTuple):
+    """A type's controls as read, and a watch on each (armed at commit)."""
+
+    paused: bool
+    timeout: Optional[float]  #: None: no type timeout
+    pause_watch: Watch  #: fires when the type is paused or resumed
+    timeout_watch: Watch  #: fires when its timeout is set or cleared
+    schedule_watch: Watch  #: fires when its schedule is set, changed, removed or fired
+
+
 @transactional
-def watch_paused(tr: Transaction, layout: Layout, job_types: list[JobType]) -> dict[JobType, tuple[bool, Watch]]:
-    """Whether each of ``job_types`` is paused now, and a watch that fires
-    when its pause is set or cleared (armed when ``tr`` commits): a host
-    learns of a pause while it claims nothing."""
-    keys = [layout.paused_key(t) for t in job_types]
-    return {t: (raw is not None, tr.watch(k)) for t, k, raw in zip(job_types, keys, tr.get_many(keys), strict=True)}
+def watch_controls(tr: Transaction, layout: Layout, job_types: list[JobType]) -> dict[JobType, Controls]:
+    """Each of ``job_types``' pause and timeout now, and watches on them and
+    on its schedule, read in one round trip: a worker host learns of a
+    pause while it claims nothing, renews its leases at a changed timeout's
+    pace at once, and fires a new schedule's first tick."""
+    keys = [
+        key for t in job_types for key in (layout.paused_key(t), layout.activity_timeout_key(t), layout.schedule_key(t))
+    ]
+    raws = tr.get_many(keys)
+    out = {}
+    for n, job_type in enumerate(job_types):
+        paused, timeout, _ = raws[3 * n : 3 * n + 3]
+        out[job_type] = Controls(
+            paused is not None,
+            None if timeout is None else activity.unpack_timeout(timeout),
+            *(tr.watch(k) for k in keys[3 * n : 3 * n + 3]),
+        )
+    return out
 
 
 @transactional

@@ -154,3 +154,27 @@ def test_declare_types_keeps_a_timeout_sets_priorities_and_writes_nothing_when_u
 @fdblayer.transactional
 def _priority(tr, job_type):
     return type_controls.type_priority(tr, L, job_type)
+
+
+def test_a_types_controls_are_read_and_watched_in_one_call(db):
+    """``type_controls.watch_controls``: the pause and timeout as they are,
+    and a watch on each of pause, timeout and schedule that fires when it
+    changes (a worker host's one read of them)."""
+    from fdblayer.jobs import schedules
+
+    activity.set_type_timeout(db, L, "c", 30)
+    activity.set_type_timeout(db, L, "d", 10)
+    type_controls.set_paused(db, L, "d", True)
+    found = type_controls.watch_controls(db, L, ["c", "d", "none"])
+    assert [(c.paused, c.timeout) for c in found.values()] == [(False, 30), (True, 10), (False, None)]
+    c = found["c"]
+    assert not any(w.is_ready() for w in (c.pause_watch, c.timeout_watch, c.schedule_watch))
+    activity.set_type_timeout(db, L, "c", 3)
+    assert c.timeout_watch.wait(10) and not c.pause_watch.is_ready()
+    schedules.set_schedule(db, L, "c", "* * * * *", encode_data({}), int(time.time()))
+    assert c.schedule_watch.wait(10)
+    type_controls.set_paused(db, L, "c", True)
+    assert c.pause_watch.wait(10)
+    for controls in found.values():
+        for watch in (controls.pause_watch, controls.timeout_watch, controls.schedule_watch):
+            watch.cancel()
