@@ -101,6 +101,8 @@ class AttemptEnds(DispatcherState):
         now = time.time()
         outcomes = []
         for e in ended:
+            if e.cut and e.error is None:
+                continue  # its result is not known: its job is taken back, as without a journal
             job = Job(*e.job)
             slot = self.types.get(job.type)
             backoff = slot.backoff if slot is not None else self.backoff

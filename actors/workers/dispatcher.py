@@ -101,6 +101,7 @@ from supervision.runtime import runtime_dir
 from supervision.waker import Waker
 
 from supervision.procs import pid_alive
+from supervision.reasons import is_normal
 
 from actors.workers import channel, journal
 from actors.workers.control import handler_options
@@ -207,6 +208,7 @@ class Dispatcher(
         self.renew_interval = planner.renew_interval(s.timeout for s in self.types.values())
         self.renew_timer: Optional[int] = None
         self.renewed_at = time.monotonic()
+        self.trimmed_at = float("-inf")  # when claimed jobs were last put back for a shrunk prefetch
         self._start_pool()
         return None
 
@@ -232,7 +234,7 @@ class Dispatcher(
         # the store work below runs. Its answer, and with it the first claim,
         # is read only after this method returns.
         ended = journal.collect(self.rundir, self.host_key, pid_alive)  # before this one's workers exist
-        journal.clear_old(self.rundir, self.host_key, pid_alive)
+        self._clear_journals()
         self._resume_drain()
         self._start_workers(self.concurrency)
         self._end_from_journal(ended)  # what the predecessor's handlers did, it had not written
@@ -244,6 +246,12 @@ class Dispatcher(
         self.start_timer(SCHEDULE_CHECK, self._check_schedules, real=True)
         self._prune()
         self._beat()
+
+    def _clear_journals(self) -> None:
+        """Remove the journals of workers that are gone (this host's once
+        their ends are written, other hosts' long after), every GONE_AFTER."""
+        journal.clear_old(self.rundir, self.host_key, pid_alive)
+        self.start_timer(journal.GONE_AFTER, self._clear_journals, real=True)
 
     def _pool_started(self, started: int) -> None:
         log.info("workers_up host=%s concurrency=%d types=%s", self.host, started, ",".join(map(str, self.order)))
@@ -295,8 +303,8 @@ class Dispatcher(
                 if slot.commands is not None:
                     slot.commands.unlink()
         if ended and self.run_seconds is not None:
-            prefetch, self.prefetch = self.prefetch, prefetch_for(self.run_seconds)
-            if self.prefetch < prefetch:
+            self.prefetch = prefetch_for(self.run_seconds)
+            if len(self.buffer) * self.run_seconds >= planner.TRIM_WORK:  # a backlog of slow runs held here
                 self._trim_buffer()
         if ended or released:
             self._hand_out(idle_only=not released)  # an idle worker need not wait for the step
@@ -305,23 +313,22 @@ class Dispatcher(
             self._check_drained()
 
     def _trim_buffer(self) -> None:
-        """The prefetch shrank (handlers run longer than measured): put back
-        the buffered sync jobs beyond what the workers want soon, more than
-        one a worker, the worst priority and latest claimed first. Held
-        here, they would wait for this host's workers while other hosts
-        could run them, and a more urgent job added meanwhile would wait
-        behind them all."""
+        """Handlers run longer than measured when the jobs were claimed: put
+        back the buffered sync jobs beyond what the workers want soon, as
+        :func:`planner.to_trim` says, the worst priority and latest claimed
+        first. Held here, they would wait for this host's workers while other
+        hosts could run them, and a more urgent job added meanwhile would
+        wait behind them all."""
         if self.flight is not None or self.draining:
             return  # the next end tries again, with a settled count
-        excess = -self._wants()[False]
-        if excess <= self.concurrency:
+        now = time.monotonic()
+        excess = planner.to_trim(-self._wants()[False], self.concurrency, self.run_seconds, now - self.trimmed_at)
+        if not excess:
             return
-        extra: list = []
-        for running in reversed(self.buffer):  # sorted: lower priority first, then claim order
-            if len(extra) == excess:
-                break
-            if not running.lost and not self.types[running.claimed.job.type].is_async:
-                extra.append(running)
+        self.trimmed_at = now
+        held = [r for r in self.buffer if not r.lost and not self.types[r.claimed.job.type].is_async]
+        # the buffer's order is not kept by runs handed back to it: pick by priority, then the latest claimed
+        extra = sorted(held, key=lambda r: (r.claimed.priority, r.token))[-excess:]
         tokens = {r.token for r in extra}
         self.buffer = collections.deque(r for r in self.buffer if r.token not in tokens)
         log.info("jobs_released host=%s count=%d reason=prefetch_shrank", self.host, len(extra))
@@ -393,7 +400,14 @@ class Dispatcher(
             to_queue = self.draining or self.types[running.claimed.job.type].paused
             (held if to_queue else kept).append(running)
         self._release([r.claimed.job for r in held])
-        self.buffer.extendleft(reversed(kept))  # first in line: they were claimed first
+        self._back_in_line(kept)
+
+    def _back_in_line(self, runs: list) -> None:
+        """Put runs handed back unstarted first in the buffer (they were
+        claimed first), the buffer kept in priority order (lower first)."""
+        self.buffer.extendleft(reversed(runs))
+        if any(r.claimed.priority for r in self.buffer):
+            self.buffer = collections.deque(sorted(self.buffer, key=lambda r: r.claimed.priority))
 
     def _give_back_type(self, job_type: Any) -> None:
         """A paused type starts nothing more here: its claimed jobs go back to
@@ -461,7 +475,7 @@ class Dispatcher(
             if self.draining:
                 self._release([r.claimed.job for r in unstarted])
             else:
-                self.buffer.extendleft(reversed(unstarted))
+                self._back_in_line(unstarted)
         for running in started:  # each its own attempt
             self.to_mark.pop(running.token, None)
             log.warning(
@@ -600,5 +614,7 @@ class Dispatcher(
             for watch in (slot.watch, *slot.control_watches):
                 if watch is not None:
                     watch.cancel()
+        if self.draining and is_normal(reason):  # the host stops, every end written: no successor will read them
+            journal.remove_host(self.rundir, self.host_key)
         self.waker.close()
         self.stepper.close()

@@ -19,14 +19,19 @@ predecessor had written, or whose job moved on, is dropped.
 
 Files are ``jr-<host key>-<worker pid>-<generation>`` in the private
 runtime directory (mode 0600). A worker starts a new generation once the
-last holds :data:`ROTATE_BYTES` and is :data:`ROTATE_AGE` seconds old,
-and removes the one before the last, so a worker keeps at most about
-twice that many bytes, and an end stays at least that long: far longer
-than a live dispatcher takes to write it (a worker ends runs only while
-steps hand it jobs, and the step that does writes the ends it has). Records: ``length (uint32), msgpack
-[type, id, lock, scheduled time, resubmit, attempt, max attempts, started
-(epoch s), seconds, result bytes or None, error dict or None]``. A record
-cut short by a death is skipped, as is one that does not decode.
+last holds :data:`ROTATE_RECORDS` records and :data:`ROTATE_BYTES` bytes,
+and removes the one before the last: it keeps its last few hundred ends
+(twice a worker's largest prefetch: far more than its dispatcher has yet
+to write, a step or two), about 512 KB for small results. A result
+longer than :data:`RESULT_LIMIT` is not kept (its end is, marked: the
+successor leaves that job to its take-back, as without a journal), so a
+worker's journal never passes about 2 x 256 x 64 KB. The dispatcher
+removes the journals of its workers once they are gone (their ends
+written), and of other hosts' dead workers after :data:`FORGET_AFTER`.
+Records: ``length (uint32), msgpack [type, id, lock, scheduled time,
+resubmit, attempt, max attempts, started (epoch s), seconds, result bytes
+or None, error dict or None, result cut]``. A record cut short by a death
+is skipped, as is one that does not decode.
 """
 
 from __future__ import annotations
@@ -42,17 +47,31 @@ from typing import Any, NamedTuple, Optional
 
 import msgpack
 
-__all__ = ["ROTATE_BYTES", "ROTATE_AGE", "Ended", "JournalWriter", "host_key", "collect", "clear_old"]
+__all__ = [
+    "ROTATE_BYTES",
+    "ROTATE_RECORDS",
+    "RESULT_LIMIT",
+    "Ended",
+    "JournalWriter",
+    "host_key",
+    "collect",
+    "clear_old",
+    "remove_host",
+]
 
 log = logging.getLogger("otpjobs.workers")
 
-#: A journal's generation is full at this many bytes...
-ROTATE_BYTES = 1 << 20
-#: ...and once it is this many seconds old.
-ROTATE_AGE = 5.0
-#: Another host's journal left by a dead worker is removed once this old (its
-#: successor, if it ever comes, will have started long before).
-FORGET_AFTER = 24 * 3600.0
+#: A journal's generation is full at this many records...
+ROTATE_RECORDS = 256
+#: ...and this many bytes.
+ROTATE_BYTES = 256 * 1024
+#: Results longer than this (bytes) are not kept in a journal.
+RESULT_LIMIT = 64 * 1024
+#: A dead worker's journal is removed once this old (seconds): its
+#: dispatcher's, which wrote its ends within a step...
+GONE_AFTER = 10.0
+#: ...another host's, whose dispatcher's successor would have started long before.
+FORGET_AFTER = 600.0
 _PREFIX = "jr-"
 _LEN = struct.Struct("<I")
 
@@ -67,6 +86,7 @@ class Ended(NamedTuple):
     seconds: float
     result: Optional[bytes]
     error: Optional[dict]
+    cut: bool = False  #: the result was too long to keep: it is not known
 
 
 def host_key(host: str) -> str:
@@ -79,18 +99,22 @@ class JournalWriter:
     raise (a full disk loses the journal's record, not the run: the channel
     still carries it)."""
 
-    def __init__(self, directory: str, key: str, clock: Any = time.monotonic) -> None:
+    def __init__(self, directory: str, key: str) -> None:
         self.base = f"{directory}/{_PREFIX}{key}-{os.getpid()}-"
-        self._clock = clock
         self._lock = threading.Lock()
         self._fd: Optional[int] = None
         self._gen = 0
-        self._opened_at = 0.0
         self._size = 0
+        self._records = 0
+        try:
+            self._rotate()  # opened now, not on the first end's path
+        except OSError as exc:
+            log.warning("journal_write_failed path=%s error=%r", self.base, exc)
 
     def ended(self, run: Any, started: Optional[float], seconds: float, result: Optional[bytes], error: Any) -> None:
         """Append the end of ``run`` (a :class:`~actors.workers.protocol.RunJob`)."""
         job = run.job
+        cut = result is not None and len(result) > RESULT_LIMIT
         payload = msgpack.packb(
             [
                 job.type,
@@ -102,8 +126,9 @@ class JournalWriter:
                 run.max_attempts,
                 started,
                 seconds,
-                result,
+                None if cut else result,
                 error,
+                cut,
             ],
             use_bin_type=True,
             default=str,
@@ -115,12 +140,13 @@ class JournalWriter:
                 log.warning("journal_write_failed path=%s error=%r", self.base, exc)
 
     def _write(self, data: bytes) -> None:
-        if self._fd is None or self._size >= ROTATE_BYTES and self._clock() - self._opened_at >= ROTATE_AGE:
-            self._rotate(self._clock())
+        if self._fd is None or self._records >= ROTATE_RECORDS and self._size >= ROTATE_BYTES:
+            self._rotate()
         assert self._fd is not None
         self._size += os.write(self._fd, data)
+        self._records += 1
 
-    def _rotate(self, now: float) -> None:
+    def _rotate(self) -> None:
         """Start the next generation; remove the one before the last."""
         if self._fd is not None:
             os.close(self._fd)
@@ -128,7 +154,7 @@ class JournalWriter:
         self._gen += 1
         flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
         self._fd = os.open(f"{self.base}{self._gen}", flags, 0o600)
-        self._opened_at, self._size = now, 0
+        self._size = self._records = 0
         if self._gen > 2:
             try:
                 os.unlink(f"{self.base}{self._gen - 2}")
@@ -158,20 +184,31 @@ def collect(directory: Path, key: str, alive: Any) -> list[Ended]:
 
 
 def clear_old(directory: Path, key: str, alive: Any, now: Optional[float] = None) -> int:
-    """Remove journals of other hosts whose writer is gone and that are older
-    than :data:`FORGET_AFTER`; returns how many."""
+    """Remove the journals whose writer is gone: ``key``'s host's once
+    :data:`GONE_AFTER` old (their ends are written), other hosts' once
+    :data:`FORGET_AFTER` old; returns how many."""
     now = time.time() if now is None else now
     removed = 0
     for path, pid, _ in _journals(directory, None):
-        if path.name.startswith(f"{_PREFIX}{key}-") or alive(pid):
+        if alive(pid):
             continue
+        limit = GONE_AFTER if path.name.startswith(f"{_PREFIX}{key}-") else FORGET_AFTER
         try:
-            if now - path.stat().st_mtime > FORGET_AFTER:
+            if now - path.stat().st_mtime > limit:
                 path.unlink()
                 removed += 1
         except OSError:
             pass
     return removed
+
+
+def remove_host(directory: Path, key: str) -> None:
+    """Remove every journal of ``key``'s host (it stops, its ends written)."""
+    for path, _, _ in _journals(directory, key):
+        try:
+            path.unlink()
+        except OSError:
+            pass
 
 
 def _journals(directory: Path, key: Optional[str]) -> list[tuple[Path, int, int]]:
@@ -218,7 +255,7 @@ def _decode(raw: bytes) -> Optional[Ended]:
     try:
         v = msgpack.unpackb(raw, raw=False)
         job = (v[0], v[1], v[2], v[3], bool(v[4]))
-        ended = Ended(job, int(v[5]), int(v[6]), v[7], float(v[8]), v[9], v[10])
+        ended = Ended(job, int(v[5]), int(v[6]), v[7], float(v[8]), v[9], v[10], bool(v[11]))
     except Exception:  # noqa: BLE001 - any decoding failure is the same unreadable record
         return None
     if not (isinstance(job[1], str) and isinstance(job[2], str)):

@@ -56,6 +56,7 @@ __all__ = [
     "attempt_end",
     "retry_delay",
     "prefetch_for",
+    "to_trim",
     "run_mean",
     "renew_interval",
     "renew_delay",
@@ -86,6 +87,13 @@ MAX_PREFETCH = 128
 PREFETCH_SECONDS = 0.1
 #: Handlers that run this long (seconds, moving mean) get one job per worker at a time.
 LONG_RUN = 0.5
+#: Claimed jobs a host holds beyond what its workers want soon go back to the
+#: queue only when they are this much work (seconds, at the measured run
+#: time), and at most once in TRIM_EVERY seconds: a mix of quick and slow
+#: handlers moves the measured mean up and down, and jobs put back are claimed
+#: again (each a store write).
+TRIM_WORK = 1.0
+TRIM_EVERY = 2.0
 #: Seconds before a step (or a renewal) that failed on a store error runs again.
 STEP_RETRY = 0.5
 #: Seconds an async run cancelled past its time limit and the grace has to end
@@ -421,6 +429,16 @@ def prefetch_for(run_seconds: float) -> int:
     if run_seconds >= LONG_RUN:
         return 1
     return max(2, min(MAX_PREFETCH, int(PREFETCH_SECONDS / max(run_seconds, 1e-6))))
+
+
+def to_trim(excess: int, concurrency: int, run_seconds: Optional[float], since_last: float) -> int:
+    """How many of the ``excess`` buffered sync jobs (beyond what the workers
+    want soon) a host puts back: none within :data:`TRIM_EVERY` seconds of
+    the last time, nor up to one a worker, nor while they are less than
+    :data:`TRIM_WORK` seconds of work at ``run_seconds``; else all."""
+    if since_last < TRIM_EVERY or excess <= concurrency or run_seconds is None:
+        return 0
+    return excess if excess * run_seconds >= TRIM_WORK else 0
 
 
 def run_mean(previous: Optional[float], seconds: float) -> float:

@@ -68,6 +68,7 @@ class DispatcherState(GenServer):
     renew_interval: float
     renew_timer: Optional[int]  #: the next renewal's timer
     renewed_at: float  #: when the last renewal began (monotonic)
+    trimmed_at: float  #: when claimed jobs were last put back for a shrunk prefetch (monotonic)
     waker: Any  #: wakes the actor from the store's watch thread
     stepper: Any  #: a pipe to itself that runs one step (``_kick``)
 

@@ -257,11 +257,12 @@ class Worker(GenServer):
             self._ended(writer, run, wall, seconds, result, error)
 
     def _ended(self, writer: Writer, run: Any, wall: float, seconds: float, result: Any, error: Any) -> None:
-        """Record the end of ``run``: in the journal (for a successor of a
-        dispatcher that dies before writing it), then on the channel."""
+        """Record the end of ``run``: on the channel (its dispatcher reads it
+        at once), then in the journal (for the successor of a dispatcher
+        that dies before writing it)."""
+        writer.end(run.token, seconds, result, error)
         if self.journal is not None:
             self.journal.ended(run, wall, seconds, result, error)
-        writer.end(run.token, seconds, result, error)
 
     def _call(self, run: Any, ctx: JobContext) -> tuple:
         """``(encoded result, None)`` or ``(None, error)``; in a process forked

@@ -10,14 +10,6 @@ from actors.workers.protocol import RunJob
 from fdblayer.jobs.job import Job
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def _run(n: int) -> RunJob:
     return RunJob(n, Job("t", f"j{n}", f"lock{n}", 5, False), b"", 2, 3, "m:f")
 
@@ -62,32 +54,47 @@ def test_a_record_cut_short_or_unreadable_is_skipped(tmp_path):
     assert [e.job[1] for e in journal.collect(tmp_path, "k", _dead)] == ["j1"]
 
 
-def test_a_journal_keeps_two_generations_and_rotates_only_when_full_and_old(tmp_path, monkeypatch):
+def test_a_journal_keeps_two_generations_each_of_enough_records_and_bytes(tmp_path, monkeypatch):
+    monkeypatch.setattr(journal, "ROTATE_RECORDS", 5)
     monkeypatch.setattr(journal, "ROTATE_BYTES", 200)
-    clock = Clock()
-    writer = journal.JournalWriter(str(tmp_path), "k", clock=clock)
-    for n in range(20):  # full, but young: one generation
-        writer.ended(_run(n), 1.0, 0.1, None, None)
-    assert len(list(tmp_path.iterdir())) == 1
-    for n in range(20, 60):
-        clock.now += journal.ROTATE_AGE
+    writer = journal.JournalWriter(str(tmp_path), "k")
+    for n in range(60):
         writer.ended(_run(n), 1.0, 0.1, None, None)
     names = sorted(p.name for p in tmp_path.iterdir())
     assert len(names) == 2, names
     kept = [e.job[1] for e in journal.collect(tmp_path, "k", _dead)]
-    assert kept == [f"j{n}" for n in range(60 - len(kept), 60)], "the newest ends, in order"
+    assert len(kept) >= 5 and kept == [f"j{n}" for n in range(60 - len(kept), 60)], "the newest ends, in order"
 
 
-def test_old_journals_of_other_dead_hosts_are_cleared(tmp_path):
+def test_a_result_too_long_to_keep_is_marked_not_kept(tmp_path):
+    writer = journal.JournalWriter(str(tmp_path), "k")
+    writer.ended(_run(1), 1.0, 0.1, b"x" * (journal.RESULT_LIMIT + 1), None)
+    writer.ended(_run(2), 1.0, 0.1, b"x" * journal.RESULT_LIMIT, None)
+    writer.close()
+    first, second = journal.collect(tmp_path, "k", _dead)
+    assert (first.result, first.cut) == (None, True)
+    assert (len(second.result), second.cut) == (journal.RESULT_LIMIT, False)
+
+
+def test_dead_workers_journals_are_cleared_this_hosts_soon_and_others_later(tmp_path):
     for key in ("mine", "other"):
         writer = journal.JournalWriter(str(tmp_path), key)
         writer.ended(_run(1), 1.0, 0.1, None, None)
         writer.close()
-    now = os.path.getmtime(next(tmp_path.iterdir())) + journal.FORGET_AFTER + 1
-    assert journal.clear_old(tmp_path, "mine", lambda pid: True, now) == 0, "a live writer's stays"
-    assert journal.clear_old(tmp_path, "mine", _dead, now - 2) == 0, "a young one stays"
-    assert journal.clear_old(tmp_path, "mine", _dead, now) == 1
-    assert [p.name.split("-")[1] for p in tmp_path.iterdir()] == ["mine"]
+    written = max(os.path.getmtime(p) for p in tmp_path.iterdir())
+    assert journal.clear_old(tmp_path, "mine", lambda pid: True, written + 10**6) == 0, "a live writer's stay"
+    assert journal.clear_old(tmp_path, "mine", _dead, written) == 0, "young ones stay"
+    assert journal.clear_old(tmp_path, "mine", _dead, written + journal.GONE_AFTER + 1) == 1
+    assert [p.name.split("-")[1] for p in tmp_path.iterdir()] == ["other"]
+    assert journal.clear_old(tmp_path, "mine", _dead, written + journal.FORGET_AFTER + 1) == 1
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_stopped_host_removes_its_journals_only(tmp_path):
+    for key in ("mine", "other"):
+        journal.JournalWriter(str(tmp_path), key).ended(_run(1), 1.0, 0.1, None, None)
+    journal.remove_host(tmp_path, "mine")
+    assert [p.name.split("-")[1] for p in tmp_path.iterdir()] == ["other"]
 
 
 def test_a_failed_write_loses_the_record_not_the_run(tmp_path, monkeypatch):

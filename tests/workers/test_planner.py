@@ -496,3 +496,15 @@ def test_the_planner_imports_no_actor_system():
         cwd=Path(__file__).resolve().parents[2],
     )
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_claimed_jobs_go_back_only_as_a_real_backlog_and_not_too_often():
+    """``planner.to_trim``: a mix of quick and slow handlers moves the
+    measured run time up and down; putting jobs back and claiming them
+    again at each move cost a store write a job (a review measured about
+    two releases a job in such a drain)."""
+    assert planner.to_trim(20, 2, 0.1, 10.0) == 20, "2 s of work held: all of it back"
+    assert planner.to_trim(20, 2, 0.04, 10.0) == 0, "0.8 s of work: kept"
+    assert planner.to_trim(2, 2, 5.0, 10.0) == 0, "one a worker is kept"
+    assert planner.to_trim(20, 2, 0.1, planner.TRIM_EVERY - 0.1) == 0, "not again so soon"
+    assert planner.to_trim(20, 2, None, 10.0) == 0, "nothing measured yet"
