@@ -101,12 +101,10 @@ class AttemptEnds(DispatcherState):
         now = time.time()
         outcomes = []
         for e in ended:
-            if e.cut and e.error is None:
-                continue  # its result is not known: its job is taken back, as without a journal
+            if (e.cut and e.error is None) or e.job[0] not in self.types:
+                continue  # its result is not known, or not this host's type: taken back, as without a journal
             job = Job(*e.job)
-            slot = self.types.get(job.type)
-            backoff = slot.backoff if slot is not None else self.backoff
-            end = planner.attempt_end(e.error, e.attempt, e.max_attempts, backoff, now)
+            end = planner.attempt_end(e.error, e.attempt, e.max_attempts, self.types[job.type].backoff, now)
             kind = _KIND_OF_END[end.kind]
             result = e.result if end.kind is End.OK else None
             error = None if end.kind in (End.OK, End.SNOOZE) else e.error

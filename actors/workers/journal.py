@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import math
 import os
 import struct
 import threading
@@ -251,6 +252,10 @@ def _read(path: Path) -> list[Ended]:
     return out
 
 
+def _finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
 def _decode(raw: bytes) -> Optional[Ended]:
     try:
         v = msgpack.unpackb(raw, raw=False)
@@ -258,7 +263,11 @@ def _decode(raw: bytes) -> Optional[Ended]:
         ended = Ended(job, int(v[5]), int(v[6]), v[7], float(v[8]), v[9], v[10], bool(v[11]))
     except Exception:  # noqa: BLE001 - any decoding failure is the same unreadable record
         return None
-    if not (isinstance(job[1], str) and isinstance(job[2], str)):
+    if not (isinstance(job[0], str) and isinstance(job[1], str) and isinstance(job[2], str)):
+        return None
+    if not (job[3] is None or isinstance(job[3], int)) or not (ended.started is None or _finite(ended.started)):
+        return None
+    if not _finite(ended.seconds):
         return None
     if ended.result is not None and not isinstance(ended.result, bytes):
         return None

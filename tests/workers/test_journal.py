@@ -54,6 +54,26 @@ def test_a_record_cut_short_or_unreadable_is_skipped(tmp_path):
     assert [e.job[1] for e in journal.collect(tmp_path, "k", _dead)] == ["j1"]
 
 
+def test_a_record_of_the_wrong_shape_is_skipped(tmp_path):
+    """A journal is this host's own file, but a record that does not read as
+    one (a type that is not text, a time that is not a number) must never
+    stop its reader: the dispatcher's successor reads it at its start."""
+    import msgpack
+
+    good = [("t", "j1", "l1", None, False), 1, 3, 1.0, 0.1, None, None, False]
+    bad = [
+        [["t"], "j1", "l1", None, False, 1, 3, 1.0, 0.1, None, None, False],
+        ["t", "j1", "l1", "soon", False, 1, 3, 1.0, 0.1, None, None, False],
+        ["t", "j1", "l1", None, False, 1, 3, "x", 0.1, None, None, False],
+        ["t", "j1", "l1", None, False, 1, 3, 1.0, float("inf"), None, None, False],
+        ["t", "j1", "l1", None, False, 1, 3, 1.0, 0.1, "result", None, False],
+    ]
+    records = [[*good[0], *good[1:]], *bad]
+    path = tmp_path / f"jr-k-{2**22 + 1}-1"
+    path.write_bytes(b"".join(len(p).to_bytes(4, "little") + p for p in map(msgpack.packb, records)))
+    assert [e.job[1] for e in journal.collect(tmp_path, "k", _dead)] == ["j1"]
+
+
 def test_a_journal_keeps_two_generations_each_of_enough_records_and_bytes(tmp_path, monkeypatch):
     monkeypatch.setattr(journal, "ROTATE_RECORDS", 5)
     monkeypatch.setattr(journal, "ROTATE_BYTES", 200)
