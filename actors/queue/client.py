@@ -199,6 +199,9 @@ FLUSH_WAIT = 0.01
 
 _clients: dict[tuple[int, int], Client] = {}
 _inboxes: dict[tuple[int, int], _Inbox] = {}
+#: Held while a client or an inbox is made: threads using a node for the first
+#: time at once share one (two inboxes would split their events between them).
+_making = threading.RLock()
 
 
 def _port(node: Any) -> int:
@@ -215,9 +218,10 @@ def _client(node: Any) -> Client:
     if isinstance(node, Client):
         return node
     key = (os.getpid(), _port(node))
-    if key not in _clients:
-        _clients[key] = connect(key[1])
-    return _clients[key]
+    with _making:
+        if key not in _clients:
+            _clients[key] = connect(key[1])
+        return _clients[key]
 
 
 def _notifier(node: Any, job_type: Any, timeout: float) -> tuple[Client, Any]:
@@ -237,9 +241,10 @@ def _notifier(node: Any, job_type: Any, timeout: float) -> tuple[Client, Any]:
 
 def _inbox(client: Client) -> _Inbox:
     key = (os.getpid(), client.port)
-    if key not in _inboxes:
-        _inboxes[key] = _Inbox(client)
-    return _inboxes[key]
+    with _making:
+        if key not in _inboxes:
+            _inboxes[key] = _Inbox(client)
+        return _inboxes[key]
 
 
 def _current(db: Any, job_type: Any, job_id: str) -> JobInfo:

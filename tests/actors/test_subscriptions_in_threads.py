@@ -79,3 +79,29 @@ def test_one_unsubscribe_leaves_the_other_subscription(q):
     event = jobs.wait(kept, "finished", timeout=10)
     assert event is not None
     assert event[1:3] == ("b", JobState.FINISHED)
+
+
+def test_threads_subscribing_first_at_once_share_one_inbox(q):
+    """Found by CI (session 31, 1 run in 2,050 tests): the first two threads
+    of a process to subscribe, at once, each made an inbox (an endpoint of
+    its own) and the second replaced the first in the process's table; the
+    first thread's events went to the inbox no wait read, and it waited out
+    its timeout."""
+    import os
+
+    from actors.queue import client as queue_client
+
+    queue_client._inboxes.pop((os.getpid(), q.port), None)  # noqa: SLF001 - as in a fresh process
+    start = threading.Barrier(8)
+    made: list = []
+
+    def first_use() -> None:
+        start.wait()
+        made.append(queue_client._inbox(queue_client._client(q.port)))  # noqa: SLF001
+
+    threads = [threading.Thread(target=first_use) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(15)
+    assert len(made) == 8 and len({id(inbox) for inbox in made}) == 1
