@@ -40,6 +40,29 @@ _KIND_OF_END = {
     End.RETRY: work.OutcomeKind.RETRY,
     End.FAIL: work.OutcomeKind.FAIL,
 }
+#: The dispatcher's counter (``stats``) each end bumps.
+_STAT_OF_END = {End.OK: "succeeded", End.SNOOZE: "snoozed", End.RETRY: "retried", End.FAIL: "failed"}
+
+
+def _outcome(
+    job: Job,
+    end: planner.AttemptEnd,
+    result: Optional[bytes],
+    error: Optional[dict],
+    seconds: float,
+    started: Optional[float],
+) -> work.Outcome:
+    """The outcome a step writes for an attempt that ended as ``end``: the
+    result kept only on success, the error only for a retry or a failure."""
+    return work.Outcome(
+        job,
+        _KIND_OF_END[end.kind],
+        result if end.kind is End.OK else None,
+        None if end.kind in (End.OK, End.SNOOZE) else error,
+        end.retry_at,
+        seconds,
+        started,
+    )
 
 
 class AttemptEnds(DispatcherState):
@@ -74,23 +97,11 @@ class AttemptEnds(DispatcherState):
         end = planner.attempt_end(
             error, claimed.attempt, claimed.max_attempts, self.types[job.type].backoff, time.time(), retry_now
         )
-        started = running.started
-        if end.kind is End.OK:
-            self.stats["succeeded"] += 1
-            self.outcomes.append(work.Outcome(job, work.OutcomeKind.OK, result, seconds=seconds, started=started))
-            return
-        assert error is not None
-        self._log_end(claimed, end, error)
-        if end.kind is End.SNOOZE:
-            self.stats["snoozed"] += 1
-            outcome = work.Outcome(job, work.OutcomeKind.SNOOZE, None, None, end.retry_at, seconds, started)
-        elif end.kind is End.RETRY:
-            self.stats["retried"] += 1
-            outcome = work.Outcome(job, work.OutcomeKind.RETRY, None, error, end.retry_at, seconds, started)
-        else:
-            self.stats["failed"] += 1
-            outcome = work.Outcome(job, work.OutcomeKind.FAIL, None, error, seconds=seconds, started=started)
-        self.outcomes.append(outcome)
+        self.stats[_STAT_OF_END[end.kind]] += 1
+        if end.kind is not End.OK:
+            assert error is not None
+            self._log_end(claimed, end, error)
+        self.outcomes.append(_outcome(job, end, result, error, seconds, running.started))
 
     def _end_from_journal(self, ended: list[Ended]) -> None:
         """End, as their handlers did, the runs of a dead predecessor's
@@ -105,10 +116,7 @@ class AttemptEnds(DispatcherState):
                 continue  # its result is not known, or not this host's type: taken back, as without a journal
             job = Job(*e.job)
             end = planner.attempt_end(e.error, e.attempt, e.max_attempts, self.types[job.type].backoff, now)
-            kind = _KIND_OF_END[end.kind]
-            result = e.result if end.kind is End.OK else None
-            error = None if end.kind in (End.OK, End.SNOOZE) else e.error
-            outcomes.append(work.Outcome(job, kind, result, error, end.retry_at, e.seconds, e.started))
+            outcomes.append(_outcome(job, end, e.result, e.error, e.seconds, e.started))
         if not outcomes:
             return
         kept = 0
