@@ -108,15 +108,24 @@ class AttemptEnds(DispatcherState):
         workers that its journal holds: only those still held under their
         run's lock are written (the rest its predecessor had written, or
         their jobs moved on); a store error leaves them all to
-        :meth:`_recover`, as without a journal."""
+        :meth:`_recover`, as without a journal. A run its host's drain had
+        stopped (the handler let ``JobStopping`` out) goes back to the queue
+        uncounted, as a live dispatcher puts it back."""
         now = time.time()
         outcomes = []
+        stopped = []
         for e in ended:
             if (e.cut and e.error is None) or e.job[0] not in self.types:
                 continue  # its result is not known, or not this host's type: taken back, as without a journal
             job = Job(*e.job)
+            if e.released and e.error is not None and e.error.get("stopped"):
+                stopped.append(job)  # the host's stop, not the job's failure (as _stopped_by_drain)
+                continue
             end = planner.attempt_end(e.error, e.attempt, e.max_attempts, self.types[job.type].backoff, now)
             outcomes.append(_outcome(job, end, e.result, e.error, e.seconds, e.started))
+        for job in stopped:
+            log.info("job_released host=%s type=%s job=%s reason=stopped_by_drain", self.host, job.type, job.id)
+        self._release(stopped)
         if not outcomes:
             return
         kept = 0

@@ -30,7 +30,7 @@ removes the journals of its workers once they are gone (their ends
 written), and of other hosts' dead workers after :data:`FORGET_AFTER`.
 Records: ``length (uint32), msgpack [type, id, lock, scheduled time,
 resubmit, attempt, max attempts, started (epoch s), seconds, result bytes
-or None, error dict or None, result cut]``. A record cut short by a death
+or None, error dict or None, result cut, released by a drain]``. A record cut short by a death
 is skipped, as is one that does not decode.
 """
 
@@ -88,6 +88,7 @@ class Ended(NamedTuple):
     result: Optional[bytes]
     error: Optional[dict]
     cut: bool = False  #: the result was too long to keep: it is not known
+    released: bool = False  #: the run was running when its host's drain told it to stop
 
 
 def host_key(host: str) -> str:
@@ -112,8 +113,17 @@ class JournalWriter:
         except OSError as exc:
             log.warning("journal_write_failed path=%s error=%r", self.base, exc)
 
-    def ended(self, run: Any, started: Optional[float], seconds: float, result: Optional[bytes], error: Any) -> None:
-        """Append the end of ``run`` (a :class:`~actors.workers.protocol.RunJob`)."""
+    def ended(
+        self,
+        run: Any,
+        started: Optional[float],
+        seconds: float,
+        result: Optional[bytes],
+        error: Any,
+        released: bool = False,
+    ) -> None:
+        """Append the end of ``run`` (a :class:`~actors.workers.protocol.RunJob`);
+        ``released``: a drain had told it to stop."""
         job = run.job
         cut = result is not None and len(result) > RESULT_LIMIT
         payload = msgpack.packb(
@@ -130,6 +140,7 @@ class JournalWriter:
                 None if cut else result,
                 error,
                 cut,
+                released,
             ],
             use_bin_type=True,
             default=str,
@@ -260,7 +271,8 @@ def _decode(raw: bytes) -> Optional[Ended]:
     try:
         v = msgpack.unpackb(raw, raw=False)
         job = (v[0], v[1], v[2], v[3], bool(v[4]))
-        ended = Ended(job, int(v[5]), int(v[6]), v[7], float(v[8]), v[9], v[10], bool(v[11]))
+        released = len(v) > 12 and bool(v[12])  # records written before it had 12 fields
+        ended = Ended(job, int(v[5]), int(v[6]), v[7], float(v[8]), v[9], v[10], bool(v[11]), released)
     except Exception:  # noqa: BLE001 - any decoding failure is the same unreadable record
         return None
     if not (isinstance(job[0], str) and isinstance(job[1], str) and isinstance(job[2], str)):

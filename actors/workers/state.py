@@ -129,3 +129,6 @@ class DispatcherState(GenServer):
 
     def _put_back(self, runs: list, reason: str, level: int = logging.INFO) -> None:
         raise NotImplementedError
+
+    def _release(self, jobs: list) -> None:
+        raise NotImplementedError

@@ -79,6 +79,7 @@ class Worker(GenServer):
         self.loop: Optional[asyncio.AbstractEventLoop] = None  # started with the first async run
         self.commands: Optional[CommandReader] = None  # the dispatcher's pipe (UsePipe)
         self.journal: Optional[JournalWriter] = None  # ended runs, for a dispatcher's successor (UsePipe)
+        self.released: set = set()  # tokens of running runs a drain's Release told to stop (under cv)
 
     def handle_info(self, msg: Any) -> None:
         if isinstance(msg, UsePipe):
@@ -182,6 +183,8 @@ class Worker(GenServer):
             self.queue.clear()
             self.async_queue.clear()
             running = self._running_contexts()
+            if stop_current:
+                self.released.update(self._running_tokens())
             if self.writer is not None:
                 self.writer.released(dropped)
         if stop_current:
@@ -218,6 +221,10 @@ class Worker(GenServer):
                 self.queue.clear()
                 self.async_queue.clear()
         log.warning("runs_dropped reason=channel_closed channel=%s runs=%d", writer.path, dropped)
+
+    def _running_tokens(self) -> list:
+        """The tokens of every run whose handler runs now (under ``cv``)."""
+        return ([self.current[0].token] if self.current is not None else []) + list(self.async_runs)
 
     def _running_contexts(self) -> list:
         """The contexts of every handler running now (under ``cv``)."""
@@ -259,10 +266,14 @@ class Worker(GenServer):
     def _ended(self, writer: Writer, run: Any, wall: float, seconds: float, result: Any, error: Any) -> None:
         """Record the end of ``run``: on the channel (its dispatcher reads it
         at once), then in the journal (for the successor of a dispatcher
-        that dies before writing it)."""
+        that dies before writing it), saying whether a drain had told it to
+        stop (the successor then puts its job back uncounted)."""
         writer.end(run.token, seconds, result, error)
+        with self.cv:
+            released = run.token in self.released
+            self.released.discard(run.token)
         if self.journal is not None:
-            self.journal.ended(run, wall, seconds, result, error)
+            self.journal.ended(run, wall, seconds, result, error, released)
 
     def _call(self, run: Any, ctx: JobContext) -> tuple:
         """``(encoded result, None)`` or ``(None, error)``; in a process forked

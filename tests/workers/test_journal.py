@@ -34,6 +34,22 @@ def test_a_successor_reads_every_end_back_and_the_files_go(tmp_path):
     assert journal.collect(tmp_path, "k1", _dead) == []
 
 
+def test_a_run_a_drain_stopped_is_marked_and_older_records_read_as_not(tmp_path):
+    """``released``: the successor puts such a stopped run back uncounted;
+    a record of the 12 fields written before the mark reads as not released."""
+    import msgpack
+
+    writer = journal.JournalWriter(str(tmp_path), "k")
+    writer.ended(_run(1), 1.0, 0.1, None, {"type": "JobStopping", "stopped": True}, released=True)
+    writer.ended(_run(2), 1.0, 0.1, None, None)
+    writer.close()
+    older = msgpack.packb(["t", "j3", "l3", None, False, 1, 3, 1.0, 0.1, None, None, False])
+    with open(next(tmp_path.iterdir()), "ab") as f:
+        f.write(len(older).to_bytes(4, "little") + older)
+    ended = journal.collect(tmp_path, "k", _dead)
+    assert [(e.job[1], e.released) for e in ended] == [("j1", True), ("j2", False), ("j3", False)]
+
+
 def test_the_journal_of_a_live_worker_is_left_alone(tmp_path):
     writer = journal.JournalWriter(str(tmp_path), "k")
     writer.ended(_run(1), 1.0, 0.1, None, None)
