@@ -24,6 +24,7 @@ from supervision.system import start_node, stop_node, wait_for_stop
 from fdblayer.urls import redact_url
 
 from actors.errors import ActorsError
+from actors.handlers import add_cwd_to_path
 from actors.settings.config import Config
 
 log = logging.getLogger("otpjobs.node")
@@ -129,6 +130,7 @@ def run(config: Config) -> int:
             handlers, store or runtime directory cannot be used.
     """
     runtime_dir()  # not private: stop here, before a store file or a process is created
+    add_cwd_to_path()  # handlers beside the node, as `python -m`: the installed script's path lacks it
     port = config.node.port
     store = config.node.store
     children = with_app(config, root_children(config))

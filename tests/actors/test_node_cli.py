@@ -16,6 +16,8 @@ import pytest
 from tests.procs import free_port, group_pids, listening_addresses, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
+#: The ``otpjobs`` command the install made, beside this interpreter.
+CONSOLE_SCRIPT = Path(sys.executable).parent / "otpjobs"
 
 
 class NodeProcess:
@@ -23,6 +25,9 @@ class NodeProcess:
 
     def __init__(self, tmp_path: Path, port: int) -> None:
         self.port = port
+        self.command = [sys.executable, "-m", "actors"]  # the installed script: [str(CONSOLE_SCRIPT)]
+        self.cwd = ROOT
+        self.extra: list[str] = []
         self.log = tmp_path / f"node-{port}.log"
         self.env = dict(
             os.environ, OTPJOBS_RUNTIME_DIR=str(tmp_path / "run"), THESPLOG_FILE=str(tmp_path / "thespian.log")
@@ -35,9 +40,7 @@ class NodeProcess:
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(
                 [
-                    sys.executable,
-                    "-m",
-                    "actors",
+                    *self.command,
                     "node",
                     "start",
                     "--port",
@@ -46,8 +49,9 @@ class NodeProcess:
                     self.store,
                     "--http-port",
                     "0",
+                    *self.extra,
                 ],
-                cwd=ROOT,
+                cwd=self.cwd,
                 env=self.env,
                 stdout=log,
                 stderr=log,
@@ -187,3 +191,31 @@ def test_a_busy_http_port_fails_the_start_naming_it_before_the_store_is_created(
     ]
     assert not any(p.name.startswith("never.db") for p in tmp_path.iterdir()), "no store created"
     assert not (Path(node.env["OTPJOBS_RUNTIME_DIR"]) / f"node-{node.port}.json").exists(), "no node started"
+
+
+def test_the_installed_command_imports_scheduler_handlers_from_its_working_directory(node, tmp_path):
+    """Found by a review: ``otpjobs node start`` (the installed script, whose
+    ``sys.path`` starts with the script's directory, not the working
+    directory as ``python -m`` does) refused a handler module beside it:
+    400 ``no module named 'mymod' on the node's path``, 3 of 3 runs."""
+    import urllib.request
+
+    from actors.http.server import HTTP_SERVER_NAME, GetHttpInfo
+    from supervision import connect
+
+    assert CONSOLE_SCRIPT.exists(), "the package is installed (pip install -e .) in this interpreter's venv"
+    app = tmp_path / "app"
+    app.mkdir()
+    (app / "cwd_handler_mod.py").write_text("def spin(ctx):\n    ctx.wait(30)\n")
+    (app / "node.ini").write_text("[replicator]\nhandlers = cwd_handler_mod\n")
+    node.command, node.cwd, node.extra = [str(CONSOLE_SCRIPT)], app, ["--config", "node.ini"]
+    node.start()
+    info = connect(node.port).call(HTTP_SERVER_NAME, GetHttpInfo(), 10)
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{info['port']}/_replicate",
+        data=json.dumps({"handler": "cwd_handler_mod:spin"}).encode(),
+        headers={"Content-Type": "application/json"},
+        method="POST",
+    )
+    with urllib.request.urlopen(request, timeout=10) as resp:
+        assert resp.status in (200, 201, 202), resp.read()
