@@ -10,8 +10,9 @@ lease timer of its own (a third of the type's activity timeout, at most
 which never waits for the tick: a tick that adds hundreds of jobs to the
 scheduler runs longer than the timeout, and renewals run between its
 steps. The tick's own renewal records each document's state as the scheduler
-reports it (``JobStates``: each owned job's summary and stats as
-``info``) and notices what changed under it:
+reports it (``JobStates``: each owned job's summary, its stats as
+``info`` and its handler's last checkpoint, which the document's next run,
+here or on another node, resumes from) and notices what changed under it:
 
 * the document was replaced (or deleted): its queue job is finished (so
   it is pending again, and whoever accepts it runs the new revision) and
@@ -207,7 +208,9 @@ class DocProcessor(LeaseKeeping, GenServer):
             # added by the predecessor, no earlier than the document's last
             # state change: re-added as such unless the scheduler still runs it
             spec = scheduler_spec(doc, time.time())
-            self.owned[lease.job.id] = Owned(lease, spec, TAKEN_BACK, renewed_at=unrenewed, added_at=doc.last_updated)
+            self.owned[lease.job.id] = Owned(
+                lease, spec, TAKEN_BACK, renewed_at=unrenewed, added_at=doc.last_updated, checkpoint=doc.checkpoint
+            )
         if held:
             self._renew_all({}, set())
             log.info("docs_taken_back count=%d of=%d", len(self.owned), len(held))
@@ -260,7 +263,8 @@ class DocProcessor(LeaseKeeping, GenServer):
                 break
             if found is not None:
                 lease, doc = found
-                self.owned[lease.job.id] = Owned(lease, scheduler_spec(doc, time.time()), renewed_at=asked_at)
+                spec = scheduler_spec(doc, time.time())
+                self.owned[lease.job.id] = Owned(lease, spec, renewed_at=asked_at, checkpoint=doc.checkpoint)
                 self.counters["accepted"] += 1
                 log.info("doc_accepted doc=%s/%s rev=%s", lease.db_name, lease.doc_id, lease.rev)
                 accepted += 1
@@ -378,8 +382,10 @@ class DocProcessor(LeaseKeeping, GenServer):
                 held = self.owned.get(jid)
                 if held is None:
                     continue
-                summary, info = answer if answer is not None else (None, None)
+                summary, info, checkpoint = answer if answer is not None else (None, None, None)
                 new = self._doc_state(summary, info)
+                if summary is not None and checkpoint is not None:
+                    new["checkpoint"] = checkpoint  # kept in the store: a run elsewhere or later resumes there
                 if new.get("state") in docs.TERMINAL:
                     done.add(jid)
                 if any(held.written.get(k) != v for k, v in new.items()):
@@ -390,7 +396,9 @@ class DocProcessor(LeaseKeeping, GenServer):
     def _add_request(cls, o: Owned) -> AddJob:
         """The AddJob of a document not added to this scheduler yet: a
         plain one, or :meth:`_add_again` for one its predecessor ran."""
-        return cls._add_again(o) if o.added_to not in (None, MAYBE_ADDED) else AddJob(o.spec)
+        if o.added_to not in (None, MAYBE_ADDED):
+            return cls._add_again(o)
+        return AddJob(o.spec, checkpoint=o.last_checkpoint())
 
     @staticmethod
     def _add_again(o: Owned) -> AddJob:
@@ -400,7 +408,14 @@ class DocProcessor(LeaseKeeping, GenServer):
         crashes = o.written.get("error_count") if crashing else 0
         reason = (o.written.get("info") or {}).get("error") if crashing else None
         crashes = crashes if type(crashes) is int and crashes > 0 else 0
-        return AddJob(o.spec, again=True, added_at=o.added_at, crashes=crashes, crash_reason=reason)
+        return AddJob(
+            o.spec,
+            again=True,
+            added_at=o.added_at,
+            crashes=crashes,
+            crash_reason=reason,
+            checkpoint=o.last_checkpoint(),
+        )
 
     @staticmethod
     def _doc_state(summary: dict | None, stats: Any) -> dict:

@@ -72,6 +72,11 @@ class Owned:
     written: dict = field(default_factory=dict)
     renewed_at: float = field(default_factory=time.monotonic)
     added_at: float | None = None  # wall time of the last AddJob of its spec
+    checkpoint: Any = None  # the document's stored one when it was taken (``written`` has later ones)
+
+    def last_checkpoint(self) -> Any:
+        """What its job last checkpointed, as far as this node wrote it."""
+        return self.written.get("checkpoint", self.checkpoint)
 
 
 class LeaseKeeping:

@@ -320,17 +320,17 @@ class Scheduling:
         self.counters = dict.fromkeys(self.COUNTERS, 0)
 
     # ---------------------------------------------------------- requests
-    def add_job(self, spec: JobSpec, crashes: int = 0, reason: Any = None) -> JobRow:
+    def add_job(self, spec: JobSpec, crashes: int = 0, reason: Any = None, checkpoint: Any = None) -> JobRow:
         """Add a job, replacing (stopping) one with the same id, and start
         it at once if there is room. ``crashes``: the job crashed that many
         times in a row before (under this scheduler's predecessor): it is
-        added crashing, backing off for that count from now (not started)."""
+        added crashing, backing off for that count from now (not started).
+        ``checkpoint``: its handler's last one (its first run resumes there)."""
         self.maybe_remove_job(spec.id)
         now = self.clock.time()
         crashed = [Event(EventType.CRASHED, now, reason)] * min(crashes, MAX_BACKOFF_EXPONENT + 1)
-        job = self.table.put(
-            JobRow(spec.id, spec, (crashed + [Event(EventType.ADDED, now)])[: self.settings.max_history])
-        )
+        history = (crashed + [Event(EventType.ADDED, now)])[: self.settings.max_history]
+        job = self.table.put(JobRow(spec.id, spec, history, checkpoint=checkpoint))
         if not crashed:
             self.maybe_start_newly_added_job(job)
         self.counters["adds"] += 1

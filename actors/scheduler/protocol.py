@@ -50,13 +50,16 @@ class AddJob:
     one of the node's job hosts since (a completed one-shot job) is then
     not run again: the answer is :data:`ALREADY_COMPLETED`. ``crashes``: the job was crashing under the
     predecessor, that many times in a row (``crash_reason`` the last): it
-    is added backing off for that count, not started at once."""
+    is added backing off for that count, not started at once.
+    ``checkpoint``: what its handler last checkpointed (a document's, kept
+    in the store): its first run here resumes from it."""
 
     spec: dict
     again: bool = False
     added_at: Optional[float] = None
     crashes: int = 0
     crash_reason: Any = None
+    checkpoint: Any = None
 
 
 #: The answer to ``AddJob(again=True)`` for a job that completed meanwhile.
@@ -103,9 +106,10 @@ class JobsPage:
 
 @dataclass(frozen=True)
 class JobStates:
-    """For each id of ``job_ids`` (a list of at most :data:`MAX_IDS` str ids), the
-    pair ``(JobSummary's answer, the job's reported stats)``, or None if the
-    job is not in the table: one call where a caller owns many jobs."""
+    """For each id of ``job_ids`` (a list of at most :data:`MAX_IDS` str ids),
+    ``(JobSummary's answer, the job's reported stats, its last checkpoint)``,
+    or None if the job is not in the table: one call where a caller owns
+    many jobs."""
 
     job_ids: list
 

@@ -329,7 +329,7 @@ class Scheduler(GenServer):
                 if spec.id not in self.core.table:
                     return ALREADY_COMPLETED  # the run of the caller's add ended normally
             check_runnable(spec)  # here, where the jobs' processes fork from: their path, their files
-            return self._add_job(spec, msg.crashes, msg.crash_reason)
+            return self._add_job(spec, msg.crashes, msg.crash_reason, msg.checkpoint)
         if isinstance(msg, RemoveJob):
             if self._job(msg.job_id) is None:
                 return False
@@ -402,7 +402,7 @@ class Scheduler(GenServer):
         show it until it has ended), or None."""
         return next((job for job in self.runners.ending_jobs() if job.id == job_id), None)
 
-    def _add_job(self, spec: JobSpec, crashes: int = 0, reason: Any = None) -> Any:
+    def _add_job(self, spec: JobSpec, crashes: int = 0, reason: Any = None, checkpoint: Any = None) -> Any:
         existing = self.core.table.get(spec.id)
         if (
             spec.id in self.adopted
@@ -415,7 +415,7 @@ class Scheduler(GenServer):
             self.core.table.update(existing, spec=spec)
             return spec.id
         self.adopted.discard(spec.id)
-        self.core.add_job(spec, crashes, reason)
+        self.core.add_job(spec, crashes, reason, checkpoint)
         return spec.id
 
     def _load_jobs(self, rows: list) -> int:
@@ -509,7 +509,7 @@ class Scheduler(GenServer):
         out = {}
         for job_id in self._check_ids(job_ids):
             job = self._job(job_id)
-            out[job_id] = None if job is None else (self.core.job_summary(job.id), dict(job.stats))
+            out[job_id] = None if job is None else (self.core.job_summary(job.id), dict(job.stats), job.checkpoint)
         return out
 
     def _hosted_exited(self, msg: JobExited) -> None:

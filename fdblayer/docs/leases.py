@@ -8,10 +8,12 @@ themselves are :mod:`fdblayer.docs`.
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from typing import Any, Optional
 
 from fdblayer.docs.model import (
     DOCS_TYPE,
+    MAX_CHECKPOINT_SIZE,
     Doc,
     DocState,
     Lease,
@@ -21,11 +23,12 @@ from fdblayer.docs.model import (
     _Named,
     _read,
     parse_queue_job_id,
+    storable_checkpoint,
 )
 from fdblayer.interface import Database, Transaction, transactional
 from fdblayer.jobs import activity, model, pending, transitions
 from fdblayer.jobs.codec import decode_data
-from fdblayer.jobs.exceptions import InvalidArgument
+from fdblayer.jobs.exceptions import EncodingError, InvalidArgument
 from fdblayer.jobs.keys import DEFAULT_LAYOUT
 from fdblayer.jobs.job import JobState
 from fdblayer.jobs.validate import MAX_SCHED_TIME, check_optional_sched_time, check_sched_time
@@ -86,6 +89,7 @@ def accept(tr: Transaction, node: str, now: float) -> tuple[Optional[tuple[Lease
         doc.start_time,
         node,
         None,
+        doc.checkpoint,
     )
     tr.set(_key(db_name, doc_id), _encode(doc))
     return (Lease(job, db_name, doc_id, doc.rev), doc), None
@@ -209,6 +213,7 @@ def _renew_one(
         return CHANGED, None
     if fields:
         changed = fields.get("state", doc.state) != doc.state
+        before = doc
         doc = Doc(
             doc.db_name,
             doc.doc_id,
@@ -221,12 +226,51 @@ def _renew_one(
             fields.get("start_time", doc.start_time),
             doc.node,
             fields.get("id", doc.job_id),
+            _checkpoint(lease, fields, doc.checkpoint),
         )
-        tr.set(_key(doc.db_name, doc.doc_id), _encode(doc))
+        tr.set(_key(doc.db_name, doc.doc_id), _encode_keeping(doc, before.checkpoint))
     if finished:
         model.finish(tr, DEFAULT_LAYOUT, job, None)
         return DONE, None
     return KEPT, Lease(model.update_held(tr, DEFAULT_LAYOUT, held, None), lease.db_name, lease.doc_id, lease.rev)
+
+
+#: A running document's ``info`` when the handler's reported stats would not fit its row.
+INFO_TOO_LARGE = {"error": "the reported stats are too large to keep"}
+
+
+def _encode_keeping(doc: Doc, kept: Any) -> bytes:
+    """The row of ``doc``, within the store's value limit whatever the
+    handler reported (a renewal must never fail for a handler's values):
+    if it is too large, with :data:`INFO_TOO_LARGE` as its info (stats are
+    for display, a checkpoint is the run's progress), then also with the
+    checkpoint ``kept`` instead of its new one."""
+    for candidate in (doc, replace(doc, info=INFO_TOO_LARGE), replace(doc, checkpoint=kept, info=INFO_TOO_LARGE)):
+        try:
+            raw = _encode(candidate)
+        except EncodingError:
+            continue
+        if candidate is not doc:
+            logger.warning("doc_values_not_kept doc=%s/%s reason=row_too_large", doc.db_name, doc.doc_id)
+        return raw
+    return _encode(replace(doc, checkpoint=None, info=INFO_TOO_LARGE))  # the body alone fits: put checked it
+
+
+def _checkpoint(lease: Lease, fields: dict[str, Any], kept: Any) -> Any:
+    """The checkpoint a renewal writes: ``fields``' new one when a row may
+    keep it (:func:`~fdblayer.docs.model.storable_checkpoint`), else the
+    one ``kept`` (a refused one is logged: the row keeps the last that fitted)."""
+    if "checkpoint" not in fields or fields["checkpoint"] == kept:
+        return kept
+    if storable_checkpoint(fields["checkpoint"]):
+        return fields["checkpoint"]
+    logger.warning(
+        "doc_checkpoint_not_kept doc=%s/%s reason=not_plain_data_or_over_%d_bytes",
+        lease.db_name,
+        lease.doc_id,
+        MAX_CHECKPOINT_SIZE,
+    )
+    return kept
 
 
 @transactional

@@ -63,6 +63,8 @@ __all__ = [
     "queue_job_id",
     "parse_queue_job_id",
     "check_body",
+    "storable_checkpoint",
+    "MAX_CHECKPOINT_SIZE",
     "check_names",
     "put",
     "get",
@@ -85,6 +87,9 @@ PREFIX = fdb.tuple.pack(("docs",))
 #: Largest encoded document body (the row keeps room for state and info).
 MAX_BODY_SIZE = 64_000
 MAX_INFO_TEXT = 2_000
+#: Largest encoded checkpoint a document's row keeps (a larger one is not
+#: kept: the row keeps the last that fitted).
+MAX_CHECKPOINT_SIZE = 16_000
 
 Tx = Union[Database, Transaction]
 
@@ -131,6 +136,9 @@ class Doc:
     start_time: Optional[float] = None
     node: Optional[str] = None
     job_id: Optional[str] = None
+    #: What its job's handler last checkpointed (``ctx.checkpoint``), as
+    #: msgpack keeps it: the run on whichever node takes it next resumes there.
+    checkpoint: Any = None
 
 
 @dataclass(frozen=True)
@@ -259,6 +267,15 @@ def _clean_info(info: Any) -> Any:
     return str(info)[:MAX_INFO_TEXT]
 
 
+def storable_checkpoint(value: Any) -> bool:
+    """Whether a document's row may keep ``value`` as its checkpoint: msgpack
+    encodes it (plain data) within :data:`MAX_CHECKPOINT_SIZE` bytes."""
+    try:
+        return len(msgpack.packb(value, use_bin_type=True)) <= MAX_CHECKPOINT_SIZE
+    except Exception:  # noqa: BLE001 - any value msgpack refuses is not storable
+        return False
+
+
 # ------------------------------------------------------------------ rows
 
 
@@ -286,6 +303,7 @@ def _decode(db_name: str, doc_id: str, raw: bytes) -> Doc:
             v.get("start_time"),
             v.get("node"),
             v.get("id"),
+            v.get("checkpoint"),
         )
     except Exception as exc:  # noqa: BLE001 - any decoding failure is the same corrupt row
         raise CorruptValue(
@@ -324,6 +342,7 @@ def _encode(doc: Doc) -> bytes:
             "start_time": doc.start_time,
             "node": doc.node,
             "id": doc.job_id,
+            "checkpoint": doc.checkpoint,
         },
         use_bin_type=True,
     )

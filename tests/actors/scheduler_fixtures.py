@@ -111,3 +111,16 @@ def ledger(ctx: Any) -> None:
         if ctx.wait(ctx.options.get("tick", 0.05)):
             break
     write("stop", time.time())
+
+
+def checkpoint_ledger(ctx: Any) -> None:
+    """Records each start with the checkpoint it resumes from (``start
+    <json>`` in ``options['ledger']``), then checkpoints a count every 0.1 s."""
+    import json
+
+    with open(ctx.options["ledger"], "a") as f:
+        f.write(f"start {json.dumps(ctx.last_checkpoint, separators=(',', ':'))}\n")
+    n = (ctx.last_checkpoint or {}).get("n", 0)
+    while not ctx.wait(0.1):
+        n += 1
+        ctx.checkpoint({"n": n})

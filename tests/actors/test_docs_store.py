@@ -188,3 +188,35 @@ def test_leases_renewed_together_are_each_re_enqueued_when_silent(db):
     assert sorted(again) == sorted(lease.job.id for lease in leases)
     states = {jobs.get_job_state(db, docs.DOCS_TYPE, lease.job.id) for lease in leases}
     assert states == {"pending"}
+
+
+def test_a_documents_checkpoint_is_kept_across_accepts_and_bounded(db):
+    """A renewal keeps the handler's checkpoint in the row, the next node's
+    accept reads it; a value msgpack refuses, one over the bound, or one
+    that would make the row too large leaves the last one kept (a renewal
+    never fails for a handler's value); a new revision starts afresh."""
+    big_body = dict(IDLE, options={"pad": "x" * 62_000})
+    docs.put(db, "_replicator", "a", big_body)
+    (lease, _), _ = doc_leases.accept(db, "n1", time.time())
+    stats = {f"k{i}": "v" * 1_900 for i in range(12)}  # 23 KB: with the body, 15 KB short of the value limit
+
+    def renew(checkpoint, info=stats):  # noqa: ANN001, ANN202
+        nonlocal lease
+        fields = {"state": "running", "checkpoint": checkpoint, "info": info}
+        outcome, lease = doc_leases.renew(db, [lease], {lease.job.id: fields}, set(), 0)[lease.job.id]
+        assert outcome == doc_leases.KEPT
+        doc = docs.get(db, "_replicator", "a")
+        return doc.checkpoint if info is stats else (doc.checkpoint, doc.info)
+
+    assert renew({"n": 7}) == {"n": 7}
+    assert renew({"n": object()}) == {"n": 7}, "not plain data: the last kept stays"
+    assert renew("y" * (store_docs.MAX_CHECKPOINT_SIZE + 1)) == {"n": 7}, "over the bound"
+    big = "z" * 15_000  # within the bound, but with the stats the row would pass the store's value limit
+    assert renew(big, dict(stats)) == (big, doc_leases.INFO_TOO_LARGE), "the progress before the stats"
+    too_many = {f"k{i}": "v" * 1_900 for i in range(40)}  # the stats alone no longer fit beside the body
+    assert renew({"n": 8}, too_many) == ({"n": 8}, doc_leases.INFO_TOO_LARGE)
+    assert doc_leases.release(db, [lease]) == [lease.job.id]
+    (_, doc), _ = doc_leases.accept(db, "n2", time.time())
+    assert doc.checkpoint == {"n": 8}, "the next node resumes from it"
+    docs.put(db, "_replicator", "a", IDLE)
+    assert docs.get(db, "_replicator", "a").checkpoint is None, "a new revision starts afresh"
