@@ -34,7 +34,7 @@ import threading
 import time
 from typing import Any, Callable, Iterator, Optional
 
-from .procs import open_process, readable
+from .procs import group_members, open_process, readable
 
 __all__ = [
     "STOP_SIGNALS",
@@ -45,6 +45,7 @@ __all__ = [
     "catching_stops",
     "StopCatcher",
     "kill_node_group",
+    "freeze_node_group",
 ]
 
 log = logging.getLogger(__name__)
@@ -184,6 +185,36 @@ def _die_with(pid: int, start: Optional[int]) -> None:
         readable([fd])
     time.sleep(OWNER_DOWN_GRACE)
     kill_node_group()
+
+
+#: The processes :func:`freeze_node_group` leaves running (their command
+#: line starts so): Thespian's admin and logger, through which a last report
+#: reaches the log.
+KEEP_RUNNING = (b"MultiProcAdmin ", b"logger ")
+
+
+def freeze_node_group() -> int:
+    """SIGSTOP every other process of the node this process belongs to (its
+    session's process group, as :func:`kill_node_group` finds it) but those
+    of :data:`KEEP_RUNNING`: the node's work stops at once (no message sent,
+    no job handed out or started) while a last report still reaches the
+    log; :func:`kill_node_group` follows. Returns how many were stopped."""
+    pgid = os.getpgid(0)
+    if pgid != os.getsid(0) or pgid <= 1:
+        return 0
+    stopped = 0
+    for pid in group_members(pgid) - {os.getpid()}:
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                title = f.read(64)
+        except OSError:
+            continue  # gone meanwhile
+        if title.startswith(KEEP_RUNNING):
+            continue
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGSTOP)  # the session is the node's alone: no stranger can be in it
+            stopped += 1
+    return stopped
 
 
 def kill_node_group() -> None:

@@ -15,7 +15,9 @@ supervising the node's children it
 * ties the node to the process that started it (``owner``, a pid and its
   start time, for a node started with ``die_with_owner``): it watches that
   process through a pidfd and, once it is gone (``kill -9`` of a foreground
-  ``otpjobs worker`` included), logs ``node_owner_down`` and SIGKILLs the
+  ``otpjobs worker`` included), logs ``node_owner_down``, stops (SIGSTOP)
+  the node's other processes but the admin and the logger at once, so no
+  work goes on while the report reaches the log, then SIGKILLs the
   node's process group (the session the admin created, which only the
   node's processes can be in), itself last.
 """
@@ -32,7 +34,7 @@ from . import messages as m
 from .procs import open_process, pid_alive as pid_alive  # noqa: F401 - pid_alive re-exported
 from .reasons import NOPROC
 from .reports import report
-from .owner import kill_node_group
+from .owner import freeze_node_group, kill_node_group
 from .supervisor import Supervisor
 
 log = logging.getLogger(__name__)
@@ -80,6 +82,7 @@ class NodeSupervisor(Supervisor):
 
     def _owner_down(self) -> None:
         report("node_owner_down", logging.ERROR, supervisor=self.name, owner=self._owner, action="kill_node")
+        freeze_node_group()  # the node's work stops now, not after the delay: only the log goes on
         self.start_timer(OWNER_DOWN_DELAY, self._kill_node, real=True)
 
     def _kill_node(self) -> None:

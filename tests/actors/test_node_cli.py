@@ -128,6 +128,7 @@ def test_a_sigkilled_node_command_takes_its_node_down_and_a_new_one_starts(node)
     node.proc.send_signal(signal.SIGKILL)
     node.proc.wait(10)
     wait_until(lambda: not group_pids(old_pgid), 3, "the node to die with its command")
+    assert "node_owner_down" in node.log.read_text(), "its processes stopped at once, its last report still logged"
     t0 = time.monotonic()
     node.start()
     assert time.monotonic() - t0 < 15

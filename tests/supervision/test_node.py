@@ -235,3 +235,44 @@ def test_a_starter_killed_before_its_node_supervisor_watches_it_takes_the_admin_
     finally:
         for pid in group_pids(pgid):
             signal_process(pid, start_time(pid), signal.SIGKILL)
+
+
+_FREEZE = """
+import json, os, subprocess, sys, time
+from supervision.owner import freeze_node_group
+kids = {
+    title: subprocess.Popen(["bash", "-c", f"exec -a '{title} ActorAddr-(T|:1)' sleep 60"])
+    for title in ("MultiProcAdmin", "logger", "Worker", "Dispatcher")
+}
+time.sleep(0.3)  # each exec'd under its title
+stopped = freeze_node_group()
+time.sleep(0.1)
+states = {}
+for title, kid in kids.items():
+    with open(f"/proc/{kid.pid}/stat") as f:
+        states[title] = f.read().rsplit(")", 1)[1].split()[0]
+print(json.dumps({"stopped": stopped, "states": states}), flush=True)
+for kid in kids.values():
+    kid.kill()
+    kid.wait()
+"""
+
+
+def test_a_node_whose_owner_died_stops_its_work_at_once_but_its_log(tmp_path):
+    """Found by a review: the node went on for the 0.2 s it gives its last
+    report to reach the log (a worker host started 3 jobs after its command
+    was SIGKILLed, one of them then run again as lost). The node's processes
+    are now stopped at once, but the admin and the logger."""
+    out = subprocess.run(
+        [sys.executable, "-c", _FREEZE],
+        cwd=ROOT,
+        env=os.environ.copy(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        start_new_session=True,  # its own session: the group is a node's, as the admin makes it
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    found = json.loads(out.stdout.strip().splitlines()[-1])
+    assert found["states"] == {"MultiProcAdmin": "S", "logger": "S", "Worker": "T", "Dispatcher": "T"}, found
+    assert found["stopped"] == 2
