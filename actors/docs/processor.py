@@ -373,7 +373,7 @@ class DocProcessor(LeaseKeeping, GenServer):
         ids = list(added)
         for chunk in range(0, len(ids), MAX_IDS):
             try:  # the owned jobs' states and stats only, in one call (not every job's dict)
-                answers = yield Request(sched, JobStates(ids[chunk : chunk + MAX_IDS]), CALL_TIMEOUT)
+                answers = yield Request(sched, JobStates(ids[chunk : chunk + MAX_IDS], True), CALL_TIMEOUT)
             except SCHEDULER_DOWN as exc:  # it restarts: the next tick adds the jobs to the new one
                 log.warning("doc_scheduler_unavailable step=job_states reason=%r", exc)
                 break

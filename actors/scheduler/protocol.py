@@ -107,11 +107,12 @@ class JobsPage:
 @dataclass(frozen=True)
 class JobStates:
     """For each id of ``job_ids`` (a list of at most :data:`MAX_IDS` str ids),
-    ``(JobSummary's answer, the job's reported stats, its last checkpoint)``,
-    or None if the job is not in the table: one call where a caller owns
-    many jobs."""
+    ``(JobSummary's answer, the job's reported stats)`` (with
+    ``checkpoints``, a third item: its handler's last checkpoint), or None
+    if the job is not in the table: one call where a caller owns many jobs."""
 
     job_ids: list
+    checkpoints: bool = False
 
 
 @dataclass(frozen=True)

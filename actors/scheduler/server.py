@@ -354,7 +354,7 @@ class Scheduler(GenServer):
         if isinstance(msg, JobSummary):
             return None if self._job(msg.job_id) is None else core.job_summary(msg.job_id)
         if isinstance(msg, JobStates):
-            return self._job_states(msg.job_ids)
+            return self._job_states(msg.job_ids, msg.checkpoints is True)
         if isinstance(msg, JobAddress):
             job = self._job(msg.job_id)
             if job is None or isinstance(job.pid, Starting):
@@ -505,11 +505,15 @@ class Scheduler(GenServer):
             removed += self.core.remove_job(job_id)
         return removed
 
-    def _job_states(self, job_ids: Any) -> dict:
-        out = {}
+    def _job_states(self, job_ids: Any, checkpoints: bool = False) -> dict:
+        out: dict = {}
         for job_id in self._check_ids(job_ids):
             job = self._job(job_id)
-            out[job_id] = None if job is None else (self.core.job_summary(job.id), dict(job.stats), job.checkpoint)
+            if job is None:
+                out[job_id] = None
+                continue
+            state = (self.core.job_summary(job.id), dict(job.stats))
+            out[job_id] = (*state, job.checkpoint) if checkpoints else state
         return out
 
     def _hosted_exited(self, msg: JobExited) -> None:
