@@ -251,7 +251,7 @@ class PostgresDatabase(IdleConnections[Any], Database):
             if row is None or row[0] in UPGRADABLE_FROM:  # new, being created, or older
                 self._create_or_upgrade(conn)
             else:
-                self._check_version_row(row)
+                self._check_version_row(row, conn)
             if self.flush_apart and not conn.execute(self.sql.can_flush_apart).fetchone()[0]:
                 raise StoreUnavailable(
                     f"store {self.where}: flush=apart needs EXECUTE on pg_logical_emit_message for this user"
@@ -281,18 +281,30 @@ class PostgresDatabase(IdleConnections[Any], Database):
                     conn.execute(statement)
                 logger.info("store_upgraded store=%s from=%d schema_version=%d", self.where, row[0], SCHEMA_VERSION)
                 return
-            self._check_version_row(row)
+            self._check_version_row(row, conn)
 
-    def _check_version(self, conn: Any) -> None:
-        self._check_version_row(conn.execute(self.sql.schema_version).fetchone())
-
-    def _check_version_row(self, row: Any) -> None:
+    def _check_version_row(self, row: Any, conn: Any) -> None:
+        """Refuse a store this program cannot use: one of an unknown version,
+        or a later one that does not declare it still readable by this
+        version's programs (``oldest_reader``, see :data:`OLDEST_READER`)."""
         version = None if row is None else row[0]
-        if version != SCHEMA_VERSION:
-            raise StoreUnavailable(
-                f"store {self.where}: its schema is version {version}, this program knows "
-                f"version {SCHEMA_VERSION}; open it with the version that made it, or use another prefix"
-            )
+        if version == SCHEMA_VERSION:
+            return
+        if isinstance(version, int) and version > SCHEMA_VERSION:
+            oldest = conn.execute(self.sql.oldest_reader).fetchone()
+            if oldest is not None and isinstance(oldest[0], int) and oldest[0] <= SCHEMA_VERSION:
+                logger.info(
+                    "store_newer store=%s schema_version=%d oldest_reader=%d this_program=%d",
+                    self.where,
+                    version,
+                    oldest[0],
+                    SCHEMA_VERSION,
+                )
+                return
+        raise StoreUnavailable(
+            f"store {self.where}: its schema is version {version}, this program knows "
+            f"version {SCHEMA_VERSION}; open it with the version that made it, or use another prefix"
+        )
 
     def _check_fork(self) -> None:
         """After os.fork(): drop (never reuse, never close) the parent's connections."""

@@ -30,6 +30,7 @@ from fdblayer.exceptions import (
 __all__ = [
     "SCHEMA_VERSION",
     "UPGRADABLE_FROM",
+    "OLDEST_READER",
     "KEY_PREFIX_BYTES",
     "check_prefix",
     "schema_sql",
@@ -55,6 +56,14 @@ SCHEMA_VERSION = 5
 #: hub read. The atomic add is replaced in place
 #: (faster in version 3, the same results).
 UPGRADABLE_FROM = (1, 2, 3, 4)
+#: A store of a later version than this program's is opened only if its
+#: ``meta`` row ``oldest_reader`` (the oldest schema version whose programs
+#: may still use it: the later version kept what they call, as version 5
+#: kept version 3's commit function) is at most :data:`SCHEMA_VERSION`, so
+#: a rolling upgrade's older processes can restart while it lasts. Absent,
+#: it is the store's own version. Written by a version that keeps older
+#: ones working; this one has no row to write.
+OLDEST_READER = "oldest_reader"
 #: Bytes of a key in the index's ordering column (btree entries must stay
 #: under a third of a page); longer keys add their sha256 for uniqueness.
 KEY_PREFIX_BYTES = 1024
@@ -352,6 +361,7 @@ class Statements:
         self.begin = "BEGIN ISOLATION LEVEL REPEATABLE READ"
         self.read_version = f"SELECT value FROM {meta} WHERE name = 'commit_version'"
         self.schema_version = f"SELECT value FROM {meta} WHERE name = 'schema_version'"
+        self.oldest_reader = f"SELECT value FROM {meta} WHERE name = '{OLDEST_READER}'"
         # Every read returns the commit version first, as (NULL, 8 bytes big-endian).
         version = f"SELECT NULL::bytea, int8send(value) FROM {meta} WHERE name = 'commit_version'"
         self.version_only = version

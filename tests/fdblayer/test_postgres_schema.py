@@ -40,6 +40,36 @@ def test_a_store_of_another_schema_version_is_refused_naming_both(pg_server, pg_
     assert "version 99" in str(caught.value) and f"version {SCHEMA_VERSION}" in str(caught.value)
 
 
+@pytest.mark.parametrize("oldest_reader", [SCHEMA_VERSION, SCHEMA_VERSION + 1])
+def test_a_later_store_is_used_only_when_it_says_this_version_may(pg_server, pg_url, oldest_reader):
+    """A rolling upgrade (found by a review): a later version's store kept
+    older programs working, but each refused it at its next open, so an old
+    host whose dispatcher restarted crash-looped until its supervisor gave
+    up. A later store that declares it still readable by this version
+    (``oldest_reader``) is opened; one that does not is refused as before."""
+    db = fdblayer.open(pg_url)
+    db.set(b"k", b"before")
+    db.close()
+    prefix = fdblayer.parse_store_url(pg_url).params["prefix"]
+    with psycopg.connect(pg_server.conninfo(), autocommit=True) as conn:
+        conn.execute(f"UPDATE \"{prefix}_meta\" SET value = {SCHEMA_VERSION + 1} WHERE name = 'schema_version'")
+        conn.execute(f"INSERT INTO \"{prefix}_meta\" VALUES ('oldest_reader', {oldest_reader})")
+    if oldest_reader > SCHEMA_VERSION:
+        with pytest.raises(StoreUnavailable, match=f"version {SCHEMA_VERSION + 1}"):
+            fdblayer.open(pg_url)
+        return
+    db = fdblayer.open(pg_url)
+    try:
+        assert db.get(b"k") == b"before"
+        db.set(b"k", b"after")
+        assert db.get(b"k") == b"after"
+    finally:
+        db.close()
+    with psycopg.connect(pg_server.conninfo()) as conn:
+        row = conn.execute(f"SELECT value FROM \"{prefix}_meta\" WHERE name = 'schema_version'").fetchone()
+    assert row[0] == SCHEMA_VERSION + 1, "the later store is used as it is, never downgraded"
+
+
 def _set_back(pg_server, prefix: str, version: int) -> None:
     """Make a current store look as a program of ``version`` left it: its
     number, and without version 3's commit function (the one whose
