@@ -52,7 +52,7 @@ from .exceptions import BadCall, BadCast, BadInfo
 from .logs import log_directly
 from .reasons import KILLED, NOPROC, NORMAL, SHUTDOWN, is_normal, portable
 from .procs import die_with_parent as die_with_parent  # noqa: F401 - re-exported
-from .procs import install_fork_hygiene, pid_alive, signal_process, start_time
+from .procs import die_on_faults, install_fork_hygiene, pid_alive, signal_process, start_time
 from .reports import report
 from .owner import ignore_stop_signals
 from .calls import Calls, From as From, Request as Request  # noqa: F401 - From and Request re-exported
@@ -125,6 +125,7 @@ class GenServer(Calls, Timers, ChildDeaths, Actor):  # type: ignore[misc]  # Act
             die_with_parent(parent.pid)
             install_fork_hygiene()  # its children will not hold each other's pipes
             ignore_stop_signals()  # the node's owner stops the node
+            die_on_faults()  # a segfault kills it (Thespian's handler would spin it for ever)
             log_directly()  # not through Thespian's logger: a burst would block this actor
         self._started = False
         self._exiting = False

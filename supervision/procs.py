@@ -12,6 +12,7 @@ number meanwhile.
 from __future__ import annotations
 
 import ctypes
+import faulthandler
 import logging
 import math
 import os
@@ -21,6 +22,30 @@ from typing import Iterable, NamedTuple
 
 log = logging.getLogger(__name__)
 _PR_SET_PDEATHSIG = 1
+#: Signals of a fault in native code (a segfault...): a handler cannot
+#: return from one (the faulting instruction runs again), so the Python
+#: handler Thespian sets for every signal spins the process for ever, on a
+#: CPU, instead of letting it die.
+FAULT_SIGNALS = tuple(getattr(signal, n) for n in ("SIGSEGV", "SIGBUS", "SIGFPE", "SIGILL") if hasattr(signal, n))
+_fault_fd: tuple[int, int] = (0, -1)  # (pid, the stderr copy faulthandler writes to in that process)
+
+
+def die_on_faults() -> None:
+    """In an actor's process (its main thread, after Thespian set its
+    handlers): a fault in native code kills the process, as it would
+    without them, so its supervisor sees it die; first the Python
+    traceback of every thread goes to stderr (``faulthandler``), through a
+    copy of the descriptor that code closing fd 2 cannot take away."""
+    global _fault_fd
+    faulthandler.disable()  # enabled by the process this one was forked from: it would not install itself again
+    for sig in FAULT_SIGNALS:
+        signal.signal(sig, signal.SIG_DFL)
+    try:
+        if _fault_fd[0] != os.getpid():  # a fork's copy may be closed (fork hygiene) or reused: never touched
+            _fault_fd = (os.getpid(), os.dup(2))  # not inherited by exec'd programs (O_CLOEXEC)
+        faulthandler.enable(file=_fault_fd[1], all_threads=True)
+    except (OSError, ValueError, RuntimeError) as exc:  # no stderr: the fault still kills, untold
+        log.debug("faulthandler_unavailable error=%r", exc)
 
 
 class ProcStat(NamedTuple):
