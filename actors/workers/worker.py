@@ -302,8 +302,25 @@ class Worker(GenServer):
         with self.cv:
             if self.loop is None:
                 self.loop = asyncio.new_event_loop()
-                threading.Thread(target=self.loop.run_forever, name="async-handlers", daemon=True).start()
+                threading.Thread(target=self._run_loop, args=(self.loop,), name="async-handlers", daemon=True).start()
             return self.loop
+
+    def _run_loop(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Run the async handlers' loop for the worker's life. Nothing of the
+        worker stops it, so a stop is a handler's (``loop.stop()``): the loop
+        runs on, or its queued and running neighbours would wait for ever. A
+        loop that cannot run (a handler closed it) ends the worker, whose
+        supervisor restarts it (its runs end as ``WorkerDied``)."""
+        told = False
+        while True:
+            try:
+                loop.run_forever()
+            except BaseException as exc:  # noqa: BLE001 - a closed or broken loop: no async run can go on here
+                log.error("async_loop_failed pid=%d error=%r: the worker exits", self.pid, exc)
+                os._exit(70)
+            if not told:
+                told = True
+                log.warning("async_loop_stopped pid=%d by=a_handler action=resumed", self.pid)
 
     def _start_async(self) -> None:
         """In the loop's thread: start queued async runs while there is room,

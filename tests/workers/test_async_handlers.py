@@ -26,6 +26,11 @@ def _log(ctx, event, **more):
         f.write(json.dumps({"id": ctx.id, "type": ctx.type, "event": event, "attempt": ctx.attempt,
                             "pid": os.getpid(), "t": time.time(), **more}) + "\\n")
 
+async def stops_loop(ctx):
+    asyncio.get_running_loop().stop()
+    await asyncio.sleep(0.05)
+    return "went on"
+
 async def nap(ctx):
     _log(ctx, "start")
     await asyncio.sleep(ctx.data.get("s", 1.0))
@@ -333,3 +338,18 @@ def test_async_concurrency_is_a_setting_and_a_flag_with_bounds(workdir):
 
     with pytest.raises(InvalidArgument, match="async concurrency must be from 1 to 10000"):
         check(spec_from_config(cfg, ["a=handlers_mod:noop"], [], Args()))
+
+
+@pytest.mark.slow
+def test_an_async_handler_stopping_its_loop_does_not_strand_its_neighbours(hosts, db, ledger):
+    """Found by a review (2 of 2): a handler's ``loop.stop()`` ended the
+    worker's loop for good; that job stayed running and the async runs
+    queued behind it in that worker stayed claimed until the host stopped,
+    while another worker idled. The loop now runs on."""
+    host = hosts(["a=async_mod:nap", "b=async_mod:stops_loop"], concurrency=1)
+    bad = jobs.enqueue(db, "b", {})
+    ids = _enqueue(db, "a", [{"s": 0.2, "n": n} for n in range(5)])
+    assert jobs.result(db, "b", bad, timeout=20) == "went on"
+    assert [jobs.result(db, "a", i, timeout=20) for i in ids] == list(range(5))
+    assert "async_loop_stopped" in host.log()
+    assert jobs.result(db, "b", jobs.enqueue(db, "b", {}), timeout=20) == "went on", "and again"
