@@ -209,7 +209,12 @@ class DocProcessor(LeaseKeeping, GenServer):
             # state change: re-added as such unless the scheduler still runs it
             spec = scheduler_spec(doc, time.time())
             self.owned[lease.job.id] = Owned(
-                lease, spec, TAKEN_BACK, renewed_at=unrenewed, added_at=doc.last_updated, checkpoint=doc.checkpoint
+                lease,
+                spec,
+                TAKEN_BACK,
+                written={"checkpoint": doc.checkpoint},
+                renewed_at=unrenewed,
+                added_at=doc.last_updated,
             )
         if held:
             self._renew_all({}, set())
@@ -263,8 +268,8 @@ class DocProcessor(LeaseKeeping, GenServer):
                 break
             if found is not None:
                 lease, doc = found
-                spec = scheduler_spec(doc, time.time())
-                self.owned[lease.job.id] = Owned(lease, spec, renewed_at=asked_at, checkpoint=doc.checkpoint)
+                spec, written = scheduler_spec(doc, time.time()), {"checkpoint": doc.checkpoint}
+                self.owned[lease.job.id] = Owned(lease, spec, written=written, renewed_at=asked_at)
                 self.counters["accepted"] += 1
                 log.info("doc_accepted doc=%s/%s rev=%s", lease.db_name, lease.doc_id, lease.rev)
                 accepted += 1
@@ -398,7 +403,7 @@ class DocProcessor(LeaseKeeping, GenServer):
         plain one, or :meth:`_add_again` for one its predecessor ran."""
         if o.added_to not in (None, MAYBE_ADDED):
             return cls._add_again(o)
-        return AddJob(o.spec, checkpoint=o.last_checkpoint())
+        return AddJob(o.spec, checkpoint=o.written.get("checkpoint"))
 
     @staticmethod
     def _add_again(o: Owned) -> AddJob:
@@ -414,7 +419,7 @@ class DocProcessor(LeaseKeeping, GenServer):
             added_at=o.added_at,
             crashes=crashes,
             crash_reason=reason,
-            checkpoint=o.last_checkpoint(),
+            checkpoint=o.written.get("checkpoint"),
         )
 
     @staticmethod

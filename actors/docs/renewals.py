@@ -62,8 +62,10 @@ FRESH_SHARE = 0.25
 
 @dataclass
 class Owned:
-    """A document this node holds: its lease, the scheduler spec, what was
-    last written, and when (``time.monotonic()``) its lease was last renewed."""
+    """A document this node holds: its lease, the scheduler spec, what its
+    row holds as this node last wrote it (from the start, the checkpoint
+    it was taken with), and when (``time.monotonic()``) its lease was last
+    renewed."""
 
     lease: docs.Lease
     spec: dict
@@ -72,11 +74,6 @@ class Owned:
     written: dict = field(default_factory=dict)
     renewed_at: float = field(default_factory=time.monotonic)
     added_at: float | None = None  # wall time of the last AddJob of its spec
-    checkpoint: Any = None  # the document's stored one when it was taken (``written`` has later ones)
-
-    def last_checkpoint(self) -> Any:
-        """What its job last checkpointed, as far as this node wrote it."""
-        return self.written.get("checkpoint", self.checkpoint)
 
 
 class LeaseKeeping:

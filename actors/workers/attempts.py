@@ -84,7 +84,7 @@ class AttemptEnds(DispatcherState):
             log.info("job_outcome_discarded host=%s type=%s job=%s reason=lock_lost", self.host, job.type, job.id)
             return
         if self._stopped_by_drain(running, error):
-            self._put_back([running], "stopped_by_drain")
+            self._put_back([job], "stopped_by_drain")
             return
         if error is not None and running.timed_out:
             error = dict(
@@ -123,9 +123,7 @@ class AttemptEnds(DispatcherState):
                 continue
             end = planner.attempt_end(e.error, e.attempt, e.max_attempts, self.types[job.type].backoff, now)
             outcomes.append(_outcome(job, end, e.result, e.error, e.seconds, e.started))
-        for job in stopped:
-            log.info("job_released host=%s type=%s job=%s reason=stopped_by_drain", self.host, job.type, job.id)
-        self._release(stopped)
+        self._put_back(stopped, "stopped_by_drain")
         if not outcomes:
             return
         kept = 0

@@ -53,14 +53,13 @@ class Draining(DispatcherState):
         job's failure. A run past its time limit was stopped for that."""
         return self.draining and error is not None and bool(error.get("stopped")) and not running.timed_out
 
-    def _put_back(self, runs: list, reason: str, level: int = logging.INFO) -> None:
-        """Put held runs' jobs back in the queue, uncounted, each logged
+    def _put_back(self, jobs: list, reason: str, level: int = logging.INFO) -> None:
+        """Put held jobs back in the queue, uncounted, each logged
         (``job_released reason=...``): stopped by this host (a drain, its
         grace, a kill meant for another run), not failed."""
-        for running in runs:
-            job = running.claimed.job
+        for job in jobs:
             log.log(level, "job_released host=%s type=%s job=%s reason=%s", self.host, job.type, job.id, reason)
-        self._release([r.claimed.job for r in runs])
+        self._release(jobs)
 
     def _drain(self, msg: Drain, from_: Any) -> Any:
         self._settle()  # the step in flight first (see actors.workers.stepping)
@@ -170,7 +169,7 @@ class Draining(DispatcherState):
 
     def _give_back_late(self, late: list) -> None:
         """Put the runs still late back in the queue, uncounted, and answer."""
-        self._put_back([r for r in late if r.late], "grace_over", logging.WARNING)
+        self._put_back([r.claimed.job for r in late if r.late], "grace_over", logging.WARNING)
         for _, slot in self.slots.items():
             slot.runs.clear()
             slot.current = None

@@ -217,4 +217,4 @@ class PoolKeeping(DispatcherState):
         kill, not their failure."""
         for running in runs:
             self.to_mark.pop(running.token, None)
-        self._put_back(runs, "worker_killed_for_another_run")
+        self._put_back([r.claimed.job for r in runs], "worker_killed_for_another_run")

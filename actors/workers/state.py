@@ -127,8 +127,5 @@ class DispatcherState(GenServer):
     def _stopped_by_drain(self, running: Any, error: Optional[dict]) -> bool:
         raise NotImplementedError
 
-    def _put_back(self, runs: list, reason: str, level: int = logging.INFO) -> None:
-        raise NotImplementedError
-
-    def _release(self, jobs: list) -> None:
+    def _put_back(self, jobs: list, reason: str, level: int = logging.INFO) -> None:
         raise NotImplementedError

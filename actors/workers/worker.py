@@ -79,7 +79,7 @@ class Worker(GenServer):
         self.loop: Optional[asyncio.AbstractEventLoop] = None  # started with the first async run
         self.commands: Optional[CommandReader] = None  # the dispatcher's pipe (UsePipe)
         self.journal: Optional[JournalWriter] = None  # ended runs, for a dispatcher's successor (UsePipe)
-        self.released: set = set()  # tokens of running runs a drain's Release told to stop (under cv)
+        self.released: set = set()  # tokens of running runs a drain's Release told to stop
 
     def handle_info(self, msg: Any) -> None:
         if isinstance(msg, UsePipe):
@@ -269,8 +269,8 @@ class Worker(GenServer):
         that dies before writing it), saying whether a drain had told it to
         stop (the successor then puts its job back uncounted)."""
         writer.end(run.token, seconds, result, error)
-        with self.cv:
-            released = run.token in self.released
+        released = run.token in self.released  # a set's test and discard need no lock (the GIL)
+        if released:
             self.released.discard(run.token)
         if self.journal is not None:
             self.journal.ended(run, wall, seconds, result, error, released)

@@ -15,7 +15,9 @@ import time
 
 import pytest
 
+import fdblayer
 from actors.names import SCHEDULER
+from fdblayer import docs as store_docs
 
 from .jobs_fixtures import wait_until
 from .test_docs_failover import CliNode
@@ -131,10 +133,18 @@ def test_a_documents_checkpoint_survives_its_scheduler_tree_killed(node, tmp_pat
     ledger = tmp_path / "cp.log"
     body = {"handler": f"{FIX}:checkpoint_ledger", "continuous": True, "options": {"ledger": str(ledger)}}
     assert node.request("PUT", "/_replicator/cp", body)[0] == 201
-    wait_until(lambda: _lines(ledger), 30, "the document's first run", step=0.05)
-    time.sleep(4.5)  # checkpoints every 0.1 s; the doc processor's tick (2 s) writes the latest
+    store = fdblayer.open(f"sqlite:///{tmp_path}/store.db")
+    try:  # checkpoints every 0.1 s; the doc processor's tick (2 s) writes the latest to its row
+
+        def stored():  # noqa: ANN202
+            kept = store_docs.get(store, "_replicator", "cp").checkpoint
+            return kept if kept and kept["n"] >= 10 else None
+
+        before = wait_until(stored, 30, "a checkpoint of n >= 10 in the document's row", step=0.1)
+    finally:
+        store.close()
     (tree,) = _titled(node, b"SchedulerTree")
     os.kill(tree, signal.SIGKILL)
     starts = wait_until(lambda: len(_lines(ledger)) >= 2 and _lines(ledger), 60, "the restarted run", step=0.1)
     resumed = json.loads(starts[1][1])
-    assert resumed is not None and resumed["n"] >= 10, f"the restarted run resumed from {resumed}: {starts}"
+    assert resumed is not None and resumed["n"] >= before["n"], f"the restarted run resumed from {resumed}: {starts}"

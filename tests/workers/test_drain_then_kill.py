@@ -10,11 +10,12 @@ from __future__ import annotations
 import os
 import signal
 import textwrap
-import time
+from pathlib import Path
 
 import pytest
 
 from actors import jobs
+from supervision.runtime import runtime_dir
 from tests.workers.hosts import wait_for
 from tests.workers.test_workers_trust import dispatcher_pid, read_all
 
@@ -38,6 +39,11 @@ def run(ctx):
 '''
 
 
+def _journaled(worker: int) -> bool:
+    """Whether the worker ``worker`` has written a record to its journal."""
+    return any(p.stat().st_size > 0 for p in Path(runtime_dir()).glob(f"jr-*-{worker}-*"))
+
+
 def test_a_drain_stopped_run_read_from_the_journal_is_released_not_counted(hosts, db, workdir):
     """Before: the successor applied the journaled ``stopped`` end as the
     job's failure (``max_attempts`` 1: failed for good)."""
@@ -51,11 +57,11 @@ def test_a_drain_stopped_run_read_from_the_journal_is_released_not_counted(hosts
     host.proc.send_signal(signal.SIGTERM)  # the drain: the running handler is told to stop
     wait_for(lambda: (marks / "stopping").exists(), 30, "the handler told to stop")
     pid = dispatcher_pid(host, db)
+    (worker,) = host.worker_pids()
     os.kill(pid, signal.SIGSTOP)  # it reads the end on its channel but cannot write it
     try:
         (marks / "go").touch()
-        wait_for(lambda: (marks / "raising").exists(), 30, "the handler's JobStopping")
-        time.sleep(0.5)  # the worker's channel and journal writes follow at once
+        wait_for(lambda: _journaled(worker), 30, "the worker's journal record of the run's end")
     finally:
         os.kill(pid, signal.SIGKILL)
 
