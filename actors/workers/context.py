@@ -36,6 +36,7 @@ __all__ = [
     "decode_result",
     "describe_error",
     "RESULT_LIMIT",
+    "RESULT_WRAPPER",
     "PROGRESS_LIMIT",
     "TRACEBACK_LIMIT",
     "MESSAGE_LIMIT",
@@ -46,6 +47,9 @@ RESULT_LIMIT = 64_000
 PROGRESS_LIMIT = 8_000
 TRACEBACK_LIMIT = 8_000
 MESSAGE_LIMIT = 2_000
+#: Bytes the stored form of a result adds around the result's own encoding
+#: (``{"result": ...}``): RESULT_LIMIT bounds the result itself.
+RESULT_WRAPPER = len(msgpack.packb({"result": None}, use_bin_type=True)) - 1
 
 
 def pool_context(
@@ -67,9 +71,14 @@ def _write_progress(db_factory: Callable[[], Any], job: Any, fields: dict[str, A
         EncodingError: not JSON-compatible, or past :data:`PROGRESS_LIMIT` (nothing is written).
         Halt: the job is no longer this worker's.
     """
-    encoded = encode_data(fields)
-    if len(encoded) > PROGRESS_LIMIT:
-        raise EncodingError(f"progress encodes to {len(encoded)} bytes; at most {PROGRESS_LIMIT}")
+    try:
+        size = len(encode_data(fields))
+    except EncodingError as exc:  # past the store's own limit: told as progress, with its limit
+        size = _packed_size(fields) or 0
+        if size <= PROGRESS_LIMIT or "encodes to" not in str(exc):
+            raise
+    if size > PROGRESS_LIMIT:
+        raise EncodingError(f"progress encodes to {size} bytes; at most {PROGRESS_LIMIT}")
     return work.set_progress(db_factory(), DEFAULT_LAYOUT, job, fields, PROGRESS_LIMIT)
 
 
@@ -84,7 +93,8 @@ class UnstorableResult(EncodingError):
 
 
 def encode_result(value: Any) -> bytes:
-    """A handler's return value as stored (JSON values; at most RESULT_LIMIT bytes).
+    """A handler's return value as stored (JSON values whose own encoding is
+    at most RESULT_LIMIT bytes; the stored form adds RESULT_WRAPPER).
 
     Raises:
         UnstorableResult: not JSON-compatible, or too large (the message
@@ -99,15 +109,15 @@ def encode_result(value: Any) -> bytes:
         raise UnstorableResult(_not_json(str(exc))) from None
     except Exception as exc:  # noqa: BLE001 - a value whose own methods raise while it is walked
         raise UnstorableResult(_not_json(f"it cannot be encoded: {type(exc).__name__}: {exc}")) from None
-    if len(encoded) > RESULT_LIMIT:
-        raise UnstorableResult(_too_large(len(encoded)))
+    if len(encoded) - RESULT_WRAPPER > RESULT_LIMIT:
+        raise UnstorableResult(_too_large(len(encoded) - RESULT_WRAPPER))
     return encoded
 
 
 def _packed_size(value: Any) -> Optional[int]:
-    """Bytes of the stored form of a result msgpack can pack, else None."""
+    """Bytes of ``value``'s msgpack encoding, else None (not packable)."""
     try:
-        return len(msgpack.packb({"result": value}, use_bin_type=True))
+        return len(msgpack.packb(value, use_bin_type=True))
     except Exception:  # noqa: BLE001 - not packable: not a size problem
         return None
 

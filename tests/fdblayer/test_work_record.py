@@ -42,7 +42,7 @@ def test_the_history_keeps_the_newest_entries_and_cuts_long_tracebacks():
 
 
 def test_a_record_with_the_largest_parts_fits_one_store_value():
-    from actors.workers.context import PROGRESS_LIMIT, RESULT_LIMIT, TRACEBACK_LIMIT
+    from actors.workers.context import PROGRESS_LIMIT, RESULT_LIMIT, RESULT_WRAPPER, TRACEBACK_LIMIT
 
     errors: tuple = ()
     for n in range(ERRORS_KEPT):
@@ -51,7 +51,7 @@ def test_a_record_with_the_largest_parts_fits_one_store_value():
         attempt=1000,
         max_attempts=1000,
         outcome="succeeded",
-        result=b"r" * RESULT_LIMIT,
+        result=b"r" * (RESULT_LIMIT + RESULT_WRAPPER),
         error={"type": "E", "message": "m" * 2_000, "traceback": "t" * TRACEBACK_LIMIT},
         progress={"p": "x" * PROGRESS_LIMIT},
         worker="h" * 300,

@@ -8,6 +8,7 @@ import os
 import signal
 import time
 
+import msgpack
 import pytest
 
 import fdblayer
@@ -163,8 +164,8 @@ def test_an_unencodable_result_fails_the_attempt(hosts, db):
         ({"when": datetime.datetime(2024, 1, 1)}, "datetime at result['when'] is not a JSON-compatible value"),
         ({"rows": [1, object()]}, "object at result['rows'][1] is not"),
         ({1: "x"}, "key 1 at result is a int"),
-        ("x" * 70_000, "it encodes to 70,013 bytes; results are limited to 64,000 bytes"),
-        ("x" * 200_000, "it encodes to 200,013 bytes; results are limited to 64,000 bytes"),
+        ("x" * 70_000, "it encodes to 70,005 bytes; results are limited to 64,000 bytes"),
+        ("x" * 200_000, "it encodes to 200,005 bytes; results are limited to 64,000 bytes"),
     ],
 )
 def test_an_unstorable_result_is_named_as_the_result_with_the_limit_and_is_final(value, says):
@@ -181,6 +182,37 @@ def test_an_unstorable_result_is_named_as_the_result_with_the_limit_and_is_final
     assert error["type"] == "UnstorableResult" and error["message"] == message and error["final"] is True
     assert "final" not in describe_error(ValueError("a handler's own error")), "only an unstorable result is final"
     assert "final" not in describe_error(EncodingError("ctx.progress() too large")), "nor other encoding errors"
+
+
+def test_the_result_limit_counts_the_result_not_its_wrapper():
+    """README: results of at most 64,000 bytes encoded: a result whose own
+    encoding is 64,000 bytes is kept (the stored form's 8 more bytes are
+    not the handler's), one more byte is refused."""
+    from actors.workers.context import RESULT_LIMIT, UnstorableResult, decode_result, encode_result
+
+    at_limit = "x" * (RESULT_LIMIT - 3)  # a str16 header: 3 bytes
+    assert len(msgpack.packb(at_limit)) == RESULT_LIMIT
+    assert decode_result(encode_result(at_limit)) == at_limit
+    with pytest.raises(UnstorableResult, match="encodes to 64,001 bytes"):
+        encode_result(at_limit + "x")
+
+
+@pytest.mark.parametrize("size", [8_100, 200_000, 10_000_000])
+def test_progress_past_its_limit_is_told_as_progress_with_its_limit(size):
+    """Past the store's own value limit too: the error names progress and
+    its 8,000 bytes, not job data and the store's limit; nothing is written
+    (the store is never opened)."""
+    from actors.workers.context import PROGRESS_LIMIT, _write_progress
+    from fdblayer.jobs.exceptions import EncodingError
+
+    def no_store():
+        raise AssertionError("nothing is written")
+
+    with pytest.raises(EncodingError) as info:
+        _write_progress(no_store, None, {"p": "x" * size})
+    message = str(info.value)
+    assert message.startswith("progress encodes to ") and message.endswith(f"at most {PROGRESS_LIMIT}"), message
+    assert "job data" not in message
 
 
 #: A handler that records each run (its side effect) and returns what cannot be stored.
