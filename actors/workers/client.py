@@ -453,18 +453,25 @@ def schedule(db: Any, type: Any, cron: str, data: Optional[dict] = None) -> None
     """Give a job type a periodic schedule: one job per tick, with ``data``,
     enqueued exactly once by whichever worker host serving the type fires
     first; ticks missed while no host ran are not replayed (only the latest).
+    A type no one declared yet gets :data:`DEFAULT_TYPE_TIMEOUT`, in the same
+    transaction, as :func:`enqueue` gives it.
 
     Raises:
         InvalidArgument: not a cron expression (see :mod:`actors.workers.schedule`), or a bad argument.
         EncodingError: ``data`` is not JSON-compatible.
-        NoTypeTimeout: ``type`` has no type timeout.
     """
     _check_db(db, "schedule")
     check_type(type)
     check_key_size(DEFAULT_LAYOUT, type, "tick-00000000000")
     cron = check_cron(cron)
     encoded = _encode({} if data is None else data, type, "tick")
-    periodic.set_schedule(db, DEFAULT_LAYOUT, type, cron, encoded, int(time.time()))
+    _declare_and_schedule(db, type, cron, encoded, int(time.time()))
+
+
+@transactional
+def _declare_and_schedule(tr: Transaction, job_type: Any, cron: str, encoded: bytes, now: int) -> None:
+    declare_type(tr, job_type)
+    periodic.set_schedule(tr, DEFAULT_LAYOUT, job_type, cron, encoded, now)
 
 
 def unschedule(db: Any, type: Any) -> bool:

@@ -530,6 +530,24 @@ def test_a_host_started_with_the_schedule_it_serves_keeps_the_schedules_data(hos
     assert {jobs.status(db, "tick", j.id).data["report"] for j in jobs.get_jobs(db, "tick")} == {"daily"}
 
 
+def test_a_schedule_declares_a_new_type_as_an_enqueue_does(db):
+    """README: ``jobs.schedule`` is the alternative to ``--cron``, and a new
+    type gets the default timeout from a script: a type no host served yet
+    is declared with it (it raised NoTypeTimeout); a timeout set is kept."""
+    from actors.workers.client import DEFAULT_TYPE_TIMEOUT
+    from fdblayer.jobs import activity
+    from fdblayer.jobs.keys import DEFAULT_LAYOUT
+
+    jobs.schedule(db, "brandnew", "*/5 * * * *", {"report": "weekly"})
+    assert activity.get_type_timeout(db, DEFAULT_LAYOUT, "brandnew") == DEFAULT_TYPE_TIMEOUT
+    assert [(s["type"], s["cron"], s["data"]) for s in jobs.schedules(db)] == [
+        ("brandnew", "*/5 * * * *", {"report": "weekly"})
+    ]
+    jobs.set_type_timeout(db, "kept", 7)
+    jobs.schedule(db, "kept", "* * * * *")
+    assert activity.get_type_timeout(db, DEFAULT_LAYOUT, "kept") == 7
+
+
 def test_a_missing_handler_is_a_one_line_error(hosts, workdir):
     host = hosts(["x=no_such_module:fn"], wait=False)
     assert host.proc.wait(30) == 2
