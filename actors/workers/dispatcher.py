@@ -131,6 +131,20 @@ __all__ = ["Dispatcher"]
 
 log = logging.getLogger("otpjobs.workers")
 
+
+def _died(reason: Any) -> str:
+    """A ``WorkerDied`` error's message. The process's own end (its pidfd:
+    ``exited``) and the supervisor's notice (no goodbye: ``killed``) race,
+    and neither knows whether a signal, a fault or an exit ended it: both
+    read the same, not as a plain exit."""
+    if reason in ("exited", "killed"):
+        return (
+            "the worker process running the job ended before the job did "
+            "(killed, crashed or exited: the host's log holds its last lines)"
+        )
+    return f"the worker running the job stopped before the job ended: {reason!r}"
+
+
 #: While handlers run, the dispatcher looks at them this often (seconds): a run
 #: longer than the planner's STUCK_AFTER (or twice the mean run) holds no queued
 #: job (they are taken back for free workers), and a start older than its
@@ -488,7 +502,7 @@ class Dispatcher(
             )
             error = {
                 "type": "WorkerDied",
-                "message": f"the worker running the job exited: {down.reason!r}",
+                "message": _died(down.reason),
                 "traceback": "",
             }  # (JobTimeout when the dispatcher stopped it past its time limit)
             self._end_attempt(running, error, None, retry_now=True)

@@ -37,6 +37,8 @@ def test_a_segfaulting_handler_kills_its_worker_and_fails_after_its_attempts(hos
     status = wait_for(lambda: (s := jobs.status(db, "bad", bad)).state.value == "finished" and s, 60, "the bad job")
     assert status.outcome == "failed" and status.attempt == 2, status
     assert [e["type"] for e in status.errors] == ["WorkerDied", "WorkerDied"], status.errors
+    for e in status.errors:  # a README review: a SIGKILLed worker's job said "exited: 'exited'"
+        assert "ended before the job did (killed, crashed or exited" in e["message"], e["message"]
     for n, job_id in enumerate(good):
         assert jobs.result(db, "good", job_id, timeout=30) == {"n": n}
     assert "Fatal Python error: Segmentation fault" in host.log(), "the fault's traceback reached the log"
