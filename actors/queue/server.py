@@ -4,9 +4,11 @@
 start and every ``type_check_period`` (+ jitter), starts an activity monitor
 and a notifier for each new type and stops those of types whose timeout was
 cleared. At start it first stops every monitor and notifier left by a
-previous incarnation. It monitors what it started and crashes when one dies
-unexpectedly (the seed's dead_notifier_restarts_jobs_server), so its
-supervisor (rest_for_one) starts it again with a fresh set. Calls:
+previous incarnation, and answers that it started before its first check
+(a store of hundreds of types takes longer to serve than a start may).
+It monitors what it started and crashes when one dies unexpectedly (the
+seed's dead_notifier_restarts_jobs_server), so its supervisor
+(rest_for_one) starts it again with a fresh set. Calls:
 ``GetNotifierServer(type)`` (checks the types once more before answering
 ``NotFound``) and ``ForceCheckTypes()``. One type check runs at a time;
 requests arriving meanwhile are answered after the next check.
@@ -108,11 +110,13 @@ class JobsServer(GenServer):
             for child in (yield Request(sup, WhichChildren())):
                 if child.addr is not None:
                     yield Request(sup, TerminateChild(child.addr), 30.0)
-        yield from self._check_types()
 
     def _setup_done(self) -> None:
+        """Started, then the first type check: a store of many types (two
+        processes each) must not hold the node's start past its supervisor's
+        start timeout, which would fail the node at every start."""
         self.start_complete()
-        self._schedule_check()
+        self._request_check(self._schedule_check)
 
     # ------------------------------------------------------------ calls
     def handle_call(self, msg: Any, from_: Any) -> Any:
