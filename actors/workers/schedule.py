@@ -9,6 +9,7 @@ of every worker host's start).
 
 from __future__ import annotations
 
+import time
 from typing import Any, Optional
 
 from fdblayer.jobs.exceptions import InvalidArgument
@@ -26,16 +27,23 @@ def _croniter() -> Any:
 
 
 def check_cron(cron: object) -> str:
-    """Return ``cron`` if croniter can read it.
+    """Return ``cron`` if croniter can read it, it picks no random value,
+    and it fires at least once from now on.
 
     Raises:
-        InvalidArgument: not a str, too long, or not a cron expression.
+        InvalidArgument: not a str, too long, not a cron expression, with a
+            random field (croniter's ``R``: each read, so each host, would
+            pick its own tick), or never firing (February 30, a past year).
     """
     if not isinstance(cron, str):
         raise InvalidArgument(f"a cron schedule must be a str, not {type(cron).__name__}")
     cron = cron.strip()
     if not cron or len(cron) > MAX_CRON or not _croniter().is_valid(cron):
         raise InvalidArgument(f"not a cron schedule: {cron[:MAX_CRON]!r}")
+    if any(part[:1] in ("r", "R") for field in cron.split() for part in field.split(",")):
+        raise InvalidArgument(f"random cron fields (R) are not supported: every host would pick its own tick: {cron!r}")
+    if next_tick(cron, time.time()) is None:
+        raise InvalidArgument(f"cron schedule {cron!r} never fires")
     return cron
 
 

@@ -114,7 +114,10 @@ def test_the_couch_jobs_add_keeps_the_seeds_rule(w):
         lambda db: jobs.schedule(db, T, "not cron"),
         lambda db: jobs.schedule(db, T, 5),
         lambda db: jobs.schedule(db, T, "* * * * *", {"bad": object()}),
-        lambda db: jobs.schedule(db, "never-declared", "* * * * *"),
+        lambda db: jobs.schedule(db, T, "* * * * * R"),  # croniter's random field: a tick per host and read
+        lambda db: jobs.schedule(db, T, "R 3 * * *"),
+        lambda db: jobs.schedule(db, T, "0 0 30 2 *"),  # never fires
+        lambda db: jobs.schedule(db, T, "* * * * * * 2020"),
         lambda db: jobs.unschedule(db, None),
         lambda db: jobs.unschedule("db", T),
         lambda db: jobs.schedules("not a db"),
