@@ -74,8 +74,8 @@ def _write_progress(db_factory: Callable[[], Any], job: Any, fields: dict[str, A
     try:
         size = len(encode_data(fields))
     except EncodingError as exc:  # past the store's own limit: told as progress, with its limit
-        size = _packed_size(fields) or 0
-        if size <= PROGRESS_LIMIT or "encodes to" not in str(exc):
+        size = _size_past(exc, fields, PROGRESS_LIMIT) or 0
+        if not size:
             raise
     if size > PROGRESS_LIMIT:
         raise EncodingError(f"progress encodes to {size} bytes; at most {PROGRESS_LIMIT}")
@@ -103,8 +103,8 @@ def encode_result(value: Any) -> bytes:
     try:
         encoded = encode_data({"result": value})
     except (EncodingError, InvalidArgument) as exc:
-        size = _packed_size(value)
-        if size is not None and size > RESULT_LIMIT and "encodes to" in str(exc):
+        size = _size_past(exc, value, RESULT_LIMIT)
+        if size is not None:
             raise UnstorableResult(_too_large(size)) from None
         raise UnstorableResult(_not_json(str(exc))) from None
     except Exception as exc:  # noqa: BLE001 - a value whose own methods raise while it is walked
@@ -114,12 +114,17 @@ def encode_result(value: Any) -> bytes:
     return encoded
 
 
-def _packed_size(value: Any) -> Optional[int]:
-    """Bytes of ``value``'s msgpack encoding, else None (not packable)."""
+def _size_past(exc: Exception, value: Any, limit: int) -> Optional[int]:
+    """The size of ``value``'s msgpack encoding when ``exc`` is the codec's
+    refusal of a value past the store's limit and that size is past
+    ``limit`` too; else None (``exc`` is about something else)."""
+    if "encodes to" not in str(exc):
+        return None
     try:
-        return len(msgpack.packb(value, use_bin_type=True))
+        size = len(msgpack.packb(value, use_bin_type=True))
     except Exception:  # noqa: BLE001 - not packable: not a size problem
         return None
+    return size if size > limit else None
 
 
 def _too_large(size: int) -> str:
